@@ -1,0 +1,100 @@
+package kubetest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// RESTConfig returns a copy of the admin (system:masters) client config,
+// with a high client-side QPS and burst.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Client returns an admin clientset.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// KubeconfigPath is the admin kubeconfig file (certificates by path).
+func (c *Cluster) KubeconfigPath() string { return c.kubeconfigPath }
+
+// APIServerURL is the apiserver's https URL on 127.0.0.1.
+func (c *Cluster) APIServerURL() string { return c.apiServerURL }
+
+// EtcdURL is etcd's client URL on 127.0.0.1.
+func (c *Cluster) EtcdURL() string { return c.etcdURL }
+
+// BinDir is the directory the binaries were run from.
+func (c *Cluster) BinDir() string { return c.cfg.BinDir }
+
+// Dir holds the cluster's data, certificates, kubeconfig and logs.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Config is the defaulted configuration the cluster was started with.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// CABundle is the PEM of the cluster CA. The apiserver's serving certificate
+// and every certificate from IssueServingCert chain to it, so it is the
+// caBundle for webhook configurations and APIServices served by tests.
+func (c *Cluster) CABundle() []byte { return append([]byte(nil), c.ca.certPEM...) }
+
+// CAFile is the path of the cluster CA certificate.
+func (c *Cluster) CAFile() string { return c.path("pki", "ca.crt") }
+
+// IssueServingCert returns a serving certificate and key (PEM) for hosts (IP
+// addresses and DNS names), signed by the cluster CA.
+func (c *Cluster) IssueServingCert(hosts ...string) (certPEM, keyPEM []byte, err error) {
+	if len(hosts) == 0 {
+		return nil, nil, fmt.Errorf("issue serving cert: no hosts")
+	}
+	return c.ca.issue(servingRequest(hosts...))
+}
+
+// WriteServingCert writes tls.crt and tls.key for hosts into dir (the
+// layout controller-runtime's webhook server reads by default).
+func (c *Cluster) WriteServingCert(dir string, hosts ...string) error {
+	cert, key, err := c.IssueServingCert(hosts...)
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, map[string][]byte{"tls.crt": cert, "tls.key": key})
+}
+
+// CreateNamespace creates namespace name and, when kube-controller-manager
+// runs, waits for its default ServiceAccount so pods can be created in it.
+func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := c.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	if !c.cfg.ControllerManager {
+		return nil
+	}
+	return c.WaitForServiceAccount(ctx, name)
+}
+
+// LogPath is the log file of component (e.g. "kube-apiserver").
+func (c *Cluster) LogPath(component string) string { return c.path("logs", component+".log") }
+
+// LogTails returns the last n lines of every component's log, each under a
+// header naming the file.
+func (c *Cluster) LogTails(n int) string {
+	c.mu.Lock()
+	procs := append([]*process(nil), c.procs...)
+	c.mu.Unlock()
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, p := range procs {
+		if seen[p.logPath] {
+			continue
+		}
+		seen[p.logPath] = true
+		fmt.Fprintf(&b, "--- last %d lines of %s ---\n%s\n", n, filepath.Base(p.logPath), p.tail(n))
+	}
+	return b.String()
+}
