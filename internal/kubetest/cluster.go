@@ -424,7 +424,8 @@ func (c *Cluster) WaitForServiceAccount(ctx context.Context, namespace string) e
 	if err != nil {
 		return fmt.Errorf("wait for serviceaccount %s/default: %w", namespace, err)
 	}
-	return nil}
+	return nil
+}
 
 // Stop stops the processes in reverse start order (SIGTERM, then SIGKILL
 // after Config.StopTimeout) and removes the directory if StartCluster made

@@ -175,7 +175,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-
 func TestStartControlPlane(t *testing.T) {
 	begin := time.Now()
 	c := kubetest.Start(t, kubetest.WithControllerManager(), kubetest.WithScheduler())
