@@ -177,4 +177,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-tool github.com/go-task/task/v3/cmd/task
+tool (
+	github.com/go-task/task/v3/cmd/task
+	google.golang.org/protobuf/cmd/protoc-gen-go
+)

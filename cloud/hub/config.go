@@ -1,0 +1,91 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config configures the embedded hub server.
+type Config struct {
+	// ServerName is the hub server's unique name.
+	ServerName string
+	// Host is the interface the client and leaf listeners bind to.
+	Host string
+	// ClientPort serves cloud services and operator tools (-1: random).
+	ClientPort int
+	// LeafPort accepts the edge nodes' leaf connections (-1: random).
+	LeafPort int
+	// LeafAdvertise, when set, is the leaf address gossiped to edge servers
+	// instead of Host:LeafPort (e.g. the hub's public DNS name). Empty means
+	// nothing is gossiped: edges keep using the URLs they were configured
+	// with, so a load balancer or proxy in front of the hub is never bypassed.
+	LeafAdvertise string
+	// StoreDir holds the JetStream streams.
+	StoreDir string
+	// Domain is the JetStream domain edge clients address the hub by.
+	Domain string
+	// MaxMemory and MaxStore cap JetStream (0: server defaults).
+	MaxMemory int64
+	MaxStore  int64
+	// EdgeKeysFile is a YAML map of node name to the node's NATS nkey
+	// public key ("U..."); only these nodes may open leaf connections.
+	EdgeKeysFile string
+	// Operators are user/password logins for operator tools (atoll events
+	// tail, nats CLI). Passwords may be bcrypt hashes.
+	Operators map[string]string
+}
+
+// Default is the configuration of a production hub.
+func Default() Config {
+	return Config{
+		ServerName: "atoll-hub-0",
+		Host:       "0.0.0.0",
+		ClientPort: 4222,
+		LeafPort:   7422,
+		StoreDir:   "/var/lib/atoll/hub",
+		Domain:     "hub",
+	}
+}
+
+// Validate names the first field that is wrong.
+func (c Config) Validate() error {
+	switch {
+	case c.ServerName == "":
+		return errors.New("hub: server name is empty")
+	case c.Host == "":
+		return errors.New("hub: host is empty")
+	case c.ClientPort < -1 || c.ClientPort > 65535:
+		return fmt.Errorf("hub: client port %d is outside -1..65535", c.ClientPort)
+	case c.LeafPort < -1 || c.LeafPort > 65535:
+		return fmt.Errorf("hub: leaf port %d is outside -1..65535", c.LeafPort)
+	case c.StoreDir == "":
+		return errors.New("hub: store dir is empty")
+	case c.Domain == "":
+		return errors.New("hub: JetStream domain is empty")
+	case c.MaxMemory < 0 || c.MaxStore < 0:
+		return errors.New("hub: JetStream limits must not be negative")
+	}
+	for user, pw := range c.Operators {
+		if user == "" || pw == "" {
+			return fmt.Errorf("hub: operator %q: user and password must both be set", user)
+		}
+	}
+	return nil
+}
+
+// LoadEdgeKeys reads a YAML map of node name → nkey public key.
+func LoadEdgeKeys(path string) (map[string]string, error) {
+	data, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return nil, fmt.Errorf("edge keys: %w", err)
+	}
+	keys := map[string]string{}
+	if err := yaml.UnmarshalStrict(data, &keys); err != nil {
+		return nil, fmt.Errorf("edge keys %s: %w", path, err)
+	}
+	return keys, nil
+}

@@ -1,0 +1,122 @@
+package natsnode
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/atoll-edge/atoll/events"
+)
+
+// Config configures a node's embedded NATS server.
+type Config struct {
+	// NodeName is the Kubernetes node name; it is the server name, so it
+	// must be unique across the whole fabric.
+	NodeName string
+	// ClientHost and ClientPort serve local clients (the agent itself
+	// connects in-process). Keep it on loopback. Port -1: random.
+	ClientHost string
+	ClientPort int
+	// RouteHost and RoutePort accept routes from the unit's other servers.
+	RouteHost string
+	RoutePort int
+	// RouteAdvertise is the host:port unit peers dial (default: the
+	// listener's address; set it to the node's InternalIP:port).
+	RouteAdvertise string
+	// HubURLs are the hub's leafnode URLs (nats-leaf://host:7422).
+	HubURLs []string
+	// Seed is the node's nkey seed ("SU..."), its identity on the hub.
+	// SeedFile is read when Seed is empty.
+	Seed     string
+	SeedFile string
+}
+
+// Default is the configuration of an edge node's server.
+func Default() Config {
+	return Config{
+		ClientHost: "127.0.0.1",
+		ClientPort: 4222,
+		RouteHost:  "0.0.0.0",
+		RoutePort:  6222,
+		SeedFile:   "/var/lib/atoll/node.nk",
+	}
+}
+
+// Validate names the first field that is wrong.
+func (c Config) Validate() error {
+	if err := events.ValidToken(c.NodeName); err != nil {
+		return fmt.Errorf("natsnode: node name: %w", err)
+	}
+	if ip := net.ParseIP(c.ClientHost); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("natsnode: client host %q must be a loopback address", c.ClientHost)
+	}
+	if c.ClientPort < -1 || c.ClientPort > 65535 {
+		return fmt.Errorf("natsnode: client port %d is outside -1..65535", c.ClientPort)
+	}
+	if c.RouteHost == "" {
+		return errors.New("natsnode: route host is empty")
+	}
+	if c.RoutePort < -1 || c.RoutePort == 0 || c.RoutePort > 65535 {
+		return fmt.Errorf("natsnode: route port %d is outside 1..65535 (or -1 for random)", c.RoutePort)
+	}
+	if c.RouteAdvertise != "" {
+		if _, _, err := net.SplitHostPort(c.RouteAdvertise); err != nil {
+			return fmt.Errorf("natsnode: route advertise %q: %w", c.RouteAdvertise, err)
+		}
+	}
+	if len(c.HubURLs) == 0 {
+		return errors.New("natsnode: no hub URL")
+	}
+	for _, u := range c.HubURLs {
+		if _, err := parseLeafURL(u); err != nil {
+			return err
+		}
+	}
+	if c.Seed == "" && c.SeedFile == "" {
+		return errors.New("natsnode: neither seed nor seed file is set")
+	}
+	return nil
+}
+
+func parseLeafURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: hub URL %q: %w", s, err)
+	}
+	switch u.Scheme {
+	case "nats-leaf", "nats", "tls":
+	default:
+		return nil, fmt.Errorf("natsnode: hub URL %q: scheme must be nats-leaf, nats or tls", s)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("natsnode: hub URL %q: credentials belong in the seed, not the URL", s)
+	}
+	return u, nil
+}
+
+// seed returns the node's nkey seed, validated.
+func (c Config) seed() (string, error) {
+	seed := c.Seed
+	if seed == "" {
+		b, err := os.ReadFile(filepath.Clean(c.SeedFile))
+		if err != nil {
+			return "", fmt.Errorf("natsnode: seed file: %w", err)
+		}
+		seed = strings.TrimSpace(string(b))
+	}
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		return "", fmt.Errorf("natsnode: seed: %w", err)
+	}
+	defer kp.Wipe()
+	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicUserKey(pub) {
+		return "", errors.New("natsnode: seed is not a user nkey seed (SU...)")
+	}
+	return seed, nil
+}

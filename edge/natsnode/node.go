@@ -1,0 +1,339 @@
+// Package natsnode embeds an edge node's NATS server. The servers of one
+// NodeUnit form a cluster over routes (cluster name = unit, server name =
+// node), so unit-local traffic (probe reports, votes) keeps flowing while
+// the cloud link is down; each server also keeps its own leafnode
+// connection to the hub. The unit membership can change at runtime: SetMesh
+// reloads the routes without restarting the server.
+package natsnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/natslog"
+)
+
+// HubClusterName is the hub's cluster name; no unit may take it, since a
+// leaf's cluster name must differ from its hub's.
+const HubClusterName = "atoll-hub"
+
+// Mesh is the unit membership a node's server routes to.
+type Mesh struct {
+	// Unit is the NodeUnit; empty when the node is in no unit.
+	Unit string
+	// Peers are the unit's members; the node itself may be listed.
+	Peers []Peer
+	// User and Password authenticate routes inside the unit; every
+	// member of the unit holds the same pair and no other unit does.
+	User, Password string
+}
+
+// Peer is one member of a unit.
+type Peer struct {
+	Name string
+	// RouteURL is the member's route listener, nats-route://host:port.
+	RouteURL string
+}
+
+// Validate names the first problem of m.
+func (m Mesh) Validate() error {
+	if m.Unit == "" {
+		if len(m.Peers) > 0 {
+			return errors.New("mesh: peers without a unit")
+		}
+		return nil
+	}
+	if err := events.ValidToken(m.Unit); err != nil {
+		return fmt.Errorf("mesh: unit: %w", err)
+	}
+	if m.Unit == HubClusterName {
+		return fmt.Errorf("mesh: unit %q is reserved for the hub", m.Unit)
+	}
+	if m.User == "" || m.Password == "" {
+		return fmt.Errorf("mesh %s: route user and password must be set", m.Unit)
+	}
+	for _, p := range m.Peers {
+		if err := events.ValidToken(p.Name); err != nil {
+			return fmt.Errorf("mesh %s: peer name: %w", m.Unit, err)
+		}
+		u, err := url.Parse(p.RouteURL)
+		if err != nil || u.Scheme != "nats-route" || u.Host == "" {
+			return fmt.Errorf("mesh %s: peer %s: route URL %q is not nats-route://host:port", m.Unit, p.Name, p.RouteURL)
+		}
+	}
+	return nil
+}
+
+// Node is a running edge NATS server.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	seed  string
+	agent nkeys.KeyPair
+	users []*server.NkeyUser
+	// solo authenticates routes while the node is in no unit: nobody
+	// knows it, so nobody can route in.
+	solo string
+
+	mu          sync.Mutex
+	srv         *server.Server
+	mesh        Mesh
+	leafEnabled bool
+	routeURL    string
+}
+
+// New prepares the node's server; Start runs it.
+func New(cfg Config, log *slog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	seed, err := cfg.seed()
+	if err != nil {
+		return nil, err
+	}
+	agent, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: agent key: %w", err)
+	}
+	pub, _ := agent.PublicKey()
+	var secret [16]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return nil, fmt.Errorf("natsnode: solo secret: %w", err)
+	}
+	n := &Node{
+		cfg:         cfg,
+		log:         log.With("component", "natsnode", "node", cfg.NodeName),
+		seed:        seed,
+		agent:       agent,
+		users:       []*server.NkeyUser{{Nkey: pub}},
+		solo:        hex.EncodeToString(secret[:]),
+		leafEnabled: true,
+	}
+	srv, err := server.NewServer(n.options())
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: %w", err)
+	}
+	srv.SetLoggerV2(natslog.New(n.log, cfg.NodeName), false, false, false)
+	n.srv = srv
+	return n, nil
+}
+
+// options builds the server options for the current mesh; callers hold mu
+// (or have not shared n yet).
+func (n *Node) options() *server.Options {
+	cluster := server.ClusterOpts{
+		Name:        "solo-" + n.cfg.NodeName,
+		Host:        n.cfg.RouteHost,
+		Port:        n.cfg.RoutePort,
+		Advertise:   n.cfg.RouteAdvertise,
+		Username:    "solo",
+		Password:    n.solo,
+		NoAdvertise: true,
+		// One connection per peer: edge units are small and their
+		// traffic is light.
+		PoolSize: -1,
+	}
+	var routes []*url.URL
+	if m := n.mesh; m.Unit != "" {
+		cluster.Name, cluster.Username, cluster.Password = m.Unit, m.User, m.Password
+		for _, p := range m.Peers {
+			if p.Name == n.cfg.NodeName {
+				continue
+			}
+			u, _ := url.Parse(p.RouteURL)
+			u.User = url.UserPassword(m.User, m.Password)
+			routes = append(routes, u)
+		}
+	}
+	hubs := make([]*url.URL, 0, len(n.cfg.HubURLs))
+	for _, s := range n.cfg.HubURLs {
+		u, _ := parseLeafURL(s)
+		hubs = append(hubs, u)
+	}
+	return &server.Options{
+		ServerName: n.cfg.NodeName,
+		Host:       n.cfg.ClientHost,
+		Port:       n.cfg.ClientPort,
+		NoSigs:     true,
+		MaxPayload: 1 << 20,
+		Nkeys:      n.users,
+		Cluster:    cluster,
+		Routes:     routes,
+		LeafNode: server.LeafNodeOpts{
+			ReconnectInterval: time.Second,
+			Remotes: []*server.RemoteLeafOpts{{
+				URLs:     hubs,
+				Nkey:     n.seed,
+				Disabled: !n.leafEnabled,
+			}},
+		},
+	}
+}
+
+// Start runs the server and waits until it accepts connections. The leaf
+// link to the hub comes up in the background; the node serves its unit
+// without it.
+func (n *Node) Start(ctx context.Context) error {
+	n.srv.Start()
+	wait := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	if !n.srv.ReadyForConnections(wait) {
+		n.srv.Shutdown()
+		return errors.New("natsnode: server not ready for connections")
+	}
+	adv := n.cfg.RouteAdvertise
+	if adv == "" {
+		addr := n.srv.ClusterAddr()
+		if addr == nil {
+			return errors.New("natsnode: no route listener")
+		}
+		host := n.cfg.RouteHost
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+		adv = net.JoinHostPort(host, strconv.Itoa(addr.Port))
+	}
+	n.mu.Lock()
+	n.routeURL = "nats-route://" + adv
+	n.mu.Unlock()
+	n.log.Info("edge server ready", "client_url", n.srv.ClientURL(), "route_url", n.routeURL)
+	return nil
+}
+
+// Shutdown stops the server, waiting at most until ctx is done.
+func (n *Node) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("natsnode: shutdown: %w", ctx.Err())
+	}
+}
+
+// SetMesh makes the server route to exactly the members of m's unit. It
+// takes effect without a restart: routes to departed members close, routes
+// to new members open, and a change of unit (or leaving every unit) swaps
+// the route credentials, which also drops routes from the old unit.
+func (n *Node) SetMesh(m Mesh) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	m.Peers = slices.Clone(m.Peers)
+	sort.Slice(m.Peers, func(i, j int) bool { return m.Peers[i].Name < m.Peers[j].Name })
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if meshEqual(n.mesh, m) {
+		return nil
+	}
+	old := n.mesh
+	n.mesh = m
+	if err := n.srv.ReloadOptions(n.options()); err != nil {
+		n.mesh = old
+		return fmt.Errorf("natsnode: apply mesh of unit %q: %w", m.Unit, err)
+	}
+	n.log.Info("mesh changed", "unit", m.Unit, "peers", len(m.Peers))
+	return nil
+}
+
+func meshEqual(a, b Mesh) bool {
+	return a.Unit == b.Unit && a.User == b.User && a.Password == b.Password && slices.Equal(a.Peers, b.Peers)
+}
+
+// SetLeafEnabled connects or disconnects the node's leaf link to the hub
+// at runtime (an operator's switch, and the tests' way to cut a link).
+func (n *Node) SetLeafEnabled(on bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.leafEnabled == on {
+		return nil
+	}
+	n.leafEnabled = on
+	if err := n.srv.ReloadOptions(n.options()); err != nil {
+		n.leafEnabled = !on
+		return fmt.Errorf("natsnode: set leaf enabled=%v: %w", on, err)
+	}
+	return nil
+}
+
+// Mesh returns the current unit membership.
+func (n *Node) Mesh() Mesh {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mesh
+}
+
+// RouteURL is the URL unit peers route to (valid after Start).
+func (n *Node) RouteURL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.routeURL
+}
+
+// Name is the node name.
+func (n *Node) Name() string { return n.cfg.NodeName }
+
+// Server is the embedded server, for tests and monitoring.
+func (n *Node) Server() *server.Server { return n.srv }
+
+// Connect opens an in-process connection to the node's server.
+func (n *Node) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	pub, _ := n.agent.PublicKey()
+	all := append([]nats.Option{
+		nats.Name(name),
+		nats.InProcessServer(n.srv),
+		nats.Nkey(pub, n.agent.Sign),
+		nats.MaxReconnects(-1),
+	}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: connect %s: %w", name, err)
+	}
+	return nc, nil
+}
+
+// Status is a snapshot of the server's links.
+type Status struct {
+	Unit string
+	// RoutedPeers are the names of the servers this one has routes to.
+	RoutedPeers []string
+	// HubConnected is true while the leaf link to the hub is up.
+	HubConnected bool
+}
+
+// Status reports the server's current links.
+func (n *Node) Status() Status {
+	st := Status{Unit: n.Mesh().Unit, HubConnected: n.srv.NumLeafNodes() > 0}
+	if rz, err := n.srv.Routez(nil); err == nil {
+		for _, r := range rz.Routes {
+			if !slices.Contains(st.RoutedPeers, r.RemoteName) {
+				st.RoutedPeers = append(st.RoutedPeers, r.RemoteName)
+			}
+		}
+	}
+	sort.Strings(st.RoutedPeers)
+	return st
+}

@@ -1,0 +1,21 @@
+package events
+
+import "errors"
+
+// Sentinel errors; match with errors.Is.
+var (
+	// ErrEmptyToken: a subject token (unit, node, session, ...) is empty.
+	ErrEmptyToken = errors.New("empty subject token")
+	// ErrInvalidToken: a subject token holds '.', '*', '>' or whitespace.
+	ErrInvalidToken = errors.New("invalid subject token")
+	// ErrWrongSubject: a subject does not have the catalog's shape.
+	ErrWrongSubject = errors.New("subject not in catalog")
+	// ErrUnknownType: the type header names no known Atoll message.
+	ErrUnknownType = errors.New("unknown message type")
+	// ErrTypeMismatch: the type header names another message than expected.
+	ErrTypeMismatch = errors.New("message type mismatch")
+	// ErrUndecodable: the payload does not decode as its declared type.
+	ErrUndecodable = errors.New("undecodable payload")
+	// ErrIdentity: the payload's identity fields disagree with its subject.
+	ErrIdentity = errors.New("payload identity does not match subject")
+)

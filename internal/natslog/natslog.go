@@ -1,0 +1,48 @@
+// Package natslog adapts log/slog to the embedded nats-server's logger, so
+// the servers Atoll embeds log through the service's structured logger.
+package natslog
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// Logger implements nats-server's server.Logger on top of slog. Server
+// notices are logged at Info, traces at Debug-4 (visible only when asked).
+type Logger struct {
+	log *slog.Logger
+}
+
+// New returns a nats-server logger writing to log with the given server name.
+func New(log *slog.Logger, server string) *Logger {
+	return &Logger{log: log.With("nats_server", server)}
+}
+
+const levelTrace = slog.LevelDebug - 4
+
+func (l *Logger) emit(level slog.Level, format string, v []any) {
+	if !l.log.Enabled(context.Background(), level) {
+		return
+	}
+	l.log.Log(context.Background(), level, fmt.Sprintf(format, v...))
+}
+
+// Noticef logs a server notice.
+func (l *Logger) Noticef(format string, v ...any) { l.emit(slog.LevelInfo, format, v) }
+
+// Warnf logs a server warning.
+func (l *Logger) Warnf(format string, v ...any) { l.emit(slog.LevelWarn, format, v) }
+
+// Fatalf logs a fatal server error. The embedded server does not exit the
+// process; Atoll's lifecycle notices the server stopping.
+func (l *Logger) Fatalf(format string, v ...any) { l.emit(slog.LevelError, format, v) }
+
+// Errorf logs a server error.
+func (l *Logger) Errorf(format string, v ...any) { l.emit(slog.LevelError, format, v) }
+
+// Debugf logs server debug output.
+func (l *Logger) Debugf(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
+
+// Tracef logs protocol traces.
+func (l *Logger) Tracef(format string, v ...any) { l.emit(levelTrace, format, v) }

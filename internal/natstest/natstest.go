@@ -1,0 +1,158 @@
+// Package natstest starts real Atoll NATS fabrics for tests: an embedded
+// hub, edge servers grouped into units, and a fault-injecting TCP proxy to
+// cut links. Everything listens on random loopback ports and is cleaned up
+// with the test.
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/edge/natsnode"
+)
+
+// Logger returns a slog logger writing to t.Log at level and above; it
+// goes quiet once the test has finished.
+func Logger(t testing.TB, level slog.Level) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+type testWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Helper()
+		w.t.Log(string(p[:len(p)-1]))
+	}
+	return len(p), nil
+}
+
+// Hub starts a hub with JetStream in t.TempDir() on random loopback ports.
+func Hub(t testing.TB, mutate ...func(*hub.Config)) *hub.Hub {
+	t.Helper()
+	cfg := hub.Default()
+	cfg.Host = "127.0.0.1"
+	cfg.ClientPort, cfg.LeafPort = -1, -1
+	cfg.StoreDir = t.TempDir()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	h, err := hub.New(cfg, Logger(t, slog.LevelWarn))
+	if err != nil {
+		t.Fatalf("hub: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := h.Start(ctx); err != nil {
+		t.Fatalf("start hub: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	return h
+}
+
+// EdgeOptions tune Edge.
+type EdgeOptions struct {
+	// HubURL overrides the hub's leaf URL (e.g. a Proxy in front of it).
+	HubURL string
+}
+
+// Edge enrolls node with h and starts its edge server on random loopback
+// ports. The server is in no unit until SetMesh (see Unit).
+func Edge(t testing.TB, h *hub.Hub, node string, o EdgeOptions) *natsnode.Node {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	if err := h.Identities().AddEdge(node, pub); err != nil {
+		t.Fatalf("enroll %s: %v", node, err)
+	}
+	cfg := natsnode.Default()
+	cfg.NodeName = node
+	cfg.ClientPort, cfg.RoutePort = -1, -1
+	cfg.RouteHost = "127.0.0.1"
+	cfg.Seed = string(seed)
+	cfg.HubURLs = []string{h.LeafURL().String()}
+	if o.HubURL != "" {
+		cfg.HubURLs = []string{o.HubURL}
+	}
+	n, err := natsnode.New(cfg, Logger(t, slog.LevelWarn))
+	if err != nil {
+		t.Fatalf("edge %s: %v", node, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatalf("start edge %s: %v", node, err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	return n
+}
+
+// Unit starts one edge server per node name and meshes them as unit.
+func Unit(t testing.TB, h *hub.Hub, unit string, o EdgeOptions, nodes ...string) []*natsnode.Node {
+	t.Helper()
+	out := make([]*natsnode.Node, 0, len(nodes))
+	for _, name := range nodes {
+		out = append(out, Edge(t, h, name, o))
+	}
+	SetMesh(t, unit, out...)
+	return out
+}
+
+// MeshOf returns the mesh in which exactly nodes form unit.
+func MeshOf(unit string, nodes ...*natsnode.Node) natsnode.Mesh {
+	m := natsnode.Mesh{Unit: unit, User: "route-" + unit, Password: "secret-" + unit}
+	for _, n := range nodes {
+		m.Peers = append(m.Peers, natsnode.Peer{Name: n.Name(), RouteURL: n.RouteURL()})
+	}
+	return m
+}
+
+// SetMesh gives every node the mesh of unit made of nodes.
+func SetMesh(t testing.TB, unit string, nodes ...*natsnode.Node) {
+	t.Helper()
+	m := MeshOf(unit, nodes...)
+	for _, n := range nodes {
+		if err := n.SetMesh(m); err != nil {
+			t.Fatalf("mesh %s on %s: %v", unit, n.Name(), err)
+		}
+	}
+}
+
+// Eventually polls check every 20ms until it returns nil or timeout
+// passes, then fails the test with check's last error.
+func Eventually(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Errorf is fmt.Errorf, for checks passed to Eventually.
+var Errorf = fmt.Errorf
