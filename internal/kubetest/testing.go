@@ -3,7 +3,6 @@ package kubetest
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 )
@@ -25,7 +24,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		cfg.Dir = t.TempDir() // registered first, so removed after Stop
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{
 			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 				if a.Key == slog.TimeKey {
 					return slog.Attr{}
@@ -61,14 +60,4 @@ func deadline(t testing.TB) (time.Time, bool) {
 		return d.Deadline()
 	}
 	return time.Time{}, false
-}
-
-// testWriter sends slog output to the test log. It is only used while Start
-// runs, never from background goroutines.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
