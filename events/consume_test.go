@@ -1,0 +1,220 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/natstest"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+func vote(unit, node, voter string) (string, *atollv1.Vote) {
+	subj, err := events.VoteSubject(unit, node, voter)
+	if err != nil {
+		panic(err)
+	}
+	return subj, &atollv1.Vote{Unit: unit, Node: node, Voter: voter, Verdict: atollv1.Verdict_VERDICT_HEALTHY, Time: timestamppb.Now()}
+}
+
+// run starts Consume in the background and returns a stop function that
+// waits for it to return.
+func run(t *testing.T, js jetstream.JetStream, spec events.ConsumerSpec, h events.Handler[*atollv1.Vote], o events.ConsumeOptions) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- events.Consume(ctx, js, spec, h, o) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consume: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		select {
+		case <-ctx.Done():
+		default:
+			stop()
+		}
+	})
+	return stop
+}
+
+func setup(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	h := natstest.Hub(t)
+	nc, err := h.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	// Idempotent: a second replica starting does not fail.
+	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatalf("second EnsureStreams: %v", err)
+	}
+	return nc, js
+}
+
+// received collects what a handler saw.
+type received struct {
+	mu    sync.Mutex
+	votes []string
+}
+
+func (r *received) add(s string) { r.mu.Lock(); r.votes = append(r.votes, s); r.mu.Unlock() }
+func (r *received) count() int   { r.mu.Lock(); defer r.mu.Unlock(); return len(r.votes) }
+
+// TestConsumePoison: undecodable payloads, wrong type headers and payloads
+// that lie about their identity are terminated with a reason and counted,
+// and the consumer goes on with the next messages.
+func TestConsumePoison(t *testing.T) {
+	nc, js := setup(t)
+	metrics := events.NewMetrics(nil)
+	spec := events.VoteConsumer
+	spec.Durable = "poison-test"
+	spec.DeliverPolicy = jetstream.DeliverAllPolicy
+
+	publishRaw := func(subject string, header nats.Header, data []byte) {
+		t.Helper()
+		if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject, Header: header, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := func(node string) {
+		t.Helper()
+		subj, v := vote("u1", node, "voter")
+		if _, err := events.PublishDurable(context.Background(), js, subj, v, "good-"+node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subjA, _ := vote("u1", "a", "voter")
+	good("n1")
+	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.Vote"}}, []byte{0xff, 0xff, 0xff}) // undecodable
+	good("n2")
+	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.ProbeReport"}}, nil) // wrong type
+	_, liar := vote("u1", "b", "voter")                                               // says node b ...
+	liarMsg, _ := events.NewMsg(subjA, liar, "")                                       // ... on a's subject
+	if _, err := js.PublishMsg(context.Background(), liarMsg); err != nil {
+		t.Fatal(err)
+	}
+	good("n3")
+
+	var got received
+	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
+		got.add(ev.Msg.GetNode())
+		return nil
+	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0)})
+
+	natstest.Eventually(t, 10*time.Second, func() error {
+		if got.count() != 3 {
+			return fmt.Errorf("handled %d good votes, want 3", got.count())
+		}
+		for reason, want := range map[string]float64{events.ReasonUndecodable: 1, events.ReasonWrongType: 1, events.ReasonIdentity: 1} {
+			if n := metrics.TerminatedCount(spec.Durable, reason); n != want {
+				return fmt.Errorf("terminated for %s: %v, want %v", reason, n, want)
+			}
+		}
+		return nil
+	})
+	// Nothing left pending: the poison is not coming back.
+	natstest.Eventually(t, 10*time.Second, func() error {
+		info, err := js.Consumer(context.Background(), events.StreamHealth, spec.Durable)
+		if err != nil {
+			return err
+		}
+		ci, err := info.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if ci.NumAckPending != 0 || ci.NumRedelivered != 0 || ci.NumPending != 0 {
+			return fmt.Errorf("consumer has ack pending %d, redelivered %d, pending %d", ci.NumAckPending, ci.NumRedelivered, ci.NumPending)
+		}
+		return nil
+	})
+	_ = nc
+}
+
+// TestConsumeRetryAndReject: a transient failure is redelivered until it
+// succeeds; a rejected message and one that keeps failing past MaxDeliver
+// are terminated and counted instead of redelivered forever.
+func TestConsumeRetryAndReject(t *testing.T) {
+	_, js := setup(t)
+	metrics := events.NewMetrics(nil)
+	spec := events.VoteConsumer
+	spec.Durable = "retry-test"
+	spec.DeliverPolicy = jetstream.DeliverAllPolicy
+	spec.MaxDeliver = 3
+
+	for _, node := range []string{"flaky", "bad", "hopeless"} {
+		subj, v := vote("u1", node, "voter")
+		if _, err := events.PublishDurable(context.Background(), js, subj, v, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		node := ev.Msg.GetNode()
+		attempts[node]++
+		switch node {
+		case "flaky":
+			if attempts[node] < 2 {
+				return events.Retry(errors.New("apiserver unavailable"), 10*time.Millisecond)
+			}
+			return nil
+		case "bad":
+			return events.Reject(errors.New("node name not in cluster"))
+		default:
+			return errors.New("always failing")
+		}
+	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
+
+	natstest.Eventually(t, 10*time.Second, func() error {
+		if n := metrics.HandledCount(spec.Durable, events.OutcomeAck); n != 1 {
+			return fmt.Errorf("acked %v, want 1", n)
+		}
+		if n := metrics.TerminatedCount(spec.Durable, events.ReasonRejected); n != 1 {
+			return fmt.Errorf("rejected %v, want 1", n)
+		}
+		if n := metrics.TerminatedCount(spec.Durable, events.ReasonMaxDeliveries); n != 1 {
+			return fmt.Errorf("terminated after max deliveries %v, want 1", n)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts["flaky"] != 2 || attempts["bad"] != 1 || attempts["hopeless"] != 3 {
+		t.Fatalf("attempts = %v, want flaky 2, bad 1, hopeless 3", attempts)
+	}
+}
+
+// TestPublishRejectsIdentityMismatch: the publisher refuses to send a
+// payload on another node's subject.
+func TestPublishRejectsIdentityMismatch(t *testing.T) {
+	nc, _ := setup(t)
+	subj, _ := vote("u1", "a", "voter")
+	_, v := vote("u1", "b", "voter")
+	if err := events.Publish(nc, subj, v, ""); !errors.Is(err, events.ErrIdentity) {
+		t.Fatalf("Publish = %v, want ErrIdentity", err)
+	}
+	probeSubj, _ := events.ProbeSubject("u1", "a")
+	if err := events.Publish(nc, probeSubj, v, ""); err == nil {
+		t.Fatal("published a Vote on a probe subject")
+	}
+}

@@ -1,0 +1,127 @@
+package events
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestValidToken(t *testing.T) {
+	tests := []struct {
+		name  string
+		token string
+		want  error
+	}{
+		{"plain", "edge-node-1", nil},
+		{"underscore", "_", nil},
+		{"empty", "", ErrEmptyToken},
+		{"dot", "a.b", ErrInvalidToken},
+		{"star", "a*", ErrInvalidToken},
+		{"gt", ">", ErrInvalidToken},
+		{"space", "a b", ErrInvalidToken},
+		{"tab", "a\tb", ErrInvalidToken},
+		{"newline", "a\n", ErrInvalidToken},
+		{"nbsp", "a\u00a0b", ErrInvalidToken},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := ValidToken(tt.token)
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("ValidToken(%q) = %v, want %v", tt.token, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSubjectRoundTrip(t *testing.T) {
+	probe, err := ProbeSubject("u1", "n1")
+	if err != nil || probe != "atoll.health.probe.u1.n1" {
+		t.Fatalf("ProbeSubject = %q, %v", probe, err)
+	}
+	if u, c, err := ParseProbeSubject(probe); err != nil || u != "u1" || c != "n1" {
+		t.Fatalf("ParseProbeSubject = %q %q %v", u, c, err)
+	}
+	vote, _ := VoteSubject("u1", "n2", "n1")
+	if u, n, v, err := ParseVoteSubject(vote); err != nil || vote != "atoll.health.vote.u1.n2.n1" || u != "u1" || n != "n2" || v != "n1" {
+		t.Fatalf("vote %q → %q %q %q %v", vote, u, n, v, err)
+	}
+	topo, _ := TopologySubject("n1")
+	if n, err := ParseTopologySubject(topo); err != nil || topo != "atoll.topo.node.n1" || n != "n1" {
+		t.Fatalf("topology %q → %q %v", topo, n, err)
+	}
+	view, _ := ViewSubject("u1", "endpointslices", "default", "web-abc")
+	if k, err := ParseViewSubject(view); err != nil || k != (ViewKey{"u1", "endpointslices", "default", "web-abc"}) {
+		t.Fatalf("view %q → %+v %v", view, k, err)
+	}
+	tun, _ := TunnelSubject("n1", "s1", ToEdge)
+	if n, s, d, err := ParseTunnelSubject(tun); err != nil || tun != "atoll.tunnel.n1.s1.in" || n != "n1" || s != "s1" || d != ToEdge {
+		t.Fatalf("tunnel %q → %q %q %q %v", tun, n, s, d, err)
+	}
+}
+
+func TestSubjectBuildersReject(t *testing.T) {
+	tests := []struct {
+		name string
+		err  func() error
+	}{
+		{"probe empty unit", func() error { _, err := ProbeSubject("", "n"); return err }},
+		{"probe dotted checker", func() error { _, err := ProbeSubject("u", "n.x"); return err }},
+		{"vote wildcard node", func() error { _, err := VoteSubject("u", "*", "v"); return err }},
+		{"vote gt voter", func() error { _, err := VoteSubject("u", "n", ">"); return err }},
+		{"topology space", func() error { _, err := TopologySubject("a b"); return err }},
+		{"view empty name", func() error { _, err := ViewSubject("u", "services", "ns", ""); return err }},
+		{"tunnel bad dir", func() error { _, err := TunnelSubject("n", "s", "sideways"); return err }},
+		{"unit subjects wildcard", func() error { _, err := ProbeUnitSubjects("*"); return err }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.err(); err == nil {
+				t.Fatal("accepted an invalid token")
+			}
+		})
+	}
+}
+
+func TestSubjectParsersReject(t *testing.T) {
+	tests := []struct {
+		subject string
+		parse   func(string) error
+	}{
+		{"atoll.health.probe.u1", func(s string) error { _, _, err := ParseProbeSubject(s); return err }},
+		{"atoll.health.probe.u1.n1.x", func(s string) error { _, _, err := ParseProbeSubject(s); return err }},
+		{"atoll.health.probe.u1.", func(s string) error { _, _, err := ParseProbeSubject(s); return err }},
+		{"atoll.health.probe.*.n1", func(s string) error { _, _, err := ParseProbeSubject(s); return err }},
+		{"atoll.health.vote.u1.n1", func(s string) error { _, _, _, err := ParseVoteSubject(s); return err }},
+		{"atoll.health.probe.u1.n1", func(s string) error { _, _, _, err := ParseVoteSubject(s); return err }},
+		{"atoll.topo.node.>", func(s string) error { _, err := ParseTopologySubject(s); return err }},
+		{"atoll.view.u1.services.ns", func(s string) error { _, err := ParseViewSubject(s); return err }},
+		{"atoll.tunnel.n1.s1.up", func(s string) error { _, _, _, err := ParseTunnelSubject(s); return err }},
+		{"other.topo.node.n1", func(s string) error { _, err := ParseTopologySubject(s); return err }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.subject, func(t *testing.T) {
+			if err := tt.parse(tt.subject); err == nil {
+				t.Fatalf("accepted %q", tt.subject)
+			}
+		})
+	}
+}
+
+func TestTypeForSubject(t *testing.T) {
+	tests := map[string]string{
+		"atoll.health.probe.u.n":          "atoll.v1.ProbeReport",
+		"atoll.health.vote.u.n.v":         "atoll.v1.Vote",
+		"atoll.topo.node.n":               "atoll.v1.TopologyUpdate",
+		"atoll.tunnel.n.s.out":            "atoll.v1.TunnelFrame",
+		"atoll.view.u.unit._.u":           "atoll.v1.UnitView",
+		"atoll.view.u.hosts._.u":          "atoll.v1.HostRecords",
+		"atoll.view.u.services.default.x": "atoll.v1.ObjectView",
+	}
+	for subject, want := range tests {
+		if got, err := TypeForSubject(subject); err != nil || got != want {
+			t.Errorf("TypeForSubject(%q) = %q, %v; want %q", subject, got, err, want)
+		}
+	}
+	if _, err := TypeForSubject("atoll.health.other"); !errors.Is(err, ErrWrongSubject) {
+		t.Errorf("unknown subject: %v", err)
+	}
+}
