@@ -357,8 +357,8 @@ func (c *Cluster) controllerManagerArgs(port int) []string {
 		"--node-monitor-period="+c.cfg.NodeMonitorPeriod.String(),
 		"--node-monitor-grace-period="+c.cfg.NodeMonitorGracePeriod.String(),
 		"--node-eviction-rate="+strconv.FormatFloat(c.cfg.NodeEvictionRate, 'g', -1, 64),
-		"--kube-api-qps=200",
-		"--kube-api-burst=400",
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
 	)
 	return append(args, c.cfg.ExtraControllerManagerFlags...)
 }
