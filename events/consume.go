@@ -155,7 +155,7 @@ func (c *consumer[M, PM]) handle(ctx context.Context, msg jetstream.Msg) {
 	if md, err := msg.Metadata(); err == nil {
 		ev.Sequence, ev.Delivered, ev.Published = md.Sequence.Stream, md.NumDelivered, md.Timestamp
 	}
-	if err := DecodeMsg(&nats.Msg{Subject: ev.Subject, Header: ev.Header, Data: msg.Data()}, ev.Msg); err != nil {
+	if err := decodeJS(msg, ev.Msg); err != nil {
 		c.term(msg, ev, decodeReason(err), err)
 		return
 	}
@@ -204,6 +204,10 @@ func (c *consumer[M, PM]) term(msg jetstream.Msg, ev Event[PM], reason string, e
 	c.o.Metrics.handled.WithLabelValues(c.spec.Durable, OutcomeTerm).Inc()
 	c.log.Warn("message terminated", "subject", ev.Subject, "seq", ev.Sequence,
 		"delivered", ev.Delivered, "reason", reason, "err", err)
+}
+
+func decodeJS(msg jetstream.Msg, into proto.Message) error {
+	return DecodeMsg(&nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()}, into)
 }
 
 // decodeReason maps a DecodeMsg error to a termination reason.

@@ -106,8 +106,8 @@ func TestConsumePoison(t *testing.T) {
 	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.Vote"}}, []byte{0xff, 0xff, 0xff}) // undecodable
 	good("n2")
 	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.ProbeReport"}}, nil) // wrong type
-	_, liar := vote("u1", "b", "voter")                                               // says node b ...
-	liarMsg, _ := events.NewMsg(subjA, liar, "")                                       // ... on a's subject
+	_, liar := vote("u1", "b", "voter")                                              // says node b ...
+	liarMsg, _ := events.NewMsg(subjA, liar, "")                                     // ... on a's subject
 	if _, err := js.PublishMsg(context.Background(), liarMsg); err != nil {
 		t.Fatal(err)
 	}

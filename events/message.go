@@ -59,6 +59,8 @@ func TypeForSubject(subject string) (string, error) {
 			m = &atollv1.UnitView{}
 		case KindHosts:
 			m = &atollv1.HostRecords{}
+		case KindAssignment:
+			m = &atollv1.NodeAssignment{}
 		default:
 			m = &atollv1.ObjectView{}
 		}
@@ -165,6 +167,17 @@ func CheckIdentity(subject string, m proto.Message) error {
 		}
 		if v.GetUnit() != k.Unit {
 			return mismatch("unit", v.GetUnit(), k.Unit)
+		}
+	case *atollv1.NodeAssignment:
+		k, err := ParseViewSubject(subject)
+		if err != nil {
+			return err
+		}
+		if k.Unit != NoUnit || k.Kind != KindAssignment {
+			return fmt.Errorf("%w: %q is not an assignment subject", ErrWrongSubject, subject)
+		}
+		if v.GetNode() != k.Name {
+			return mismatch("node", v.GetNode(), k.Name)
 		}
 	case *atollv1.ObjectView:
 		k, err := ParseViewSubject(subject)

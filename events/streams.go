@@ -155,14 +155,4 @@ var (
 		MaxDeliver:     10,
 		MaxAckPending:  10000,
 	}
-	// TopologyConsumer feeds the cloud topology service.
-	TopologyConsumer = ConsumerSpec{
-		Stream:         StreamTopology,
-		Durable:        "topology-nodes",
-		FilterSubjects: []string{TopoSubjects},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		AckWait:        30 * time.Second,
-		MaxDeliver:     10,
-		MaxAckPending:  10000,
-	}
 )

@@ -15,6 +15,7 @@ import (
 //	atoll.health.vote.<unit>.<node>.<voter>      Vote
 //	atoll.topo.node.<node>                       TopologyUpdate
 //	atoll.view.<unit>.<kind>.<namespace>.<name>  UnitView, ObjectView, HostRecords
+//	atoll.view._.assignment._.<node>             NodeAssignment
 //	atoll.tunnel.<node>.<session>.<dir>          TunnelFrame
 const (
 	// Root is the first token of every Atoll subject.
@@ -24,9 +25,14 @@ const (
 	// objects (Nodes, the unit membership, host records).
 	ClusterScoped = "_"
 
+	// NoUnit is the unit token of views addressed to one node rather than
+	// a unit. It is not a valid Kubernetes label value, so no unit has it.
+	NoUnit = "_"
+
 	// View kinds that are not Kubernetes resources.
-	KindUnit  = "unit"
-	KindHosts = "hosts"
+	KindUnit       = "unit"
+	KindHosts      = "hosts"
+	KindAssignment = "assignment"
 )
 
 // Wildcard subjects for subscriptions and stream definitions.
@@ -171,6 +177,11 @@ func ViewSubject(unit, kind, namespace, name string) (string, error) {
 // UnitViewSubject is where the cloud publishes unit's membership.
 func UnitViewSubject(unit string) (string, error) {
 	return ViewSubject(unit, KindUnit, ClusterScoped, unit)
+}
+
+// AssignmentSubject is where the cloud tells node which unit it is in.
+func AssignmentSubject(node string) (string, error) {
+	return ViewSubject(NoUnit, KindAssignment, ClusterScoped, node)
 }
 
 // UnitViewSubjects matches every view published for unit.

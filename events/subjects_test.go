@@ -114,6 +114,7 @@ func TestTypeForSubject(t *testing.T) {
 		"atoll.tunnel.n.s.out":            "atoll.v1.TunnelFrame",
 		"atoll.view.u.unit._.u":           "atoll.v1.UnitView",
 		"atoll.view.u.hosts._.u":          "atoll.v1.HostRecords",
+		"atoll.view._.assignment._.n":     "atoll.v1.NodeAssignment",
 		"atoll.view.u.services.default.x": "atoll.v1.ObjectView",
 	}
 	for subject, want := range tests {

@@ -31,6 +31,8 @@ type Config struct {
 	RouteAdvertise string
 	// HubURLs are the hub's leafnode URLs (nats-leaf://host:7422).
 	HubURLs []string
+	// HubDomain is the hub's JetStream domain.
+	HubDomain string
 	// Seed is the node's nkey seed ("SU..."), its identity on the hub.
 	// SeedFile is read when Seed is empty.
 	Seed     string
@@ -44,6 +46,7 @@ func Default() Config {
 		ClientPort: 4222,
 		RouteHost:  "0.0.0.0",
 		RoutePort:  6222,
+		HubDomain:  "hub",
 		SeedFile:   "/var/lib/atoll/node.nk",
 	}
 }
@@ -77,6 +80,9 @@ func (c Config) Validate() error {
 		if _, err := parseLeafURL(u); err != nil {
 			return err
 		}
+	}
+	if c.HubDomain == "" {
+		return errors.New("natsnode: hub domain is empty")
 	}
 	if c.Seed == "" && c.SeedFile == "" {
 		return errors.New("natsnode: neither seed nor seed file is set")

@@ -31,8 +31,9 @@ type UnitView struct {
 	// Label key that defines units, e.g. "atoll.io/unit".
 	UnitLabel string        `protobuf:"bytes,2,opt,name=unit_label,json=unitLabel,proto3" json:"unit_label,omitempty"`
 	Members   []*UnitMember `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
-	// Increases with every change of the view.
-	Generation    uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Digest of the view's content: equal digests mean equal views, so any
+	// cloud replica may publish it and edges skip what they already have.
+	Fingerprint   string                 `protobuf:"bytes,4,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -89,14 +90,103 @@ func (x *UnitView) GetMembers() []*UnitMember {
 	return nil
 }
 
-func (x *UnitView) GetGeneration() uint64 {
+func (x *UnitView) GetFingerprint() string {
 	if x != nil {
-		return x.Generation
+		return x.Fingerprint
 	}
-	return 0
+	return ""
 }
 
 func (x *UnitView) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// NodeAssignment tells one edge node which unit it is in and how the
+// unit's servers authenticate their routes to each other.
+// Subject: atoll.view._.assignment._.<node>.
+type NodeAssignment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Empty when the node is in no unit.
+	Unit string `protobuf:"bytes,2,opt,name=unit,proto3" json:"unit,omitempty"`
+	// Route credentials shared by the unit's members, and by no other unit.
+	RouteUser     string                 `protobuf:"bytes,3,opt,name=route_user,json=routeUser,proto3" json:"route_user,omitempty"`
+	RoutePassword string                 `protobuf:"bytes,4,opt,name=route_password,json=routePassword,proto3" json:"route_password,omitempty"`
+	Fingerprint   string                 `protobuf:"bytes,5,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAssignment) Reset() {
+	*x = NodeAssignment{}
+	mi := &file_atoll_v1_view_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAssignment) ProtoMessage() {}
+
+func (x *NodeAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_view_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAssignment.ProtoReflect.Descriptor instead.
+func (*NodeAssignment) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeAssignment) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeAssignment) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *NodeAssignment) GetRouteUser() string {
+	if x != nil {
+		return x.RouteUser
+	}
+	return ""
+}
+
+func (x *NodeAssignment) GetRoutePassword() string {
+	if x != nil {
+		return x.RoutePassword
+	}
+	return ""
+}
+
+func (x *NodeAssignment) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *NodeAssignment) GetTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Time
 	}
@@ -117,7 +207,7 @@ type UnitMember struct {
 
 func (x *UnitMember) Reset() {
 	*x = UnitMember{}
-	mi := &file_atoll_v1_view_proto_msgTypes[1]
+	mi := &file_atoll_v1_view_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +219,7 @@ func (x *UnitMember) String() string {
 func (*UnitMember) ProtoMessage() {}
 
 func (x *UnitMember) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_view_proto_msgTypes[1]
+	mi := &file_atoll_v1_view_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +232,7 @@ func (x *UnitMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitMember.ProtoReflect.Descriptor instead.
 func (*UnitMember) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_view_proto_rawDescGZIP(), []int{1}
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *UnitMember) GetName() string {
@@ -198,7 +288,7 @@ type ObjectView struct {
 
 func (x *ObjectView) Reset() {
 	*x = ObjectView{}
-	mi := &file_atoll_v1_view_proto_msgTypes[2]
+	mi := &file_atoll_v1_view_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +300,7 @@ func (x *ObjectView) String() string {
 func (*ObjectView) ProtoMessage() {}
 
 func (x *ObjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_view_proto_msgTypes[2]
+	mi := &file_atoll_v1_view_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +313,7 @@ func (x *ObjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectView.ProtoReflect.Descriptor instead.
 func (*ObjectView) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_view_proto_rawDescGZIP(), []int{2}
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ObjectView) GetKind() string {
@@ -295,7 +385,7 @@ type HostRecords struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
 	Records       []*HostRecord          `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
-	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Fingerprint   string                 `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -303,7 +393,7 @@ type HostRecords struct {
 
 func (x *HostRecords) Reset() {
 	*x = HostRecords{}
-	mi := &file_atoll_v1_view_proto_msgTypes[3]
+	mi := &file_atoll_v1_view_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +405,7 @@ func (x *HostRecords) String() string {
 func (*HostRecords) ProtoMessage() {}
 
 func (x *HostRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_view_proto_msgTypes[3]
+	mi := &file_atoll_v1_view_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +418,7 @@ func (x *HostRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRecords.ProtoReflect.Descriptor instead.
 func (*HostRecords) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_view_proto_rawDescGZIP(), []int{3}
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HostRecords) GetUnit() string {
@@ -345,11 +435,11 @@ func (x *HostRecords) GetRecords() []*HostRecord {
 	return nil
 }
 
-func (x *HostRecords) GetGeneration() uint64 {
+func (x *HostRecords) GetFingerprint() string {
 	if x != nil {
-		return x.Generation
+		return x.Fingerprint
 	}
-	return 0
+	return ""
 }
 
 func (x *HostRecords) GetTime() *timestamppb.Timestamp {
@@ -370,7 +460,7 @@ type HostRecord struct {
 
 func (x *HostRecord) Reset() {
 	*x = HostRecord{}
-	mi := &file_atoll_v1_view_proto_msgTypes[4]
+	mi := &file_atoll_v1_view_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +472,7 @@ func (x *HostRecord) String() string {
 func (*HostRecord) ProtoMessage() {}
 
 func (x *HostRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_view_proto_msgTypes[4]
+	mi := &file_atoll_v1_view_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +485,7 @@ func (x *HostRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRecord.ProtoReflect.Descriptor instead.
 func (*HostRecord) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_view_proto_rawDescGZIP(), []int{4}
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HostRecord) GetIp() string {
@@ -416,16 +506,22 @@ var File_atoll_v1_view_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_view_proto_rawDesc = "" +
 	"\n" +
-	"\x13atoll/v1/view.proto\x12\batoll.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x01\n" +
+	"\x13atoll/v1/view.proto\x12\batoll.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x01\n" +
 	"\bUnitView\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x1d\n" +
 	"\n" +
 	"unit_label\x18\x02 \x01(\tR\tunitLabel\x12.\n" +
-	"\amembers\x18\x03 \x03(\v2\x14.atoll.v1.UnitMemberR\amembers\x12\x1e\n" +
+	"\amembers\x18\x03 \x03(\v2\x14.atoll.v1.UnitMemberR\amembers\x12 \n" +
+	"\vfingerprint\x18\x04 \x01(\tR\vfingerprint\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd0\x01\n" +
+	"\x0eNodeAssignment\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04unit\x18\x02 \x01(\tR\x04unit\x12\x1d\n" +
 	"\n" +
-	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\x12.\n" +
-	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd3\x01\n" +
+	"route_user\x18\x03 \x01(\tR\trouteUser\x12%\n" +
+	"\x0eroute_password\x18\x04 \x01(\tR\rroutePassword\x12 \n" +
+	"\vfingerprint\x18\x05 \x01(\tR\vfingerprint\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd3\x01\n" +
 	"\n" +
 	"UnitMember\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
@@ -446,13 +542,11 @@ const file_atoll_v1_view_proto_rawDesc = "" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12\x16\n" +
 	"\x06object\x18\a \x01(\fR\x06object\x12\x18\n" +
 	"\adeleted\x18\b \x01(\bR\adeleted\x12.\n" +
-	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa1\x01\n" +
+	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa3\x01\n" +
 	"\vHostRecords\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12.\n" +
-	"\arecords\x18\x02 \x03(\v2\x14.atoll.v1.HostRecordR\arecords\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\x12.\n" +
+	"\arecords\x18\x02 \x03(\v2\x14.atoll.v1.HostRecordR\arecords\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\":\n" +
 	"\n" +
 	"HostRecord\x12\x0e\n" +
@@ -471,28 +565,30 @@ func file_atoll_v1_view_proto_rawDescGZIP() []byte {
 	return file_atoll_v1_view_proto_rawDescData
 }
 
-var file_atoll_v1_view_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_atoll_v1_view_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_atoll_v1_view_proto_goTypes = []any{
 	(*UnitView)(nil),              // 0: atoll.v1.UnitView
-	(*UnitMember)(nil),            // 1: atoll.v1.UnitMember
-	(*ObjectView)(nil),            // 2: atoll.v1.ObjectView
-	(*HostRecords)(nil),           // 3: atoll.v1.HostRecords
-	(*HostRecord)(nil),            // 4: atoll.v1.HostRecord
-	nil,                           // 5: atoll.v1.UnitMember.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*NodeAssignment)(nil),        // 1: atoll.v1.NodeAssignment
+	(*UnitMember)(nil),            // 2: atoll.v1.UnitMember
+	(*ObjectView)(nil),            // 3: atoll.v1.ObjectView
+	(*HostRecords)(nil),           // 4: atoll.v1.HostRecords
+	(*HostRecord)(nil),            // 5: atoll.v1.HostRecord
+	nil,                           // 6: atoll.v1.UnitMember.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_atoll_v1_view_proto_depIdxs = []int32{
-	1, // 0: atoll.v1.UnitView.members:type_name -> atoll.v1.UnitMember
-	6, // 1: atoll.v1.UnitView.time:type_name -> google.protobuf.Timestamp
-	5, // 2: atoll.v1.UnitMember.labels:type_name -> atoll.v1.UnitMember.LabelsEntry
-	6, // 3: atoll.v1.ObjectView.time:type_name -> google.protobuf.Timestamp
-	4, // 4: atoll.v1.HostRecords.records:type_name -> atoll.v1.HostRecord
-	6, // 5: atoll.v1.HostRecords.time:type_name -> google.protobuf.Timestamp
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	2, // 0: atoll.v1.UnitView.members:type_name -> atoll.v1.UnitMember
+	7, // 1: atoll.v1.UnitView.time:type_name -> google.protobuf.Timestamp
+	7, // 2: atoll.v1.NodeAssignment.time:type_name -> google.protobuf.Timestamp
+	6, // 3: atoll.v1.UnitMember.labels:type_name -> atoll.v1.UnitMember.LabelsEntry
+	7, // 4: atoll.v1.ObjectView.time:type_name -> google.protobuf.Timestamp
+	5, // 5: atoll.v1.HostRecords.records:type_name -> atoll.v1.HostRecord
+	7, // 6: atoll.v1.HostRecords.time:type_name -> google.protobuf.Timestamp
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_view_proto_init() }
@@ -506,7 +602,7 @@ func file_atoll_v1_view_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_view_proto_rawDesc), len(file_atoll_v1_view_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,114 @@
+// Package cloudapp composes atoll-cloud: the embedded hub and the cloud
+// services, as one fx application.
+package cloudapp
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"sigs.k8s.io/yaml"
+
+	"github.com/atoll-edge/atoll/cloud/bus"
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/logging"
+)
+
+// Config is atoll-cloud's whole configuration.
+type Config struct {
+	Log      logging.Config
+	Admin    admin.Config
+	Hub      hub.Config
+	Streams  events.StreamOptions
+	Topology topology.Config
+	// OperatorsFile is a YAML map of operator user → password (or bcrypt
+	// hash), merged into Hub.Operators.
+	OperatorsFile string
+}
+
+// Default is the production configuration.
+func Default() Config {
+	return Config{
+		Log:      logging.Default(),
+		Admin:    admin.Config{Addr: ":8080"},
+		Hub:      hub.Default(),
+		Streams:  events.DefaultStreamOptions(),
+		Topology: topology.DefaultConfig(),
+	}
+}
+
+// RegisterFlags binds c's fields to flags of fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
+	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
+	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz and /metrics")
+	fs.StringVar(&c.Hub.ServerName, "hub-name", c.Hub.ServerName, "hub server name (unique in the hub cluster)")
+	fs.StringVar(&c.Hub.Host, "hub-host", c.Hub.Host, "interface the hub's client and leaf listeners bind to")
+	fs.IntVar(&c.Hub.ClientPort, "hub-client-port", c.Hub.ClientPort, "hub client port for services and operators (-1: random)")
+	fs.IntVar(&c.Hub.LeafPort, "hub-leaf-port", c.Hub.LeafPort, "hub leafnode port for edge nodes (-1: random)")
+	fs.StringVar(&c.Hub.LeafAdvertise, "hub-leaf-advertise", c.Hub.LeafAdvertise, "leaf address gossiped to edges (empty: none)")
+	fs.StringVar(&c.Hub.StoreDir, "hub-store-dir", c.Hub.StoreDir, "JetStream storage directory")
+	fs.StringVar(&c.Hub.Domain, "hub-domain", c.Hub.Domain, "JetStream domain of the hub")
+	fs.Int64Var(&c.Hub.MaxMemory, "hub-max-memory", c.Hub.MaxMemory, "JetStream memory limit in bytes (0: server default)")
+	fs.Int64Var(&c.Hub.MaxStore, "hub-max-store", c.Hub.MaxStore, "JetStream storage limit in bytes (0: server default)")
+	fs.StringVar(&c.Hub.EdgeKeysFile, "edge-keys-file", c.Hub.EdgeKeysFile, "YAML map of node name to its nkey public key")
+	fs.StringVar(&c.OperatorsFile, "operators-file", c.OperatorsFile, "YAML map of operator user to password or bcrypt hash")
+	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
+	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "drop a node from its unit after this long without a topology report")
+}
+
+// Load finishes the configuration: reads the operators file.
+func (c *Config) Load() error {
+	if c.OperatorsFile == "" {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Clean(c.OperatorsFile))
+	if err != nil {
+		return fmt.Errorf("operators file: %w", err)
+	}
+	ops := map[string]string{}
+	if err := yaml.UnmarshalStrict(data, &ops); err != nil {
+		return fmt.Errorf("operators file %s: %w", c.OperatorsFile, err)
+	}
+	if c.Hub.Operators == nil {
+		c.Hub.Operators = map[string]string{}
+	}
+	for u, p := range ops {
+		c.Hub.Operators[u] = p
+	}
+	return nil
+}
+
+// Validate checks every component's configuration.
+func (c Config) Validate() error {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.Hub, c.Streams, c.Topology} {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Options is the atoll-cloud application.
+func Options(c Config, log *slog.Logger) fx.Option {
+	c.Topology.Replicas = c.Streams.Replicas
+	return fx.Options(
+		fx.Supply(c.Admin, c.Hub, c.Streams, c.Topology, log),
+		fx.WithLogger(func() fxevent.Logger {
+			l := &fxevent.SlogLogger{Logger: log.With("component", "fx")}
+			l.UseLogLevel(slog.LevelDebug)
+			return l
+		}),
+		admin.Module,
+		hub.Module,
+		bus.Module,
+		topology.Module,
+	)
+}

@@ -1,0 +1,100 @@
+// Package edgeapp composes atoll-edge: the node's embedded NATS server and
+// the edge components, as one fx application. It must never import
+// Kubernetes client code: edge agents hold no Kubernetes credentials.
+package edgeapp
+
+import (
+	"flag"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/edge/reporter"
+	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/cliflags"
+	"github.com/atoll-edge/atoll/internal/logging"
+)
+
+// Config is atoll-edge's whole configuration.
+type Config struct {
+	Log        logging.Config
+	Admin      admin.Config
+	NATS       natsnode.Config
+	Reporter   reporter.Config
+	Membership membership.Config
+}
+
+// Default is the production configuration; the node name defaults to
+// $NODE_NAME (set it from the downward API's spec.nodeName).
+func Default() Config {
+	c := Config{
+		Log:        logging.Default(),
+		Admin:      admin.Config{Addr: ":9470"},
+		NATS:       natsnode.Default(),
+		Reporter:   reporter.DefaultConfig(),
+		Membership: membership.Config{StateDir: "/var/lib/atoll"},
+	}
+	c.NATS.NodeName = os.Getenv("NODE_NAME")
+	return c
+}
+
+// RegisterFlags binds c's fields to flags of fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
+	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
+	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz and /metrics")
+	fs.StringVar(&c.NATS.NodeName, "node-name", c.NATS.NodeName, "Kubernetes node name (default $NODE_NAME)")
+	fs.Var((*cliflags.List)(&c.NATS.HubURLs), "hub-url", "hub leafnode URL, nats-leaf://host:7422 (repeatable)")
+	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")
+	fs.StringVar(&c.NATS.SeedFile, "seed-file", c.NATS.SeedFile, "file holding the node's nkey seed (its identity on the hub)")
+	fs.StringVar(&c.NATS.ClientHost, "client-host", c.NATS.ClientHost, "loopback address for local NATS clients")
+	fs.IntVar(&c.NATS.ClientPort, "client-port", c.NATS.ClientPort, "port for local NATS clients (-1: random)")
+	fs.StringVar(&c.NATS.RouteHost, "route-host", c.NATS.RouteHost, "interface unit peers route to")
+	fs.IntVar(&c.NATS.RoutePort, "route-port", c.NATS.RoutePort, "port unit peers route to (-1: random)")
+	fs.StringVar(&c.NATS.RouteAdvertise, "route-advertise", c.NATS.RouteAdvertise, "host:port unit peers dial (default: internal IP and route port)")
+	fs.StringVar(&c.Reporter.InternalIP, "internal-ip", c.Reporter.InternalIP, "the node's InternalIP (set it from the downward API's status.hostIP)")
+	fs.StringVar(&c.Reporter.Unit, "unit", c.Reporter.Unit, "unit this node declares itself in (empty: none)")
+	fs.Var((*cliflags.Map)(&c.Reporter.Labels), "labels", "node labels to report, k=v,k=v")
+	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
+	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
+}
+
+// Finish fills derived defaults: peers dial the internal IP unless told
+// otherwise.
+func (c *Config) Finish() {
+	if c.NATS.RouteAdvertise == "" && c.Reporter.InternalIP != "" && c.NATS.RoutePort > 0 {
+		c.NATS.RouteAdvertise = c.Reporter.InternalIP + ":" + strconv.Itoa(c.NATS.RoutePort)
+	}
+}
+
+// Validate checks every component's configuration.
+func (c Config) Validate() error {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter} {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Options is the atoll-edge application.
+func Options(c Config, log *slog.Logger) fx.Option {
+	log = log.With("node", c.NATS.NodeName)
+	return fx.Options(
+		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, log),
+		fx.WithLogger(func() fxevent.Logger {
+			l := &fxevent.SlogLogger{Logger: log.With("component", "fx")}
+			l.UseLogLevel(slog.LevelDebug)
+			return l
+		}),
+		admin.Module,
+		natsnode.Module,
+		membership.Module,
+		reporter.Module,
+	)
+}

@@ -1,0 +1,150 @@
+package edgeapp_test
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/edge/edgeapp"
+	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/internal/natstest"
+)
+
+func cloud(t *testing.T) (*hub.Hub, *fxtest.App) {
+	t.Helper()
+	cfg := cloudapp.Default()
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.Hub.Host = "127.0.0.1"
+	cfg.Hub.ClientPort, cfg.Hub.LeafPort = -1, -1
+	cfg.Hub.StoreDir = t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var h *hub.Hub
+	opts := fx.Options(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.Populate(&h))
+	if err := fx.ValidateApp(opts); err != nil {
+		t.Fatalf("atoll-cloud graph: %v", err)
+	}
+	app := fxtest.New(t, opts)
+	app.RequireStart()
+	return h, app
+}
+
+type edge struct {
+	node *natsnode.Node
+	mem  *membership.Membership
+}
+
+func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string) (edge, *fxtest.App) {
+	t.Helper()
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	if err := h.Identities().AddEdge(name, pub); err != nil {
+		t.Fatal(err)
+	}
+	cfg := edgeapp.Default()
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.NATS.NodeName = name
+	cfg.NATS.Seed = string(seed)
+	cfg.NATS.HubURLs = []string{h.LeafURL().String()}
+	cfg.NATS.ClientPort, cfg.NATS.RoutePort = -1, -1
+	cfg.NATS.RouteHost = "127.0.0.1"
+	cfg.Reporter.Unit = unit
+	cfg.Reporter.InternalIP = "127.0.0.1"
+	cfg.Reporter.Period = 500 * time.Millisecond
+	cfg.Membership.StateDir = stateDir
+	cfg.Finish()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var e edge
+	opts := fx.Options(edgeapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.Populate(&e.node, &e.mem))
+	if err := fx.ValidateApp(opts); err != nil {
+		t.Fatalf("atoll-edge graph: %v", err)
+	}
+	app := fxtest.New(t, opts)
+	app.RequireStart()
+	return e, app
+}
+
+func waitMeshed(t *testing.T, unit string, edges ...edge) {
+	t.Helper()
+	natstest.Eventually(t, 15*time.Second, func() error {
+		for _, e := range edges {
+			var want []string
+			for _, p := range edges {
+				if p.node != e.node {
+					want = append(want, p.node.Name())
+				}
+			}
+			slices.Sort(want)
+			st := e.node.Status()
+			if st.Unit != unit || !slices.Equal(st.RoutedPeers, want) {
+				return fmt.Errorf("%s: unit %q routes %v, want unit %q routes %v", e.node.Name(), st.Unit, st.RoutedPeers, unit, want)
+			}
+			if got := len(e.mem.Current().Members); got != len(edges) {
+				return fmt.Errorf("%s knows %d members, want %d", e.node.Name(), got, len(edges))
+			}
+		}
+		return nil
+	})
+}
+
+// TestEdgesJoinTheirUnit: atoll-cloud and three atoll-edge apps start; the
+// agents report themselves, the cloud publishes their assignment and unit
+// view, and the agents' servers mesh over routes. A restarted agent rejoins
+// its unit from its kept state even while the hub is unreachable.
+func TestEdgesJoinTheirUnit(t *testing.T) {
+	h, cloudApp := cloud(t)
+	var edges []edge
+	var apps []*fxtest.App
+	dirs := map[string]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		dirs[name] = t.TempDir()
+		e, app := startEdge(t, h, name, "u1", dirs[name])
+		edges, apps = append(edges, e), append(apps, app)
+	}
+	defer func() {
+		for _, a := range apps[:2] {
+			a.RequireStop()
+		}
+	}()
+	waitMeshed(t, "u1", edges...)
+
+	// c restarts while the cloud is gone: it rejoins u1 from its kept state.
+	apps[2].RequireStop()
+	cloudApp.RequireStop()
+	c, app := startEdge(t, h, "c", "u1", dirs["c"])
+	defer app.RequireStop()
+	waitMeshed(t, "u1", edges[0], edges[1], c)
+	if c.node.Status().HubConnected {
+		t.Fatal("hub link up while the hub is stopped")
+	}
+}
+
+// TestEdgeFxGraphs: the atoll-edge graph validates and stops cleanly even
+// when no hub is reachable.
+func TestEdgeStartsWithoutHub(t *testing.T) {
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	cfg := edgeapp.Default()
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.NATS.NodeName = "lonely"
+	cfg.NATS.Seed = string(seed)
+	cfg.NATS.HubURLs = []string{"nats-leaf://127.0.0.1:1"}
+	cfg.NATS.ClientPort, cfg.NATS.RoutePort = -1, -1
+	cfg.NATS.RouteHost = "127.0.0.1"
+	cfg.Membership.StateDir = t.TempDir()
+	app := fxtest.New(t, edgeapp.Options(cfg, natstest.Logger(t, slog.LevelError)))
+	app.RequireStart().RequireStop()
+}

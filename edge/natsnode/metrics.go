@@ -1,0 +1,47 @@
+package natsnode
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// collector exports the edge server's links and traffic.
+type collector struct {
+	n                                  *Node
+	routes, hub                        *prometheus.Desc
+	inMsgs, outMsgs, inBytes, outBytes *prometheus.Desc
+}
+
+func newCollector(n *Node) *collector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName("atoll", "natsnode", name), help, nil, nil)
+	}
+	return &collector{
+		n:        n,
+		routes:   d("routed_peers", "Unit peers this node's server has routes to."),
+		hub:      d("hub_connected", "1 while the leaf link to the hub is up."),
+		inMsgs:   d("in_msgs_total", "Messages received by the node's server."),
+		outMsgs:  d("out_msgs_total", "Messages sent by the node's server."),
+		inBytes:  d("in_bytes_total", "Bytes received by the node's server."),
+		outBytes: d("out_bytes_total", "Bytes sent by the node's server."),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.routes, c.hub, c.inMsgs, c.outMsgs, c.inBytes, c.outBytes} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.n.Status()
+	up := 0.0
+	if st.HubConnected {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.routes, prometheus.GaugeValue, float64(len(st.RoutedPeers)))
+	ch <- prometheus.MustNewConstMetric(c.hub, prometheus.GaugeValue, up)
+	if v, err := c.n.srv.Varz(nil); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.inMsgs, prometheus.CounterValue, float64(v.InMsgs))
+		ch <- prometheus.MustNewConstMetric(c.outMsgs, prometheus.CounterValue, float64(v.OutMsgs))
+		ch <- prometheus.MustNewConstMetric(c.inBytes, prometheus.CounterValue, float64(v.InBytes))
+		ch <- prometheus.MustNewConstMetric(c.outBytes, prometheus.CounterValue, float64(v.OutBytes))
+	}
+}

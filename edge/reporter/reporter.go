@@ -1,0 +1,116 @@
+// Package reporter publishes the edge node's TopologyUpdate: its name,
+// unit, addresses and route URL, at start and then periodically, so the
+// cloud's topology service always has a fresh picture even after it missed
+// messages while the node's link was down.
+package reporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"go.uber.org/fx"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/fxrun"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// Config tunes the reporter.
+type Config struct {
+	// Period between reports.
+	Period time.Duration
+	// Unit is the unit the node declares itself in (empty: none).
+	Unit string
+	// InternalIP is the node's InternalIP address.
+	InternalIP string
+	// Labels are reported as the node's labels.
+	Labels map[string]string
+	// Version is the agent's build version.
+	Version string
+}
+
+// DefaultConfig reports every 30 s.
+func DefaultConfig() Config { return Config{Period: 30 * time.Second, Version: "dev"} }
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.Period <= 0 {
+		return errors.New("reporter: period must be positive")
+	}
+	if c.Unit != "" {
+		if err := events.ValidToken(c.Unit); err != nil {
+			return fmt.Errorf("reporter: unit: %w", err)
+		}
+	}
+	if c.InternalIP != "" && net.ParseIP(c.InternalIP) == nil {
+		return fmt.Errorf("reporter: internal IP %q is not an IP address", c.InternalIP)
+	}
+	return nil
+}
+
+// Reporter publishes TopologyUpdates.
+type Reporter struct {
+	cfg  Config
+	node *natsnode.Node
+	link *natsnode.Link
+	log  *slog.Logger
+}
+
+// New returns a reporter for node, publishing over link.
+func New(cfg Config, node *natsnode.Node, link *natsnode.Link, log *slog.Logger) (*Reporter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Reporter{cfg: cfg, node: node, link: link, log: log.With("component", "reporter")}, nil
+}
+
+// Update builds the node's current TopologyUpdate.
+func (r *Reporter) Update() *atollv1.TopologyUpdate {
+	u := &atollv1.TopologyUpdate{
+		Node:     r.node.Name(),
+		Unit:     r.cfg.Unit,
+		Labels:   r.cfg.Labels,
+		RouteUrl: r.node.RouteURL(),
+		Version:  r.cfg.Version,
+		Time:     timestamppb.Now(),
+	}
+	if r.cfg.InternalIP != "" {
+		u.Addresses = append(u.Addresses, &atollv1.NodeAddress{Type: "InternalIP", Address: r.cfg.InternalIP})
+	}
+	return u
+}
+
+// Run reports at once and then every period until ctx is done.
+func (r *Reporter) Run(ctx context.Context) error {
+	subj, err := events.TopologySubject(r.node.Name())
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(r.cfg.Period)
+	defer t.Stop()
+	for {
+		u := r.Update()
+		id := r.node.Name() + "@" + strconv.FormatInt(u.GetTime().AsTime().UnixNano(), 10)
+		if err := events.Publish(r.link.Conn(), subj, u, id); err != nil {
+			r.log.Warn("topology report not sent", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Module runs the reporter with the app.
+var Module = fx.Module("reporter",
+	fx.Provide(New),
+	fx.Invoke(func(lc fx.Lifecycle, r *Reporter, log *slog.Logger) { fxrun.Background(lc, log, "reporter", r.Run) }),
+)

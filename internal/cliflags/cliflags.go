@@ -1,0 +1,82 @@
+// Package cliflags holds the flag types and environment fallback shared by
+// Atoll's commands.
+package cliflags
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// FromEnv sets every flag of fs that was not given on the command line
+// from the environment variable prefix + the flag name in upper case with
+// dashes as underscores (e.g. --hub-url ← ATOLL_HUB_URL). Call it after
+// fs.Parse. A bad value is an error naming the variable.
+func FromEnv(fs *flag.FlagSet, prefix string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("environment %s: %w", name, e)
+			}
+		}
+	})
+	return err
+}
+
+// List is a flag.Value collecting repeated or comma-separated strings.
+type List []string
+
+func (l *List) String() string { return strings.Join(*l, ",") }
+
+// Set appends the comma-separated values of s.
+func (l *List) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}
+
+// Map is a flag.Value collecting key=value pairs.
+type Map map[string]string
+
+func (m *Map) String() string {
+	keys := make([]string, 0, len(*m))
+	for k := range *m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+(*m)[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set adds the comma-separated key=value pairs of s.
+func (m *Map) Set(s string) error {
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not key=value", kv)
+		}
+		(*m)[k] = v
+	}
+	return nil
+}
