@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/natstest"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+func TestDecode(t *testing.T) {
+	v := &atollv1.Vote{Voter: "a", Node: "b", Unit: "u1", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, Abnormal: 2, Checkers: 3}
+	data, _ := proto.Marshal(v)
+	tests := []struct {
+		name string
+		args []string
+		in   []byte
+		want string // substring of the output, or of the error
+		fail bool
+	}{
+		{"by type", []string{"decode", "--type", "atoll.v1.Vote"}, data, `"verdict": "VERDICT_UNHEALTHY"`, false},
+		{"by subject", []string{"decode", "--subject", "atoll.health.vote.u1.b.a", "--compact"}, data, `"voter":"a"`, false},
+		{"garbage", []string{"decode", "--type", "atoll.v1.Vote"}, []byte{0xff, 0xff}, "undecodable", true},
+		{"unknown type", []string{"decode", "--type", "google.protobuf.Duration"}, data, "unknown message type", true},
+		{"unknown subject", []string{"decode", "--subject", "foo.bar"}, data, "not in catalog", true},
+		{"nothing", []string{"decode"}, data, "give --type or --subject", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(context.Background(), tt.args, bytes.NewReader(tt.in), &out)
+			if tt.fail {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %v, want %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(out.String(), tt.want) {
+				t.Fatalf("out = %q, err = %v; want %q", out.String(), err, tt.want)
+			}
+		})
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestEventsTail(t *testing.T) {
+	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
+	nc, err := h.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "tail", "--server", h.ClientURL(), "--user", "ops", "--password", "pw", "atoll.health.>"}, nil, &out)
+	}()
+	subj, _ := events.VoteSubject("u1", "b", "a")
+	natstest.Eventually(t, 10*time.Second, func() error {
+		if err := events.Publish(nc, subj, &atollv1.Vote{Voter: "a", Node: "b", Unit: "u1", Verdict: atollv1.Verdict_VERDICT_HEALTHY}, ""); err != nil {
+			return err
+		}
+		if !strings.Contains(out.String(), "VERDICT_HEALTHY") {
+			return natstest.Errorf("no decoded vote in %q", out.String())
+		}
+		return nil
+	})
+	if err := nc.PublishMsg(&nats.Msg{Subject: "atoll.health.probe.u1.a", Data: []byte{0xff}}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() error {
+		if got := out.String(); !strings.Contains(got, "atoll.health.vote.u1.b.a atoll.v1.Vote {") || !strings.Contains(got, "undecodable") {
+			return natstest.Errorf("tail printed %q", got)
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("tail did not stop when cancelled")
+	}
+}

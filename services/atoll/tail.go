@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/atoll-edge/atoll/events"
+)
+
+func tail(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("atoll events tail", flag.ContinueOnError)
+	server := fs.String("server", envOr("ATOLL_NATS_URL", nats.DefaultURL), "hub URL ($ATOLL_NATS_URL)")
+	user := fs.String("user", os.Getenv("ATOLL_NATS_USER"), "operator user ($ATOLL_NATS_USER)")
+	password := fs.String("password", os.Getenv("ATOLL_NATS_PASSWORD"), "operator password ($ATOLL_NATS_PASSWORD)")
+	count := fs.Int("count", 0, "exit after this many events (0: run until interrupted)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	subject := events.AllSubjects
+	if fs.NArg() > 0 {
+		subject = fs.Arg(0)
+	}
+	opts := []nats.Option{nats.Name("atoll events tail"), nats.MaxReconnects(-1)}
+	if *user != "" {
+		opts = append(opts, nats.UserInfo(*user, *password))
+	}
+	nc, err := nats.Connect(*server, opts...)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", *server, err)
+	}
+	defer nc.Close()
+
+	msgs := make(chan *nats.Msg, 1024)
+	sub, err := nc.ChanSubscribe(subject, msgs)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	for n := 0; *count == 0 || n < *count; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			fmt.Fprintln(stdout, line(m, time.Now()))
+		}
+	}
+	return nil
+}
+
+// line renders one event: time, subject, type and the payload as compact
+// JSON, or the reason it could not be decoded.
+func line(m *nats.Msg, at time.Time) string {
+	typ := m.Header.Get(events.HeaderType)
+	if typ == "" {
+		typ, _ = events.TypeForSubject(m.Subject)
+	}
+	body := ""
+	if pm, err := events.Decode(typ, m.Data); err != nil {
+		body = fmt.Sprintf("<%v; %d bytes>", err, len(m.Data))
+	} else if b, err := toJSON(pm, false); err != nil {
+		body = fmt.Sprintf("<%v>", err)
+	} else {
+		body = string(b)
+	}
+	if typ == "" {
+		typ = "?"
+	}
+	return fmt.Sprintf("%s %s %s %s", at.Format("15:04:05.000"), m.Subject, typ, body)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
