@@ -90,7 +90,7 @@ func connectHub(t *testing.T, h *hub.Hub) (*nats.Conn, jetstream.JetStream) {
 
 // waitLinks waits until every node routes to exactly its unit peers and,
 // if hub is true, has its leaf link up (false: down).
-func waitLinks(t *testing.T, hubUp bool, units ...[]*natsnode.Node) {
+func waitLinks(t testing.TB, hubUp bool, units ...[]*natsnode.Node) {
 	t.Helper()
 	natstest.Eventually(t, settle, func() error {
 		for _, unit := range units {
