@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atoll-edge/atoll/internal/natstest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// lastTable returns the rows of the last status table printed.
+func lastTable(out string) []string {
+	i := strings.LastIndex(out, "UNIT ")
+	if i < 0 {
+		return nil
+	}
+	var rows []string
+	for _, l := range strings.Split(out[i:], "\n")[1:] {
+		if strings.HasPrefix(l, "site-") {
+			rows = append(rows, l)
+		} else {
+			break
+		}
+	}
+	return rows
+}
+
+// TestDemo runs the README's main command in small: two sites of two
+// nodes come up Ready in Kubernetes, linked to the hub and meshed.
+func TestDemo(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--units=2", "--nodes=2", "--interval=500ms", "--hub-port=0", "--dir=" + t.TempDir()}, &out)
+	}()
+	healthy := regexp.MustCompile(`^site-[ab]\s+site-[ab]-\d\s+127\.1\.\d\.\d\s+True\s+-\s+running\s+up\s+1\s+2\s*$`)
+	natstest.Eventually(t, 90*time.Second, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended early: %v\n%s", err, out.String())
+		default:
+		}
+		rows := lastTable(out.String())
+		if len(rows) != 4 {
+			return natstest.Errorf("want 4 rows, have %q", rows)
+		}
+		for _, r := range rows {
+			if !healthy.MatchString(r) {
+				return natstest.Errorf("row not healthy yet: %q", r)
+			}
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("demo did not stop")
+	}
+}
+
+func TestDemoFlags(t *testing.T) {
+	for _, args := range [][]string{{"--units=0"}, {"--nodes=100"}, {"--interval=0s"}} {
+		if _, err := parse(args); err == nil {
+			t.Errorf("parse(%v) accepted", args)
+		}
+	}
+}
