@@ -1,0 +1,45 @@
+package cliflags
+
+import (
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestFromEnv(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	url := fs.String("hub-url", "default", "")
+	port := fs.Int("route-port", 1, "")
+	name := fs.String("node-name", "", "")
+	t.Setenv("ATOLL_HUB_URL", "from-env")
+	t.Setenv("ATOLL_NODE_NAME", "env-name")
+	if err := fs.Parse([]string{"--node-name=flag-name"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := FromEnv(fs, "ATOLL_"); err != nil {
+		t.Fatal(err)
+	}
+	if *url != "from-env" || *port != 1 || *name != "flag-name" {
+		t.Fatalf("url=%q port=%d name=%q: the environment fills unset flags only", *url, *port, *name)
+	}
+	t.Setenv("ATOLL_ROUTE_PORT", "many")
+	if err := FromEnv(fs, "ATOLL_"); err == nil || !strings.Contains(err.Error(), "ATOLL_ROUTE_PORT") {
+		t.Fatalf("bad value: %v", err)
+	}
+}
+
+func TestListAndMap(t *testing.T) {
+	var l List
+	_ = l.Set("a, b")
+	_ = l.Set("c")
+	if l.String() != "a,b,c" {
+		t.Fatalf("list = %q", l.String())
+	}
+	var m Map
+	if err := m.Set("k=v,x=y"); err != nil || m.String() != "k=v,x=y" {
+		t.Fatalf("map = %q %v", m.String(), err)
+	}
+	if err := m.Set("novalue"); err == nil {
+		t.Fatal("accepted a pair without =")
+	}
+}
