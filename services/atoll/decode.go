@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,14 +48,21 @@ func decode(args []string, stdin io.Reader, stdout io.Writer) error {
 	return err
 }
 
+// toJSON renders m as JSON with stable whitespace (protojson varies its
+// whitespace on purpose; scripts reading our output should not suffer it).
 func toJSON(m proto.Message, indent bool) ([]byte, error) {
-	o := protojson.MarshalOptions{UseProtoNames: true}
-	if indent {
-		o.Multiline, o.Indent = true, "  "
-	}
-	b, err := o.Marshal(m)
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode JSON: %w", err)
 	}
-	return b, nil
+	var out bytes.Buffer
+	if indent {
+		err = json.Indent(&out, b, "", "  ")
+	} else {
+		err = json.Compact(&out, b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("encode JSON: %w", err)
+	}
+	return out.Bytes(), nil
 }
