@@ -1,0 +1,28 @@
+package voter
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+
+	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/fxrun"
+)
+
+// Module runs the voter with the app.
+var Module = fx.Module("voter",
+	fx.Provide(newForApp),
+	fx.Invoke(func(*Voter) {}),
+)
+
+func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *natsnode.Link, mem *membership.Membership, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Voter, error) {
+	v, err := New(cfg, node.Name(), mem, link, log, newMetrics(reg), evm)
+	if err != nil {
+		return nil, err
+	}
+	fxrun.Background(lc, log, "voter", v.Run)
+	return v, nil
+}

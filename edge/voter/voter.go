@@ -1,0 +1,321 @@
+// Package voter turns the unit's probe reports into verdicts. It listens
+// to every checker's reports over the unit's routes (so it keeps working
+// with the cloud link down), keeps the freshest report per checker, and for
+// each member computes: healthy when more than half of the checkers with a
+// fresh report about it say normal, unhealthy when more than half say
+// abnormal, no verdict otherwise. It publishes a Vote per member when the
+// verdict or its counts change, and again every refresh period so the cloud
+// can tell a live vote from a stale one.
+package voter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// Config tunes the voter.
+type Config struct {
+	// Timeout: a report older than this (by its report time) no longer
+	// counts. Three probe periods by default.
+	Timeout time.Duration
+	// Skew tolerated between the checkers' clocks and the voter's, in both
+	// directions.
+	Skew time.Duration
+	// Refresh: an unchanged vote is published again after this long.
+	Refresh time.Duration
+	// Tick is how often the voter re-evaluates (for staleness and for new
+	// reports).
+	Tick time.Duration
+	// MinCheckers: fewer fresh checkers than this give no verdict.
+	MinCheckers int
+}
+
+// DefaultConfig suits a 2 s probe period.
+func DefaultConfig() Config {
+	return Config{Timeout: 6 * time.Second, Skew: 2 * time.Second, Refresh: 10 * time.Second, Tick: 250 * time.Millisecond, MinCheckers: 1}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Timeout <= 0:
+		return errors.New("voter: timeout must be positive")
+	case c.Skew < 0:
+		return errors.New("voter: skew must not be negative")
+	case c.Refresh <= 0:
+		return errors.New("voter: refresh must be positive")
+	case c.Tick <= 0 || c.Tick > c.Refresh:
+		return errors.New("voter: tick must be positive and at most the refresh period")
+	case c.MinCheckers < 1:
+		return errors.New("voter: min checkers must be at least 1")
+	}
+	return nil
+}
+
+// Fresh reports whether a report made at reportTime still counts at now.
+func (c Config) Fresh(reportTime, now time.Time) bool {
+	age := now.Sub(reportTime)
+	return age <= c.Timeout+c.Skew && age >= -c.Skew
+}
+
+// Count is what the fresh reports say about one node.
+type Count struct{ Normal, Abnormal int }
+
+// Tally counts, per judged node, the fresh reports that say it is normal
+// and abnormal. A report counts once per node even if it lists the node
+// twice.
+func Tally(reports map[string]*atollv1.ProbeReport, fresh func(*atollv1.ProbeReport) bool) map[string]Count {
+	out := map[string]Count{}
+	for _, r := range reports {
+		if !fresh(r) {
+			continue
+		}
+		seen := make(map[string]bool, len(r.GetPeers()))
+		for _, p := range r.GetPeers() {
+			if seen[p.GetNode()] {
+				continue
+			}
+			seen[p.GetNode()] = true
+			c := out[p.GetNode()]
+			if p.GetNormal() {
+				c.Normal++
+			} else {
+				c.Abnormal++
+			}
+			out[p.GetNode()] = c
+		}
+	}
+	return out
+}
+
+// Decide is the vote rule: a strict majority of the checkers with a fresh
+// report decides; a tie, or fewer than minCheckers, decides nothing.
+func Decide(normal, abnormal, minCheckers int) atollv1.Verdict {
+	checkers := normal + abnormal
+	switch {
+	case checkers == 0 || checkers < minCheckers:
+		return atollv1.Verdict_VERDICT_NONE
+	case 2*normal > checkers:
+		return atollv1.Verdict_VERDICT_HEALTHY
+	case 2*abnormal > checkers:
+		return atollv1.Verdict_VERDICT_UNHEALTHY
+	default:
+		return atollv1.Verdict_VERDICT_NONE
+	}
+}
+
+// Members tells the voter who is in its unit.
+type Members interface {
+	Current() membership.View
+	Changes() <-chan struct{}
+}
+
+type sent struct {
+	verdict          atollv1.Verdict
+	normal, abnormal int
+	since, at        time.Time
+}
+
+// Voter computes and publishes votes.
+type Voter struct {
+	cfg     Config
+	self    string
+	members Members
+	link    *natsnode.Link
+	log     *slog.Logger
+	metrics *metrics
+	evm     *events.Metrics
+	now     func() time.Time
+
+	mu      sync.Mutex
+	unit    string
+	member  map[string]bool
+	reports map[string]*atollv1.ProbeReport
+	sent    map[string]sent
+}
+
+// New returns the voter of node self; it hears reports and publishes votes
+// over link (connected by the time Run is called).
+func New(cfg Config, self string, members Members, link *natsnode.Link, log *slog.Logger, m *metrics, evm *events.Metrics) (*Voter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = newMetrics(nil)
+	}
+	return &Voter{cfg: cfg, self: self, members: members, link: link, log: log.With("component", "voter"),
+		metrics: m, evm: evm, now: time.Now, reports: map[string]*atollv1.ProbeReport{}, sent: map[string]sent{}, member: map[string]bool{}}, nil
+}
+
+// Run follows the unit and votes until ctx is done.
+func (v *Voter) Run(ctx context.Context) error {
+	changes := v.members.Changes()
+	var sub *nats.Subscription
+	defer func() {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	resubscribe := func() {
+		view := v.members.Current()
+		v.mu.Lock()
+		unitChanged := view.Unit != v.unit
+		v.unit = view.Unit
+		v.member = map[string]bool{}
+		for _, m := range view.Members {
+			v.member[m.GetName()] = true
+		}
+		if unitChanged {
+			v.reports, v.sent = map[string]*atollv1.ProbeReport{}, map[string]sent{}
+		}
+		for checker := range v.reports {
+			if !v.member[checker] {
+				delete(v.reports, checker)
+			}
+		}
+		for node := range v.sent {
+			if !v.member[node] {
+				delete(v.sent, node)
+			}
+		}
+		v.mu.Unlock()
+		if !unitChanged {
+			return
+		}
+		if sub != nil {
+			_ = sub.Unsubscribe()
+			sub = nil
+		}
+		if view.Unit == "" {
+			return
+		}
+		subj, err := events.ProbeUnitSubjects(view.Unit)
+		if err != nil {
+			v.log.Error("cannot follow unit reports", "unit", view.Unit, "err", err)
+			return
+		}
+		sub, err = events.Subscribe(v.link.Conn(), subj, "probe-reports", func(ev events.Event[*atollv1.ProbeReport]) { v.Observe(ev.Msg) }, v.log, v.evm)
+		if err != nil {
+			v.log.Error("cannot follow unit reports", "unit", view.Unit, "err", err)
+		}
+	}
+	resubscribe()
+	t := time.NewTicker(v.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+			resubscribe()
+		case <-t.C:
+			v.Evaluate()
+		}
+	}
+}
+
+// Observe takes one probe report. Reports from checkers outside the unit
+// are ignored, and so are results about nodes outside it; both are counted.
+func (v *Voter) Observe(r *atollv1.ProbeReport) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if r.GetUnit() != v.unit {
+		v.metrics.ignored.WithLabelValues("other_unit").Inc()
+		return
+	}
+	if !v.member[r.GetChecker()] {
+		v.metrics.ignored.WithLabelValues("checker_not_member").Inc()
+		v.log.Warn("ignoring probe report from a non-member", "checker", r.GetChecker(), "unit", r.GetUnit())
+		return
+	}
+	if old, ok := v.reports[r.GetChecker()]; ok && !r.GetReportTime().AsTime().After(old.GetReportTime().AsTime()) {
+		v.metrics.ignored.WithLabelValues("not_newer").Inc()
+		return
+	}
+	peers := r.GetPeers()[:0:0]
+	for _, p := range r.GetPeers() {
+		if v.member[p.GetNode()] {
+			peers = append(peers, p)
+		} else {
+			v.metrics.ignored.WithLabelValues("peer_not_member").Inc()
+		}
+	}
+	r.Peers = peers
+	v.reports[r.GetChecker()] = r
+}
+
+// Evaluate recomputes every member's verdict and publishes the votes that
+// changed or are due for refresh.
+func (v *Voter) Evaluate() {
+	now := v.now()
+	v.mu.Lock()
+	unit := v.unit
+	if unit == "" {
+		v.mu.Unlock()
+		return
+	}
+	fresh := func(r *atollv1.ProbeReport) bool { return v.cfg.Fresh(r.GetReportTime().AsTime(), now) }
+	var out []*atollv1.Vote
+	counts := map[atollv1.Verdict]int{}
+	tally := Tally(v.reports, fresh)
+	for node := range v.member {
+		normal, abnormal := tally[node].Normal, tally[node].Abnormal
+		verdict := Decide(normal, abnormal, v.cfg.MinCheckers)
+		counts[verdict]++
+		prev, had := v.sent[node]
+		changed := !had || prev.verdict != verdict || prev.normal != normal || prev.abnormal != abnormal
+		if !changed && now.Sub(prev.at) < v.cfg.Refresh {
+			continue
+		}
+		since := prev.since
+		if !had || prev.verdict != verdict {
+			since = now
+		}
+		v.sent[node] = sent{verdict: verdict, normal: normal, abnormal: abnormal, since: since, at: now}
+		out = append(out, &atollv1.Vote{
+			Voter: v.self, Node: node, Unit: unit, Verdict: verdict,
+			Normal: uint32(normal), Abnormal: uint32(abnormal), Checkers: uint32(normal + abnormal), Members: uint32(len(v.member)),
+			Time: timestamppb.New(now), Since: timestamppb.New(since), Ttl: durationpb.New(3 * v.cfg.Refresh),
+		})
+	}
+	v.mu.Unlock()
+
+	for verdict, n := range counts {
+		v.metrics.verdicts.WithLabelValues(verdict.String()).Set(float64(n))
+	}
+	for _, vote := range out {
+		subj, err := events.VoteSubject(unit, vote.GetNode(), v.self)
+		if err != nil {
+			v.log.Error("cannot vote", "node", vote.GetNode(), "err", err)
+			continue
+		}
+		id := fmt.Sprintf("%s@%s-%s", v.self, vote.GetNode(), strconv.FormatInt(now.UnixNano(), 36))
+		if err := events.Publish(v.link.Conn(), subj, vote, id); err != nil {
+			v.log.Warn("vote not sent", "node", vote.GetNode(), "err", err)
+			continue
+		}
+		v.metrics.published.WithLabelValues(vote.GetVerdict().String()).Inc()
+	}
+}
+
+// Verdict returns the voter's current verdict on node.
+func (v *Voter) Verdict(node string) (atollv1.Verdict, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s, ok := v.sent[node]
+	return s.verdict, ok
+}

@@ -1,0 +1,292 @@
+package voter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/natstest"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+func count(c prometheus.Counter) float64 {
+	var m dto.Metric
+	_ = c.Write(&m)
+	return m.GetCounter().GetValue()
+}
+
+func TestDecide(t *testing.T) {
+	H, U, N := atollv1.Verdict_VERDICT_HEALTHY, atollv1.Verdict_VERDICT_UNHEALTHY, atollv1.Verdict_VERDICT_NONE
+	tests := []struct {
+		name             string
+		normal, abnormal int
+		min              int
+		want             atollv1.Verdict
+	}{
+		{"no checkers", 0, 0, 1, N},
+		{"one says normal", 1, 0, 1, H},
+		{"one says abnormal", 0, 1, 1, U},
+		{"unanimous", 3, 0, 1, H},
+		{"majority normal", 2, 1, 1, H},
+		{"majority abnormal", 1, 2, 1, U},
+		{"split two against two", 2, 2, 1, N},
+		{"split one against one", 1, 1, 1, N},
+		{"exactly half normal of six", 3, 3, 1, N},
+		{"four of seven", 4, 3, 1, H},
+		{"too few checkers", 2, 0, 3, N},
+		{"just enough checkers", 2, 1, 3, H},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Decide(tt.normal, tt.abnormal, tt.min); got != tt.want {
+				t.Fatalf("Decide(%d, %d, %d) = %v, want %v", tt.normal, tt.abnormal, tt.min, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFresh(t *testing.T) {
+	c := Config{Timeout: 6 * time.Second, Skew: 2 * time.Second}
+	now := time.Unix(1000, 0)
+	tests := []struct {
+		age  time.Duration
+		want bool
+	}{
+		{0, true},
+		{6 * time.Second, true},
+		{8 * time.Second, true},                    // timeout + skew
+		{8*time.Second + time.Millisecond, false},  // past it
+		{-2 * time.Second, true},                   // checker's clock ahead within skew
+		{-2*time.Second - time.Millisecond, false}, // too far in the future
+		{time.Hour, false},
+	}
+	for _, tt := range tests {
+		if got := c.Fresh(now.Add(-tt.age), now); got != tt.want {
+			t.Errorf("Fresh(age %v) = %v, want %v", tt.age, got, tt.want)
+		}
+	}
+}
+
+func report(checker string, at time.Time, normal map[string]bool) *atollv1.ProbeReport {
+	r := &atollv1.ProbeReport{Checker: checker, Unit: "u1", ReportTime: timestamppb.New(at)}
+	for node, ok := range normal {
+		r.Peers = append(r.Peers, &atollv1.PeerResult{Node: node, Normal: ok})
+	}
+	return r
+}
+
+func TestTally(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := Config{Timeout: 6 * time.Second, Skew: 2 * time.Second}
+	reports := map[string]*atollv1.ProbeReport{
+		"a": report("a", now, map[string]bool{"a": true, "b": true, "c": false}),
+		"b": report("b", now.Add(-time.Second), map[string]bool{"a": true, "b": true, "c": false}),
+		"c": report("c", now.Add(-time.Minute), map[string]bool{"a": false, "b": false, "c": true}), // stale
+	}
+	dup := report("d", now, map[string]bool{"c": true})
+	dup.Peers = append(dup.Peers, &atollv1.PeerResult{Node: "c", Normal: true}) // listed twice
+	reports["d"] = dup
+	got := Tally(reports, func(r *atollv1.ProbeReport) bool { return c.Fresh(r.GetReportTime().AsTime(), now) })
+	want := map[string]Count{"a": {2, 0}, "b": {2, 0}, "c": {1, 2}}
+	for node, w := range want {
+		if got[node] != w {
+			t.Errorf("tally[%s] = %+v, want %+v", node, got[node], w)
+		}
+	}
+}
+
+// members is a fixed unit membership.
+type members struct {
+	mu   sync.Mutex
+	view membership.View
+	ch   chan struct{}
+}
+
+func newMembers(unit string, names ...string) *members {
+	m := &members{ch: make(chan struct{}, 1), view: membership.View{Unit: unit}}
+	for _, n := range names {
+		m.view.Members = append(m.view.Members, &atollv1.UnitMember{Name: n})
+	}
+	return m
+}
+
+func (m *members) Current() membership.View { m.mu.Lock(); defer m.mu.Unlock(); return m.view }
+func (m *members) Changes() <-chan struct{} { return m.ch }
+
+// votes records the latest vote per judged node as the hub sees them.
+type votes struct {
+	mu  sync.Mutex
+	got map[string]*atollv1.Vote
+}
+
+func (v *votes) of(node string) *atollv1.Vote { v.mu.Lock(); defer v.mu.Unlock(); return v.got[node] }
+
+// unit runs a voter on node a of a real two-server unit (a, b) and returns
+// a connection on b to publish reports with, and the votes seen by the hub.
+func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
+	t.Helper()
+	h := natstest.Hub(t)
+	servers := natstest.Unit(t, h, "u1", natstest.EdgeOptions{}, "a", "b")
+	ncA, err := servers[0].Connect("voter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ncA.Close)
+	ncB, err := servers[1].Connect("checker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ncB.Close)
+	hub, err := h.Connect("observer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	seen := &votes{got: map[string]*atollv1.Vote{}}
+	if _, err := events.Subscribe(hub, events.VoteSubjects, "test", func(ev events.Event[*atollv1.Vote]) {
+		seen.mu.Lock()
+		seen.got[ev.Msg.GetNode()] = ev.Msg
+		seen.mu.Unlock()
+	}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = hub.Flush()
+	v, err := New(cfg, "a", mem, natsnode.LinkOf(ncA, nil), natstest.Logger(t, slog.LevelWarn), nil, events.NewMetrics(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = v.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return v, ncB, seen
+}
+
+func publishReport(t *testing.T, nc *nats.Conn, r *atollv1.ProbeReport) {
+	t.Helper()
+	subj, err := events.ProbeSubject(r.GetUnit(), r.GetChecker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Publish(nc, subj, r, ""); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+}
+
+func waitVerdict(t *testing.T, seen *votes, node string, want atollv1.Verdict, normal, abnormal uint32) {
+	t.Helper()
+	natstest.Eventually(t, 10*time.Second, func() error {
+		v := seen.of(node)
+		if v.GetVerdict() != want || v.GetNormal() != normal || v.GetAbnormal() != abnormal {
+			return fmt.Errorf("vote on %s = %v %d/%d, want %v %d/%d", node, v.GetVerdict(), v.GetNormal(), v.GetAbnormal(), want, normal, abnormal)
+		}
+		return nil
+	})
+}
+
+// TestVotesOverTheUnit: reports published on another server of the unit
+// reach the voter over routes; the hub receives its votes; a split unit of
+// four gives no verdict; a checker that stops reporting stops counting
+// once its last report is older than the timeout.
+func TestVotesOverTheUnit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Timeout, cfg.Skew, cfg.Tick, cfg.Refresh = 1500*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond, time.Second
+	mem := newMembers("u1", "a", "b", "c", "d")
+	_, pub, seen := unit(t, cfg, mem)
+
+	// Split two against two: {a, b} see each other, {c, d} see each other.
+	// Publish reports every 200 ms so they stay fresh, and stop c's later.
+	stopC := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		cStopped := false
+		for {
+			now := time.Now()
+			side1 := map[string]bool{"a": true, "b": true, "c": false, "d": false}
+			side2 := map[string]bool{"a": false, "b": false, "c": true, "d": true}
+			publishReport(t, pub, report("a", now, side1))
+			publishReport(t, pub, report("b", now, side1))
+			if !cStopped {
+				publishReport(t, pub, report("c", now, side2))
+			}
+			publishReport(t, pub, report("d", now, side2))
+			select {
+			case <-stopC:
+				cStopped = true
+				stopC = nil
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	for _, n := range []string{"a", "b", "c", "d"} {
+		waitVerdict(t, seen, n, atollv1.Verdict_VERDICT_NONE, 2, 2)
+	}
+	// c stops reporting: after the timeout only three checkers count,
+	// and the majority decides again.
+	close(stopC)
+	waitVerdict(t, seen, "a", atollv1.Verdict_VERDICT_HEALTHY, 2, 1)
+	waitVerdict(t, seen, "c", atollv1.Verdict_VERDICT_UNHEALTHY, 1, 2)
+	waitVerdict(t, seen, "d", atollv1.Verdict_VERDICT_UNHEALTHY, 1, 2)
+}
+
+// TestIgnoresOutsiders: reports from checkers outside the unit, results
+// about nodes outside it, and payloads that lie about their checker are
+// ignored and counted.
+func TestIgnoresOutsiders(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Tick, cfg.Refresh = 50*time.Millisecond, time.Second
+	mem := newMembers("u1", "a", "b")
+	v, pub, seen := unit(t, cfg, mem)
+
+	// Subscriptions propagate over routes and leafs asynchronously, so keep
+	// publishing until the hub sees the votes.
+	natstest.Eventually(t, 10*time.Second, func() error {
+		now := time.Now()
+		publishReport(t, pub, report("intruder", now, map[string]bool{"a": false, "b": false}))
+		publishReport(t, pub, report("b", now, map[string]bool{"a": true, "b": true, "x": false}))
+		// b's server publishes a report claiming to come from a.
+		liar := report("a", now, map[string]bool{"b": false})
+		subj, _ := events.ProbeSubject("u1", "b")
+		msg, _ := events.NewMsg(subj, liar, "")
+		if err := pub.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+		for _, node := range []string{"a", "b"} {
+			if vote := seen.of(node); vote.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || vote.GetNormal() != 1 || vote.GetAbnormal() != 0 {
+				return fmt.Errorf("vote on %s = %v %d/%d, want healthy 1/0", node, vote.GetVerdict(), vote.GetNormal(), vote.GetAbnormal())
+			}
+		}
+		return nil
+	})
+	if n := count(v.metrics.ignored.WithLabelValues("checker_not_member")); n < 1 {
+		t.Errorf("non-member reports ignored: %v", n)
+	}
+	if n := count(v.metrics.ignored.WithLabelValues("peer_not_member")); n < 1 {
+		t.Errorf("non-member results ignored: %v", n)
+	}
+	if n := v.evm.DroppedCount("probe-reports", events.ReasonIdentity); n < 1 {
+		t.Errorf("reports with a false checker dropped: %v", n)
+	}
+}
