@@ -1,0 +1,169 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Default values of Config and RegistrationConfig.
+const (
+	DefaultAddr           = ":9443"
+	DefaultCertDir        = "/etc/atoll/webhook"
+	DefaultPath           = "/mutate"
+	DefaultName           = "atoll-health"
+	DefaultUnitLabel      = "atoll.io/unit"
+	DefaultTimeoutSeconds = 2
+	// CertFile and KeyFile are the names of the serving certificate and key
+	// in Config.CertDir (the layout of a kubernetes.io/tls Secret and of
+	// controller-runtime's webhook server).
+	CertFile = "tls.crt"
+	KeyFile  = "tls.key"
+)
+
+// Config configures the webhook's HTTPS server.
+type Config struct {
+	// Addr is host:port to listen on (":0" for a random port).
+	Addr string
+	// CertDir holds tls.crt and tls.key. Rotated files are picked up
+	// without a restart.
+	CertDir string
+	// Path is where the admission handler is served.
+	Path string
+	// ShutdownTimeout bounds a graceful stop when the caller's context has
+	// no deadline (0: 10s).
+	ShutdownTimeout time.Duration
+}
+
+// DefaultConfig is the production server configuration: the serving
+// certificate is a kubernetes.io/tls Secret mounted at DefaultCertDir.
+func DefaultConfig() Config {
+	return Config{Addr: DefaultAddr, CertDir: DefaultCertDir, Path: DefaultPath, ShutdownTimeout: 10 * time.Second}
+}
+
+func (c Config) withDefaults() Config {
+	if c.Path == "" {
+		c.Path = DefaultPath
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	return c
+}
+
+// Validate names the first field that is wrong. An empty Path is allowed and
+// means DefaultPath.
+func (c Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("webhook: addr %q: %w", c.Addr, err)
+	}
+	if c.CertDir == "" {
+		return errors.New("webhook: cert dir is empty")
+	}
+	if c.Path != "" && !strings.HasPrefix(c.Path, "/") {
+		return fmt.Errorf("webhook: path %q must start with /", c.Path)
+	}
+	if c.ShutdownTimeout < 0 {
+		return fmt.Errorf("webhook: shutdown timeout %s is negative", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// ServiceRef is an in-cluster Service in front of the webhook server.
+type ServiceRef struct {
+	Namespace string
+	Name      string
+	// Port is the Service port (0: 443).
+	Port int32
+}
+
+// RegistrationConfig describes the MutatingWebhookConfiguration that
+// Register applies. Exactly one of URL and Service.Name must be set.
+type RegistrationConfig struct {
+	// Enabled makes Module register at start; Register ignores it.
+	Enabled bool
+	// Name of the MutatingWebhookConfiguration (default "atoll-health").
+	Name string
+	// UnitLabel is the node label key of a unit (default "atoll.io/unit");
+	// only nodes that carry it are sent to the webhook.
+	UnitLabel string
+	// TimeoutSeconds is each webhook's timeout, 1..30 (default 2). The
+	// failure policy is Ignore, so a slow webhook delays writes by at most
+	// this much and never blocks them.
+	TimeoutSeconds int32
+	// URL is the webhook's https URL including the path, for a webhook
+	// outside the cluster (or on the apiserver's host in tests).
+	URL string
+	// Service is the Service in front of the webhook, with Path.
+	Service ServiceRef
+	// Path is the request path at the Service (default "/mutate").
+	Path string
+	// CABundle is the PEM CA that signs the serving certificate.
+	CABundle []byte
+	// CAFile is read into CABundle when CABundle is empty.
+	CAFile string
+}
+
+// DefaultRegistrationConfig returns the defaults; the client config (URL or
+// Service, CA) is left to the deployment.
+func DefaultRegistrationConfig() RegistrationConfig {
+	return RegistrationConfig{}.withDefaults()
+}
+
+func (c RegistrationConfig) withDefaults() RegistrationConfig {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.UnitLabel == "" {
+		c.UnitLabel = DefaultUnitLabel
+	}
+	if c.TimeoutSeconds == 0 {
+		c.TimeoutSeconds = DefaultTimeoutSeconds
+	}
+	if c.Path == "" {
+		c.Path = DefaultPath
+	}
+	if c.Service.Name != "" && c.Service.Port == 0 {
+		c.Service.Port = 443
+	}
+	return c
+}
+
+// Validate names the first field that is wrong. Zero values that have a
+// default are allowed.
+func (c RegistrationConfig) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.URL == "" && c.Service.Name == "":
+		return errors.New("webhook registration: set url or service name")
+	case c.URL != "" && c.Service.Name != "":
+		return errors.New("webhook registration: url and service name are exclusive")
+	case c.TimeoutSeconds < 1 || c.TimeoutSeconds > 30:
+		return fmt.Errorf("webhook registration: timeout seconds %d is outside 1..30", c.TimeoutSeconds)
+	case len(c.CABundle) == 0 && c.CAFile == "":
+		return errors.New("webhook registration: ca bundle and ca file are empty")
+	case !strings.HasPrefix(c.Path, "/"):
+		return fmt.Errorf("webhook registration: path %q must start with /", c.Path)
+	}
+	if c.URL != "" {
+		u, err := url.Parse(c.URL)
+		if err != nil {
+			return fmt.Errorf("webhook registration: url %q: %w", c.URL, err)
+		}
+		if u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("webhook registration: url %q must be https://host[:port]/path", c.URL)
+		}
+	}
+	if c.Service.Name != "" {
+		if c.Service.Namespace == "" {
+			return errors.New("webhook registration: service namespace is empty")
+		}
+		if c.Service.Port < 1 || c.Service.Port > 65535 {
+			return fmt.Errorf("webhook registration: service port %d is outside 1..65535", c.Service.Port)
+		}
+	}
+	return nil
+}
