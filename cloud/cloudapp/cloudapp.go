@@ -14,8 +14,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/atoll-edge/atoll/cloud/bus"
+	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/logging"
@@ -28,6 +31,13 @@ type Config struct {
 	Hub      hub.Config
 	Streams  events.StreamOptions
 	Topology topology.Config
+	// Kube, Health and Webhook are used with the kubernetes membership
+	// source; a fabric without Kubernetes (source "declared") runs only
+	// the hub and topology.
+	Kube         kube.Config
+	Health       health.Config
+	Webhook      webhook.Config
+	Registration webhook.RegistrationConfig
 	// OperatorsFile is a YAML map of operator user → password (or bcrypt
 	// hash), merged into Hub.Operators.
 	OperatorsFile string
@@ -41,6 +51,14 @@ func Default() Config {
 		Hub:      hub.Default(),
 		Streams:  events.DefaultStreamOptions(),
 		Topology: topology.DefaultConfig(),
+		Kube:     kube.DefaultConfig(),
+		Health:   health.DefaultConfig(),
+		Webhook:  webhook.DefaultConfig(),
+		Registration: webhook.RegistrationConfig{
+			Enabled: true,
+			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
+			CAFile:  "/etc/atoll/webhook/ca.crt",
+		},
 	}
 }
 
@@ -61,7 +79,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.EdgeKeysFile, "edge-keys-file", c.Hub.EdgeKeysFile, "YAML map of node name to its nkey public key")
 	fs.StringVar(&c.OperatorsFile, "operators-file", c.OperatorsFile, "YAML map of operator user to password or bcrypt hash")
 	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
-	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "drop a node from its unit after this long without a topology report")
+	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
+	fs.StringVar(&c.Topology.Source, "membership-source", c.Topology.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
+	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
+	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", c.Kube.Kubeconfig, "kubeconfig file (empty: in-cluster)")
+	fs.DurationVar(&c.Health.HoldTime, "hold-time", c.Health.HoldTime, "keep the pods of a unit cut off entirely from the cloud this long (0: never)")
+	fs.DurationVar(&c.Health.VoteTTL, "vote-ttl", c.Health.VoteTTL, "lifetime of a vote that carries no TTL")
+	fs.StringVar(&c.Webhook.Addr, "webhook-addr", c.Webhook.Addr, "listen address of the mutating admission webhook")
+	fs.StringVar(&c.Webhook.CertDir, "webhook-cert-dir", c.Webhook.CertDir, "directory with the webhook's tls.crt and tls.key")
+	fs.BoolVar(&c.Registration.Enabled, "webhook-register", c.Registration.Enabled, "create or update the MutatingWebhookConfiguration at start")
+	fs.StringVar(&c.Registration.URL, "webhook-url", c.Registration.URL, "https URL the apiserver calls (instead of --webhook-service)")
+	fs.StringVar(&c.Registration.Service.Namespace, "webhook-service-namespace", c.Registration.Service.Namespace, "namespace of the webhook Service")
+	fs.StringVar(&c.Registration.Service.Name, "webhook-service", c.Registration.Service.Name, "name of the webhook Service (empty with --webhook-url)")
+	fs.StringVar(&c.Registration.CAFile, "webhook-ca-file", c.Registration.CAFile, "CA bundle that signs the webhook certificate, for the registration")
 }
 
 // Load finishes the configuration: reads the operators file.
@@ -86,9 +116,20 @@ func (c *Config) Load() error {
 	return nil
 }
 
+// Kubernetes reports whether the app runs its Kubernetes side (health
+// service and webhook).
+func (c Config) Kubernetes() bool { return c.Topology.Source == topology.SourceKubernetes }
+
 // Validate checks every component's configuration.
 func (c Config) Validate() error {
-	for _, v := range []interface{ Validate() error }{c.Admin, c.Hub, c.Streams, c.Topology} {
+	checks := []interface{ Validate() error }{c.Admin, c.Hub, c.Streams, c.Topology}
+	if c.Kubernetes() {
+		checks = append(checks, c.Kube, c.Health, c.Webhook)
+		if c.Registration.Enabled {
+			checks = append(checks, c.Registration)
+		}
+	}
+	for _, v := range checks {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -99,6 +140,18 @@ func (c Config) Validate() error {
 // Options is the atoll-cloud application.
 func Options(c Config, log *slog.Logger) fx.Option {
 	c.Topology.Replicas = c.Streams.Replicas
+	c.Health.Replicas = c.Streams.Replicas
+	c.Health.UnitLabel = c.Topology.UnitLabel
+	c.Registration.UnitLabel = c.Topology.UnitLabel
+	k8s := fx.Options()
+	if c.Kubernetes() {
+		k8s = fx.Options(
+			fx.Supply(c.Kube, c.Health, c.Webhook, c.Registration),
+			kube.Module,
+			health.Module,
+			webhook.Module,
+		)
+	}
 	return fx.Options(
 		fx.Supply(c.Admin, c.Hub, c.Streams, c.Topology, log),
 		fx.WithLogger(func() fxevent.Logger {
@@ -110,5 +163,6 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		hub.Module,
 		bus.Module,
 		topology.Module,
+		k8s,
 	)
 }

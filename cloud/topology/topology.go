@@ -26,6 +26,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/edge/natsnode"
@@ -36,8 +39,28 @@ import (
 // SecretsBucket is the KV bucket holding each unit's route credentials.
 const SecretsBucket = "atoll_unit_routes"
 
+// Membership sources.
+const (
+	// SourceKubernetes: units come from a label of the Kubernetes Nodes;
+	// control-plane nodes are excluded. The default.
+	SourceKubernetes = "kubernetes"
+	// SourceDeclared: units come from the agents' own reports (for fabrics
+	// without Kubernetes, and tests).
+	SourceDeclared = "declared"
+)
+
+// DefaultUnitLabel is the node label naming a node's unit.
+const DefaultUnitLabel = "atoll.io/unit"
+
 // Config tunes the topology service.
 type Config struct {
+	// Source of unit membership: SourceKubernetes or SourceDeclared.
+	Source string
+	// UnitLabel is the node label whose value names the node's unit.
+	UnitLabel string
+	// ExcludeLabels: nodes carrying any of these labels are cloud nodes,
+	// in no unit and probed by nobody.
+	ExcludeLabels []string
 	// NodeTTL: a node that has not reported for this long is dropped
 	// from its unit.
 	NodeTTL time.Duration
@@ -49,12 +72,23 @@ type Config struct {
 
 // DefaultConfig suits production.
 func DefaultConfig() Config {
-	return Config{NodeTTL: 10 * time.Minute, Debounce: 200 * time.Millisecond, Replicas: 1}
+	return Config{
+		Source:        SourceKubernetes,
+		UnitLabel:     DefaultUnitLabel,
+		ExcludeLabels: []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master", "atoll.io/cloud"},
+		NodeTTL:       10 * time.Minute,
+		Debounce:      200 * time.Millisecond,
+		Replicas:      1,
+	}
 }
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	switch {
+	case c.Source != SourceKubernetes && c.Source != SourceDeclared:
+		return fmt.Errorf("topology: source %q: want %s or %s", c.Source, SourceKubernetes, SourceDeclared)
+	case c.Source == SourceKubernetes && c.UnitLabel == "":
+		return errors.New("topology: unit label is empty")
 	case c.NodeTTL <= 0:
 		return errors.New("topology: node TTL must be positive")
 	case c.Debounce < 0:
@@ -75,6 +109,7 @@ type node struct {
 type Service struct {
 	cfg     Config
 	bus     *bus.Bus
+	kube    corelisters.NodeLister // nil with SourceDeclared
 	js      jetstream.JetStream
 	log     *slog.Logger
 	metrics *metrics
@@ -90,16 +125,20 @@ type Service struct {
 }
 
 // New returns a topology service publishing through b (connected by the
-// time Run is called).
-func New(cfg Config, b *bus.Bus, log *slog.Logger, m *metrics, evm *events.Metrics) (*Service, error) {
+// time Run is called). With SourceKubernetes, nodes lists the cluster's
+// Nodes (and the caller pokes Changed on every Node event).
+func New(cfg Config, b *bus.Bus, nodes corelisters.NodeLister, log *slog.Logger, m *metrics, evm *events.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Source == SourceKubernetes && nodes == nil {
+		return nil, errors.New("topology: the kubernetes source needs a node lister")
 	}
 	if m == nil {
 		m = newMetrics(nil)
 	}
 	return &Service{
-		cfg: cfg, bus: b, log: log.With("component", "topology"), metrics: m, evm: evm,
+		cfg: cfg, bus: b, kube: nodes, log: log.With("component", "topology"), metrics: m, evm: evm,
 		nodes:     map[string]node{},
 		published: map[string]string{},
 		units:     map[string]bool{},
@@ -157,6 +196,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
+// Changed tells the service that the membership source changed.
+func (s *Service) Changed() { s.poke() }
+
 func (s *Service) poke() {
 	select {
 	case s.changed <- struct{}{}:
@@ -167,11 +209,7 @@ func (s *Service) poke() {
 // observe records one TopologyUpdate.
 func (s *Service) observe(u *atollv1.TopologyUpdate, published time.Time) {
 	if unit := u.GetUnit(); unit != "" {
-		err := events.ValidToken(unit)
-		if err == nil && (unit == events.NoUnit || unit == natsnode.HubClusterName) {
-			err = fmt.Errorf("unit name %q is reserved", unit)
-		}
-		if err != nil {
+		if err := validUnit(unit); err != nil {
 			s.log.Warn("ignoring topology update with invalid unit", "node", u.GetNode(), "err", err)
 			return
 		}
@@ -186,14 +224,81 @@ func (s *Service) observe(u *atollv1.TopologyUpdate, published time.Time) {
 	s.poke()
 }
 
-// Nodes returns the nodes the service currently knows, by unit ("" for
-// nodes in no unit).
-func (s *Service) Nodes() map[string][]string {
+// member is one node as the membership source sees it.
+type member struct {
+	unit, ip string
+	labels   map[string]string
+	routeURL string
+}
+
+// membership returns every known edge node (unit "" for nodes in no unit).
+// Callers hold mu.
+func (s *Service) membership() map[string]member {
+	out := map[string]member{}
+	if s.cfg.Source == SourceDeclared {
+		for name, n := range s.nodes {
+			out[name] = member{unit: n.report.GetUnit(), ip: internalIP(n.report), labels: n.report.GetLabels(), routeURL: n.report.GetRouteUrl()}
+		}
+		return out
+	}
+	nodes, err := s.kube.List(labels.Everything())
+	if err != nil {
+		s.log.Error("cannot list nodes", "err", err)
+		return out
+	}
+	for _, n := range nodes {
+		if s.excluded(n) {
+			continue
+		}
+		m := member{unit: n.Labels[s.cfg.UnitLabel], labels: n.Labels}
+		if m.unit != "" {
+			if err := validUnit(m.unit); err != nil {
+				s.log.Warn("node in no unit: its unit label is not a valid unit name", "node", n.Name, "label", s.cfg.UnitLabel, "err", err)
+				m.unit = ""
+			}
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				m.ip = a.Address
+				break
+			}
+		}
+		if r, ok := s.nodes[n.Name]; ok {
+			m.routeURL = r.report.GetRouteUrl()
+		}
+		out[n.Name] = m
+	}
+	return out
+}
+
+func (s *Service) excluded(n *corev1.Node) bool {
+	for _, l := range s.cfg.ExcludeLabels {
+		if _, ok := n.Labels[l]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func validUnit(unit string) error {
+	if err := events.ValidToken(unit); err != nil {
+		return err
+	}
+	if unit == events.NoUnit || unit == natsnode.HubClusterName {
+		return fmt.Errorf("unit name %q is reserved", unit)
+	}
+	return nil
+}
+
+// Units returns the members of every unit, as last computed.
+func (s *Service) Units() map[string][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string][]string{}
-	for name, n := range s.nodes {
-		out[n.report.GetUnit()] = append(out[n.report.GetUnit()], name)
+	for name, m := range s.membership() {
+		if m.unit != "" {
+			out[m.unit] = append(out[m.unit], name)
+		}
 	}
 	for _, v := range out {
 		slices.Sort(v)
@@ -213,18 +318,23 @@ func (s *Service) publish(ctx context.Context) error {
 	}
 	members := map[string][]*atollv1.UnitMember{}
 	assignments := map[string]string{} // node → unit
-	for name, n := range s.nodes {
-		unit := n.report.GetUnit()
-		assignments[name] = unit
-		if unit == "" {
+	for name, m := range s.membership() {
+		assignments[name] = m.unit
+		if m.unit == "" {
 			continue
 		}
-		members[unit] = append(members[unit], &atollv1.UnitMember{
+		members[m.unit] = append(members[m.unit], &atollv1.UnitMember{
 			Name:       name,
-			InternalIp: internalIP(n.report),
-			Labels:     n.report.GetLabels(),
-			RouteUrl:   n.report.GetRouteUrl(),
+			InternalIp: m.ip,
+			Labels:     m.labels,
+			RouteUrl:   m.routeURL,
 		})
+	}
+	// Agents that report but are not Nodes are told they are in no unit.
+	for name := range s.nodes {
+		if _, ok := assignments[name]; !ok {
+			assignments[name] = ""
+		}
 	}
 	units := maps.Clone(s.units)
 	s.mu.Unlock()

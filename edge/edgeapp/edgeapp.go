@@ -14,7 +14,9 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/edge/reporter"
+	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/logging"
@@ -27,6 +29,20 @@ type Config struct {
 	NATS       natsnode.Config
 	Reporter   reporter.Config
 	Membership membership.Config
+	Prober     prober.Config
+	Voter      voter.Config
+	// Kubelet is the default probe target of the prober's plugins.
+	Kubelet Kubelet
+}
+
+// Kubelet describes how peers' kubelets are probed by the default
+// plugins: a TCP connect to the port and a GET of /healthz.
+type Kubelet struct {
+	Port               int
+	Scheme             string
+	TokenFile          string
+	CAFile             string
+	InsecureSkipVerify bool
 }
 
 // Default is the production configuration; the node name defaults to
@@ -38,6 +54,9 @@ func Default() Config {
 		NATS:       natsnode.Default(),
 		Reporter:   reporter.DefaultConfig(),
 		Membership: membership.Config{StateDir: "/var/lib/atoll"},
+		Prober:     prober.DefaultConfig(),
+		Voter:      voter.DefaultConfig(),
+		Kubelet:    Kubelet{Port: 10250, Scheme: "https", InsecureSkipVerify: true},
 	}
 	c.NATS.NodeName = os.Getenv("NODE_NAME")
 	return c
@@ -62,11 +81,31 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.Map)(&c.Reporter.Labels), "labels", "node labels to report, k=v,k=v")
 	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
+	fs.DurationVar(&c.Prober.Period, "probe-period", c.Prober.Period, "period of peer probe rounds")
+	fs.Float64Var(&c.Prober.Scoreline, "probe-scoreline", c.Prober.Scoreline, "score a peer needs to be normal (100 × sum of passing plugin weights)")
+	fs.IntVar(&c.Kubelet.Port, "kubelet-port", c.Kubelet.Port, "peers' kubelet port, probed by TCP and by GET /healthz")
+	fs.StringVar(&c.Kubelet.Scheme, "kubelet-scheme", c.Kubelet.Scheme, "http or https for the kubelet /healthz probe")
+	fs.StringVar(&c.Kubelet.TokenFile, "kubelet-token-file", c.Kubelet.TokenFile, "bearer token for the kubelet /healthz probe")
+	fs.StringVar(&c.Kubelet.CAFile, "kubelet-ca-file", c.Kubelet.CAFile, "CA bundle verifying the kubelets' serving certificates")
+	fs.BoolVar(&c.Kubelet.InsecureSkipVerify, "kubelet-insecure", c.Kubelet.InsecureSkipVerify, "skip kubelet certificate verification (self-signed kubelet certificates)")
+	fs.DurationVar(&c.Voter.Timeout, "vote-timeout", c.Voter.Timeout, "a probe report no longer counts once older than this")
+	fs.DurationVar(&c.Voter.Skew, "vote-skew", c.Voter.Skew, "clock skew tolerated between unit members")
+	fs.DurationVar(&c.Voter.Refresh, "vote-refresh", c.Voter.Refresh, "republish unchanged votes this often")
+	fs.IntVar(&c.Voter.MinCheckers, "vote-min-checkers", c.Voter.MinCheckers, "fewer fresh checkers than this give no verdict")
 }
 
 // Finish fills derived defaults: peers dial the internal IP unless told
-// otherwise.
+// otherwise, and the default probe plugins target the kubelet settings.
 func (c *Config) Finish() {
+	for i := range c.Prober.Plugins {
+		p := &c.Prober.Plugins[i]
+		if p.Name == "kubelet-port" || p.Name == "kubelet-healthz" {
+			p.Port = c.Kubelet.Port
+		}
+		if p.Name == "kubelet-healthz" {
+			p.Scheme, p.TokenFile, p.CAFile, p.InsecureSkipVerify = c.Kubelet.Scheme, c.Kubelet.TokenFile, c.Kubelet.CAFile, c.Kubelet.InsecureSkipVerify
+		}
+	}
 	if c.NATS.RouteAdvertise == "" && c.Reporter.InternalIP != "" && c.NATS.RoutePort > 0 {
 		c.NATS.RouteAdvertise = c.Reporter.InternalIP + ":" + strconv.Itoa(c.NATS.RoutePort)
 	}
@@ -74,7 +113,7 @@ func (c *Config) Finish() {
 
 // Validate checks every component's configuration.
 func (c Config) Validate() error {
-	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter} {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Prober, c.Voter} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -86,7 +125,7 @@ func (c Config) Validate() error {
 func Options(c Config, log *slog.Logger) fx.Option {
 	log = log.With("node", c.NATS.NodeName)
 	return fx.Options(
-		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, log),
+		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, log),
 		fx.WithLogger(func() fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log.With("component", "fx")}
 			l.UseLogLevel(slog.LevelDebug)
@@ -96,5 +135,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		natsnode.Module,
 		membership.Module,
 		reporter.Module,
+		prober.Module,
+		voter.Module,
+		fx.Provide(func(p *prober.Prober) reporter.RTTSource { return p }),
 	)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
@@ -26,6 +27,7 @@ func cloud(t *testing.T) (*hub.Hub, *fxtest.App) {
 	cfg.Hub.Host = "127.0.0.1"
 	cfg.Hub.ClientPort, cfg.Hub.LeafPort = -1, -1
 	cfg.Hub.StoreDir = t.TempDir()
+	cfg.Topology.Source = topology.SourceDeclared
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

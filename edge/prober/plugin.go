@@ -51,6 +51,8 @@ type PluginConfig struct {
 	TokenFile          string
 	CAFile             string
 	InsecureSkipVerify bool
+	// Args are free-form settings for plugins added with Register.
+	Args map[string]string
 }
 
 // Factory builds a plugin from its configuration.

@@ -204,4 +204,3 @@ func (p portByIP) Check(ctx context.Context, t Target) error {
 	}
 	return fmt.Errorf("no peer at %s", t.IP)
 }
-

@@ -55,20 +55,26 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// RTTSource gives the latest round-trip times to unit peers (the prober).
+type RTTSource interface {
+	RTTs() []*atollv1.PeerRTT
+}
+
 // Reporter publishes TopologyUpdates.
 type Reporter struct {
 	cfg  Config
 	node *natsnode.Node
 	link *natsnode.Link
+	rtts RTTSource
 	log  *slog.Logger
 }
 
-// New returns a reporter for node, publishing over link.
-func New(cfg Config, node *natsnode.Node, link *natsnode.Link, log *slog.Logger) (*Reporter, error) {
+// New returns a reporter for node, publishing over link; rtts may be nil.
+func New(cfg Config, node *natsnode.Node, link *natsnode.Link, rtts RTTSource, log *slog.Logger) (*Reporter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Reporter{cfg: cfg, node: node, link: link, log: log.With("component", "reporter")}, nil
+	return &Reporter{cfg: cfg, node: node, link: link, rtts: rtts, log: log.With("component", "reporter")}, nil
 }
 
 // Update builds the node's current TopologyUpdate.
@@ -83,6 +89,9 @@ func (r *Reporter) Update() *atollv1.TopologyUpdate {
 	}
 	if r.cfg.InternalIP != "" {
 		u.Addresses = append(u.Addresses, &atollv1.NodeAddress{Type: "InternalIP", Address: r.cfg.InternalIP})
+	}
+	if r.rtts != nil {
+		u.Peers = r.rtts.RTTs()
 	}
 	return u
 }
@@ -109,8 +118,18 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 }
 
-// Module runs the reporter with the app.
+type params struct {
+	fx.In
+	Config Config
+	Node   *natsnode.Node
+	Link   *natsnode.Link
+	RTTs   RTTSource `optional:"true"`
+	Log    *slog.Logger
+}
+
+// Module runs the reporter with the app. It reports RTTs when the app
+// provides an RTTSource.
 var Module = fx.Module("reporter",
-	fx.Provide(New),
+	fx.Provide(func(p params) (*Reporter, error) { return New(p.Config, p.Node, p.Link, p.RTTs, p.Log) }),
 	fx.Invoke(func(lc fx.Lifecycle, r *Reporter, log *slog.Logger) { fxrun.Background(lc, log, "reporter", r.Run) }),
 )

@@ -46,7 +46,7 @@ type Config struct {
 
 // DefaultConfig suits a 2 s probe period.
 func DefaultConfig() Config {
-	return Config{Timeout: 6 * time.Second, Skew: 2 * time.Second, Refresh: 10 * time.Second, Tick: 250 * time.Millisecond, MinCheckers: 1}
+	return Config{Timeout: 6 * time.Second, Skew: 2 * time.Second, Refresh: 5 * time.Second, Tick: 250 * time.Millisecond, MinCheckers: 1}
 }
 
 // Validate names the first bad field.

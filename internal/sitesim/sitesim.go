@@ -109,9 +109,23 @@ func New(cfg Config) (*Sim, error) {
 	return &Sim{cfg: cfg, nodes: map[string]*Node{}}, nil
 }
 
+// ZoneLabel is set to the unit on every simulated node: a unit is one
+// failure zone for the node lifecycle controller too.
+const ZoneLabel = "topology.kubernetes.io/zone"
+
 // AddSite creates unit with n nodes named <unit>-<i>, registers them in
 // Kubernetes and starts their kubelet endpoints and agents.
 func (s *Sim) AddSite(ctx context.Context, unit string, n int) ([]*Node, error) {
+	return s.addSite(ctx, unit, n, true)
+}
+
+// AddSiteWithoutAgents is AddSite with the agents left stopped: the site
+// as plain Kubernetes sees it, without Atoll.
+func (s *Sim) AddSiteWithoutAgents(ctx context.Context, unit string, n int) ([]*Node, error) {
+	return s.addSite(ctx, unit, n, false)
+}
+
+func (s *Sim) addSite(ctx context.Context, unit string, n int, agents bool) ([]*Node, error) {
 	s.mu.Lock()
 	site := len(s.sites) + 1
 	s.sites = append(s.sites, unit)
@@ -137,7 +151,7 @@ func (s *Sim) AddSite(ctx context.Context, unit string, n int) ([]*Node, error) 
 		s.nodes[node.Name] = node
 		s.mu.Unlock()
 		nodes = append(nodes, node)
-		specs = append(specs, edgesim.NodeSpec{Name: node.Name, InternalIP: node.IP, Labels: map[string]string{s.cfg.UnitLabel: unit}})
+		specs = append(specs, edgesim.NodeSpec{Name: node.Name, InternalIP: node.IP, Labels: map[string]string{s.cfg.UnitLabel: unit, ZoneLabel: unit}})
 	}
 	if s.cfg.Kube != nil {
 		if err := s.cfg.Kube.AddNodes(ctx, specs...); err != nil {
@@ -147,6 +161,9 @@ func (s *Sim) AddSite(ctx context.Context, unit string, n int) ([]*Node, error) 
 	for _, node := range nodes {
 		if err := s.StartKubelet(node.Name); err != nil {
 			return nil, err
+		}
+		if !agents {
+			continue
 		}
 		if err := s.StartAgent(ctx, node.Name); err != nil {
 			return nil, err

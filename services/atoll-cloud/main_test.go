@@ -18,7 +18,7 @@ func TestAppStartsAndStops(t *testing.T) {
 	cfg.RegisterFlags(fs)
 	store := t.TempDir()
 	t.Setenv("ATOLL_HUB_STORE_DIR", store)
-	if err := fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--hub-host=127.0.0.1", "--hub-client-port=-1", "--hub-leaf-port=-1"}); err != nil {
+	if err := fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--hub-host=127.0.0.1", "--hub-client-port=-1", "--hub-leaf-port=-1", "--membership-source=declared"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := setup(fs, &cfg); err != nil {
@@ -39,6 +39,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--stream-replicas=0"}, "stream replicas"},
 		{[]string{"--admin-addr=nonsense"}, "admin: addr"},
 		{[]string{"--operators-file=/nonexistent"}, "operators file"},
+		{[]string{"--membership-source=guess"}, "source"},
+		{[]string{"--webhook-cert-dir="}, "cert dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

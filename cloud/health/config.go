@@ -1,0 +1,48 @@
+package health
+
+import (
+	"errors"
+	"time"
+)
+
+// Config tunes the health service.
+type Config struct {
+	// UnitLabel is the node label naming a node's unit.
+	UnitLabel string
+	// HoldTime: pods of a unit in FullDisruption (the whole site silent)
+	// are kept this long, then Kubernetes proceeds (0: never held).
+	HoldTime time.Duration
+	// VoteTTL is how long a vote counts when the voter gave no TTL.
+	VoteTTL time.Duration
+	// Resync re-checks every lost node and disrupted unit this often, so
+	// expiring votes and holds take effect without a new event.
+	Resync time.Duration
+	// Workers reconcile nodes concurrently.
+	Workers int
+	// Replicas of the hold bucket (match the hub's stream replicas).
+	Replicas int
+}
+
+// DefaultConfig holds a silent unit for 10 minutes.
+func DefaultConfig() Config {
+	return Config{UnitLabel: "atoll.io/unit", HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.UnitLabel == "":
+		return errors.New("health: unit label is empty")
+	case c.HoldTime < 0:
+		return errors.New("health: hold time must not be negative")
+	case c.VoteTTL <= 0:
+		return errors.New("health: vote TTL must be positive")
+	case c.Resync <= 0:
+		return errors.New("health: resync must be positive")
+	case c.Workers < 1:
+		return errors.New("health: workers must be at least 1")
+	case c.Replicas < 1:
+		return errors.New("health: replicas must be at least 1")
+	}
+	return nil
+}

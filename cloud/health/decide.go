@@ -1,0 +1,113 @@
+package health
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// Annotations Atoll sets on Nodes.
+const (
+	// AnnotationVerdict is the peers' verdict: healthy, unhealthy or none.
+	AnnotationVerdict = "atoll.io/health-verdict"
+	// AnnotationVotes counts the fresh votes and the freshest vote's checkers.
+	AnnotationVotes = "atoll.io/health-votes"
+	// AnnotationVerdictSince is when the verdict was reached (RFC 3339).
+	AnnotationVerdictSince = "atoll.io/health-verdict-since"
+	// AnnotationDisruption is the node's unit's disruption state.
+	AnnotationDisruption = "atoll.io/unit-disruption"
+	// AnnotationHoldUntil is when the hold of a fully disrupted unit ends.
+	AnnotationHoldUntil = "atoll.io/unit-hold-until"
+)
+
+// UnitState is a unit's disruption state, after the node lifecycle
+// controller's zone states.
+type UnitState string
+
+const (
+	// Normal: every node of the unit is Ready in the cloud's view.
+	Normal UnitState = "Normal"
+	// PartialDisruption: some nodes are not Ready, or all are but their
+	// peers still vote (the cloud hears the site).
+	PartialDisruption UnitState = "PartialDisruption"
+	// FullDisruption: every node is not Ready and no fresh vote comes from
+	// the unit: the whole site is cut from the cloud.
+	FullDisruption UnitState = "FullDisruption"
+)
+
+// Disruption classifies a unit from its nodes' Ready conditions and
+// whether any fresh vote about any of its nodes reached the cloud.
+func Disruption(ready []corev1.ConditionStatus, freshVotes bool) UnitState {
+	notReady := 0
+	for _, r := range ready {
+		if r != corev1.ConditionTrue {
+			notReady++
+		}
+	}
+	switch {
+	case notReady == 0:
+		return Normal
+	case notReady == len(ready) && !freshVotes:
+		return FullDisruption
+	default:
+		return PartialDisruption
+	}
+}
+
+// Protect is the decision table for one node: the cloud lost it (Ready is
+// Unknown) and either its peers see it healthy or its whole unit is held.
+// A node the cloud still hears (Ready True or False) is left to Kubernetes.
+func Protect(ready corev1.ConditionStatus, j Judgement, held bool) bool {
+	if ready != corev1.ConditionUnknown {
+		return false
+	}
+	return j.Verdict == atollv1.Verdict_VERDICT_HEALTHY || held
+}
+
+// ReadyStatus is the status of the node's Ready condition (Unknown when
+// missing).
+func ReadyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// VerdictName is the annotation value of a verdict.
+func VerdictName(v atollv1.Verdict) string {
+	switch v {
+	case atollv1.Verdict_VERDICT_HEALTHY:
+		return "healthy"
+	case atollv1.Verdict_VERDICT_UNHEALTHY:
+		return "unhealthy"
+	default:
+		return "none"
+	}
+}
+
+// Annotations returns the annotations Atoll wants on a node of a unit in
+// state, given its judgement; hold is the end of the unit's hold (zero:
+// none).
+func Annotations(j Judgement, state UnitState, hold time.Time) map[string]string {
+	a := map[string]string{
+		AnnotationVerdict: VerdictName(j.Verdict),
+		AnnotationVotes: fmt.Sprintf("healthy=%d,unhealthy=%d,none=%d;normal=%d,abnormal=%d,checkers=%d",
+			j.Healthy, j.Unhealthy, j.Undecided, j.Normal, j.Abnormal, j.Checkers),
+		AnnotationDisruption: string(state),
+	}
+	if j.Verdict != atollv1.Verdict_VERDICT_NONE && !j.Since.IsZero() {
+		a[AnnotationVerdictSince] = j.Since.UTC().Format(time.RFC3339)
+	}
+	if !hold.IsZero() {
+		a[AnnotationHoldUntil] = hold.UTC().Format(time.RFC3339)
+	}
+	return a
+}
+
+// ManagedAnnotations are the keys Annotations may set.
+var ManagedAnnotations = []string{AnnotationVerdict, AnnotationVotes, AnnotationVerdictSince, AnnotationDisruption, AnnotationHoldUntil}

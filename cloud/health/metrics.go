@@ -1,0 +1,44 @@
+package health
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	patches   *prometheus.CounterVec
+	unitState *prometheus.GaugeVec
+	protected prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "patches_total",
+			Help: "Kubernetes patches by kind (node, endpointslice, endpoints) and result (ok, retry, error).",
+		}, []string{"kind", "result"}),
+		unitState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "unit_disruption",
+			Help: "1 for each unit's current disruption state (Normal, PartialDisruption, FullDisruption).",
+		}, []string{"unit", "state"}),
+		protected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "protected_nodes",
+			Help: "Nodes the cloud lost that Atoll keeps serving (healthy verdict or held unit).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.patches, m.unitState, m.protected)
+	}
+	return m
+}
+
+func (m *metrics) setUnitState(unit string, state UnitState, gone bool) {
+	for _, s := range []UnitState{Normal, PartialDisruption, FullDisruption} {
+		if gone {
+			m.unitState.DeleteLabelValues(unit, string(s))
+			continue
+		}
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.unitState.WithLabelValues(unit, string(s)).Set(v)
+	}
+}

@@ -1,0 +1,128 @@
+package health
+
+import (
+	"sync"
+	"time"
+
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// Judgement is the cloud's reading of the votes about one node.
+type Judgement struct {
+	// Verdict is the strict majority of the fresh votes, or NONE.
+	Verdict atollv1.Verdict
+	// Fresh votes by verdict.
+	Healthy, Unhealthy, Undecided int
+	// Counts of the freshest vote: checkers saying normal and abnormal.
+	Normal, Abnormal, Checkers uint32
+	// Since when the freshest vote's verdict has held (voter's clock).
+	Since time.Time
+	// LastVote is when the freshest vote reached the hub (zero: none).
+	LastVote time.Time
+}
+
+// Votes is the number of fresh votes.
+func (j Judgement) Votes() int { return j.Healthy + j.Unhealthy + j.Undecided }
+
+type entry struct {
+	vote      *atollv1.Vote
+	published time.Time
+}
+
+// Tracker keeps the latest vote of every voter about every node and judges
+// them. Votes expire by the hub's clock (the time JetStream stored them)
+// plus the TTL the voter gave, so voters' clock skew does not matter.
+type Tracker struct {
+	defaultTTL time.Duration
+
+	mu     sync.RWMutex
+	byNode map[string]map[string]entry // node → voter → latest vote
+}
+
+// NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
+func NewTracker(defaultTTL time.Duration) *Tracker {
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}}
+}
+
+// Observe records v, published (stored by the hub) at published. An older
+// vote of the same voter about the same node is ignored; it reports
+// whether v was recorded.
+func (t *Tracker) Observe(v *atollv1.Vote, published time.Time) bool {
+	if published.IsZero() {
+		published = time.Now()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	voters := t.byNode[v.GetNode()]
+	if voters == nil {
+		voters = map[string]entry{}
+		t.byNode[v.GetNode()] = voters
+	}
+	if old, ok := voters[v.GetVoter()]; ok && !v.GetTime().AsTime().After(old.vote.GetTime().AsTime()) {
+		return false
+	}
+	voters[v.GetVoter()] = entry{vote: v, published: published}
+	return true
+}
+
+func (t *Tracker) ttl(v *atollv1.Vote) time.Duration {
+	if d := v.GetTtl().AsDuration(); d > 0 {
+		return d
+	}
+	return t.defaultTTL
+}
+
+// Judge reads the fresh votes about node at now.
+func (t *Tracker) Judge(node string, now time.Time) Judgement {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var j Judgement
+	var freshest *atollv1.Vote
+	for _, e := range t.byNode[node] {
+		if now.After(e.published.Add(t.ttl(e.vote))) {
+			continue
+		}
+		switch e.vote.GetVerdict() {
+		case atollv1.Verdict_VERDICT_HEALTHY:
+			j.Healthy++
+		case atollv1.Verdict_VERDICT_UNHEALTHY:
+			j.Unhealthy++
+		default:
+			j.Undecided++
+		}
+		if e.published.After(j.LastVote) {
+			j.LastVote, freshest = e.published, e.vote
+		}
+	}
+	j.Verdict = Majority(j.Healthy, j.Unhealthy, j.Undecided)
+	if freshest != nil {
+		j.Normal, j.Abnormal, j.Checkers = freshest.GetNormal(), freshest.GetAbnormal(), freshest.GetCheckers()
+		j.Since = freshest.GetSince().AsTime()
+	}
+	return j
+}
+
+// Majority is the cloud's rule over the voters: a strict majority of the
+// fresh votes decides, anything else is no verdict. Voters see the same
+// reports and normally agree; this only matters while a report is in
+// flight to some voters and not others.
+func Majority(healthy, unhealthy, undecided int) atollv1.Verdict {
+	total := healthy + unhealthy + undecided
+	switch {
+	case total == 0:
+		return atollv1.Verdict_VERDICT_NONE
+	case 2*healthy > total:
+		return atollv1.Verdict_VERDICT_HEALTHY
+	case 2*unhealthy > total:
+		return atollv1.Verdict_VERDICT_UNHEALTHY
+	default:
+		return atollv1.Verdict_VERDICT_NONE
+	}
+}
+
+// Forget drops every vote about node (it left the cluster).
+func (t *Tracker) Forget(node string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.byNode, node)
+}

@@ -1,0 +1,534 @@
+// Package e2e runs Atoll end to end against the real components: etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler built from the
+// pinned modules, the real NATS fabric, and a real atoll-edge agent per
+// simulated node.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/edge/edgeapp"
+	"github.com/atoll-edge/atoll/edge/prober"
+	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testbed"
+)
+
+const (
+	toleration = 10 * time.Second // pods' unreachable toleration (kubetest default)
+	holdTime   = 25 * time.Second
+)
+
+// faults blocks probes between pairs of nodes: a network partition inside
+// a unit, as the probers see it.
+type faults struct {
+	mu      sync.Mutex
+	blocked map[[2]string]bool
+}
+
+func (f *faults) block(a, b string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blocked[[2]string{a, b}], f.blocked[[2]string{b, a}] = true, true
+}
+
+func (f *faults) isBlocked(a, b string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.blocked[[2]string{a, b}]
+}
+
+var inUnit = &faults{blocked: map[[2]string]bool{}}
+
+type faultPlugin struct{ checker string }
+
+func (p faultPlugin) Check(_ context.Context, t prober.Target) error {
+	if inUnit.isBlocked(p.checker, t.Name) {
+		return fmt.Errorf("%s cannot reach %s", p.checker, t.Name)
+	}
+	return nil
+}
+
+func TestMain(m *testing.M) {
+	prober.Register("fault", func(c prober.PluginConfig) (prober.Plugin, error) {
+		return faultPlugin{checker: c.Args["checker"]}, nil
+	})
+	os.Exit(m.Run())
+}
+
+type env struct {
+	bed    *testbed.Bed
+	client kubernetes.Interface
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	logDir := os.Getenv("ATOLL_E2E_LOG_DIR") // keep the log after the test
+	if logDir == "" {
+		logDir = t.TempDir()
+	}
+	logFile, err := os.Create(filepath.Join(logDir, "atoll.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = logFile.Close() })
+	bed, err := testbed.Start(ctx, testbed.Options{
+		Dir:    t.TempDir(),
+		Net:    2,
+		Logger: slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Kube:   kubetest.Config{UnreachableTolerationSeconds: int(toleration.Seconds()), NotReadyTolerationSeconds: int(toleration.Seconds())},
+		Cloud:  func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
+		Agent: func(c *edgeapp.Config) {
+			// Every probe also passes through the fault table, and a
+			// peer must pass all three plugins to be normal.
+			c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
+				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: time.Second,
+				Args: map[string]string{"checker": c.NATS.NodeName},
+			})
+			c.Prober.Scoreline = 200
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("atoll log: %s\n%s", logFile.Name(), bed.Cluster.LogTails(40))
+		}
+		bed.Stop()
+	})
+	return &env{bed: bed, client: bed.Cluster.Client()}
+}
+
+// site creates a unit of n nodes with one pod per node behind a Service,
+// and waits until every endpoint is ready.
+func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
+	t.Helper()
+	ctx := t.Context()
+	var err error
+	if agents {
+		_, err = e.bed.Sites.AddSite(ctx, unit, n)
+	} else {
+		_, err = e.bed.Sites.AddSiteWithoutAgents(ctx, unit, n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bed.Cluster.CreateNamespace(ctx, unit); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: unit},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := e.client.CoreV1().Services(unit).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for i := 1; i <= n; i++ {
+		node := fmt.Sprintf("%s-%d", unit, i)
+		nodes = append(nodes, node)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-" + node, Namespace: unit, Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+				Name: "web", Image: "registry.example/web:1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			}}},
+		}
+		if _, err := e.client.CoreV1().Pods(unit).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, time.Minute, func() error {
+		for _, node := range nodes {
+			if ok, err := e.endpointReady(unit, "web-"+node); err != nil || !ok {
+				return fmt.Errorf("endpoint of web-%s not ready yet (%v): %s", node, err, e.describe(unit, "web-"+node))
+			}
+		}
+		if !agents {
+			return nil
+		}
+		return e.verdict(nodes[0], "healthy")
+	})
+	return nodes
+}
+
+// partition cuts node's link to the cloud: its kubelet stops renewing its
+// Lease and its agent's leaf link to the hub goes down. Its unit peers can
+// still reach it.
+func (e *env) partition(t *testing.T, node string) {
+	t.Helper()
+	if err := e.bed.Kubelet.Partition(node); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := e.bed.Sites.Node(node); n != nil && n.Running() {
+		if err := e.bed.Sites.SetLeaf(node, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) heal(t *testing.T, node string) {
+	t.Helper()
+	if n, _ := e.bed.Sites.Node(node); n != nil && n.Running() {
+		if err := e.bed.Sites.SetLeaf(node, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.bed.Kubelet.Heal(node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kill stops the node entirely: agent, kubelet endpoint, Lease.
+func (e *env) kill(t *testing.T, node string) {
+	t.Helper()
+	if err := e.bed.Sites.StopAgent(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bed.Sites.StopKubelet(node); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bed.Kubelet.Partition(node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) node(name string) (*corev1.Node, error) {
+	return e.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+}
+
+func hasTaint(n *corev1.Node, effect corev1.TaintEffect) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeUnreachable && t.Effect == effect
+	})
+}
+
+func (e *env) waitUnknown(t *testing.T, node string) time.Time {
+	t.Helper()
+	natstest.Eventually(t, 30*time.Second, func() error {
+		n, err := e.node(node)
+		if err != nil {
+			return err
+		}
+		if s := health.ReadyStatus(n); s != corev1.ConditionUnknown {
+			return fmt.Errorf("%s Ready=%s", node, s)
+		}
+		if !hasTaint(n, corev1.TaintEffectNoSchedule) {
+			return fmt.Errorf("%s has no unreachable:NoSchedule taint yet", node)
+		}
+		return nil
+	})
+	return time.Now()
+}
+
+// endpointReady reports whether pod's endpoint in its Service's slices is
+// ready; false if it is missing.
+func (e *env) endpointReady(ns, pod string) (bool, error) {
+	list, err := e.client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=web"})
+	if err != nil {
+		return false, err
+	}
+	for _, s := range list.Items {
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef != nil && ep.TargetRef.Name == pod {
+				return ep.Conditions.Ready != nil && *ep.Conditions.Ready, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// endpointsAddressReady reports whether pod's address is among the ready
+// addresses of the Service's Endpoints object.
+func (e *env) endpointsAddressReady(ns, pod string) (bool, error) {
+	ep, err := e.client.CoreV1().Endpoints(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, ss := range ep.Subsets {
+		for _, a := range ss.Addresses {
+			if a.TargetRef != nil && a.TargetRef.Name == pod {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// evicted reports whether the pod was deleted (or is being deleted).
+func (e *env) evicted(ns, pod string) (bool, error) {
+	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return p.DeletionTimestamp != nil, nil
+}
+
+func (e *env) verdict(node, want string) error {
+	n, err := e.node(node)
+	if err != nil {
+		return err
+	}
+	if got := n.Annotations[health.AnnotationVerdict]; got != want {
+		return fmt.Errorf("%s verdict annotation %q, want %q (votes %s)", node, got, want, n.Annotations[health.AnnotationVotes])
+	}
+	return nil
+}
+
+// holdsFor checks, every 250 ms for d, that check passes.
+func holdsFor(t *testing.T, d time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := check(); err != nil {
+			t.Fatalf("after %v: %v", d-time.Until(deadline), err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitEvicted waits for pod's eviction and returns when it happened.
+func (e *env) waitEvicted(t *testing.T, ns, pod string, within time.Duration) time.Time {
+	t.Helper()
+	natstest.Eventually(t, within, func() error {
+		ok, err := e.evicted(ns, pod)
+		if err != nil || !ok {
+			return fmt.Errorf("%s not evicted (%v)", pod, err)
+		}
+		return nil
+	})
+	return time.Now()
+}
+
+// TestDistributedHealth is the scenario matrix of distributed health.
+func TestDistributedHealth(t *testing.T) {
+	e := start(t)
+
+	// 1. The node's cloud link is down but its peers see it healthy: it
+	// stays Unknown with NoSchedule only, its pod is never evicted and its
+	// endpoint stays ready for three tolerations; healing restores it.
+	t.Run("cloud link down, peers healthy", func(t *testing.T) {
+		t.Parallel()
+		nodes := e.site(t, "s1", 3, true)
+		x := nodes[0]
+		e.partition(t, x)
+		e.waitUnknown(t, x)
+		natstest.Eventually(t, 10*time.Second, func() error { return e.verdict(x, "healthy") })
+		transient := time.Duration(0)
+		holdsFor(t, 3*toleration, func() error {
+			n, err := e.node(x)
+			if err != nil {
+				return err
+			}
+			if hasTaint(n, corev1.TaintEffectNoExecute) {
+				// KCM re-adds the taint each monitor period; the webhook
+				// strips it on the way in. Tolerate a glimpse, never
+				// a stay.
+				transient += 250 * time.Millisecond
+				if transient > time.Second {
+					return fmt.Errorf("%s keeps the unreachable:NoExecute taint", x)
+				}
+			}
+			if ev, err := e.evicted("s1", "web-"+x); err != nil || ev {
+				return fmt.Errorf("pod web-%s evicted (%v)", x, err)
+			}
+			if ok, err := e.endpointReady("s1", "web-"+x); err != nil || !ok {
+				return fmt.Errorf("EndpointSlice endpoint of web-%s not ready (%v)", x, err)
+			}
+			if ok, err := e.endpointsAddressReady("s1", "web-"+x); err != nil || !ok {
+				return fmt.Errorf("Endpoints address of web-%s not ready (%v)", x, err)
+			}
+			return nil
+		})
+		e.heal(t, x)
+		natstest.Eventually(t, 30*time.Second, func() error {
+			n, err := e.node(x)
+			if err != nil {
+				return err
+			}
+			if health.ReadyStatus(n) != corev1.ConditionTrue || hasTaint(n, corev1.TaintEffectNoSchedule) {
+				return fmt.Errorf("%s not back to normal: Ready=%s taints=%v", x, health.ReadyStatus(n), n.Spec.Taints)
+			}
+			return nil
+		})
+	})
+
+	// 2. The node is really dead and its cloud link down: peers vote it
+	// unhealthy and Kubernetes evicts within the toleration.
+	t.Run("node dead", func(t *testing.T) {
+		t.Parallel()
+		nodes := e.site(t, "s2", 3, true)
+		x := nodes[0]
+		e.kill(t, x)
+		natstest.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "unhealthy") })
+		lost := e.waitUnknown(t, x)
+		evicted := e.waitEvicted(t, "s2", "web-"+x, toleration+15*time.Second)
+		t.Logf("evicted %v after the node was lost (toleration %v)", evicted.Sub(lost).Round(100*time.Millisecond), toleration)
+		natstest.Eventually(t, 10*time.Second, func() error {
+			if ok, _ := e.endpointReady("s2", "web-"+x); ok {
+				return fmt.Errorf("endpoint of the dead node's pod still ready")
+			}
+			return nil
+		})
+	})
+
+	// 3. Control: the same cut as 1 on a site without Atoll agents: the
+	// pod is evicted. This is what 1 prevents.
+	t.Run("control without atoll", func(t *testing.T) {
+		t.Parallel()
+		nodes := e.site(t, "s3", 3, false)
+		x := nodes[0]
+		e.partition(t, x)
+		lost := e.waitUnknown(t, x)
+		evicted := e.waitEvicted(t, "s3", "web-"+x, toleration+15*time.Second)
+		t.Logf("without Atoll: evicted %v after the node was lost", evicted.Sub(lost).Round(100*time.Millisecond))
+	})
+
+	// 4. The whole unit is cut from the cloud: its pods are held for the
+	// hold time, then released to Kubernetes.
+	t.Run("whole unit cut", func(t *testing.T) {
+		t.Parallel()
+		// A healthy zone elsewhere: when every zone is down, KCM assumes
+		// its own network failed and evicts nothing at all.
+		e.site(t, "s4w", 1, true)
+		nodes := e.site(t, "s4", 3, true)
+		for _, n := range nodes {
+			e.partition(t, n)
+		}
+		for _, n := range nodes {
+			e.waitUnknown(t, n)
+		}
+		// The unit's last votes expire first (3 × the voters' refresh).
+		var since time.Time
+		natstest.Eventually(t, 45*time.Second, func() error {
+			st, hold := e.bed.Health.UnitState("s4")
+			if st != health.FullDisruption || hold.IsZero() {
+				return fmt.Errorf("unit s4 is %s", st)
+			}
+			since = hold.Add(-holdTime)
+			return nil
+		})
+		// Held: nothing evicted until the hold ends (minus a margin for
+		// the check itself).
+		holdsFor(t, time.Until(since.Add(holdTime-2*time.Second)), func() error {
+			for _, n := range nodes {
+				if ev, err := e.evicted("s4", "web-"+n); err != nil || ev {
+					return fmt.Errorf("web-%s evicted during the hold (%v)", n, err)
+				}
+			}
+			return nil
+		})
+		for _, n := range nodes {
+			e.waitEvicted(t, "s4", "web-"+n, toleration+20*time.Second)
+		}
+		t.Logf("released %v after the hold began", time.Since(since).Round(time.Second))
+	})
+
+	// 5. A split vote (four nodes, two against two) gives no verdict and
+	// no Atoll patch: Kubernetes evicts the lost node's pod.
+	t.Run("split vote", func(t *testing.T) {
+		t.Parallel()
+		nodes := e.site(t, "s5", 4, true)
+		for _, a := range nodes[:2] {
+			for _, b := range nodes[2:] {
+				inUnit.block(a, b)
+			}
+		}
+		x := nodes[0]
+		natstest.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "none") })
+		e.partition(t, x)
+		e.waitUnknown(t, x)
+		e.waitEvicted(t, "s5", "web-"+x, toleration+15*time.Second)
+		if err := e.verdict(x, "none"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// 6. A checker that stops publishing stops counting once its reports
+	// are older than the timeout.
+	t.Run("stale reports", func(t *testing.T) {
+		t.Parallel()
+		nodes := e.site(t, "s6", 3, true)
+		votes := func(node string) (string, error) {
+			n, err := e.node(node)
+			if err != nil {
+				return "", err
+			}
+			return n.Annotations[health.AnnotationVotes], nil
+		}
+		natstest.Eventually(t, 20*time.Second, func() error {
+			v, err := votes(nodes[0])
+			if err != nil || !strings.HasSuffix(v, "checkers=3") {
+				return fmt.Errorf("votes %q, want three checkers", v)
+			}
+			return nil
+		})
+		// The third node's agent stops (its kubelet keeps answering).
+		if err := e.bed.Sites.StopAgent(t.Context(), nodes[2]); err != nil {
+			t.Fatal(err)
+		}
+		natstest.Eventually(t, 30*time.Second, func() error {
+			v, err := votes(nodes[0])
+			if err != nil || !strings.HasSuffix(v, "normal=2,abnormal=0,checkers=2") {
+				return fmt.Errorf("votes %q, want two fresh checkers", v)
+			}
+			return e.verdict(nodes[0], "healthy")
+		})
+	})
+}
+
+// describe summarises a pod and its Service's slices, for failures.
+func (e *env) describe(ns, pod string) string {
+	var b strings.Builder
+	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "pod: %v; ", err)
+	} else {
+		fmt.Fprintf(&b, "pod phase=%s ip=%s conditions=", p.Status.Phase, p.Status.PodIP)
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(&b, "%s=%s,", c.Type, c.Status)
+		}
+		b.WriteString("; ")
+	}
+	list, err := e.client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "slices: %v", err)
+		return b.String()
+	}
+	for _, s := range list.Items {
+		fmt.Fprintf(&b, "slice %s:", s.Name)
+		for _, ep := range s.Endpoints {
+			name := ""
+			if ep.TargetRef != nil {
+				name = ep.TargetRef.Name
+			}
+			fmt.Fprintf(&b, " %s ready=%v", name, ep.Conditions.Ready != nil && *ep.Conditions.Ready)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}

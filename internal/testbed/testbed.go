@@ -1,0 +1,194 @@
+// Package testbed assembles a whole Atoll installation on one machine for
+// the local demo and the end-to-end tests: a real Kubernetes control plane
+// (internal/kubetest), the atoll-cloud application with its embedded hub,
+// health service and admission webhook registered with the apiserver, the
+// simulated kubelets (internal/edgesim) and simulated sites whose nodes run
+// real atoll-edge agents (internal/sitesim).
+package testbed
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/webhook"
+	"github.com/atoll-edge/atoll/edge/edgeapp"
+	"github.com/atoll-edge/atoll/internal/edgesim"
+	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/sitesim"
+)
+
+// Options shape the bed.
+type Options struct {
+	// Dir holds every component's state and logs.
+	Dir string
+	// Kube configures the control plane; KCM and scheduler always run.
+	Kube kubetest.Config
+	// HubPort is the hub's client port on 127.0.0.1 (0 or busy: random).
+	HubPort int
+	// Cloud and Agent adjust the cloud's and every agent's configuration.
+	Cloud func(*cloudapp.Config)
+	Agent func(*edgeapp.Config)
+	// Net separates the loopback addresses of concurrent beds (sitesim).
+	Net int
+	// Logger receives every component's logs.
+	Logger *slog.Logger
+}
+
+// Bed is a running installation.
+type Bed struct {
+	Cluster *kubetest.Cluster
+	Hub     *hub.Hub
+	Health  *health.Service
+	Kubelet *edgesim.Simulator
+	Sites   *sitesim.Sim
+	// Operator is the password of the hub's "operator" user.
+	Operator string
+
+	cloud *fx.App
+	stops []func()
+}
+
+// Start brings the bed up; Stop tears it down (also after a failed Start).
+func Start(ctx context.Context, o Options) (b *Bed, err error) {
+	if o.Dir == "" {
+		return nil, errors.New("testbed: no dir")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	b = &Bed{}
+	defer func() {
+		if err != nil {
+			b.Stop()
+			b = nil
+		}
+	}()
+
+	kc := o.Kube
+	kc.Dir = filepath.Join(o.Dir, "kube")
+	kc.ControllerManager, kc.Scheduler = true, true
+	if kc.Logger == nil {
+		kc.Logger = o.Logger.With("component", "kubetest")
+	}
+	if b.Cluster, err = kubetest.StartCluster(ctx, kc); err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	b.stops = append(b.stops, func() { _ = b.Cluster.Stop() })
+
+	// The webhook serves on a fixed loopback port so the registration can
+	// name it before the server starts.
+	certDir := filepath.Join(o.Dir, "webhook")
+	if err := b.Cluster.WriteServingCert(certDir, "127.0.0.1"); err != nil {
+		return nil, fmt.Errorf("webhook certificate: %w", err)
+	}
+	whPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	b.Operator = randomHex(8)
+	cfg := cloudapp.Default()
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.Hub.Host = "127.0.0.1"
+	cfg.Hub.ClientPort = -1
+	if o.HubPort > 0 && portFree(o.HubPort) {
+		cfg.Hub.ClientPort = o.HubPort
+	}
+	cfg.Hub.LeafPort = -1
+	cfg.Hub.StoreDir = filepath.Join(o.Dir, "hub")
+	cfg.Hub.Operators = map[string]string{"operator": b.Operator}
+	cfg.Kube.REST = b.Cluster.RESTConfig()
+	cfg.Webhook.Addr = fmt.Sprintf("127.0.0.1:%d", whPort)
+	cfg.Webhook.CertDir = certDir
+	cfg.Registration.Enabled = true
+	cfg.Registration.Service = webhook.ServiceRef{}
+	cfg.Registration.URL = fmt.Sprintf("https://127.0.0.1:%d/mutate", whPort)
+	cfg.Registration.CAFile = ""
+	cfg.Registration.CABundle = b.Cluster.CABundle()
+	if o.Cloud != nil {
+		o.Cloud(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b.cloud = fx.New(cloudapp.Options(cfg, o.Logger.With("service", "atoll-cloud")), fx.Populate(&b.Hub, &b.Health))
+	if err := b.cloud.Err(); err != nil {
+		return nil, fmt.Errorf("atoll-cloud: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := b.cloud.Start(sctx); err != nil {
+		return nil, fmt.Errorf("atoll-cloud: %w", err)
+	}
+	b.stops = append(b.stops, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = b.cloud.Stop(ctx)
+	})
+
+	if b.Kubelet, err = edgesim.New(b.Cluster.RESTConfig(), edgesim.Config{Logger: o.Logger.With("component", "edgesim")}); err != nil {
+		return nil, err
+	}
+	// The simulated kubelets live until Stop, not until ctx (which only
+	// bounds the start).
+	if err := b.Kubelet.Start(context.Background()); err != nil {
+		return nil, err
+	}
+	b.stops = append(b.stops, b.Kubelet.Stop)
+
+	agent := func(c *edgeapp.Config) {
+		c.Kubelet.Scheme = "http" // sitesim serves a plain-HTTP kubelet /healthz
+		if o.Agent != nil {
+			o.Agent(c)
+		}
+	}
+	if b.Sites, err = sitesim.New(sitesim.Config{Hub: b.Hub, Kube: b.Kubelet, StateDir: filepath.Join(o.Dir, "edge"), Net: o.Net,
+		UnitLabel: cfg.Topology.UnitLabel, Agent: agent, Logger: o.Logger.With("service", "atoll-edge")}); err != nil {
+		return nil, err
+	}
+	b.stops = append(b.stops, func() { _ = b.Sites.Close(context.Background()) })
+	return b, nil
+}
+
+// Stop tears everything down, last started first.
+func (b *Bed) Stop() {
+	for i := len(b.stops) - 1; i >= 0; i-- {
+		b.stops[i]()
+	}
+	b.stops = nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func portFree(port int) bool {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return false
+	}
+	_ = ln.Close()
+	return true
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
