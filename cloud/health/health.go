@@ -68,6 +68,7 @@ type Service struct {
 	now     func() time.Time
 
 	nodes     corelisters.NodeLister
+	pods      corelisters.PodLister
 	slices    cache.Indexer
 	endpoints cache.Indexer
 	queue     workqueue.TypedRateLimitingInterface[string]
@@ -107,6 +108,8 @@ func New(cfg Config, b *bus.Bus, k *kube.Kube, log *slog.Logger, reg prometheus.
 	}); err != nil {
 		return nil, err
 	}
+
+	s.pods = k.Informers.Core().V1().Pods().Lister()
 
 	sliceInf := k.Informers.Discovery().V1().EndpointSlices().Informer()
 	if err := sliceInf.AddIndexers(cache.Indexers{byNodeIndex: slicesByNode}); err != nil {
@@ -191,6 +194,29 @@ func (s *Service) Protected(node string) bool {
 		return false
 	}
 	return Protect(ReadyStatus(n), s.tracker.Judge(node, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+}
+
+// ProtectedNode decides for a Node being written, from its own Ready
+// condition (the webhook's NodePolicy).
+func (s *Service) ProtectedNode(n *corev1.Node) bool {
+	return Protect(ReadyStatus(n), s.tracker.Judge(n.Name, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+}
+
+// Serving reports whether a pod was serving when its node was lost: it is
+// not being deleted and the kubelet last reported its containers ready.
+// The node lifecycle controller flips only the pod's Ready condition, so
+// ContainersReady keeps the kubelet's last word (the webhook's PodPolicy).
+func (s *Service) Serving(namespace, name string) bool {
+	p, err := s.pods.Pods(namespace).Get(name)
+	if err != nil || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.ContainersReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func (s *Service) held(unit string) bool {

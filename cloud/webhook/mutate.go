@@ -17,7 +17,7 @@ import (
 // pods. Every other taint stays, including unreachable:NoSchedule: the
 // scheduler should not place new pods on a node the cloud cannot reach.
 func ProtectNode(node *corev1.Node, p Policy) (*corev1.Node, bool) {
-	if node == nil || !p.Protected(node.Name) {
+	if node == nil || !nodeProtected(node, p) {
 		return node, false
 	}
 	if !slices.ContainsFunc(node.Spec.Taints, isUnreachableNoExecute) {
@@ -42,8 +42,9 @@ func isUnreachableNoExecute(t corev1.Taint) bool {
 }
 
 // ProtectEndpointSlice marks every endpoint on a protected node that is not
-// terminating ready and serving. Endpoints on other nodes, without a node
-// name, or terminating are left as they are.
+// terminating ready and serving (with a PodPolicy: only if its pod was
+// serving). Endpoints on other nodes, without a node name, or terminating
+// are left as they are.
 func ProtectEndpointSlice(slice *discoveryv1.EndpointSlice, p Policy) (*discoveryv1.EndpointSlice, bool) {
 	if slice == nil {
 		return slice, false
@@ -75,13 +76,14 @@ func endpointNeedsProtection(ep discoveryv1.Endpoint, p Policy) bool {
 	case isTrue(c.Ready) && isTrue(c.Serving):
 		return false // already what we would write; skip the policy lookup
 	}
-	return p.Protected(*ep.NodeName)
+	return p.Protected(*ep.NodeName) && podServing(ep.TargetRef, p)
 }
 
 // ProtectEndpoints moves, in every subset, the not-ready addresses of
 // protected nodes to the ready addresses: the existing ready addresses
 // first, then the moved ones in their original order. Ports stay with their
-// subset; addresses of other nodes stay where they are.
+// subset; addresses of other nodes stay where they are (with a PodPolicy,
+// so do addresses of pods that were not serving).
 func ProtectEndpoints(ep *corev1.Endpoints, p Policy) (*corev1.Endpoints, bool) {
 	if ep == nil {
 		return ep, false
@@ -92,7 +94,7 @@ func ProtectEndpoints(ep *corev1.Endpoints, p Policy) (*corev1.Endpoints, bool) 
 		// if the policy changes meanwhile.
 		var move []bool
 		for ai, a := range ep.Subsets[si].NotReadyAddresses {
-			if a.NodeName == nil || *a.NodeName == "" || !p.Protected(*a.NodeName) {
+			if a.NodeName == nil || *a.NodeName == "" || !p.Protected(*a.NodeName) || !podServing(a.TargetRef, p) {
 				continue
 			}
 			if move == nil {
