@@ -70,6 +70,9 @@ func New(cfg Config) (*Kube, error) {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	rc.UserAgent = FieldManager
+	// The apiserver warns on every use of core/v1 Endpoints (deprecated,
+	// but still what older kube-proxies read, so Atoll keeps them ready).
+	rc.WarningHandler = rest.NoWarnings{}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)

@@ -1,0 +1,286 @@
+// Command atoll-bench measures distributed health on a whole local
+// installation (real Kubernetes control plane, hub, cloud services, real
+// atoll-edge agents on simulated nodes) and prints tables with the
+// environment:
+//
+//   - detection: a node dies (agent, kubelet and Lease stop) → the cloud's
+//     verdict is unhealthy;
+//   - protection: a node's cloud link is cut (Lease and leaf link stop) →
+//     the node lifecycle controller marks it Unknown → Atoll protects it;
+//     and whether its endpoint was ever seen not ready;
+//   - probe traffic: bytes per second per node for units of 10, 50 and 200
+//     nodes: measured on a real unit (default 10 nodes), and computed for
+//     the others from the encoded sizes of real reports and votes.
+//
+// Run it with `go tool task bench:health`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/edge/prober"
+	"github.com/atoll-edge/atoll/edge/voter"
+	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/testbed"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "atoll-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	trials      int
+	unitSize    int
+	trafficSize int
+	window      time.Duration
+	grace       time.Duration
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("atoll-bench", flag.ContinueOnError)
+	fs.IntVar(&o.trials, "trials", 5, "trials per latency measurement")
+	fs.IntVar(&o.unitSize, "unit", 5, "nodes in the unit used for latency trials")
+	fs.IntVar(&o.trafficSize, "traffic-unit", 10, "nodes in the unit whose probe traffic is measured")
+	fs.DurationVar(&o.window, "traffic-window", 30*time.Second, "how long probe traffic is measured")
+	fs.DurationVar(&o.grace, "node-monitor-grace", 5*time.Second, "kube-controller-manager's --node-monitor-grace-period")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.trials < 1 || o.unitSize < 3 || o.trafficSize < 2 {
+		return fmt.Errorf("want --trials >= 1, --unit >= 3, --traffic-unit >= 2")
+	}
+	dir, err := os.MkdirTemp("", "atoll-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logFile, err := os.Create(filepath.Join(dir, "atoll.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+
+	fmt.Fprintln(out, "starting the installation ...")
+	bed, err := testbed.Start(ctx, testbed.Options{
+		Dir: dir, Net: 3,
+		Logger: slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Kube:   kubetest.Config{NodeMonitorGracePeriod: o.grace},
+	})
+	if err != nil {
+		return err
+	}
+	defer bed.Stop()
+
+	env(out, o)
+	if err := latency(ctx, out, bed, o); err != nil {
+		return err
+	}
+	return traffic(ctx, out, bed, o)
+}
+
+func env(out io.Writer, o options) {
+	p, v := prober.DefaultConfig(), voter.DefaultConfig()
+	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s, nats-server %s, kube %s\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), server.VERSION, "v1.36.3")
+	fmt.Fprintf(out, "settings: probe period %v, report timeout %v, vote refresh %v, node-monitor-grace-period %v, node-monitor-period 1s\n",
+		p.Period, v.Timeout, v.Refresh, o.grace)
+}
+
+type stats []time.Duration
+
+func (s stats) row() string {
+	if len(s) == 0 {
+		return "-\t-\t-"
+	}
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	r := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
+	return fmt.Sprintf("%s\t%s\t%s", r(s[len(s)/2]), r(sum/time.Duration(len(s))), r(s[len(s)-1]))
+}
+
+// poll returns how long it took until cond held (checked every 10 ms).
+func poll(ctx context.Context, within time.Duration, cond func() bool) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("not within %v", within)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return time.Since(start), nil
+}
+
+func latency(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) error {
+	nodes, err := bed.Sites.AddSite(ctx, "bench", o.unitSize)
+	if err != nil {
+		return err
+	}
+	client := bed.Cluster.Client()
+	if err := bed.Cluster.CreateNamespace(ctx, "bench"); err != nil {
+		return err
+	}
+	if _, err := client.CoreV1().Services("bench").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "bench"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if _, err := client.CoreV1().Pods("bench").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-" + n.Name, Namespace: "bench", Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	verdict := func(node string) atollv1.Verdict { return bed.Health.Judge(node).Verdict }
+	healthyAll := func() bool {
+		for _, n := range nodes {
+			if verdict(n.Name) != atollv1.Verdict_VERDICT_HEALTHY {
+				return false
+			}
+		}
+		return true
+	}
+	if _, err := poll(ctx, time.Minute, healthyAll); err != nil {
+		return fmt.Errorf("unit never healthy: %w", err)
+	}
+
+	var detect stats
+	for i := range o.trials {
+		x := nodes[i%len(nodes)].Name
+		start := time.Now()
+		if err := bed.Sites.StopAgent(ctx, x); err != nil {
+			return err
+		}
+		_ = bed.Sites.StopKubelet(x)
+		_ = bed.Kubelet.Partition(x)
+		if _, err := poll(ctx, time.Minute, func() bool { return verdict(x) == atollv1.Verdict_VERDICT_UNHEALTHY }); err != nil {
+			return fmt.Errorf("dead node %s never judged unhealthy: %w", x, err)
+		}
+		detect = append(detect, time.Since(start))
+		if err := revive(ctx, bed, x); err != nil {
+			return err
+		}
+		if _, err := poll(ctx, 2*time.Minute, healthyAll); err != nil {
+			return fmt.Errorf("unit not healthy again after reviving %s: %w", x, err)
+		}
+	}
+
+	var lost, protect stats
+	gaps := 0
+	for i := range o.trials {
+		x := nodes[i%len(nodes)].Name
+		pod := "web-" + x
+		start := time.Now()
+		_ = bed.Kubelet.Partition(x)
+		_ = bed.Sites.SetLeaf(x, false)
+		sawNotReady := false
+		var unknownAt time.Time
+		d, err := poll(ctx, 2*time.Minute, func() bool {
+			n, err := client.CoreV1().Nodes().Get(ctx, x, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			if unknownAt.IsZero() && health.ReadyStatus(n) == corev1.ConditionUnknown {
+				unknownAt = time.Now()
+			}
+			if !endpointReady(ctx, bed, pod) {
+				sawNotReady = true
+				return false
+			}
+			return !unknownAt.IsZero() && bed.Health.Protected(x) && !hasNoExecute(n)
+		})
+		if err != nil {
+			return fmt.Errorf("partitioned node %s never protected: %w", x, err)
+		}
+		lost = append(lost, unknownAt.Sub(start))
+		protect = append(protect, start.Add(d).Sub(unknownAt))
+		if sawNotReady {
+			gaps++
+		}
+		_ = bed.Sites.SetLeaf(x, true)
+		_ = bed.Kubelet.Heal(x)
+		if _, err := poll(ctx, 2*time.Minute, func() bool {
+			n, err := client.CoreV1().Nodes().Get(ctx, x, metav1.GetOptions{})
+			return err == nil && health.ReadyStatus(n) == corev1.ConditionTrue && healthyAll() && endpointReady(ctx, bed, pod)
+		}); err != nil {
+			return fmt.Errorf("%s did not recover: %w", x, err)
+		}
+	}
+
+	fmt.Fprintf(out, "\nhealth latency, unit of %d nodes, %d trials\n", o.unitSize, o.trials)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "measurement\tp50\tmean\tmax")
+	fmt.Fprintf(w, "node dies → cloud verdict unhealthy\t%s\n", detect.row())
+	fmt.Fprintf(w, "cloud link cut → KCM marks Unknown (grace %v)\t%s\n", o.grace, lost.row())
+	fmt.Fprintf(w, "KCM marks Unknown → Atoll protects (no NoExecute, endpoint ready; 10 ms polls)\t%s\n", protect.row())
+	_ = w.Flush()
+	fmt.Fprintf(out, "endpoint seen not ready during a partition: %d of %d trials\n", gaps, o.trials)
+	return nil
+}
+
+func revive(ctx context.Context, bed *testbed.Bed, x string) error {
+	if err := bed.Sites.StartKubelet(x); err != nil {
+		return err
+	}
+	if err := bed.Kubelet.Heal(x); err != nil {
+		return err
+	}
+	return bed.Sites.StartAgent(ctx, x)
+}
+
+func hasNoExecute(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute
+	})
+}
+
+func endpointReady(ctx context.Context, bed *testbed.Bed, pod string) bool {
+	list, err := bed.Cluster.Client().DiscoveryV1().EndpointSlices("bench").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	for _, s := range list.Items {
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef != nil && ep.TargetRef.Name == pod {
+				return ep.Conditions.Ready != nil && *ep.Conditions.Ready
+			}
+		}
+	}
+	return false
+}
