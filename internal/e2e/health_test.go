@@ -17,10 +17,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
@@ -134,30 +132,12 @@ func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.bed.Cluster.CreateNamespace(ctx, unit); err != nil {
-		t.Fatal(err)
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: unit},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}
-	if _, err := e.client.CoreV1().Services(unit).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	var nodes []string
 	for i := 1; i <= n; i++ {
-		node := fmt.Sprintf("%s-%d", unit, i)
-		nodes = append(nodes, node)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-" + node, Namespace: unit, Labels: map[string]string{"app": "web"}},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
-				Name: "web", Image: "registry.example/web:1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-			}}},
-		}
-		if _, err := e.client.CoreV1().Pods(unit).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		nodes = append(nodes, fmt.Sprintf("%s-%d", unit, i))
+	}
+	if err := e.bed.DeployWeb(ctx, unit, nodes); err != nil {
+		t.Fatal(err)
 	}
 	natstest.Eventually(t, time.Minute, func() error {
 		for _, node := range nodes {
@@ -242,21 +222,9 @@ func (e *env) waitUnknown(t *testing.T, node string) time.Time {
 	return time.Now()
 }
 
-// endpointReady reports whether pod's endpoint in its Service's slices is
-// ready; false if it is missing.
+// endpointReady reports whether pod's EndpointSlice endpoint is ready.
 func (e *env) endpointReady(ns, pod string) (bool, error) {
-	list, err := e.client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=web"})
-	if err != nil {
-		return false, err
-	}
-	for _, s := range list.Items {
-		for _, ep := range s.Endpoints {
-			if ep.TargetRef != nil && ep.TargetRef.Name == pod {
-				return ep.Conditions.Ready != nil && *ep.Conditions.Ready, nil
-			}
-		}
-	}
-	return false, nil
+	return e.bed.EndpointReady(context.Background(), ns, pod)
 }
 
 // endpointsAddressReady reports whether pod's address is among the ready

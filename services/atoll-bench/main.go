@@ -33,7 +33,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/edge/prober"
@@ -149,23 +148,12 @@ func latency(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 		return err
 	}
 	client := bed.Cluster.Client()
-	if err := bed.Cluster.CreateNamespace(ctx, "bench"); err != nil {
-		return err
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
 	}
-	if _, err := client.CoreV1().Services("bench").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "bench"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{}); err != nil {
+	if err := bed.DeployWeb(ctx, "bench", names); err != nil {
 		return err
-	}
-	for _, n := range nodes {
-		if _, err := client.CoreV1().Pods("bench").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-" + n.Name, Namespace: "bench", Labels: map[string]string{"app": "web"}},
-			Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1"}}},
-		}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
 	}
 	verdict := func(node string) atollv1.Verdict { return bed.Health.Judge(node).Verdict }
 	healthyAll := func() bool {
@@ -205,7 +193,7 @@ func latency(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	gaps := 0
 	for i := range o.trials {
 		x := nodes[i%len(nodes)].Name
-		pod := "web-" + x
+		pod := testbed.WebPod(x)
 		start := time.Now()
 		_ = bed.Kubelet.Partition(x)
 		_ = bed.Sites.SetLeaf(x, false)
@@ -271,16 +259,6 @@ func hasNoExecute(n *corev1.Node) bool {
 }
 
 func endpointReady(ctx context.Context, bed *testbed.Bed, pod string) bool {
-	list, err := bed.Cluster.Client().DiscoveryV1().EndpointSlices("bench").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return false
-	}
-	for _, s := range list.Items {
-		for _, ep := range s.Endpoints {
-			if ep.TargetRef != nil && ep.TargetRef.Name == pod {
-				return ep.Conditions.Ready != nil && *ep.Conditions.Ready
-			}
-		}
-	}
-	return false
+	ok, err := bed.EndpointReady(ctx, "bench", pod)
+	return err == nil && ok
 }

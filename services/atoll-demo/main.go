@@ -10,26 +10,17 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	"go.uber.org/fx"
-
-	"github.com/atoll-edge/atoll/cloud/cloudapp"
-	"github.com/atoll-edge/atoll/cloud/hub"
-	"github.com/atoll-edge/atoll/internal/edgesim"
-	"github.com/atoll-edge/atoll/internal/kubetest"
-	"github.com/atoll-edge/atoll/internal/sitesim"
+	"github.com/atoll-edge/atoll/internal/testbed"
 )
 
 func main() {
@@ -48,6 +39,8 @@ type options struct {
 	interval time.Duration
 	hubPort  int
 	dir      string
+	cutAfter time.Duration
+	cutFor   time.Duration
 }
 
 func parse(args []string) (options, error) {
@@ -59,6 +52,8 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.interval, "interval", 3*time.Second, "status table refresh period")
 	fs.IntVar(&o.hubPort, "hub-port", 4222, "hub client port on 127.0.0.1 (0: random)")
 	fs.StringVar(&o.dir, "dir", "", "working directory for logs and state (default: a new temp dir)")
+	fs.DurationVar(&o.cutAfter, "cut-after", 20*time.Second, "cut the first node's cloud link after this long (0: never)")
+	fs.DurationVar(&o.cutFor, "cut-for", 60*time.Second, "restore the cut link after this long")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -98,70 +93,37 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 	say("atoll-demo: logs in %s", logPath)
-
-	// Kubernetes.
-	say("starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
+	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and atoll-cloud ...")
 	start := time.Now()
-	cluster, err := kubetest.StartCluster(ctx, kubetest.Config{
-		Dir: filepath.Join(o.dir, "kube"), ControllerManager: true, Scheduler: true,
-		Logger: log.With("component", "kubetest"),
-	})
-	if err != nil {
-		return fmt.Errorf("kubernetes: %w", err)
-	}
-	defer cluster.Stop()
-	say("kubernetes ready in %v; kubeconfig: %s", time.Since(start).Round(100*time.Millisecond), cluster.KubeconfigPath())
-
-	// The cloud.
-	password := randomHex(8)
-	cfg := cloudapp.Default()
-	cfg.Log.Level = "info"
-	cfg.Admin.Addr = "127.0.0.1:0"
-	cfg.Hub.Host = "127.0.0.1"
-	cfg.Hub.ClientPort = freePort(o.hubPort)
-	cfg.Hub.LeafPort = -1
-	cfg.Hub.StoreDir = filepath.Join(o.dir, "hub")
-	cfg.Hub.Operators = map[string]string{"demo": password}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	var h *hub.Hub
-	cloud := fx.New(cloudapp.Options(cfg, log.With("service", "atoll-cloud")), fx.Populate(&h))
-	if err := cloud.Start(ctx); err != nil {
-		return fmt.Errorf("atoll-cloud: %w", err)
-	}
-	defer stopApp(cloud)
-	say("atoll-cloud ready: hub %s (user demo, password %s)", h.ClientURL(), password)
-	say("  watch events: ATOLL_NATS_URL=%s ATOLL_NATS_USER=demo ATOLL_NATS_PASSWORD=%s go run ./services/atoll events tail", h.ClientURL(), password)
-
-	// The edge.
-	kube, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{Logger: log.With("component", "edgesim")})
+	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, Logger: log})
 	if err != nil {
 		return err
 	}
-	if err := kube.Start(ctx); err != nil {
-		return err
-	}
-	defer kube.Stop()
-	sites, err := sitesim.New(sitesim.Config{Hub: h, Kube: kube, StateDir: filepath.Join(o.dir, "edge"), Logger: log.With("service", "atoll-edge")})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sites.Close(context.Background()) }()
+	defer bed.Stop()
+	say("ready in %v; kubeconfig: %s", time.Since(start).Round(100*time.Millisecond), bed.Cluster.KubeconfigPath())
+	say("  watch events: ATOLL_NATS_URL=%s ATOLL_NATS_USER=operator ATOLL_NATS_PASSWORD=%s go run ./services/atoll events tail", bed.Hub.ClientURL(), bed.Operator)
 	for u := range o.units {
 		unit := fmt.Sprintf("site-%c", 'a'+u)
-		if _, err := sites.AddSite(ctx, unit, o.nodes); err != nil {
+		nodes, err := bed.Sites.AddSite(ctx, unit, o.nodes)
+		if err != nil {
 			return err
 		}
-		say("site %s: %d nodes with real atoll-edge agents", unit, o.nodes)
+		names := make([]string, len(nodes))
+		for i, n := range nodes {
+			names[i] = n.Name
+		}
+		if err := bed.DeployWeb(ctx, unit, names); err != nil {
+			return err
+		}
+		say("site %s: %d nodes with real atoll-edge agents, a web pod on each behind Service %s/web", unit, o.nodes, unit)
 	}
 
-	// Status until interrupted.
-	client := cluster.Client()
+	scenario := newScenario(o, bed, say)
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {
-		printStatus(ctx, out, client, sites)
+		scenario.step(ctx)
+		printStatus(ctx, out, bed)
 		select {
 		case <-ctx.Done():
 			say("atoll-demo: stopping")
@@ -169,29 +131,4 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		case <-t.C:
 		}
 	}
-}
-
-func stopApp(app *fx.App) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = app.Stop(ctx)
-}
-
-// freePort returns port if it can be bound on 127.0.0.1, else -1 (random).
-func freePort(port int) int {
-	if port <= 0 {
-		return -1
-	}
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return -1
-	}
-	_ = ln.Close()
-	return port
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

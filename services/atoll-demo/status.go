@@ -10,15 +10,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/atoll-edge/atoll/internal/sitesim"
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/internal/testbed"
 )
 
 // printStatus prints one row per simulated node: the cloud's view (the
-// Node's Ready condition and taints) next to the edge's (hub link, routes
-// to unit peers, members known).
-func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface, sites *sitesim.Sim) {
+// Node's Ready condition and taints), Atoll's (the peers' verdict, the
+// unit's state, whether Atoll protects the node, whether its pods'
+// endpoints are ready) and the edge's (hub link, routes, members known).
+func printStatus(ctx context.Context, out io.Writer, bed *testbed.Bed) {
+	client, sites := bed.Cluster.Client(), bed.Sites
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ready := map[string]string{}
@@ -39,7 +41,7 @@ func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface
 		}
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "\n%s\nUNIT\tNODE\tIP\tK8S READY\tTAINTS\tAGENT\tHUB LINK\tROUTES\tMEMBERS\n", time.Now().Format("15:04:05"))
+	fmt.Fprintf(w, "\n%s\nUNIT\tNODE\tK8S READY\tTAINTS\tPEER VERDICT\tUNIT STATE\tPROTECTED\tENDPOINT\tAGENT\tHUB LINK\tROUTES\tMEMBERS\n", time.Now().Format("15:04:05"))
 	for _, n := range sites.Nodes() {
 		agent, hubLink, routes, members := "stopped", "-", "-", "-"
 		if nn := n.NATS(); nn != nil {
@@ -56,7 +58,18 @@ func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface
 		if t == "" {
 			t = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Unit, n.Name, n.IP, ready[n.Name], t, agent, hubLink, routes, members)
+		j := bed.Health.Judge(n.Name)
+		verdict := fmt.Sprintf("%s %d/%d/%d", health.VerdictName(j.Verdict), j.Healthy, j.Unhealthy, j.Undecided)
+		state, _ := bed.Health.UnitState(n.Unit)
+		protected := "-"
+		if bed.Health.Protected(n.Name) {
+			protected = "yes"
+		}
+		endpoint := "not ready"
+		if ok, err := bed.EndpointReady(lctx, n.Unit, testbed.WebPod(n.Name)); err == nil && ok {
+			endpoint = "ready"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Unit, n.Name, ready[n.Name], t, verdict, state, protected, endpoint, agent, hubLink, routes, members)
 	}
 	_ = w.Flush()
 }
