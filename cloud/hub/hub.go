@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/atoll-edge/atoll/internal/natsembed"
 	"github.com/atoll-edge/atoll/internal/natslog"
 )
 
@@ -182,20 +183,7 @@ func (h *Hub) Start(ctx context.Context) error {
 }
 
 // Shutdown stops the server, waiting at most until ctx is done.
-func (h *Hub) Shutdown(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		h.srv.Shutdown()
-		h.srv.WaitForShutdown()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("hub: shutdown: %w", ctx.Err())
-	}
-}
+func (h *Hub) Shutdown(ctx context.Context) error { return natsembed.Shutdown(ctx, h.srv) }
 
 // Server is the embedded server, for tests and monitoring.
 func (h *Hub) Server() *server.Server { return h.srv }
@@ -214,16 +202,5 @@ func (h *Hub) LeafURL() *url.URL { u := *h.leaf; return &u }
 
 // Connect opens an in-process connection as the cloud service identity.
 func (h *Hub) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
-	pub, _ := h.svc.PublicKey()
-	all := append([]nats.Option{
-		nats.Name(name),
-		nats.InProcessServer(h.srv),
-		nats.Nkey(pub, h.svc.Sign),
-		nats.MaxReconnects(-1),
-	}, opts...)
-	nc, err := nats.Connect("", all...)
-	if err != nil {
-		return nil, fmt.Errorf("hub: connect %s: %w", name, err)
-	}
-	return nc, nil
+	return natsembed.Connect(h.srv, h.svc, name, opts...)
 }

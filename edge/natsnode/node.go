@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/natsembed"
 	"github.com/atoll-edge/atoll/internal/natslog"
 )
 
@@ -219,20 +220,7 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // Shutdown stops the server, waiting at most until ctx is done.
-func (n *Node) Shutdown(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("natsnode: shutdown: %w", ctx.Err())
-	}
-}
+func (n *Node) Shutdown(ctx context.Context) error { return natsembed.Shutdown(ctx, n.srv) }
 
 // SetMesh makes the server route to exactly the members of m's unit. It
 // takes effect without a restart: routes to departed members close, routes
@@ -301,18 +289,7 @@ func (n *Node) Server() *server.Server { return n.srv }
 
 // Connect opens an in-process connection to the node's server.
 func (n *Node) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
-	pub, _ := n.agent.PublicKey()
-	all := append([]nats.Option{
-		nats.Name(name),
-		nats.InProcessServer(n.srv),
-		nats.Nkey(pub, n.agent.Sign),
-		nats.MaxReconnects(-1),
-	}, opts...)
-	nc, err := nats.Connect("", all...)
-	if err != nil {
-		return nil, fmt.Errorf("natsnode: connect %s: %w", name, err)
-	}
-	return nc, nil
+	return natsembed.Connect(n.srv, n.agent, name, opts...)
 }
 
 // Status is a snapshot of the server's links.

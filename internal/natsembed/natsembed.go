@@ -1,0 +1,49 @@
+// Package natsembed holds what Atoll's two embedded NATS servers (the
+// cloud hub and each edge node's server) do alike: shut down within a
+// context, and open in-process connections authenticated with an nkey.
+package natsembed
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Shutdown stops srv, waiting at most until ctx is done.
+func Shutdown(ctx context.Context, srv *server.Server) error {
+	done := make(chan struct{})
+	go func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("shutdown %s: %w", srv.Name(), ctx.Err())
+	}
+}
+
+// Connect opens an in-process connection to srv as the nkey user kp.
+// It reconnects forever: the server outlives its clients.
+func Connect(srv *server.Server, kp nkeys.KeyPair, name string, opts ...nats.Option) (*nats.Conn, error) {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	all := append([]nats.Option{
+		nats.Name(name),
+		nats.InProcessServer(srv),
+		nats.Nkey(pub, kp.Sign),
+		nats.MaxReconnects(-1),
+	}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s to %s: %w", name, srv.Name(), err)
+	}
+	return nc, nil
+}
