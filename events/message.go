@@ -45,7 +45,9 @@ func NewMsg(subject string, m proto.Message, id string) (*nats.Msg, error) {
 // messages that arrive without a type header (e.g. published by hand).
 func TypeForSubject(subject string) (string, error) {
 	var m proto.Message
-	if _, _, err := ParseProbeSubject(subject); err == nil {
+	if subject == StatusSubject {
+		m = &atollv1.StatusRequest{}
+	} else if _, _, err := ParseProbeSubject(subject); err == nil {
 		m = &atollv1.ProbeReport{}
 	} else if _, _, _, err := ParseVoteSubject(subject); err == nil {
 		m = &atollv1.Vote{}

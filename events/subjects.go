@@ -17,6 +17,7 @@ import (
 //	atoll.view.<unit>.<kind>.<namespace>.<name>  UnitView, ObjectView, HostRecords
 //	atoll.view._.assignment._.<node>             NodeAssignment
 //	atoll.tunnel.<node>.<session>.<dir>          TunnelFrame
+//	atoll.cloud.status                           StatusRequest → ClusterStatus (request/reply)
 const (
 	// Root is the first token of every Atoll subject.
 	Root = "atoll"
@@ -45,6 +46,12 @@ const (
 	ViewSubjects   = Root + ".view.>"
 	TunnelSubjects = Root + ".tunnel.>"
 )
+
+// StatusSubject is where operators (`atoll status`) ask the cloud for the
+// health state of the edge units: a StatusRequest, answered with a
+// ClusterStatus by one atoll-cloud replica (queue group atoll-cloud). It
+// is core NATS request/reply: no stream stores it.
+const StatusSubject = Root + ".cloud.status"
 
 // TunnelDir is the direction token of a tunnel subject.
 type TunnelDir string

@@ -116,6 +116,7 @@ func TestTypeForSubject(t *testing.T) {
 		"atoll.view.u.hosts._.u":          "atoll.v1.HostRecords",
 		"atoll.view._.assignment._.n":     "atoll.v1.NodeAssignment",
 		"atoll.view.u.services.default.x": "atoll.v1.ObjectView",
+		"atoll.cloud.status":              "atoll.v1.StatusRequest",
 	}
 	for subject, want := range tests {
 		if got, err := TypeForSubject(subject); err != nil || got != want {
