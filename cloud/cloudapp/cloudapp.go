@@ -17,6 +17,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/kube"
+	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
@@ -150,6 +151,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			kube.Module,
 			health.Module,
 			webhook.Module,
+			status.Module,
 		)
 	}
 	return fx.Options(

@@ -1,0 +1,33 @@
+package status
+
+import (
+	"context"
+	"log/slog"
+
+	"go.uber.org/fx"
+
+	"github.com/atoll-edge/atoll/cloud/bus"
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/kube"
+)
+
+// Module answers status requests on the app's hub connection from the
+// health service and the node informer, from app start until app stop.
+// It runs with the kubernetes membership source only.
+var Module = fx.Module("status",
+	fx.Provide(newForApp),
+	fx.Invoke(func(*Responder) {}),
+)
+
+func newForApp(lc fx.Lifecycle, cfg health.Config, hs *health.Service, b *bus.Bus, k *kube.Kube, log *slog.Logger) (*Responder, error) {
+	r, err := New(hs, k.Informers.Core().V1().Nodes().Lister(), cfg.UnitLabel, log)
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{
+		// The bus is connected by now: its start hook ran first.
+		OnStart: func(context.Context) error { return r.Start(b.Conn()) },
+		OnStop:  func(context.Context) error { return r.Stop() },
+	})
+	return r, nil
+}

@@ -1,0 +1,218 @@
+// Package status answers operators' status requests (`atoll status`): on
+// events.StatusSubject, in the queue group of the cloud replicas, it replies
+// with a ClusterStatus built from memory: per edge unit its disruption
+// state, and per node the cloud's view (the Node's Ready condition) next to
+// its peers' verdict and whether the cloud protects it.
+//
+// A request that cannot be decoded is answered with no payload and the
+// NATS service error headers (Nats-Service-Error, Nats-Service-Error-Code
+// 400), as a nats.go micro service would; a status that cannot be built
+// is answered the same way with code 500. The responder never panics on
+// input and never leaves a request unanswered.
+package status
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// QueueGroup is the queue group of the cloud replicas: one of them answers
+// each request.
+const QueueGroup = "atoll-cloud"
+
+// Health is what the responder reads from the health service
+// (*health.Service implements it).
+type Health interface {
+	// Judge is the cloud's reading of the votes about node.
+	Judge(node string) health.Judgement
+	// UnitState is a unit's disruption state and the end of its hold.
+	UnitState(unit string) (health.UnitState, time.Time)
+	// Protected reports whether the cloud keeps node now.
+	Protected(node string) bool
+}
+
+// Responder answers status requests.
+type Responder struct {
+	health    Health
+	nodes     corelisters.NodeLister
+	unitLabel string
+	log       *slog.Logger
+	now       func() time.Time
+
+	mu  sync.Mutex
+	nc  *nats.Conn
+	sub *nats.Subscription
+}
+
+// New returns a responder reading nodes (their unit is the value of
+// unitLabel) and the health service h. It answers nothing until Start.
+func New(h Health, nodes corelisters.NodeLister, unitLabel string, log *slog.Logger) (*Responder, error) {
+	switch {
+	case h == nil:
+		return nil, errors.New("status: no health service")
+	case nodes == nil:
+		return nil, errors.New("status: no node lister")
+	case unitLabel == "":
+		return nil, errors.New("status: unit label is empty")
+	}
+	return &Responder{health: h, nodes: nodes, unitLabel: unitLabel, log: log.With("component", "status"), now: time.Now}, nil
+}
+
+// Start subscribes to the status subject on nc and returns once the
+// server has the subscription.
+func (r *Responder) Start(nc *nats.Conn) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sub != nil {
+		return errors.New("status: already started")
+	}
+	sub, err := nc.QueueSubscribe(events.StatusSubject, QueueGroup, r.handle)
+	if err != nil {
+		return fmt.Errorf("status: subscribe %s: %w", events.StatusSubject, err)
+	}
+	if err := nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("status: subscribe %s: %w", events.StatusSubject, err)
+	}
+	r.nc, r.sub = nc, sub
+	return nil
+}
+
+// Stop drains the subscription: requests already received are answered,
+// no new ones are taken.
+func (r *Responder) Stop() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sub == nil {
+		return nil
+	}
+	err := r.sub.Drain()
+	r.sub = nil
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubscription) {
+		return nil // nothing left to drain
+	}
+	return err
+}
+
+func (r *Responder) handle(m *nats.Msg) {
+	if m.Reply == "" {
+		return // a publish, not a request: nobody to answer
+	}
+	var req atollv1.StatusRequest
+	if err := events.DecodeMsg(m, &req); err != nil {
+		r.log.Warn("bad status request", "err", err, "bytes", len(m.Data))
+		r.respond(m, errorReply(m.Reply, 400, err))
+		return
+	}
+	cs, err := r.Status(req.GetUnit())
+	if err != nil {
+		r.log.Error("cannot build the status", "err", err)
+		r.respond(m, errorReply(m.Reply, 500, err))
+		return
+	}
+	cs.Replica = r.replica()
+	out, err := events.NewMsg(m.Reply, cs, "")
+	if err != nil {
+		r.log.Error("cannot encode the status", "err", err)
+		out = errorReply(m.Reply, 500, err)
+	}
+	r.respond(m, out)
+}
+
+func (r *Responder) respond(m, out *nats.Msg) {
+	if err := m.RespondMsg(out); err != nil {
+		r.log.Warn("cannot answer a status request", "reply", m.Reply, "err", err)
+	}
+}
+
+func (r *Responder) replica() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nc == nil {
+		return ""
+	}
+	return r.nc.ConnectedServerName()
+}
+
+func errorReply(subject string, code int, err error) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set(micro.ErrorHeader, err.Error())
+	m.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(code))
+	return m
+}
+
+// Status builds the status of unit, or of every unit when unit is empty.
+// Units and their nodes are sorted by name; nodes without the unit label
+// are not edge nodes and are left out. Replica is left empty.
+func (r *Responder) Status(unit string) (*atollv1.ClusterStatus, error) {
+	now := r.now()
+	nodes, err := r.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("status: list nodes: %w", err)
+	}
+	byUnit := map[string][]*corev1.Node{}
+	for _, n := range nodes {
+		u := n.Labels[r.unitLabel]
+		if u == "" || (unit != "" && u != unit) {
+			continue
+		}
+		byUnit[u] = append(byUnit[u], n)
+	}
+	cs := &atollv1.ClusterStatus{Time: timestamppb.New(now)}
+	for _, u := range slices.Sorted(maps.Keys(byUnit)) {
+		members := byUnit[u]
+		slices.SortFunc(members, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+		state, hold := r.health.UnitState(u)
+		us := &atollv1.UnitStatus{Unit: u, State: string(state), HoldUntil: timestamp(hold)}
+		for _, n := range members {
+			us.Nodes = append(us.Nodes, r.nodeStatus(n))
+		}
+		cs.Units = append(cs.Units, us)
+	}
+	return cs, nil
+}
+
+func (r *Responder) nodeStatus(n *corev1.Node) *atollv1.NodeStatus {
+	j := r.health.Judge(n.Name)
+	return &atollv1.NodeStatus{
+		Name:           n.Name,
+		Ready:          string(health.ReadyStatus(n)),
+		Verdict:        j.Verdict,
+		HealthyVotes:   uint32(j.Healthy),
+		UnhealthyVotes: uint32(j.Unhealthy),
+		UndecidedVotes: uint32(j.Undecided),
+		Normal:         j.Normal,
+		Abnormal:       j.Abnormal,
+		Checkers:       j.Checkers,
+		VerdictSince:   timestamp(j.Since),
+		LastVote:       timestamp(j.LastVote),
+		Protected:      r.health.Protected(n.Name),
+	}
+}
+
+// timestamp is t, or unset for the zero time and for the Unix epoch (what
+// a vote without a since reads as).
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() || t.Equal(time.Unix(0, 0)) {
+		return nil
+	}
+	return timestamppb.New(t)
+}
