@@ -2,6 +2,7 @@
 //
 //	atoll decode [--type T | --subject S]   decode one message payload from stdin to JSON
 //	atoll events tail [subject]             print live events, decoded, one line each
+//	atoll status [--unit U] [--json]        the cloud's view of every edge unit and node
 //
 // With the nats CLI: nats sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'
 package main
@@ -21,6 +22,7 @@ const usage = `usage: atoll <command> [flags]
 commands:
   decode        decode one message payload read from stdin and print it as JSON
   events tail   print live events on a subject (default atoll.>), one line each
+  status        print each edge unit's disruption state and its nodes' health
 
 Run 'atoll <command> -h' for a command's flags.
 `
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 			return usageError{}
 		}
 		return tail(ctx, args[2:], stdout)
+	case "status":
+		return statusCmd(ctx, args[1:], stdout)
 	default:
 		return usageError{}
 	}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,9 +14,8 @@ import (
 
 func tail(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("atoll events tail", flag.ContinueOnError)
-	server := fs.String("server", envOr("ATOLL_NATS_URL", nats.DefaultURL), "hub URL ($ATOLL_NATS_URL)")
-	user := fs.String("user", os.Getenv("ATOLL_NATS_USER"), "operator user ($ATOLL_NATS_USER)")
-	password := fs.String("password", os.Getenv("ATOLL_NATS_PASSWORD"), "operator password ($ATOLL_NATS_PASSWORD)")
+	var hf hubFlags
+	hf.register(fs)
 	count := fs.Int("count", 0, "exit after this many events (0: run until interrupted)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -26,13 +24,9 @@ func tail(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		subject = fs.Arg(0)
 	}
-	opts := []nats.Option{nats.Name("atoll events tail"), nats.MaxReconnects(-1)}
-	if *user != "" {
-		opts = append(opts, nats.UserInfo(*user, *password))
-	}
-	nc, err := nats.Connect(*server, opts...)
+	nc, err := hf.connect("atoll events tail", nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", *server, err)
+		return err
 	}
 	defer nc.Close()
 
@@ -75,11 +69,4 @@ func line(m *nats.Msg, at time.Time) string {
 		typ = "?"
 	}
 	return fmt.Sprintf("%s %s %s %s", at.Format("15:04:05.000"), m.Subject, typ, body)
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/status"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/natstest"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+func TestRenderStatus(t *testing.T) {
+	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	ts := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(at.Add(d)) }
+	tests := []struct {
+		name string
+		cs   *atollv1.ClusterStatus
+		want string
+	}{
+		{"no units", &atollv1.ClusterStatus{Time: ts(0)}, "no edge units: no node carries a unit label\n"},
+		{"units", &atollv1.ClusterStatus{Time: ts(0), Replica: "atoll-hub-0", Units: []*atollv1.UnitStatus{
+			{Unit: "site-a", State: "PartialDisruption", Nodes: []*atollv1.NodeStatus{
+				{Name: "site-a-1", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2, LastVote: ts(-1500 * time.Millisecond)},
+				{Name: "site-a-2", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 1, UndecidedVotes: 1, Normal: 1, Abnormal: 1, Checkers: 2, LastVote: ts(-90 * time.Second), Protected: true},
+				{Name: "site-a-3", Ready: "False", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, UnhealthyVotes: 2, Abnormal: 2, Checkers: 2, LastVote: ts(time.Second)},
+			}},
+			{Unit: "site-b", State: "FullDisruption", HoldUntil: ts(9*time.Minute + 58*time.Second), Nodes: []*atollv1.NodeStatus{
+				{Name: "site-b-1", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_NONE, Protected: true},
+			}},
+			{Unit: "site-c", State: "FullDisruption", HoldUntil: ts(-3 * time.Second), Nodes: []*atollv1.NodeStatus{
+				{Name: "c", Ready: "Unknown"},
+			}},
+		}}, `UNIT    STATE              HOLD-UNTIL
+site-a  PartialDisruption  -
+  NODE      CLOUD    VERDICT    VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE    PROTECTED
+  site-a-1  True     healthy    2/0/0         2/0/2                            2s     no
+  site-a-2  Unknown  healthy    1/0/1         1/1/2                            1m30s  yes
+  site-a-3  False    unhealthy  0/2/0         0/2/2                            0s     no
+
+UNIT    STATE           HOLD-UNTIL
+site-b  FullDisruption  2026-05-01T10:09:58Z (in 9m58s)
+  NODE      CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED
+  site-b-1  Unknown  none     0/0/0         0/0/0                            -    yes
+
+UNIT    STATE           HOLD-UNTIL
+site-c  FullDisruption  2026-05-01T09:59:57Z (ended 3s ago)
+  NODE  CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED
+  c     Unknown  none     0/0/0         0/0/0                            -    no
+`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := renderStatus(&out, tt.cs); err != nil {
+				t.Fatal(err)
+			}
+			if out.String() != tt.want {
+				t.Fatalf("rendered:\n%s\nwant:\n%s", out.String(), tt.want)
+			}
+		})
+	}
+}
+
+// fakeHealth: u1 has a lost node its peers keep, u2 is silent and held.
+type fakeHealth struct{ hold time.Time }
+
+func (fakeHealth) Judge(node string) health.Judgement {
+	if node == "n2" {
+		return health.Judgement{Verdict: atollv1.Verdict_VERDICT_HEALTHY, Healthy: 2, Normal: 2, Checkers: 2, LastVote: time.Now()}
+	}
+	return health.Judgement{Verdict: atollv1.Verdict_VERDICT_NONE}
+}
+func (fakeHealth) Protected(node string) bool { return node == "n2" || node == "n3" }
+func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
+	if unit == "u2" {
+		return health.FullDisruption, f.hold
+	}
+	return health.PartialDisruption, time.Time{}
+}
+
+func startResponder(t *testing.T, h *hub.Hub) {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, n := range []struct{ name, unit, ready string }{{"n2", "u1", "Unknown"}, {"n1", "u1", "True"}, {"n3", "u2", "Unknown"}, {"cp", "", "True"}} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{}}}
+		if n.unit != "" {
+			node.Labels["atoll.io/unit"] = n.unit
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionStatus(n.ready)}}
+		if err := idx.Add(node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := status.New(fakeHealth{hold: time.Now().Add(10 * time.Minute)}, corelisters.NewNodeLister(idx), "atoll.io/unit", natstest.Logger(t, slog.LevelWarn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := h.Connect("atoll-cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if err := r.Start(nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop() })
+}
+
+func TestStatusCommand(t *testing.T) {
+	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
+	login := []string{"--server", h.ClientURL(), "--user", "ops", "--password", "pw"}
+	runStatus := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append(append([]string{"status"}, login...), args...), nil, &out)
+		return out.String(), err
+	}
+
+	// Nobody subscribed yet.
+	if _, err := runStatus("--timeout", "1s"); err == nil || !strings.Contains(err.Error(), "no atoll-cloud answered on atoll.cloud.status within 1s") {
+		t.Fatalf("without a responder: %v", err)
+	}
+
+	startResponder(t, h)
+	tests := []struct {
+		name  string
+		args  []string
+		lines []string // each must appear as is
+		not   []string
+	}{
+		{"every unit", nil, []string{
+			"UNIT  STATE              HOLD-UNTIL\nu1    PartialDisruption  -\n",
+			"  n1    True     none     0/0/0         0/0/0                            -    no",
+			"  n2    Unknown  healthy  2/0/0         2/0/2                            0s   yes",
+			"u2    FullDisruption  ",
+			" (in 10m0s)\n",
+			"  n3    Unknown  none     0/0/0         0/0/0                            -    yes",
+		}, []string{"cp"}},
+		{"one unit", []string{"--unit", "u1"}, []string{"u1    PartialDisruption  -"}, []string{"u2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runStatus(tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range tt.lines {
+				if !strings.Contains(out, l) {
+					t.Errorf("no %q in\n%s", l, out)
+				}
+			}
+			for _, s := range tt.not {
+				if strings.Contains(out, s) {
+					t.Errorf("%q in\n%s", s, out)
+				}
+			}
+		})
+	}
+
+	t.Run("json", func(t *testing.T) {
+		out, err := runStatus("--json", "--unit", "u2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cs atollv1.ClusterStatus
+		if err := protojson.Unmarshal([]byte(out), &cs); err != nil {
+			t.Fatalf("%v in\n%s", err, out)
+		}
+		if len(cs.GetUnits()) != 1 || cs.GetUnits()[0].GetUnit() != "u2" || cs.GetUnits()[0].GetHoldUntil() == nil ||
+			cs.GetReplica() != "atoll-hub-0" || !strings.Contains(out, `"state": "FullDisruption"`) || !strings.Contains(out, `"protected": true`) {
+			t.Fatalf("json:\n%s", out)
+		}
+	})
+
+	t.Run("unknown unit", func(t *testing.T) {
+		if _, err := runStatus("--unit", "nope"); err == nil || !strings.Contains(err.Error(), `knows no unit "nope"`) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("bad flags", func(t *testing.T) {
+		if _, err := runStatus("u1"); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
+			t.Fatalf("err = %v", err)
+		}
+		if _, err := runStatus("--timeout", "0s"); err == nil || !strings.Contains(err.Error(), "--timeout") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestStatusCommandReplies(t *testing.T) {
+	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
+	nc, err := h.Connect("fake-cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// A responder that takes requests and answers according to the unit
+	// asked for: silence, an error reply, or a payload of the wrong type.
+	sub, err := nc.Subscribe(events.StatusSubject, func(m *nats.Msg) {
+		var req atollv1.StatusRequest
+		if err := events.DecodeMsg(m, &req); err != nil {
+			return
+		}
+		switch req.GetUnit() {
+		case "silent":
+		case "refused":
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(micro.ErrorHeader, "status: list nodes: boom")
+			r.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(500))
+			_ = m.RespondMsg(r)
+		case "wrong":
+			r, _ := events.NewMsg(m.Reply, &atollv1.Vote{}, "")
+			_ = m.RespondMsg(r)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ unit, want string }{
+		{"silent", "no atoll-cloud answered on atoll.cloud.status within 200ms"},
+		{"refused", "atoll-cloud refused the status request (code 500): status: list nodes: boom"},
+		{"wrong", "message type mismatch"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.unit, func(t *testing.T) {
+			err := run(context.Background(), []string{"status", "--server", h.ClientURL(), "--user", "ops", "--password", "pw", "--timeout", "200ms", "--unit", tt.unit}, nil, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
