@@ -63,6 +63,38 @@ const (
 	ToCloud TunnelDir = "out"
 )
 
+// Names and tokens. The catalog's builders take names (node names, unit
+// names, sessions) and parsers return names. A Kubernetes node name is a
+// DNS subdomain and often holds dots ("ip-10-0-1-2.ec2.internal"), which
+// would split a subject token, so a name's dots travel as '~' in its token:
+// '~' is allowed in NATS subjects and can appear in neither node names nor
+// label values, so the mapping is exact both ways. Everything else that
+// could change a subject's meaning ('*', '>', whitespace) is rejected.
+
+// Token is the subject token of a name: its dots become '~'.
+func Token(name string) string { return strings.ReplaceAll(name, ".", "~") }
+
+// Name is the name a subject token stands for: its '~' become dots.
+func Name(token string) string { return strings.ReplaceAll(token, "~", ".") }
+
+// ValidName reports why s cannot name a unit, node or session in a
+// subject: it is empty, or holds '*', '>', '~', whitespace or a control
+// character.
+func ValidName(s string) error {
+	if s == "" {
+		return ErrEmptyToken
+	}
+	for _, r := range s {
+		switch {
+		case r == '*', r == '>', r == '~':
+			return fmt.Errorf("%w: %q contains %q", ErrInvalidToken, s, r)
+		case unicode.IsSpace(r), unicode.IsControl(r):
+			return fmt.Errorf("%w: %q contains whitespace or a control character", ErrInvalidToken, s)
+		}
+	}
+	return nil
+}
+
 // ValidToken reports why s cannot be one subject token, or nil if it can. A
 // token is non-empty and holds no '.', '*', '>' or whitespace: any of those
 // would let a node name or unit name change the meaning of a subject.
@@ -81,17 +113,21 @@ func ValidToken(s string) error {
 	return nil
 }
 
-// build joins tokens after validating each; name labels the tokens in errors.
-func build(prefix string, names []string, tokens ...string) (string, error) {
-	for i, t := range tokens {
-		if err := ValidToken(t); err != nil {
+// build validates values (names) and joins their tokens after prefix;
+// names label the values in errors.
+func build(prefix string, names []string, values ...string) (string, error) {
+	tokens := make([]string, len(values))
+	for i, v := range values {
+		if err := ValidName(v); err != nil {
 			return "", fmt.Errorf("subject %s: %s: %w", prefix, names[i], err)
 		}
+		tokens[i] = Token(v)
 	}
 	return prefix + "." + strings.Join(tokens, "."), nil
 }
 
-// parse splits subject after prefix into exactly len(names) valid tokens.
+// parse splits subject after prefix into exactly len(names) valid tokens
+// and returns the names they stand for.
 func parse(subject, prefix string, names []string) ([]string, error) {
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	if !ok {
@@ -105,6 +141,7 @@ func parse(subject, prefix string, names []string) ([]string, error) {
 		if err := ValidToken(t); err != nil {
 			return nil, fmt.Errorf("subject %q: %s: %w", subject, names[i], err)
 		}
+		tokens[i] = Name(t)
 	}
 	return tokens, nil
 }
@@ -132,10 +169,10 @@ func ProbeSubject(unit, checker string) (string, error) {
 
 // ProbeUnitSubjects matches every probe report of unit.
 func ProbeUnitSubjects(unit string) (string, error) {
-	if err := ValidToken(unit); err != nil {
+	if err := ValidName(unit); err != nil {
 		return "", fmt.Errorf("probe subjects: unit: %w", err)
 	}
-	return probePrefix + "." + unit + ".*", nil
+	return probePrefix + "." + Token(unit) + ".*", nil
 }
 
 // ParseProbeSubject returns the unit and checker of a probe subject.
@@ -193,10 +230,10 @@ func AssignmentSubject(node string) (string, error) {
 
 // UnitViewSubjects matches every view published for unit.
 func UnitViewSubjects(unit string) (string, error) {
-	if err := ValidToken(unit); err != nil {
+	if err := ValidName(unit); err != nil {
 		return "", fmt.Errorf("view subjects: unit: %w", err)
 	}
-	return viewPrefix + "." + unit + ".>", nil
+	return viewPrefix + "." + Token(unit) + ".>", nil
 }
 
 // ViewKey identifies one view.

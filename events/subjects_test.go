@@ -58,13 +58,33 @@ func TestSubjectRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDottedNames: node names are DNS subdomains; their dots travel as '~'
+// and come back as dots.
+func TestDottedNames(t *testing.T) {
+	subj, err := VoteSubject("site.eu-1", "ip-10-0-1-2.ec2.internal", "edge-3.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subj != "atoll.health.vote.site~eu-1.ip-10-0-1-2~ec2~internal.edge-3~local" {
+		t.Fatalf("subject = %q", subj)
+	}
+	unit, node, voter, err := ParseVoteSubject(subj)
+	if err != nil || unit != "site.eu-1" || node != "ip-10-0-1-2.ec2.internal" || voter != "edge-3.local" {
+		t.Fatalf("parse = %q %q %q %v", unit, node, voter, err)
+	}
+	all, _ := ProbeUnitSubjects("site.eu-1")
+	if all != "atoll.health.probe.site~eu-1.*" {
+		t.Fatalf("unit subjects = %q", all)
+	}
+}
+
 func TestSubjectBuildersReject(t *testing.T) {
 	tests := []struct {
 		name string
 		err  func() error
 	}{
 		{"probe empty unit", func() error { _, err := ProbeSubject("", "n"); return err }},
-		{"probe dotted checker", func() error { _, err := ProbeSubject("u", "n.x"); return err }},
+		{"probe checker with the escape", func() error { _, err := ProbeSubject("u", "n~x"); return err }},
 		{"vote wildcard node", func() error { _, err := VoteSubject("u", "*", "v"); return err }},
 		{"vote gt voter", func() error { _, err := VoteSubject("u", "n", ">"); return err }},
 		{"topology space", func() error { _, err := TopologySubject("a b"); return err }},

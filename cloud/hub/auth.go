@@ -64,7 +64,7 @@ func NewIdentities(account func() *server.Account) *Identities {
 // AddEdge lets node connect as a leafnode with the nkey public key pub. A
 // node that re-enrolls with a new key loses its old one.
 func (r *Identities) AddEdge(node, pub string) error {
-	if err := events.ValidToken(node); err != nil {
+	if err := events.ValidName(node); err != nil {
 		return fmt.Errorf("enroll edge: node: %w", err)
 	}
 	if !nkeys.IsValidPublicUserKey(pub) {

@@ -33,7 +33,7 @@ func TestEnrollmentRejectsBadInput(t *testing.T) {
 	tests := []struct {
 		node, key, want string
 	}{
-		{"a.b", pub, "node"},
+		{"a b", pub, "node"},
 		{"", pub, "node"},
 		{"n1", string(seed), "not an nkey user public key"},
 		{"n1", "UNOTAKEY", "not an nkey user public key"},

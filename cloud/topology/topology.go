@@ -281,7 +281,7 @@ func (s *Service) excluded(n *corev1.Node) bool {
 }
 
 func validUnit(unit string) error {
-	if err := events.ValidToken(unit); err != nil {
+	if err := events.ValidName(unit); err != nil {
 		return err
 	}
 	if unit == events.NoUnit || unit == natsnode.HubClusterName {

@@ -53,7 +53,7 @@ func Default() Config {
 
 // Validate names the first field that is wrong.
 func (c Config) Validate() error {
-	if err := events.ValidToken(c.NodeName); err != nil {
+	if err := events.ValidName(c.NodeName); err != nil {
 		return fmt.Errorf("natsnode: node name: %w", err)
 	}
 	if ip := net.ParseIP(c.ClientHost); ip == nil || !ip.IsLoopback() {

@@ -60,7 +60,7 @@ func (m Mesh) Validate() error {
 		}
 		return nil
 	}
-	if err := events.ValidToken(m.Unit); err != nil {
+	if err := events.ValidName(m.Unit); err != nil {
 		return fmt.Errorf("mesh: unit: %w", err)
 	}
 	if m.Unit == HubClusterName {
@@ -70,7 +70,7 @@ func (m Mesh) Validate() error {
 		return fmt.Errorf("mesh %s: route user and password must be set", m.Unit)
 	}
 	for _, p := range m.Peers {
-		if err := events.ValidToken(p.Name); err != nil {
+		if err := events.ValidName(p.Name); err != nil {
 			return fmt.Errorf("mesh %s: peer name: %w", m.Unit, err)
 		}
 		u, err := url.Parse(p.RouteURL)

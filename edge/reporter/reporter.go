@@ -45,7 +45,7 @@ func (c Config) Validate() error {
 		return errors.New("reporter: period must be positive")
 	}
 	if c.Unit != "" {
-		if err := events.ValidToken(c.Unit); err != nil {
+		if err := events.ValidName(c.Unit); err != nil {
 			return fmt.Errorf("reporter: unit: %w", err)
 		}
 	}

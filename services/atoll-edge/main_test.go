@@ -58,7 +58,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--node-name=a.b", "--hub-url=nats-leaf://h:7422"}, "node name"},
+		{[]string{"--node-name=a*b", "--hub-url=nats-leaf://h:7422"}, "node name"},
 		{[]string{"--node-name=n", "--hub-url=http://h:7422"}, "scheme"},
 		{[]string{"--node-name=n"}, "no hub URL"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--client-host=0.0.0.0"}, "loopback"},

@@ -1,0 +1,67 @@
+package events_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/natstest"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// TestFollowWaitsForTheHub: an edge agent that starts following a view
+// while its leaf link is still down gets the view once the link is up.
+func TestFollowWaitsForTheHub(t *testing.T) {
+	h := natstest.Hub(t)
+	hnc, err := h.Connect("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hnc.Close()
+	cloud, _ := jetstream.New(hnc)
+	if err := events.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	proxy := natstest.NewProxy(t, h.LeafURL().Host)
+	proxy.Cut()
+	edge := natstest.Edge(t, h, "n1", natstest.EdgeOptions{HubURL: "nats-leaf://" + proxy.Addr()})
+	nc, err := edge.Connect("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.NewWithDomain(nc, h.Domain())
+
+	var mu sync.Mutex
+	var got *atollv1.NodeAssignment
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	subj, _ := events.AssignmentSubject("n1")
+	go func() {
+		defer close(done)
+		_ = events.Follow(ctx, js, events.StreamViews, []string{subj}, "assignment", func(ev events.Event[*atollv1.NodeAssignment]) {
+			mu.Lock()
+			got = ev.Msg
+			mu.Unlock()
+		}, natstest.Logger(t, 0), nil)
+	}()
+	defer func() { cancel(); <-done }()
+
+	if _, err := events.PublishDurable(context.Background(), cloud, subj, &atollv1.NodeAssignment{Node: "n1", Unit: "u1", Time: timestamppb.Now()}, ""); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Restore()
+	natstest.Eventually(t, 20*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if got.GetUnit() != "u1" {
+			return natstest.Errorf("assignment not followed yet")
+		}
+		return nil
+	})
+}
