@@ -290,21 +290,6 @@ func validUnit(unit string) error {
 	return nil
 }
 
-// Units returns the members of every unit, as last computed.
-func (s *Service) Units() map[string][]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string][]string{}
-	for name, m := range s.membership() {
-		if m.unit != "" {
-			out[m.unit] = append(out[m.unit], name)
-		}
-	}
-	for _, v := range out {
-		slices.Sort(v)
-	}
-	return out
-}
 
 // publish computes every view and publishes those that changed.
 func (s *Service) publish(ctx context.Context) error {

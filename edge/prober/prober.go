@@ -124,7 +124,6 @@ type Prober struct {
 
 	mu   sync.Mutex
 	seq  uint64
-	last *atollv1.ProbeReport
 	rtt  map[string]time.Duration
 }
 
@@ -204,7 +203,6 @@ func (p *Prober) Round(ctx context.Context) error {
 		Period:     durationpb.New(p.cfg.Period),
 		Peers:      results,
 	}
-	p.last = r
 	p.mu.Unlock()
 
 	abnormal := 0
@@ -271,12 +269,6 @@ func (p *Prober) runPlugin(ctx context.Context, pl plugin, t Target) *atollv1.Pl
 	return pr
 }
 
-// Last is the last report published (nil before the first round).
-func (p *Prober) Last() *atollv1.ProbeReport {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.last
-}
 
 // RTTs are the latencies of the first plugin's last passing check of each
 // peer, for the node's topology report.
