@@ -290,7 +290,6 @@ func validUnit(unit string) error {
 	return nil
 }
 
-
 // publish computes every view and publishes those that changed.
 func (s *Service) publish(ctx context.Context) error {
 	now := time.Now()

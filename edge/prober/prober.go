@@ -122,9 +122,9 @@ type Prober struct {
 	metrics *metrics
 	epoch   string
 
-	mu   sync.Mutex
-	seq  uint64
-	rtt  map[string]time.Duration
+	mu  sync.Mutex
+	seq uint64
+	rtt map[string]time.Duration
 }
 
 // New returns the prober of node self, publishing over link.
@@ -268,7 +268,6 @@ func (p *Prober) runPlugin(ctx context.Context, pl plugin, t Target) *atollv1.Pl
 	}
 	return pr
 }
-
 
 // RTTs are the latencies of the first plugin's last passing check of each
 // peer, for the node's topology report.
