@@ -5,6 +5,7 @@
 package natstest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -156,3 +157,16 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 
 // Errorf is fmt.Errorf, for checks passed to Eventually.
 var Errorf = fmt.Errorf
+
+// Buffer is a bytes.Buffer safe for one writer goroutine and concurrent
+// readers, for capturing a command's output while a test polls it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *Buffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+
+// String returns everything written so far.
+func (s *Buffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -1,28 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/atoll-edge/atoll/internal/natstest"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // lastTable returns the rows of the last status table printed.
 func lastTable(out string) []string {
@@ -46,7 +32,7 @@ func lastTable(out string) []string {
 func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out natstest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--units=2", "--nodes=2", "--interval=500ms", "--hub-port=0", "--cut-after=0", "--dir=" + t.TempDir()}, &out)

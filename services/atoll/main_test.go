@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,18 +50,6 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func TestEventsTail(t *testing.T) {
 	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
 	nc, err := h.Connect("test")
@@ -71,7 +58,7 @@ func TestEventsTail(t *testing.T) {
 	}
 	defer nc.Close()
 
-	var out syncBuffer
+	var out natstest.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
