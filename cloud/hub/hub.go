@@ -9,7 +9,6 @@ package hub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -138,14 +137,8 @@ func (h *Hub) appAccount() *server.Account {
 // Start runs the server and waits until it accepts connections and
 // JetStream is ready.
 func (h *Hub) Start(ctx context.Context) error {
-	h.srv.Start()
-	deadline := 10 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		deadline = time.Until(d)
-	}
-	if !h.srv.ReadyForConnections(deadline) {
-		h.srv.Shutdown()
-		return errors.New("hub: server not ready for connections")
+	if err := natsembed.Start(ctx, h.srv); err != nil {
+		return fmt.Errorf("hub: %w", err)
 	}
 	varz, err := h.srv.Varz(nil)
 	if err != nil {

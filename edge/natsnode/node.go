@@ -191,14 +191,8 @@ func (n *Node) options() *server.Options {
 // link to the hub comes up in the background; the node serves its unit
 // without it.
 func (n *Node) Start(ctx context.Context) error {
-	n.srv.Start()
-	wait := 10 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		wait = time.Until(d)
-	}
-	if !n.srv.ReadyForConnections(wait) {
-		n.srv.Shutdown()
-		return errors.New("natsnode: server not ready for connections")
+	if err := natsembed.Start(ctx, n.srv); err != nil {
+		return fmt.Errorf("natsnode: %w", err)
 	}
 	adv := n.cfg.RouteAdvertise
 	if adv == "" {

@@ -1,11 +1,12 @@
 // Package natsembed holds what Atoll's two embedded NATS servers (the
-// cloud hub and each edge node's server) do alike: shut down within a
-// context, and open in-process connections authenticated with an nkey.
+// cloud hub and each edge node's server) do alike: start and wait for
+// readiness, shut down within a context, and open in-process connections authenticated with an nkey.
 package natsembed
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -46,4 +47,20 @@ func Connect(srv *server.Server, kp nkeys.KeyPair, name string, opts ...nats.Opt
 		return nil, fmt.Errorf("connect %s to %s: %w", name, srv.Name(), err)
 	}
 	return nc, nil
+}
+
+// Start runs srv and waits until it accepts connections, at most until
+// ctx's deadline (10 s without one). A server that does not become ready
+// is shut down.
+func Start(ctx context.Context, srv *server.Server) error {
+	srv.Start()
+	wait := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	if !srv.ReadyForConnections(wait) {
+		srv.Shutdown()
+		return fmt.Errorf("start %s: server not ready for connections", srv.Name())
+	}
+	return nil
 }
