@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -119,7 +121,7 @@ func TestConsumePoison(t *testing.T) {
 		return nil
 	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0)})
 
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		if got.count() != 3 {
 			return fmt.Errorf("handled %d good votes, want 3", got.count())
 		}
@@ -131,7 +133,7 @@ func TestConsumePoison(t *testing.T) {
 		return nil
 	})
 	// Nothing left pending: the poison is not coming back.
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		info, err := js.Consumer(context.Background(), events.StreamHealth, spec.Durable)
 		if err != nil {
 			return err
@@ -185,7 +187,7 @@ func TestConsumeRetryAndReject(t *testing.T) {
 		}
 	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
 
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		if n := metrics.HandledCount(spec.Durable, events.OutcomeAck); n != 1 {
 			return fmt.Errorf("acked %v, want 1", n)
 		}

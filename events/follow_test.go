@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -56,11 +58,11 @@ func TestFollowWaitsForTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Restore()
-	natstest.Eventually(t, 20*time.Second, func() error {
+	poll.Eventually(t, 20*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if got.GetUnit() != "u1" {
-			return natstest.Errorf("assignment not followed yet")
+			return poll.Errorf("assignment not followed yet")
 		}
 		return nil
 	})

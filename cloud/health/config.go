@@ -3,6 +3,8 @@ package health
 import (
 	"errors"
 	"time"
+
+	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // Config tunes the health service.
@@ -25,7 +27,7 @@ type Config struct {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{UnitLabel: "atoll.io/unit", HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
+	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
 }
 
 // Validate names the first bad field.

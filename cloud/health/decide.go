@@ -4,23 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	corev1 "k8s.io/api/core/v1"
 
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
-)
-
-// Annotations Atoll sets on Nodes.
-const (
-	// AnnotationVerdict is the peers' verdict: healthy, unhealthy or none.
-	AnnotationVerdict = "atoll.io/health-verdict"
-	// AnnotationVotes counts the fresh votes and the freshest vote's checkers.
-	AnnotationVotes = "atoll.io/health-votes"
-	// AnnotationVerdictSince is when the verdict was reached (RFC 3339).
-	AnnotationVerdictSince = "atoll.io/health-verdict-since"
-	// AnnotationDisruption is the node's unit's disruption state.
-	AnnotationDisruption = "atoll.io/unit-disruption"
-	// AnnotationHoldUntil is when the hold of a fully disrupted unit ends.
-	AnnotationHoldUntil = "atoll.io/unit-hold-until"
 )
 
 // UnitState is a unit's disruption state, after the node lifecycle
@@ -95,19 +83,19 @@ func VerdictName(v atollv1.Verdict) string {
 // none).
 func Annotations(j Judgement, state UnitState, hold time.Time) map[string]string {
 	a := map[string]string{
-		AnnotationVerdict: VerdictName(j.Verdict),
-		AnnotationVotes: fmt.Sprintf("healthy=%d,unhealthy=%d,none=%d;normal=%d,abnormal=%d,checkers=%d",
+		wellknown.AnnotationVerdict: VerdictName(j.Verdict),
+		wellknown.AnnotationVotes: fmt.Sprintf("healthy=%d,unhealthy=%d,none=%d;normal=%d,abnormal=%d,checkers=%d",
 			j.Healthy, j.Unhealthy, j.Undecided, j.Normal, j.Abnormal, j.Checkers),
-		AnnotationDisruption: string(state),
+		wellknown.AnnotationDisruption: string(state),
 	}
 	if j.Verdict != atollv1.Verdict_VERDICT_NONE && !j.Since.IsZero() {
-		a[AnnotationVerdictSince] = j.Since.UTC().Format(time.RFC3339)
+		a[wellknown.AnnotationVerdictSince] = j.Since.UTC().Format(time.RFC3339)
 	}
 	if !hold.IsZero() {
-		a[AnnotationHoldUntil] = hold.UTC().Format(time.RFC3339)
+		a[wellknown.AnnotationHoldUntil] = hold.UTC().Format(time.RFC3339)
 	}
 	return a
 }
 
 // ManagedAnnotations are the keys Annotations may set.
-var ManagedAnnotations = []string{AnnotationVerdict, AnnotationVotes, AnnotationVerdictSince, AnnotationDisruption, AnnotationHoldUntil}
+var ManagedAnnotations = []string{wellknown.AnnotationVerdict, wellknown.AnnotationVotes, wellknown.AnnotationVerdictSince, wellknown.AnnotationDisruption, wellknown.AnnotationHoldUntil}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
@@ -109,11 +111,11 @@ func TestTracker(t *testing.T) {
 func TestAnnotations(t *testing.T) {
 	since := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	a := Annotations(Judgement{Verdict: healthy, Healthy: 3, Normal: 3, Checkers: 3, Since: since}, PartialDisruption, time.Time{})
-	if a[AnnotationVerdict] != "healthy" || a[AnnotationVerdictSince] != "2026-11-22T10:00:00Z" ||
-		a[AnnotationVotes] != "healthy=3,unhealthy=0,none=0;normal=3,abnormal=0,checkers=3" || a[AnnotationDisruption] != "PartialDisruption" {
+	if a[wellknown.AnnotationVerdict] != "healthy" || a[wellknown.AnnotationVerdictSince] != "2026-11-22T10:00:00Z" ||
+		a[wellknown.AnnotationVotes] != "healthy=3,unhealthy=0,none=0;normal=3,abnormal=0,checkers=3" || a[wellknown.AnnotationDisruption] != "PartialDisruption" {
 		t.Fatalf("annotations = %v", a)
 	}
-	if _, ok := a[AnnotationHoldUntil]; ok {
+	if _, ok := a[wellknown.AnnotationHoldUntil]; ok {
 		t.Fatal("hold annotation without a hold")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 )
 
@@ -178,7 +179,7 @@ func (p *patcher) node(ctx context.Context, n *corev1.Node, build func(*corev1.N
 		func(ctx context.Context) (any, error) { return nodes.Get(ctx, n.Name, metav1.GetOptions{}) },
 		func(o any) ([]byte, types.PatchType, error) { return build(o.(*corev1.Node)) },
 		func(ctx context.Context, data []byte, pt types.PatchType) error {
-			_, err := nodes.Patch(ctx, n.Name, pt, data, metav1.PatchOptions{FieldManager: kube.FieldManager})
+			_, err := nodes.Patch(ctx, n.Name, pt, data, metav1.PatchOptions{FieldManager: wellknown.FieldManager})
 			return err
 		})
 }
@@ -192,7 +193,7 @@ func (p *patcher) endpointSlice(ctx context.Context, s *discoveryv1.EndpointSlic
 			return data, types.JSONPatchType, err
 		},
 		func(ctx context.Context, data []byte, pt types.PatchType) error {
-			_, err := api.Patch(ctx, s.Name, pt, data, metav1.PatchOptions{FieldManager: kube.FieldManager})
+			_, err := api.Patch(ctx, s.Name, pt, data, metav1.PatchOptions{FieldManager: wellknown.FieldManager})
 			return err
 		})
 }
@@ -206,7 +207,7 @@ func (p *patcher) endpoints(ctx context.Context, e *corev1.Endpoints, protected 
 			return data, types.JSONPatchType, err
 		},
 		func(ctx context.Context, data []byte, pt types.PatchType) error {
-			_, err := api.Patch(ctx, e.Name, pt, data, metav1.PatchOptions{FieldManager: kube.FieldManager})
+			_, err := api.Patch(ctx, e.Name, pt, data, metav1.PatchOptions{FieldManager: wellknown.FieldManager})
 			return err
 		})
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -163,8 +165,8 @@ func TestNodeTaintPatch(t *testing.T) {
 }
 
 func TestAnnotationsPatch(t *testing.T) {
-	cur := map[string]string{AnnotationVerdict: "healthy", AnnotationHoldUntil: "2026-01-01T00:00:00Z", "other": "kept"}
-	want := map[string]string{AnnotationVerdict: "unhealthy"}
+	cur := map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationHoldUntil: "2026-01-01T00:00:00Z", "other": "kept"}
+	want := map[string]string{wellknown.AnnotationVerdict: "unhealthy"}
 	patch, err := AnnotationsPatch(cur, want)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +174,7 @@ func TestAnnotationsPatch(t *testing.T) {
 	if string(patch) != `{"metadata":{"annotations":{"atoll.io/health-verdict":"unhealthy","atoll.io/unit-hold-until":null}}}` {
 		t.Fatalf("patch = %s", patch)
 	}
-	if p, _ := AnnotationsPatch(map[string]string{AnnotationVerdict: "unhealthy"}, want); p != nil {
+	if p, _ := AnnotationsPatch(map[string]string{wellknown.AnnotationVerdict: "unhealthy"}, want); p != nil {
 		t.Fatalf("no-op patch = %s", p)
 	}
 }

@@ -10,15 +10,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	"go.uber.org/fx"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
-
-// FieldManager is the field manager of every write Atoll's cloud makes.
-const FieldManager = "atoll-cloud"
 
 // Config selects the cluster.
 type Config struct {
@@ -69,7 +68,7 @@ func New(cfg Config) (*Kube, error) {
 	}
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
-	rc.UserAgent = FieldManager
+	rc.UserAgent = wellknown.FieldManager
 	// The apiserver warns on every use of core/v1 Endpoints (deprecated,
 	// but still what older kube-proxies read, so Atoll keeps them ready).
 	rc.WarningHandler = rest.NoWarnings{}

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/fx"
@@ -23,11 +27,11 @@ import (
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-const unitLabel = "atoll.io/unit"
+const unitLabel = wellknown.LabelUnit
 
 var (
 	t0   = time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
@@ -276,12 +280,12 @@ func TestResponder(t *testing.T) {
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := client.RequestMsgWithContext(ctx, nats.NewMsg(events.StatusSubject))
 		if !errors.Is(err, nats.ErrNoResponders) {
-			return natstest.Errorf("after Stop: %v, want no responders", err)
+			return poll.Errorf("after Stop: %v, want no responders", err)
 		}
 		return nil
 	})

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -49,9 +51,6 @@ const (
 	SourceDeclared = "declared"
 )
 
-// DefaultUnitLabel is the node label naming a node's unit.
-const DefaultUnitLabel = "atoll.io/unit"
-
 // Config tunes the topology service.
 type Config struct {
 	// Source of unit membership: SourceKubernetes or SourceDeclared.
@@ -74,8 +73,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Source:        SourceKubernetes,
-		UnitLabel:     DefaultUnitLabel,
-		ExcludeLabels: []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master", "atoll.io/cloud"},
+		UnitLabel:     wellknown.LabelUnit,
+		ExcludeLabels: []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master", wellknown.LabelCloud},
 		NodeTTL:       10 * time.Minute,
 		Debounce:      200 * time.Millisecond,
 		Replicas:      1,

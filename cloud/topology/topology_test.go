@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -26,13 +28,13 @@ func kubeNode(name string, labels map[string]string, ip string) *corev1.Node {
 func TestKubernetesMembership(t *testing.T) {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, n := range []*corev1.Node{
-		kubeNode("edge-1.example", map[string]string{DefaultUnitLabel: "u1"}, "10.0.0.1"),
-		kubeNode("edge-2", map[string]string{DefaultUnitLabel: "u1"}, "10.0.0.2"),
-		kubeNode("edge-3", map[string]string{DefaultUnitLabel: "u2"}, "10.0.0.3"),
+		kubeNode("edge-1.example", map[string]string{wellknown.LabelUnit: "u1"}, "10.0.0.1"),
+		kubeNode("edge-2", map[string]string{wellknown.LabelUnit: "u1"}, "10.0.0.2"),
+		kubeNode("edge-3", map[string]string{wellknown.LabelUnit: "u2"}, "10.0.0.3"),
 		kubeNode("edge-4", nil, "10.0.0.4"),
-		kubeNode("edge-5", map[string]string{DefaultUnitLabel: "atoll-hub"}, "10.0.0.5"),
-		kubeNode("master", map[string]string{DefaultUnitLabel: "u1", "node-role.kubernetes.io/control-plane": ""}, "10.0.9.1"),
-		kubeNode("cloud-1", map[string]string{DefaultUnitLabel: "u1", "atoll.io/cloud": "true"}, "10.0.9.2"),
+		kubeNode("edge-5", map[string]string{wellknown.LabelUnit: "atoll-hub"}, "10.0.0.5"),
+		kubeNode("master", map[string]string{wellknown.LabelUnit: "u1", "node-role.kubernetes.io/control-plane": ""}, "10.0.9.1"),
+		kubeNode("cloud-1", map[string]string{wellknown.LabelUnit: "u1", wellknown.LabelCloud: "true"}, "10.0.9.2"),
 	} {
 		if err := idx.Add(n); err != nil {
 			t.Fatal(err)

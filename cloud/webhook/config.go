@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // Default values of Config and RegistrationConfig.
@@ -15,7 +17,6 @@ const (
 	DefaultCertDir        = "/etc/atoll/webhook"
 	DefaultPath           = "/mutate"
 	DefaultName           = "atoll-health"
-	DefaultUnitLabel      = "atoll.io/unit"
 	DefaultTimeoutSeconds = 2
 	// CertFile and KeyFile are the names of the serving certificate and key
 	// in Config.CertDir (the layout of a kubernetes.io/tls Secret and of
@@ -87,7 +88,7 @@ type RegistrationConfig struct {
 	Enabled bool
 	// Name of the MutatingWebhookConfiguration (default "atoll-health").
 	Name string
-	// UnitLabel is the node label key of a unit (default "atoll.io/unit");
+	// UnitLabel is the node label key of a unit (default wellknown.LabelUnit);
 	// only nodes that carry it are sent to the webhook.
 	UnitLabel string
 	// TimeoutSeconds is each webhook's timeout, 1..30 (default 2). The
@@ -118,7 +119,7 @@ func (c RegistrationConfig) withDefaults() RegistrationConfig {
 		c.Name = DefaultName
 	}
 	if c.UnitLabel == "" {
-		c.UnitLabel = DefaultUnitLabel
+		c.UnitLabel = wellknown.LabelUnit
 	}
 	if c.TimeoutSeconds == 0 {
 		c.TimeoutSeconds = DefaultTimeoutSeconds

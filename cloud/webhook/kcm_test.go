@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -16,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/atoll-edge/atoll/internal/edgesim"
-	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
 // TestKeepsProtectedNodeAgainstControllerManager runs the real node
@@ -288,7 +290,7 @@ func TestKeepsProtectedNodeAgainstControllerManager(t *testing.T) {
 func step(t *testing.T, ctx context.Context, what string, check func(ctx context.Context) error) {
 	t.Helper()
 	begin := time.Now()
-	if err := kubetest.Eventually(ctx, check); err != nil {
+	if err := poll.Until(ctx, check); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 	t.Logf("%s: after %s", what, time.Since(begin).Round(10*time.Millisecond))

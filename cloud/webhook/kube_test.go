@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,11 +21,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
 const (
-	unitLabel     = DefaultUnitLabel
+	unitLabel     = wellknown.LabelUnit
 	protectedNode = "edge-protected"
 	lostNode      = "edge-lost"
 	unlabeledNode = "edge-unlabeled" // protected by the policy, but in no unit
@@ -84,7 +88,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	// The apiserver loads webhook configurations from an informer: the
 	// webhook is called only some time after Register returns. Write until
 	// a write comes back mutated.
-	err = kubetest.Eventually(ctx, func(ctx context.Context) error {
+	err = poll.Until(ctx, func(ctx context.Context) error {
 		n, err := addTaints(ctx, client, protectedNode, unreachableNoSchedule, unreachableNoExecute)
 		if err != nil {
 			return err

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/internal/admin"
-	"github.com/atoll-edge/atoll/internal/kubetest"
 )
 
 // testModuleRegisters runs the module with registration enabled against
@@ -42,7 +43,7 @@ func testModuleRegisters(t *testing.T, client kubernetes.Interface, certDir stri
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if err := kubetest.Eventually(ctx, func(ctx context.Context) error {
+	if err := poll.Until(ctx, func(ctx context.Context) error {
 		_, err := mwcs.Get(ctx, name, metav1.GetOptions{})
 		return err
 	}); err != nil {

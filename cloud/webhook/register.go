@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,9 +15,6 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
-
-// FieldManager owns the fields Register applies.
-const FieldManager = "atoll-webhook"
 
 // Names of the three webhooks in the configuration.
 const (
@@ -38,7 +37,7 @@ func Register(ctx context.Context, client kubernetes.Interface, cfg Registration
 		return err
 	}
 	_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Apply(ctx, obj,
-		metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		metav1.ApplyOptions{FieldManager: wellknown.FieldManager, Force: true})
 	if err != nil {
 		return fmt.Errorf("apply mutatingwebhookconfiguration %s: %w", *obj.Name, err)
 	}
@@ -86,7 +85,7 @@ func configuration(cfg RegistrationConfig) (*arv1ac.MutatingWebhookConfiguration
 	}
 	create, update := admissionregistrationv1.Create, admissionregistrationv1.Update
 	return arv1ac.MutatingWebhookConfiguration(cfg.Name).
-		WithLabels(map[string]string{"app.kubernetes.io/managed-by": FieldManager}).
+		WithLabels(map[string]string{"app.kubernetes.io/managed-by": wellknown.FieldManager}).
 		WithWebhooks(
 			hook(WebhookNodes, rule("", "nodes", admissionregistrationv1.ClusterScope, update)).
 				WithObjectSelector(metav1ac.LabelSelector().WithMatchExpressions(

@@ -21,11 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/atoll-edge/atoll/internal/kubetest"
 )
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 to dir and
@@ -209,7 +209,7 @@ func TestServerReloadsRotatedCertificate(t *testing.T) {
 		t.Fatalf("served serial %v (err %v), want %v", got, err, first.SerialNumber)
 	}
 	second := writeSelfSigned(t, dir)
-	err = kubetest.Eventually(ctx, func(ctx context.Context) error {
+	err = poll.Until(ctx, func(ctx context.Context) error {
 		got, err := servedSerial(ctx, s.Addr())
 		if err != nil {
 			return err

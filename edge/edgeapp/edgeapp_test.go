@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
@@ -17,7 +19,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
 func cloud(t *testing.T) (*hub.Hub, *fxtest.App) {
@@ -81,7 +83,7 @@ func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string) (ed
 
 func waitMeshed(t *testing.T, unit string, edges ...edge) {
 	t.Helper()
-	natstest.Eventually(t, 15*time.Second, func() error {
+	poll.Eventually(t, 15*time.Second, func() error {
 		for _, e := range edges {
 			var want []string
 			for _, p := range edges {

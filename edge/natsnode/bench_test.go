@@ -9,13 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -67,7 +69,7 @@ func BenchmarkEdgeToHubJetStream(b *testing.B) {
 	defer nc.Close()
 	js, _ := jetstream.NewWithDomain(nc, h.Domain())
 	subj, _ := events.ProbeSubject("u1", "a")
-	natstest.Eventually(b, 10*time.Second, func() error {
+	poll.Eventually(b, 10*time.Second, func() error {
 		_, err := js.Publish(context.Background(), subj, nil)
 		return err
 	})
@@ -160,7 +162,7 @@ func benchFanout(b *testing.B, window int) {
 	}
 	defer pub.Close()
 	r := report("a")
-	natstest.Eventually(b, 10*time.Second, func() error {
+	poll.Eventually(b, 10*time.Second, func() error {
 		r.Sequence, r.ReportTime = 1<<62, timestamppb.Now()
 		_ = events.Publish(pub, subj, r, "")
 		if done.Load() == 0 {

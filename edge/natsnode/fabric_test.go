@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -16,7 +18,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -92,7 +94,7 @@ func connectHub(t *testing.T, h *hub.Hub) (*nats.Conn, jetstream.JetStream) {
 // if hub is true, has its leaf link up (false: down).
 func waitLinks(t testing.TB, hubUp bool, units ...[]*natsnode.Node) {
 	t.Helper()
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		for _, unit := range units {
 			for _, n := range unit {
 				st := n.Status()
@@ -165,7 +167,7 @@ func TestFabricDelivery(t *testing.T) {
 	onHub := subscribe(t, hnc, subj)
 	// Interest from the hub reaches the edges asynchronously.
 	pub := connect(t, u1[0])
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		publish(t, pub, "u1", "u1-a", 0)
 		if onHub.n.Load() == 0 || onB.n.Load() == 0 || onC.n.Load() == 0 {
 			return fmt.Errorf("warm-up not seen everywhere: hub=%d b=%d c=%d", onHub.n.Load(), onB.n.Load(), onC.n.Load())
@@ -178,7 +180,7 @@ func TestFabricDelivery(t *testing.T) {
 		publish(t, pub, "u1", "u1-a", uint64(i))
 	}
 	receivers := map[string]*counter{"u1-b": onB, "u1-c": onC, "hub": onHub}
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		for name, c := range receivers {
 			for seq := uint64(1); seq <= n; seq++ {
 				if got := c.seen(seq); got != 1 {
@@ -189,7 +191,7 @@ func TestFabricDelivery(t *testing.T) {
 		return nil
 	})
 	// The stream keeps the last few reports of the subject.
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		if got := streamMsgs(t, js, subj); got != 4 {
 			return fmt.Errorf("HEALTH holds %d messages of %s, want 4 (the per-subject limit)", got, subj)
 		}
@@ -226,7 +228,7 @@ func TestLeafCut(t *testing.T) {
 	subj, _ := probe("u1", "a", 0)
 	onC := subscribe(t, connect(t, unit[2]), subj)
 	pub := connect(t, unit[0])
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		publish(t, pub, "u1", "a", 1)
 		if onC.n.Load() == 0 {
 			return fmt.Errorf("unit peer did not receive while the cloud link is cut")
@@ -239,7 +241,7 @@ func TestLeafCut(t *testing.T) {
 
 	proxy.Restore()
 	waitLinks(t, true, unit)
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		publish(t, pub, "u1", "a", 2)
 		if streamMsgs(t, js, subj) == 0 {
 			return fmt.Errorf("hub stream did not capture the event after the links returned")
@@ -266,7 +268,7 @@ func TestHubRestart(t *testing.T) {
 	subj, _ := probe("u1", "a", 0)
 	onB := subscribe(t, connect(t, unit[1]), subj)
 	pub := connect(t, unit[0])
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		publish(t, pub, "u1", "a", 1)
 		if onB.n.Load() == 0 {
 			return fmt.Errorf("unit peer did not receive while the hub is down")
@@ -285,7 +287,7 @@ func TestHubRestart(t *testing.T) {
 	}
 	_, js := connectHub(t, h2)
 	waitLinks(t, true, unit)
-	natstest.Eventually(t, settle, func() error {
+	poll.Eventually(t, settle, func() error {
 		publish(t, pub, "u1", "a", 2)
 		if streamMsgs(t, js, subj) == 0 {
 			return fmt.Errorf("restarted hub did not capture the event")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -16,7 +18,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -187,7 +189,7 @@ func publishReport(t *testing.T, nc *nats.Conn, r *atollv1.ProbeReport) {
 
 func waitVerdict(t *testing.T, seen *votes, node string, want atollv1.Verdict, normal, abnormal uint32) {
 	t.Helper()
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		v := seen.of(node)
 		if v.GetVerdict() != want || v.GetNormal() != normal || v.GetAbnormal() != abnormal {
 			return fmt.Errorf("vote on %s = %v %d/%d, want %v %d/%d", node, v.GetVerdict(), v.GetNormal(), v.GetAbnormal(), want, normal, abnormal)
@@ -262,7 +264,7 @@ func TestIgnoresOutsiders(t *testing.T) {
 
 	// Subscriptions propagate over routes and leafs asynchronously, so keep
 	// publishing until the hub sees the votes.
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		now := time.Now()
 		publishReport(t, pub, report("intruder", now, map[string]bool{"a": false, "b": false}))
 		publishReport(t, pub, report("b", now, map[string]bool{"a": true, "b": true, "x": false}))

@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,9 +29,8 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/prober"
-	"github.com/atoll-edge/atoll/internal/kubetest"
-	"github.com/atoll-edge/atoll/internal/natstest"
-	"github.com/atoll-edge/atoll/internal/testbed"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/testbed"
 )
 
 const (
@@ -139,7 +142,7 @@ func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 	if err := e.bed.DeployWeb(ctx, unit, nodes); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, time.Minute, func() error {
+	poll.Eventually(t, time.Minute, func() error {
 		for _, node := range nodes {
 			if ok, err := e.endpointReady(unit, "web-"+node); err != nil || !ok {
 				return fmt.Errorf("endpoint of web-%s not ready yet (%v): %s", node, err, e.describe(unit, "web-"+node))
@@ -206,7 +209,7 @@ func hasTaint(n *corev1.Node, effect corev1.TaintEffect) bool {
 
 func (e *env) waitUnknown(t *testing.T, node string) time.Time {
 	t.Helper()
-	natstest.Eventually(t, 30*time.Second, func() error {
+	poll.Eventually(t, 30*time.Second, func() error {
 		n, err := e.node(node)
 		if err != nil {
 			return err
@@ -261,8 +264,8 @@ func (e *env) verdict(node, want string) error {
 	if err != nil {
 		return err
 	}
-	if got := n.Annotations[health.AnnotationVerdict]; got != want {
-		return fmt.Errorf("%s verdict annotation %q, want %q (votes %s)", node, got, want, n.Annotations[health.AnnotationVotes])
+	if got := n.Annotations[wellknown.AnnotationVerdict]; got != want {
+		return fmt.Errorf("%s verdict annotation %q, want %q (votes %s)", node, got, want, n.Annotations[wellknown.AnnotationVotes])
 	}
 	return nil
 }
@@ -282,7 +285,7 @@ func holdsFor(t *testing.T, d time.Duration, check func() error) {
 // waitEvicted waits for pod's eviction and returns when it happened.
 func (e *env) waitEvicted(t *testing.T, ns, pod string, within time.Duration) time.Time {
 	t.Helper()
-	natstest.Eventually(t, within, func() error {
+	poll.Eventually(t, within, func() error {
 		ok, err := e.evicted(ns, pod)
 		if err != nil || !ok {
 			return fmt.Errorf("%s not evicted (%v)", pod, err)
@@ -305,7 +308,7 @@ func TestDistributedHealth(t *testing.T) {
 		x := nodes[0]
 		e.partition(t, x)
 		e.waitUnknown(t, x)
-		natstest.Eventually(t, 10*time.Second, func() error { return e.verdict(x, "healthy") })
+		poll.Eventually(t, 10*time.Second, func() error { return e.verdict(x, "healthy") })
 		transient := time.Duration(0)
 		holdsFor(t, 3*toleration, func() error {
 			n, err := e.node(x)
@@ -333,7 +336,7 @@ func TestDistributedHealth(t *testing.T) {
 			return nil
 		})
 		e.heal(t, x)
-		natstest.Eventually(t, 30*time.Second, func() error {
+		poll.Eventually(t, 30*time.Second, func() error {
 			n, err := e.node(x)
 			if err != nil {
 				return err
@@ -352,11 +355,11 @@ func TestDistributedHealth(t *testing.T) {
 		nodes := e.site(t, "s2", 3, true)
 		x := nodes[0]
 		e.kill(t, x)
-		natstest.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "unhealthy") })
+		poll.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "unhealthy") })
 		lost := e.waitUnknown(t, x)
 		evicted := e.waitEvicted(t, "s2", "web-"+x, toleration+15*time.Second)
 		t.Logf("evicted %v after the node was lost (toleration %v)", evicted.Sub(lost).Round(100*time.Millisecond), toleration)
-		natstest.Eventually(t, 10*time.Second, func() error {
+		poll.Eventually(t, 10*time.Second, func() error {
 			if ok, _ := e.endpointReady("s2", "web-"+x); ok {
 				return fmt.Errorf("endpoint of the dead node's pod still ready")
 			}
@@ -392,7 +395,7 @@ func TestDistributedHealth(t *testing.T) {
 		}
 		// The unit's last votes expire first (3 × the voters' refresh).
 		var since time.Time
-		natstest.Eventually(t, 45*time.Second, func() error {
+		poll.Eventually(t, 45*time.Second, func() error {
 			st, hold := e.bed.Health.UnitState("s4")
 			if st != health.FullDisruption || hold.IsZero() {
 				return fmt.Errorf("unit s4 is %s", st)
@@ -427,7 +430,7 @@ func TestDistributedHealth(t *testing.T) {
 			}
 		}
 		x := nodes[0]
-		natstest.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "none") })
+		poll.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "none") })
 		e.partition(t, x)
 		e.waitUnknown(t, x)
 		e.waitEvicted(t, "s5", "web-"+x, toleration+15*time.Second)
@@ -446,9 +449,9 @@ func TestDistributedHealth(t *testing.T) {
 			if err != nil {
 				return "", err
 			}
-			return n.Annotations[health.AnnotationVotes], nil
+			return n.Annotations[wellknown.AnnotationVotes], nil
 		}
-		natstest.Eventually(t, 20*time.Second, func() error {
+		poll.Eventually(t, 20*time.Second, func() error {
 			v, err := votes(nodes[0])
 			if err != nil || !strings.HasSuffix(v, "checkers=3") {
 				return fmt.Errorf("votes %q, want three checkers", v)
@@ -459,7 +462,7 @@ func TestDistributedHealth(t *testing.T) {
 		if err := e.bed.Sites.StopAgent(t.Context(), nodes[2]); err != nil {
 			t.Fatal(err)
 		}
-		natstest.Eventually(t, 30*time.Second, func() error {
+		poll.Eventually(t, 30*time.Second, func() error {
 			v, err := votes(nodes[0])
 			if err != nil || !strings.HasSuffix(v, "normal=2,abnormal=0,checkers=2") {
 				return fmt.Errorf("votes %q, want two fresh checkers", v)

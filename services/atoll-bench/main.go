@@ -37,8 +37,8 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/edge/voter"
-	"github.com/atoll-edge/atoll/internal/kubetest"
-	"github.com/atoll-edge/atoll/internal/testbed"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/testbed"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/sitesim"
-	"github.com/atoll-edge/atoll/internal/testbed"
+	"github.com/atoll-edge/atoll/internal/testenv/sitesim"
+	"github.com/atoll-edge/atoll/internal/testenv/testbed"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
 func TestAppStartsAndStops(t *testing.T) {

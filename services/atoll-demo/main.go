@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/testbed"
+	"github.com/atoll-edge/atoll/internal/testenv/testbed"
 )
 
 func main() {

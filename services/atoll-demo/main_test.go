@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
 // lastTable returns the rows of the last status table printed.
@@ -38,7 +40,7 @@ func TestDemo(t *testing.T) {
 		done <- run(ctx, []string{"--units=2", "--nodes=2", "--interval=500ms", "--hub-port=0", "--cut-after=0", "--dir=" + t.TempDir()}, &out)
 	}()
 	healthy := regexp.MustCompile(`^site-[ab]\s+site-[ab]-\d\s+True\s+-\s+healthy 2/0/0\s+Normal\s+-\s+ready\s+running\s+up\s+1\s+2\s*$`)
-	natstest.Eventually(t, 90*time.Second, func() error {
+	poll.Eventually(t, 90*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("demo ended early: %v\n%s", err, out.String())
@@ -46,11 +48,11 @@ func TestDemo(t *testing.T) {
 		}
 		rows := lastTable(out.String())
 		if len(rows) != 4 {
-			return natstest.Errorf("want 4 rows, have %q", rows)
+			return poll.Errorf("want 4 rows, have %q", rows)
 		}
 		for _, r := range rows {
 			if !healthy.MatchString(r) {
-				return natstest.Errorf("row not healthy yet: %q", r)
+				return poll.Errorf("row not healthy yet: %q", r)
 			}
 		}
 		return nil

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/atoll-edge/atoll/edge/edgeapp"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
 // TestDependencyFence: the edge binary never links Kubernetes client code;

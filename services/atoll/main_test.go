@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -66,21 +68,21 @@ func TestEventsTail(t *testing.T) {
 		done <- run(ctx, []string{"events", "tail", "--server", h.ClientURL(), "--user", "ops", "--password", "pw", "atoll.health.>"}, nil, &out)
 	}()
 	subj, _ := events.VoteSubject("u1", "b", "a")
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		if err := events.Publish(nc, subj, &atollv1.Vote{Voter: "a", Node: "b", Unit: "u1", Verdict: atollv1.Verdict_VERDICT_HEALTHY}, ""); err != nil {
 			return err
 		}
 		if !strings.Contains(out.String(), "VERDICT_HEALTHY") {
-			return natstest.Errorf("no decoded vote in %q", out.String())
+			return poll.Errorf("no decoded vote in %q", out.String())
 		}
 		return nil
 	})
 	if err := nc.PublishMsg(&nats.Msg{Subject: "atoll.health.probe.u1.a", Data: []byte{0xff}}); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		if got := out.String(); !strings.Contains(got, "atoll.health.vote.u1.b.a atoll.v1.Vote {") || !strings.Contains(got, "undecodable") {
-			return natstest.Errorf("tail printed %q", got)
+			return poll.Errorf("tail printed %q", got)
 		}
 		return nil
 	})

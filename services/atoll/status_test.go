@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -22,7 +24,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -101,14 +103,14 @@ func startResponder(t *testing.T, h *hub.Hub) {
 	for _, n := range []struct{ name, unit, ready string }{{"n2", "u1", "Unknown"}, {"n1", "u1", "True"}, {"n3", "u2", "Unknown"}, {"cp", "", "True"}} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{}}}
 		if n.unit != "" {
-			node.Labels["atoll.io/unit"] = n.unit
+			node.Labels[wellknown.LabelUnit] = n.unit
 		}
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionStatus(n.ready)}}
 		if err := idx.Add(node); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, err := status.New(fakeHealth{hold: time.Now().Add(10 * time.Minute)}, corelisters.NewNodeLister(idx), "atoll.io/unit", natstest.Logger(t, slog.LevelWarn))
+	r, err := status.New(fakeHealth{hold: time.Now().Add(10 * time.Minute)}, corelisters.NewNodeLister(idx), wellknown.LabelUnit, natstest.Logger(t, slog.LevelWarn))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ package natstest
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -137,26 +136,6 @@ func SetMesh(t testing.TB, unit string, nodes ...*natsnode.Node) {
 		}
 	}
 }
-
-// Eventually polls check every 20ms until it returns nil or timeout
-// passes, then fails the test with check's last error.
-func Eventually(t testing.TB, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Errorf is fmt.Errorf, for checks passed to Eventually.
-var Errorf = fmt.Errorf
 
 // Buffer is a bytes.Buffer safe for one writer goroutine and concurrent
 // readers, for capturing a command's output while a test polls it.

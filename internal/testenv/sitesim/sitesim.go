@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/wellknown"
+
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx"
 
@@ -26,7 +28,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/internal/edgesim"
+	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
 )
 
 // Ports every simulated node listens on, at its own address.
@@ -35,9 +37,6 @@ const (
 	KubeletPort = 10250
 	AdminPort   = 9470
 )
-
-// DefaultUnitLabel is the node label that names a node's unit.
-const DefaultUnitLabel = "atoll.io/unit"
 
 // Config configures a Sim.
 type Config struct {
@@ -95,7 +94,7 @@ func New(cfg Config) (*Sim, error) {
 		return nil, errors.New("sitesim: no state dir")
 	}
 	if cfg.UnitLabel == "" {
-		cfg.UnitLabel = DefaultUnitLabel
+		cfg.UnitLabel = wellknown.LabelUnit
 	}
 	if cfg.Net == 0 {
 		cfg.Net = 1

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/atoll-edge/atoll/internal/edgesim"
-	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
 // startSim starts a simulator against c and stops it in t.Cleanup (before
@@ -36,7 +38,7 @@ func startSim(t *testing.T, c *kubetest.Cluster, cfg edgesim.Config) *edgesim.Si
 func eventually(t *testing.T, ctx context.Context, what string, check func(ctx context.Context) error) {
 	t.Helper()
 	begin := time.Now()
-	if err := kubetest.Eventually(ctx, check); err != nil {
+	if err := poll.Until(ctx, check); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 	t.Logf("%s: after %s", what, time.Since(begin).Round(10*time.Millisecond))

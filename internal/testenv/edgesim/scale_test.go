@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/atoll-edge/atoll/internal/edgesim"
-	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
 // Many simulated nodes register and stay Ready in the eyes of the real node

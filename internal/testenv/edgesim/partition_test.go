@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/atoll-edge/atoll/internal/edgesim"
-	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
 // Baseline, stock Kubernetes behaviour that Atoll is measured against: a

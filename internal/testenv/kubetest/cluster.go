@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -417,7 +419,7 @@ func httpOK(ctx context.Context, client *http.Client, url, want string) error {
 // WaitForServiceAccount waits until the default ServiceAccount exists in
 // namespace (made by kube-controller-manager), so pods can be created there.
 func (c *Cluster) WaitForServiceAccount(ctx context.Context, namespace string) error {
-	err := Eventually(ctx, func(ctx context.Context) error {
+	err := poll.Until(ctx, func(ctx context.Context) error {
 		_, err := c.client.CoreV1().ServiceAccounts(namespace).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})

@@ -24,9 +24,9 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
-	"github.com/atoll-edge/atoll/internal/edgesim"
-	"github.com/atoll-edge/atoll/internal/kubetest"
-	"github.com/atoll-edge/atoll/internal/sitesim"
+	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/sitesim"
 )
 
 // Options shape the bed.

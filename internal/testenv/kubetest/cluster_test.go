@@ -14,13 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/atoll-edge/atoll/internal/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
 func TestStartAPIServer(t *testing.T) {
@@ -187,7 +189,7 @@ func TestStartControlPlane(t *testing.T) {
 	if err := c.CreateNamespace(ctx, "probe"); err != nil {
 		t.Fatal(err)
 	}
-	if err := kubetest.Eventually(ctx, func(ctx context.Context) error {
+	if err := poll.Until(ctx, func(ctx context.Context) error {
 		_, err := c.Client().CoreV1().ConfigMaps("probe").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 		return err
 	}); err != nil {

@@ -1,0 +1,32 @@
+// Package wellknown defines, once, the Kubernetes names Atoll reads and
+// writes: its labels, its annotations and its field manager. It imports
+// nothing, so the cloud, the edge and the harnesses can all use it.
+package wellknown
+
+// Labels.
+const (
+	// LabelUnit is the default node label whose value names the node's
+	// unit (site). The key is configurable (--unit-label).
+	LabelUnit = "atoll.io/unit"
+	// LabelCloud marks a node as a cloud node: never in a unit.
+	LabelCloud = "atoll.io/cloud"
+)
+
+// Annotations Atoll sets on Nodes.
+const (
+	// AnnotationVerdict is the peers' verdict: healthy, unhealthy or none.
+	AnnotationVerdict = "atoll.io/health-verdict"
+	// AnnotationVotes counts the fresh votes and the freshest vote's checkers.
+	AnnotationVotes = "atoll.io/health-votes"
+	// AnnotationVerdictSince is when the verdict was reached (RFC 3339).
+	AnnotationVerdictSince = "atoll.io/health-verdict-since"
+	// AnnotationDisruption is the node's unit's disruption state.
+	AnnotationDisruption = "atoll.io/unit-disruption"
+	// AnnotationHoldUntil is when the hold of a fully disrupted unit ends.
+	AnnotationHoldUntil = "atoll.io/unit-hold-until"
+)
+
+// FieldManager is the field manager of every write atoll-cloud makes to
+// Kubernetes (patches, server-side applies, the webhook registration), and
+// its client's user agent.
+const FieldManager = "atoll-cloud"
