@@ -2,10 +2,15 @@ package edgeapp_test
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/atoll-edge/atoll/internal/admin"
 
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
@@ -44,8 +49,21 @@ func cloud(t *testing.T) (*hub.Hub, *fxtest.App) {
 }
 
 type edge struct {
-	node *natsnode.Node
-	mem  *membership.Membership
+	node  *natsnode.Node
+	mem   *membership.Membership
+	admin *admin.Server
+}
+
+// readyz returns the agent's /readyz status code and body.
+func (e edge) readyz(t *testing.T) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + e.admin.Addr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string) (edge, *fxtest.App) {
@@ -72,7 +90,7 @@ func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string) (ed
 		t.Fatal(err)
 	}
 	var e edge
-	opts := fx.Options(edgeapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.Populate(&e.node, &e.mem))
+	opts := fx.Options(edgeapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.Populate(&e.node, &e.mem, &e.admin))
 	if err := fx.ValidateApp(opts); err != nil {
 		t.Fatalf("atoll-edge graph: %v", err)
 	}
@@ -124,6 +142,13 @@ func TestEdgesJoinTheirUnit(t *testing.T) {
 		}
 	}()
 	waitMeshed(t, "u1", edges...)
+	// Meshed agents hold their unit's view and their hub link: ready.
+	poll.Eventually(t, 10*time.Second, func() error {
+		if code, body := edges[0].readyz(t); code != http.StatusOK {
+			return fmt.Errorf("readyz %d: %s", code, body)
+		}
+		return nil
+	})
 
 	// c restarts while the cloud is gone: it rejoins u1 from its kept state.
 	apps[2].RequireStop()
@@ -133,6 +158,11 @@ func TestEdgesJoinTheirUnit(t *testing.T) {
 	waitMeshed(t, "u1", edges[0], edges[1], c)
 	if c.node.Status().HubConnected {
 		t.Fatal("hub link up while the hub is stopped")
+	}
+	// Its kept view counts; the lost hub link does not, and is named.
+	code, body := c.readyz(t)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "[-] hub-link") || !strings.Contains(body, "[+] membership ok") {
+		t.Fatalf("readyz of an agent without its hub link: %d\n%s", code, body)
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/atoll-edge/atoll/internal/admin"
+
 	"go.uber.org/fx"
 	"google.golang.org/protobuf/proto"
 
@@ -74,6 +76,23 @@ func (m *Membership) viewLocked() View {
 		v.Members = m.unitView.GetMembers()
 	}
 	return v
+}
+
+// Ready reports why the node cannot yet take part in its unit: it has no
+// assignment (neither from the cloud nor kept on disk), or it is assigned
+// to a unit whose view it does not hold. A node assigned to no unit is
+// ready: it checks only itself. Kept state counts, so a node that restarts
+// while the cloud is unreachable is ready with what it last knew.
+func (m *Membership) Ready(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.assignment == nil:
+		return errors.New("no assignment from the cloud yet")
+	case m.assignment.GetUnit() != "" && m.unitView.GetUnit() != m.assignment.GetUnit():
+		return fmt.Errorf("no view of unit %q yet", m.assignment.GetUnit())
+	}
+	return nil
 }
 
 // Changes returns a channel that receives a value after every change of
@@ -273,5 +292,8 @@ func readProto(path string, msg proto.Message) error {
 // Module runs membership with the app.
 var Module = fx.Module("membership",
 	fx.Provide(New),
-	fx.Invoke(func(lc fx.Lifecycle, m *Membership, log *slog.Logger) { fxrun.Background(lc, log, "membership", m.Run) }),
+	fx.Invoke(func(lc fx.Lifecycle, m *Membership, log *slog.Logger, adm *admin.Server) {
+		adm.AddReadiness("membership", m.Ready)
+		fxrun.Background(lc, log, "membership", m.Run)
+	}),
 )

@@ -49,6 +49,12 @@ func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server)
 		}
 		return nil
 	})
+	adm.AddReadiness("hub-link", func(context.Context) error {
+		if !n.Status().HubConnected {
+			return errors.New("leaf link to the hub is down")
+		}
+		return nil
+	})
 	adm.Registry().MustRegister(newCollector(n))
 	return n, nil
 }
