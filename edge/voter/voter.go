@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/quorum"
+
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -102,20 +104,14 @@ func Tally(reports map[string]*atollv1.ProbeReport, fresh func(*atollv1.ProbeRep
 	return out
 }
 
-// Decide is the vote rule: a strict majority of the checkers with a fresh
-// report decides; a tie, or fewer than minCheckers, decides nothing.
+// Decide is the voter's rule: fewer than minCheckers checkers with a fresh
+// report decide nothing; otherwise their strict majority (quorum.Majority)
+// decides.
 func Decide(normal, abnormal, minCheckers int) atollv1.Verdict {
-	checkers := normal + abnormal
-	switch {
-	case checkers == 0 || checkers < minCheckers:
-		return atollv1.Verdict_VERDICT_NONE
-	case 2*normal > checkers:
-		return atollv1.Verdict_VERDICT_HEALTHY
-	case 2*abnormal > checkers:
-		return atollv1.Verdict_VERDICT_UNHEALTHY
-	default:
+	if normal+abnormal < minCheckers {
 		return atollv1.Verdict_VERDICT_NONE
 	}
+	return quorum.Majority(normal, abnormal, 0)
 }
 
 // Members tells the voter who is in its unit.
