@@ -140,7 +140,7 @@ var (
 		Message:   &atollv1.TunnelFrame{},
 		Identity:  map[string]string{"session": "session"},
 		MsgID:     "none",
-		Producer:  "tunnel server ↔ edge agent", Consumer: "the other end of the session",
+		Producer:  "tunnel server or edge agent", Consumer: "the other end of the session",
 		Example: []string{"edge-1", "s1", string(ToEdge)},
 	}
 	StatusFamily = &Family{

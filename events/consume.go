@@ -407,8 +407,15 @@ func (c *Consumer) check(ctx context.Context, cons jetstream.Consumer) error {
 	return nil
 }
 
-// drain lets the handlers in flight finish, bounded by AckWait.
+// drain lets the handlers in flight finish, bounded by AckWait. Without a
+// connection there is nothing to drain (and draining would wait for one).
 func (c *Consumer) drain(ccs []jetstream.ConsumeContext) {
+	if nc := c.js.Conn(); nc != nil && !nc.IsConnected() {
+		for _, cc := range ccs {
+			cc.Stop()
+		}
+		return
+	}
 	for _, cc := range ccs {
 		cc.Drain()
 	}
