@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -78,15 +79,19 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply prot
 // PM (a bad one is answered with CodeBadRequest), h's reply is sent with
 // Atoll's headers, and h's error is sent as a typed error (its code when
 // it is a *ServiceError, CodeInternal otherwise). Every request is
-// answered.
+// answered; bad requests are logged at WARN, other errors at ERROR.
 func Endpoint[M any, PM interface {
 	*M
 	proto.Message
-}](h func(ctx context.Context, req PM) (proto.Message, error)) micro.Handler {
+}](log *slog.Logger, h func(ctx context.Context, req PM) (proto.Message, error)) micro.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
 	return micro.HandlerFunc(func(r micro.Request) {
 		req := PM(new(M))
 		msg := &nats.Msg{Subject: r.Subject(), Header: nats.Header(r.Headers()), Data: r.Data()}
 		if err := DecodeMsg(msg, req); err != nil {
+			log.Warn("bad request", "subject", r.Subject(), "bytes", len(r.Data()), "err", err)
 			respondError(r, &ServiceError{Code: CodeBadRequest, Description: err.Error()})
 			return
 		}
@@ -103,6 +108,7 @@ func Endpoint[M any, PM interface {
 		if !errors.As(err, &se) {
 			se = &ServiceError{Code: CodeInternal, Description: err.Error()}
 		}
+		log.Error("request failed", "subject", r.Subject(), "code", se.Code, "err", err)
 		respondError(r, se)
 	})
 }
