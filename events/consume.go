@@ -126,10 +126,14 @@ func Consume[M any, PM interface {
 //     reason) and counts it in atoll_events_terminated_total{consumer,reason}.
 //   - A consumer that is lost (deleted by an operator, gone with a hub that
 //     lost its state, closed) is recreated with backoff; while the stream
-//     is unreachable, creation is retried. Every loss is logged at ERROR
-//     and counted in atoll_events_consumer_restarts_total; the gauge
-//     atoll_events_consumer_up is 0 until it is back. A Consumer stops only
-//     when ctx is done.
+//     is unreachable, creation is retried. Every loss of a running
+//     consumer is logged at ERROR (a consumer not created yet, at WARN),
+//     and every attempt is counted in atoll_events_consumer_restarts_total;
+//     the gauge atoll_events_consumer_up is 0 until it is back. A Consumer
+//     stops only when ctx is done. A recreated Shared consumer resumes
+//     where the server left it; one created anew (and every new Follow
+//     consumer) starts at DeliverPolicy again, so handlers must be
+//     idempotent.
 //
 // CaughtUp reports when the consumer has delivered everything the stream
 // held when it started, for readiness.
@@ -248,7 +252,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer up.Set(0)
 	failures := uint64(0)
 	for {
+		established := false
 		err := c.session(ctx, func() {
+			established = true
 			up.Set(1)
 			if failures > 0 {
 				c.log.Info("consumer recreated", "attempts", failures)
@@ -269,9 +275,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		c.o.Metrics.restarts.WithLabelValues(c.spec.Name, reason).Inc()
 		wait := min(c.o.Backoff(failures), 10*time.Second)
-		if failures == 1 {
+		switch {
+		case established:
+			// A consumer that was running is gone: always worth an ERROR.
 			c.log.Error("consumer stopped; recreating it", "reason", reason, "err", err, "retry_in", wait)
-		} else {
+		case failures == 1:
+			// Not created yet (the hub or the leaf link is not up).
+			c.log.Warn("cannot create the consumer; retrying", "reason", reason, "err", err, "retry_in", wait)
+		default:
 			c.log.Debug("consumer still down; retrying", "reason", reason, "err", err, "attempt", failures, "retry_in", wait)
 		}
 		select {
