@@ -358,7 +358,7 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 	}
 	established()
 
-	closed := make(chan struct{})
+	closed := make(chan struct{}, 1)
 	for _, cc := range ccs {
 		go func() {
 			select {
