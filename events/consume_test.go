@@ -87,7 +87,7 @@ func TestConsumePoison(t *testing.T) {
 	nc, js := setup(t)
 	metrics := events.NewMetrics(nil)
 	spec := events.VoteConsumer
-	spec.Durable = "poison-test"
+	spec.Name = "poison-test"
 	spec.DeliverPolicy = jetstream.DeliverAllPolicy
 
 	publishRaw := func(subject string, header nats.Header, data []byte) {
@@ -126,7 +126,7 @@ func TestConsumePoison(t *testing.T) {
 			return fmt.Errorf("handled %d good votes, want 3", got.count())
 		}
 		for reason, want := range map[string]float64{events.ReasonUndecodable: 1, events.ReasonWrongType: 1, events.ReasonIdentity: 1} {
-			if n := metrics.TerminatedCount(spec.Durable, reason); n != want {
+			if n := metrics.TerminatedCount(spec.Name, reason); n != want {
 				return fmt.Errorf("terminated for %s: %v, want %v", reason, n, want)
 			}
 		}
@@ -134,7 +134,7 @@ func TestConsumePoison(t *testing.T) {
 	})
 	// Nothing left pending: the poison is not coming back.
 	poll.Eventually(t, 10*time.Second, func() error {
-		info, err := js.Consumer(context.Background(), events.StreamHealth, spec.Durable)
+		info, err := js.Consumer(context.Background(), events.StreamHealth, spec.Name)
 		if err != nil {
 			return err
 		}
@@ -157,7 +157,7 @@ func TestConsumeRetryAndReject(t *testing.T) {
 	_, js := setup(t)
 	metrics := events.NewMetrics(nil)
 	spec := events.VoteConsumer
-	spec.Durable = "retry-test"
+	spec.Name = "retry-test"
 	spec.DeliverPolicy = jetstream.DeliverAllPolicy
 	spec.MaxDeliver = 3
 
@@ -188,13 +188,13 @@ func TestConsumeRetryAndReject(t *testing.T) {
 	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
 
 	poll.Eventually(t, 10*time.Second, func() error {
-		if n := metrics.HandledCount(spec.Durable, events.OutcomeAck); n != 1 {
+		if n := metrics.HandledCount(spec.Name, events.OutcomeAck); n != 1 {
 			return fmt.Errorf("acked %v, want 1", n)
 		}
-		if n := metrics.TerminatedCount(spec.Durable, events.ReasonRejected); n != 1 {
+		if n := metrics.TerminatedCount(spec.Name, events.ReasonRejected); n != 1 {
 			return fmt.Errorf("rejected %v, want 1", n)
 		}
-		if n := metrics.TerminatedCount(spec.Durable, events.ReasonMaxDeliveries); n != 1 {
+		if n := metrics.TerminatedCount(spec.Name, events.ReasonMaxDeliveries); n != 1 {
 			return fmt.Errorf("terminated after max deliveries %v, want 1", n)
 		}
 		return nil

@@ -1,8 +1,30 @@
-// Package events is Atoll's event layer on NATS: the one subject catalog,
-// the JetStream stream and consumer definitions, and typed publishing and
-// consuming of the protobuf messages in schemas/atoll/v1.
+// Package events is Atoll's event layer on NATS: everything on the wire.
 //
-// Every message carries three headers: Nats-Msg-Id (JetStream dedupe),
-// Content-Type: application/protobuf, and Atoll-Type with the message's full
-// protobuf name, so any tool can decode it (see `atoll decode`).
+// The catalog (catalog.go) is a table with one Family per subject family:
+// its pattern with named tokens, how it travels (a hub stream, core NATS,
+// or request/reply to a micro endpoint), the protobuf type it carries, the
+// payload fields that must agree with the subject, the Nats-Msg-Id rule,
+// and who produces and consumes it. The hub streams' subjects (Streams),
+// the subject builders and parsers (VoteSubject, ParseVoteSubject, ...),
+// CheckIdentity, TypeForSubject (`atoll decode`) and the README's subject
+// catalog (CatalogMarkdown, `atoll events catalog`) are derived from it;
+// tests fail when they disagree.
+//
+// Every message carries Content-Type: application/protobuf and Atoll-Type
+// with the message's full protobuf name, so any tool can decode it; stream
+// messages carry Nats-Msg-Id for JetStream dedupe.
+//
+// Reading a stream is one API, Consume (or NewConsumer and Run), with one
+// contract whether the ConsumerSpec is Shared (a durable consumer whose
+// messages replicas share) or Follow (every process gets every message):
+// handler errors are retried with backoff, the MaxDeliver-th failure ends
+// the message in a counted, logged terminal state, a lost consumer is
+// recreated, and no consumer stops before its context is done without an
+// ERROR log line and a metric. Consumer.CaughtUp reports when the backlog
+// present at start has been handled, for readiness. Subscribe reads core
+// NATS subjects through the same decode, terminal-state and metrics path.
+//
+// Request/reply endpoints are nats.go micro services (CloudService);
+// Endpoint adapts a typed handler and Request is the typed client, with
+// errors as micro's Nats-Service-Error headers (ServiceError).
 package events

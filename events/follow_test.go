@@ -46,11 +46,13 @@ func TestFollowWaitsForTheHub(t *testing.T) {
 	subj, _ := events.AssignmentSubject("n1")
 	go func() {
 		defer close(done)
-		_ = events.Follow(ctx, js, events.StreamViews, []string{subj}, "assignment", func(ev events.Event[*atollv1.NodeAssignment]) {
+		spec, _ := events.AssignmentFollower("n1")
+		_ = events.Consume(ctx, js, spec, func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
 			mu.Lock()
 			got = ev.Msg
 			mu.Unlock()
-		}, natstest.Logger(t, 0), nil)
+			return nil
+		}, events.ConsumeOptions{Logger: natstest.Logger(t, 0)})
 	}()
 	defer func() { cancel(); <-done }()
 

@@ -41,37 +41,6 @@ func NewMsg(subject string, m proto.Message, id string) (*nats.Msg, error) {
 	return msg, nil
 }
 
-// TypeForSubject names the message type a catalog subject carries, for
-// messages that arrive without a type header (e.g. published by hand).
-func TypeForSubject(subject string) (string, error) {
-	var m proto.Message
-	if subject == StatusSubject {
-		m = &atollv1.StatusRequest{}
-	} else if _, _, err := ParseProbeSubject(subject); err == nil {
-		m = &atollv1.ProbeReport{}
-	} else if _, _, _, err := ParseVoteSubject(subject); err == nil {
-		m = &atollv1.Vote{}
-	} else if _, err := ParseTopologySubject(subject); err == nil {
-		m = &atollv1.TopologyUpdate{}
-	} else if _, _, _, err := ParseTunnelSubject(subject); err == nil {
-		m = &atollv1.TunnelFrame{}
-	} else if k, err := ParseViewSubject(subject); err == nil {
-		switch k.Kind {
-		case KindUnit:
-			m = &atollv1.UnitView{}
-		case KindHosts:
-			m = &atollv1.HostRecords{}
-		case KindAssignment:
-			m = &atollv1.NodeAssignment{}
-		default:
-			m = &atollv1.ObjectView{}
-		}
-	} else {
-		return "", fmt.Errorf("%w: %q", ErrWrongSubject, subject)
-	}
-	return TypeName(m), nil
-}
-
 // NewMessage returns an empty message of the Atoll type named typ.
 func NewMessage(typ string) (proto.Message, error) {
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(typ))
@@ -107,88 +76,13 @@ func DecodeMsg(msg *nats.Msg, m proto.Message) error {
 
 // CheckIdentity verifies that the identity fields of m (checker, voter,
 // node, unit, ...) match the tokens of the subject it arrived on, so that a
-// node cannot speak for another by lying in the payload.
+// node cannot speak for another by lying in the payload. The fields and
+// tokens are the Identity of the catalog family that carries m's type; a
+// type no family carries (a reply) is not checked.
 func CheckIdentity(subject string, m proto.Message) error {
-	mismatch := func(field, got, want string) error {
-		return fmt.Errorf("%w: %s=%q but subject %q says %q", ErrIdentity, field, got, subject, want)
+	f := familyOfType(m)
+	if f == nil {
+		return nil
 	}
-	switch v := m.(type) {
-	case *atollv1.ProbeReport:
-		unit, checker, err := ParseProbeSubject(subject)
-		if err != nil {
-			return err
-		}
-		if v.GetChecker() != checker {
-			return mismatch("checker", v.GetChecker(), checker)
-		}
-		if v.GetUnit() != unit {
-			return mismatch("unit", v.GetUnit(), unit)
-		}
-	case *atollv1.Vote:
-		unit, node, voter, err := ParseVoteSubject(subject)
-		if err != nil {
-			return err
-		}
-		if v.GetVoter() != voter {
-			return mismatch("voter", v.GetVoter(), voter)
-		}
-		if v.GetNode() != node {
-			return mismatch("node", v.GetNode(), node)
-		}
-		if v.GetUnit() != unit {
-			return mismatch("unit", v.GetUnit(), unit)
-		}
-	case *atollv1.TopologyUpdate:
-		node, err := ParseTopologySubject(subject)
-		if err != nil {
-			return err
-		}
-		if v.GetNode() != node {
-			return mismatch("node", v.GetNode(), node)
-		}
-	case *atollv1.TunnelFrame:
-		_, session, _, err := ParseTunnelSubject(subject)
-		if err != nil {
-			return err
-		}
-		if v.GetSession() != session {
-			return mismatch("session", v.GetSession(), session)
-		}
-	case *atollv1.UnitView:
-		k, err := ParseViewSubject(subject)
-		if err != nil {
-			return err
-		}
-		if v.GetUnit() != k.Unit {
-			return mismatch("unit", v.GetUnit(), k.Unit)
-		}
-	case *atollv1.HostRecords:
-		k, err := ParseViewSubject(subject)
-		if err != nil {
-			return err
-		}
-		if v.GetUnit() != k.Unit {
-			return mismatch("unit", v.GetUnit(), k.Unit)
-		}
-	case *atollv1.NodeAssignment:
-		k, err := ParseViewSubject(subject)
-		if err != nil {
-			return err
-		}
-		if k.Unit != NoUnit || k.Kind != KindAssignment {
-			return fmt.Errorf("%w: %q is not an assignment subject", ErrWrongSubject, subject)
-		}
-		if v.GetNode() != k.Name {
-			return mismatch("node", v.GetNode(), k.Name)
-		}
-	case *atollv1.ObjectView:
-		k, err := ParseViewSubject(subject)
-		if err != nil {
-			return err
-		}
-		if v.GetKind() != k.Kind || v.GetName() != k.Name {
-			return mismatch("kind/name", v.GetKind()+"/"+v.GetName(), k.Kind+"/"+k.Name)
-		}
-	}
-	return nil
+	return f.checkIdentity(subject, m)
 }

@@ -3,6 +3,8 @@ package events
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,52 +38,103 @@ func (o StreamOptions) Validate() error {
 	return nil
 }
 
-// Streams returns the definitions of every hub stream.
+// StreamDef is a hub stream as the catalog declares it: its name and
+// limits. Its subjects come from the families stored in it.
+type StreamDef struct {
+	Name        string
+	Description string
+	// MaxMsgsPerSubject keeps the last n messages of each subject.
+	MaxMsgsPerSubject int64
+	// MaxAge drops older messages (0: never).
+	MaxAge time.Duration
+	// AllowRollup lets a publisher replace a subject's history.
+	AllowRollup bool
+}
+
+// streamDefs are the hub streams.
 //
 //   - HEALTH keeps the last few probe reports and votes per subject: health is
 //     state, not history, and voters republish periodically.
 //   - TOPOLOGY keeps the last report of each node.
 //   - VIEWS keeps the last value of each view (a KV in all but name), so an
 //     edge agent resumes from where it left off.
-func Streams(o StreamOptions) []jetstream.StreamConfig {
-	return []jetstream.StreamConfig{
-		{
-			Name:              StreamHealth,
-			Description:       "Probe reports and votes from edge units",
-			Subjects:          []string{HealthSubjects},
-			Retention:         jetstream.LimitsPolicy,
-			MaxMsgsPerSubject: 4,
-			MaxAge:            time.Hour,
-			Discard:           jetstream.DiscardOld,
-			Duplicates:        2 * time.Minute,
-			Storage:           o.Storage,
-			Replicas:          o.Replicas,
-		},
-		{
-			Name:              StreamTopology,
-			Description:       "Edge agents' reports of themselves",
-			Subjects:          []string{TopoSubjects},
-			Retention:         jetstream.LimitsPolicy,
-			MaxMsgsPerSubject: 1,
-			MaxAge:            7 * 24 * time.Hour,
-			Discard:           jetstream.DiscardOld,
-			Duplicates:        2 * time.Minute,
-			Storage:           o.Storage,
-			Replicas:          o.Replicas,
-		},
-		{
-			Name:              StreamViews,
-			Description:       "The cloud's per-unit views for edge agents",
-			Subjects:          []string{ViewSubjects},
-			Retention:         jetstream.LimitsPolicy,
-			MaxMsgsPerSubject: 1,
-			Discard:           jetstream.DiscardOld,
-			Duplicates:        2 * time.Minute,
-			AllowRollup:       true,
-			Storage:           o.Storage,
-			Replicas:          o.Replicas,
-		},
+var streamDefs = []StreamDef{
+	{Name: StreamHealth, Description: "Probe reports and votes from edge units", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
+	{Name: StreamTopology, Description: "Edge agents' reports of themselves", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
+	{Name: StreamViews, Description: "The cloud's per-unit views for edge agents", MaxMsgsPerSubject: 1, AllowRollup: true},
+}
+
+// StreamDefs returns the hub streams as the catalog declares them.
+func StreamDefs() []StreamDef { return slices.Clone(streamDefs) }
+
+// StreamSubjects are the subjects of stream: the wildcard of every family
+// the catalog stores in it, leaving out wildcards that another one covers
+// (the object view family covers the other views).
+func StreamSubjects(stream string) []string {
+	var all []string
+	for _, f := range catalog {
+		if f.Transport == TransportStream && f.Stream == stream && !slices.Contains(all, f.Wildcard()) {
+			all = append(all, f.Wildcard())
+		}
 	}
+	var out []string
+	for _, w := range all {
+		covered := false
+		for _, o := range all {
+			if o != w && SubjectMatches(o, w) {
+				covered = true
+			}
+		}
+		if !covered {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// SubjectMatches reports whether every subject that pattern p matches is
+// also matched by filter (both may hold '*' and a trailing '>').
+func SubjectMatches(filter, p string) bool {
+	ft, pt := strings.Split(filter, "."), strings.Split(p, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return len(pt) > i
+		}
+		if i >= len(pt) {
+			return false
+		}
+		switch {
+		case f == "*":
+			if pt[i] == ">" {
+				return false
+			}
+		case f != pt[i]:
+			return false
+		}
+	}
+	return len(ft) == len(pt)
+}
+
+// Streams returns the configuration of every hub stream: the catalog's
+// definitions and subjects with the deployment's options.
+func Streams(o StreamOptions) []jetstream.StreamConfig {
+	out := make([]jetstream.StreamConfig, 0, len(streamDefs))
+	for _, d := range streamDefs {
+		out = append(out, jetstream.StreamConfig{
+			Name:              d.Name,
+			Description:       d.Description,
+			Subjects:          StreamSubjects(d.Name),
+			Retention:         jetstream.LimitsPolicy,
+			MaxMsgsPerSubject: d.MaxMsgsPerSubject,
+			MaxAge:            d.MaxAge,
+			Discard:           jetstream.DiscardOld,
+			Duplicates:        2 * time.Minute,
+			AllowRollup:       d.AllowRollup,
+			Storage:           o.Storage,
+			Replicas:          o.Replicas,
+		})
+	}
+	return out
 }
 
 // EnsureStreams creates every hub stream or updates it to the current
@@ -97,62 +150,3 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 	}
 	return nil
 }
-
-// ConsumerSpec defines a durable pull consumer that cloud replicas share.
-type ConsumerSpec struct {
-	Stream  string
-	Durable string
-	// FilterSubjects narrow the stream; empty means all of it.
-	FilterSubjects []string
-	// DeliverPolicy for the first start; later starts resume.
-	DeliverPolicy jetstream.DeliverPolicy
-	// AckWait bounds one handler run; the message is redelivered after it.
-	AckWait time.Duration
-	// MaxDeliver bounds redeliveries; the consumer terminates the message
-	// on its last delivery instead of handing it back again.
-	MaxDeliver int
-	// MaxAckPending bounds messages in flight across all replicas.
-	MaxAckPending int
-}
-
-// Validate names the first bad field.
-func (s ConsumerSpec) Validate() error {
-	switch {
-	case s.Stream == "":
-		return fmt.Errorf("consumer spec: stream is empty")
-	case ValidToken(s.Durable) != nil:
-		return fmt.Errorf("consumer spec %s: durable: %w", s.Stream, ValidToken(s.Durable))
-	case s.AckWait <= 0:
-		return fmt.Errorf("consumer %s: ack wait must be positive", s.Durable)
-	case s.MaxDeliver < 1:
-		return fmt.Errorf("consumer %s: max deliver must be at least 1", s.Durable)
-	}
-	return nil
-}
-
-func (s ConsumerSpec) config() jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:        s.Durable,
-		FilterSubjects: s.FilterSubjects,
-		DeliverPolicy:  s.DeliverPolicy,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        s.AckWait,
-		MaxDeliver:     s.MaxDeliver,
-		MaxAckPending:  s.MaxAckPending,
-	}
-}
-
-// Consumers of the cloud services. A service refers to its consumer by one
-// of these, so the full set is visible in one place.
-var (
-	// VoteConsumer feeds the cloud health service with every vote.
-	VoteConsumer = ConsumerSpec{
-		Stream:         StreamHealth,
-		Durable:        "health-votes",
-		FilterSubjects: []string{VoteSubjects},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		AckWait:        30 * time.Second,
-		MaxDeliver:     10,
-		MaxAckPending:  10000,
-	}
-)

@@ -6,18 +6,11 @@ import (
 	"unicode"
 )
 
-// Subject catalog. Every subject Atoll publishes on is built and parsed here;
-// nothing else in the repository formats subjects by hand. Subjects are part
-// of the public interface (operators run `nats sub 'atoll.health.>'`), so the
-// layout below is stable.
-//
-//	atoll.health.probe.<unit>.<checker>          ProbeReport
-//	atoll.health.vote.<unit>.<node>.<voter>      Vote
-//	atoll.topo.node.<node>                       TopologyUpdate
-//	atoll.view.<unit>.<kind>.<namespace>.<name>  UnitView, ObjectView, HostRecords
-//	atoll.view._.assignment._.<node>             NodeAssignment
-//	atoll.tunnel.<node>.<session>.<dir>          TunnelFrame
-//	atoll.cloud.status                           StatusRequest → ClusterStatus (request/reply)
+// Subjects. Every subject Atoll publishes on is built and parsed by a
+// Family of the catalog (catalog.go); nothing else in the repository formats
+// subjects by hand. Subjects are part of the public interface (operators run
+// `nats sub 'atoll.health.>'`), so their layout is stable. `atoll events
+// catalog` prints the table.
 const (
 	// Root is the first token of every Atoll subject.
 	Root = "atoll"
@@ -49,8 +42,9 @@ const (
 
 // StatusSubject is where operators (`atoll status`) ask the cloud for the
 // health state of the edge units: a StatusRequest, answered with a
-// ClusterStatus by one atoll-cloud replica (queue group atoll-cloud). It
-// is core NATS request/reply: no stream stores it.
+// ClusterStatus by one atoll-cloud replica, the "status" endpoint of the
+// micro service CloudService. It is core NATS request/reply: no stream
+// stores it.
 const StatusSubject = Root + ".cloud.status"
 
 // TunnelDir is the direction token of a tunnel subject.
@@ -113,71 +107,20 @@ func ValidToken(s string) error {
 	return nil
 }
 
-// build validates values (names) and joins their tokens after prefix;
-// names label the values in errors.
-func build(prefix string, names []string, values ...string) (string, error) {
-	tokens := make([]string, len(values))
-	for i, v := range values {
-		if err := ValidName(v); err != nil {
-			return "", fmt.Errorf("subject %s: %s: %w", prefix, names[i], err)
-		}
-		tokens[i] = Token(v)
-	}
-	return prefix + "." + strings.Join(tokens, "."), nil
-}
-
-// parse splits subject after prefix into exactly len(names) valid tokens
-// and returns the names they stand for.
-func parse(subject, prefix string, names []string) ([]string, error) {
-	rest, ok := strings.CutPrefix(subject, prefix+".")
-	if !ok {
-		return nil, fmt.Errorf("%w: %q is not under %s", ErrWrongSubject, subject, prefix)
-	}
-	tokens := strings.Split(rest, ".")
-	if len(tokens) != len(names) {
-		return nil, fmt.Errorf("%w: %q: want %s.<%s>", ErrWrongSubject, subject, prefix, strings.Join(names, ">.<"))
-	}
-	for i, t := range tokens {
-		if err := ValidToken(t); err != nil {
-			return nil, fmt.Errorf("subject %q: %s: %w", subject, names[i], err)
-		}
-		tokens[i] = Name(t)
-	}
-	return tokens, nil
-}
-
-const (
-	probePrefix  = Root + ".health.probe"
-	votePrefix   = Root + ".health.vote"
-	topoPrefix   = Root + ".topo.node"
-	viewPrefix   = Root + ".view"
-	tunnelPrefix = Root + ".tunnel"
-)
-
-var (
-	probeNames  = []string{"unit", "checker"}
-	voteNames   = []string{"unit", "node", "voter"}
-	topoNames   = []string{"node"}
-	viewNames   = []string{"unit", "kind", "namespace", "name"}
-	tunnelNames = []string{"node", "session", "dir"}
-)
-
 // ProbeSubject is where checker publishes its probe reports for unit.
-func ProbeSubject(unit, checker string) (string, error) {
-	return build(probePrefix, probeNames, unit, checker)
-}
+func ProbeSubject(unit, checker string) (string, error) { return ProbeFamily.Subject(unit, checker) }
 
 // ProbeUnitSubjects matches every probe report of unit.
 func ProbeUnitSubjects(unit string) (string, error) {
 	if err := ValidName(unit); err != nil {
 		return "", fmt.Errorf("probe subjects: unit: %w", err)
 	}
-	return probePrefix + "." + Token(unit) + ".*", nil
+	return strings.TrimSuffix(ProbeFamily.Wildcard(), "*.*") + Token(unit) + ".*", nil
 }
 
 // ParseProbeSubject returns the unit and checker of a probe subject.
 func ParseProbeSubject(subject string) (unit, checker string, err error) {
-	t, err := parse(subject, probePrefix, probeNames)
+	t, err := ProbeFamily.Parse(subject)
 	if err != nil {
 		return "", "", err
 	}
@@ -186,12 +129,12 @@ func ParseProbeSubject(subject string) (unit, checker string, err error) {
 
 // VoteSubject is where voter publishes its verdict on node of unit.
 func VoteSubject(unit, node, voter string) (string, error) {
-	return build(votePrefix, voteNames, unit, node, voter)
+	return VoteFamily.Subject(unit, node, voter)
 }
 
 // ParseVoteSubject returns the unit, judged node and voter of a vote subject.
 func ParseVoteSubject(subject string) (unit, node, voter string, err error) {
-	t, err := parse(subject, votePrefix, voteNames)
+	t, err := VoteFamily.Parse(subject)
 	if err != nil {
 		return "", "", "", err
 	}
@@ -199,13 +142,11 @@ func ParseVoteSubject(subject string) (unit, node, voter string, err error) {
 }
 
 // TopologySubject is where node's edge agent reports itself.
-func TopologySubject(node string) (string, error) {
-	return build(topoPrefix, topoNames, node)
-}
+func TopologySubject(node string) (string, error) { return TopologyFamily.Subject(node) }
 
 // ParseTopologySubject returns the node of a topology subject.
 func ParseTopologySubject(subject string) (node string, err error) {
-	t, err := parse(subject, topoPrefix, topoNames)
+	t, err := TopologyFamily.Parse(subject)
 	if err != nil {
 		return "", err
 	}
@@ -215,25 +156,24 @@ func ParseTopologySubject(subject string) (node string, err error) {
 // ViewSubject is where the cloud publishes its view of one object for unit.
 // Use ClusterScoped as namespace for cluster-scoped objects.
 func ViewSubject(unit, kind, namespace, name string) (string, error) {
-	return build(viewPrefix, viewNames, unit, kind, namespace, name)
+	return ObjectViewFamily.Subject(unit, kind, namespace, name)
 }
 
 // UnitViewSubject is where the cloud publishes unit's membership.
-func UnitViewSubject(unit string) (string, error) {
-	return ViewSubject(unit, KindUnit, ClusterScoped, unit)
-}
+func UnitViewSubject(unit string) (string, error) { return UnitViewFamily.Subject(unit) }
+
+// HostsSubject is where the cloud publishes the host records of unit.
+func HostsSubject(unit string) (string, error) { return HostsFamily.Subject(unit) }
 
 // AssignmentSubject is where the cloud tells node which unit it is in.
-func AssignmentSubject(node string) (string, error) {
-	return ViewSubject(NoUnit, KindAssignment, ClusterScoped, node)
-}
+func AssignmentSubject(node string) (string, error) { return AssignmentFamily.Subject(node) }
 
 // UnitViewSubjects matches every view published for unit.
 func UnitViewSubjects(unit string) (string, error) {
 	if err := ValidName(unit); err != nil {
 		return "", fmt.Errorf("view subjects: unit: %w", err)
 	}
-	return viewPrefix + "." + Token(unit) + ".>", nil
+	return strings.TrimSuffix(ViewSubjects, ">") + Token(unit) + ".>", nil
 }
 
 // ViewKey identifies one view.
@@ -241,9 +181,9 @@ type ViewKey struct {
 	Unit, Kind, Namespace, Name string
 }
 
-// ParseViewSubject returns the parts of a view subject.
+// ParseViewSubject returns the parts of a view subject (of any view family).
 func ParseViewSubject(subject string) (ViewKey, error) {
-	t, err := parse(subject, viewPrefix, viewNames)
+	t, err := ObjectViewFamily.Parse(subject)
 	if err != nil {
 		return ViewKey{}, err
 	}
@@ -252,21 +192,14 @@ func ParseViewSubject(subject string) (ViewKey, error) {
 
 // TunnelSubject carries the frames of session for node in direction dir.
 func TunnelSubject(node, session string, dir TunnelDir) (string, error) {
-	if dir != ToEdge && dir != ToCloud {
-		return "", fmt.Errorf("subject %s: dir: %w: %q is neither %q nor %q", tunnelPrefix, ErrInvalidToken, dir, ToEdge, ToCloud)
-	}
-	return build(tunnelPrefix, tunnelNames, node, session, string(dir))
+	return TunnelFamily.Subject(node, session, string(dir))
 }
 
 // ParseTunnelSubject returns the node, session and direction of a tunnel subject.
 func ParseTunnelSubject(subject string) (node, session string, dir TunnelDir, err error) {
-	t, err := parse(subject, tunnelPrefix, tunnelNames)
+	t, err := TunnelFamily.Parse(subject)
 	if err != nil {
 		return "", "", "", err
 	}
-	d := TunnelDir(t[2])
-	if d != ToEdge && d != ToCloud {
-		return "", "", "", fmt.Errorf("subject %q: dir: %w: %q is neither %q nor %q", subject, ErrInvalidToken, d, ToEdge, ToCloud)
-	}
-	return t[0], t[1], d, nil
+	return t[0], t[1], TunnelDir(t[2]), nil
 }

@@ -260,8 +260,12 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Every replica knows every vote.
 	wg.Go(func() {
-		err := events.Follow(ctx, js, events.StreamHealth, []string{events.VoteSubjects}, "votes",
-			func(ev events.Event[*atollv1.Vote]) { s.observe(ev.Msg, ev.Published) }, s.log, s.evm)
+		err := events.Consume(ctx, js, events.VoteFollower,
+			func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
+				s.observe(ev.Msg, ev.Published)
+				return nil
+			},
+			events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
 		if err != nil {
 			s.log.Error("following votes stopped", "err", err)
 		}

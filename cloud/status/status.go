@@ -1,29 +1,31 @@
-// Package status answers operators' status requests (`atoll status`): on
-// events.StatusSubject, in the queue group of the cloud replicas, it replies
-// with a ClusterStatus built from memory: per edge unit its disruption
-// state, and per node the cloud's view (the Node's Ready condition) next to
-// its peers' verdict and whether the cloud protects it.
+// Package status answers operators' status requests (`atoll status`). It
+// runs the nats.go micro service events.CloudService ("atoll-cloud", so
+// `nats micro ls` lists it) with the endpoint "status" on
+// events.StatusSubject, in the queue group of the cloud replicas, and
+// replies with a ClusterStatus built from memory: per edge unit its
+// disruption state, and per node the cloud's view (the Node's Ready
+// condition) next to its peers' verdict and whether the cloud protects it.
 //
-// A request that cannot be decoded is answered with no payload and the
-// NATS service error headers (Nats-Service-Error, Nats-Service-Error-Code
-// 400), as a nats.go micro service would; a status that cannot be built
-// is answered the same way with code 500. The responder never panics on
-// input and never leaves a request unanswered.
+// A request that cannot be decoded is answered with no payload and micro's
+// typed error headers (Nats-Service-Error, Nats-Service-Error-Code 400); a
+// status that cannot be built is answered the same way with code 500. The
+// responder never panics on input and never leaves a request unanswered.
 package status
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,7 +38,7 @@ import (
 
 // QueueGroup is the queue group of the cloud replicas: one of them answers
 // each request.
-const QueueGroup = "atoll-cloud"
+const QueueGroup = events.CloudService
 
 // Health is what the responder reads from the health service
 // (*health.Service implements it).
@@ -59,7 +61,7 @@ type Responder struct {
 
 	mu  sync.Mutex
 	nc  *nats.Conn
-	sub *nats.Subscription
+	svc micro.Service
 }
 
 // New returns a responder reading nodes (their unit is the value of
@@ -76,71 +78,64 @@ func New(h Health, nodes corelisters.NodeLister, unitLabel string, log *slog.Log
 	return &Responder{health: h, nodes: nodes, unitLabel: unitLabel, log: log.With("component", "status"), now: time.Now}, nil
 }
 
-// Start subscribes to the status subject on nc and returns once the
-// server has the subscription.
+// Start adds the micro service with its status endpoint on nc and returns
+// once the server has its subscriptions.
 func (r *Responder) Start(nc *nats.Conn) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.sub != nil {
+	if r.svc != nil {
 		return errors.New("status: already started")
 	}
-	sub, err := nc.QueueSubscribe(events.StatusSubject, QueueGroup, r.handle)
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        events.CloudService,
+		Version:     events.CloudServiceVersion,
+		Description: "atoll-cloud: the health state of the edge units",
+		QueueGroup:  QueueGroup,
+	})
 	if err != nil {
-		return fmt.Errorf("status: subscribe %s: %w", events.StatusSubject, err)
+		return fmt.Errorf("status: add service %s: %w", events.CloudService, err)
 	}
-	if err := nc.Flush(); err != nil {
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("status: subscribe %s: %w", events.StatusSubject, err)
+	f := events.StatusFamily
+	err = svc.AddEndpoint(f.Endpoint, events.Endpoint(r.log, r.handle),
+		micro.WithEndpointSubject(f.Pattern),
+		micro.WithEndpointMetadata(map[string]string{
+			"request": events.TypeName(f.Message), "reply": events.TypeName(f.Reply),
+		}))
+	if err == nil {
+		err = nc.Flush()
 	}
-	r.nc, r.sub = nc, sub
+	if err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("status: endpoint %s on %s: %w", f.Endpoint, f.Pattern, err)
+	}
+	r.nc, r.svc = nc, svc
+	r.log.Info("serving", "service", events.CloudService, "endpoint", f.Endpoint, "subject", f.Pattern)
 	return nil
 }
 
-// Stop drains the subscription: requests already received are answered,
-// no new ones are taken.
+// Stop stops the service: requests already received are answered, no new
+// ones are taken.
 func (r *Responder) Stop() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.sub == nil {
+	if r.svc == nil {
 		return nil
 	}
-	err := r.sub.Drain()
-	r.sub = nil
-	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubscription) {
+	err := r.svc.Stop()
+	r.svc = nil
+	if errors.Is(err, nats.ErrConnectionClosed) {
 		return nil // nothing left to drain
 	}
 	return err
 }
 
-func (r *Responder) handle(m *nats.Msg) {
-	if m.Reply == "" {
-		return // a publish, not a request: nobody to answer
-	}
-	var req atollv1.StatusRequest
-	if err := events.DecodeMsg(m, &req); err != nil {
-		r.log.Warn("bad status request", "err", err, "bytes", len(m.Data))
-		r.respond(m, errorReply(m.Reply, 400, err))
-		return
-	}
+func (r *Responder) handle(_ context.Context, req *atollv1.StatusRequest) (proto.Message, error) {
 	cs, err := r.Status(req.GetUnit())
 	if err != nil {
-		r.log.Error("cannot build the status", "err", err)
-		r.respond(m, errorReply(m.Reply, 500, err))
-		return
+		return nil, err
 	}
 	cs.Replica = r.replica()
-	out, err := events.NewMsg(m.Reply, cs, "")
-	if err != nil {
-		r.log.Error("cannot encode the status", "err", err)
-		out = errorReply(m.Reply, 500, err)
-	}
-	r.respond(m, out)
-}
-
-func (r *Responder) respond(m, out *nats.Msg) {
-	if err := m.RespondMsg(out); err != nil {
-		r.log.Warn("cannot answer a status request", "reply", m.Reply, "err", err)
-	}
+	return cs, nil
 }
 
 func (r *Responder) replica() string {
@@ -150,13 +145,6 @@ func (r *Responder) replica() string {
 		return ""
 	}
 	return r.nc.ConnectedServerName()
-}
-
-func errorReply(subject string, code int, err error) *nats.Msg {
-	m := nats.NewMsg(subject)
-	m.Header.Set(micro.ErrorHeader, err.Error())
-	m.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(code))
-	return m
 }
 
 // Status builds the status of unit, or of every unit when unit is empty.

@@ -2,8 +2,12 @@ package status_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -304,5 +309,154 @@ func TestModuleInCloudApp(t *testing.T) {
 	}
 	if err := fx.ValidateApp(status.Module); err == nil {
 		t.Fatal("status.Module validated without its dependencies")
+	}
+}
+
+// TestServiceDiscovery: the responder is a micro service that `nats micro
+// ls`/`info`/`stats` find through $SRV discovery; two replicas are two
+// instances of atoll-cloud sharing the status endpoint's queue group.
+func TestServiceDiscovery(t *testing.T) {
+	hub := natstest.Hub(t)
+	for i := range 2 {
+		nc, err := hub.Connect("atoll-cloud-" + strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		r := newResponder(t)
+		if err := r.Start(nc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Stop() })
+	}
+	client, err := hub.Connect("nats-cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	// Like `nats micro ls`: one request on $SRV.INFO, every instance answers.
+	discover := func(verb micro.Verb, into func([]byte) error) int {
+		t.Helper()
+		subj, err := micro.ControlSubject(verb, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inbox := client.NewRespInbox()
+		sub, err := client.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := client.PublishRequest(subj, inbox, nil); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			m, err := sub.NextMsg(500 * time.Millisecond)
+			if errors.Is(err, nats.ErrTimeout) {
+				return n
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := into(m.Data); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	ids := map[string]bool{}
+	if n := discover(micro.InfoVerb, func(b []byte) error {
+		var info micro.Info
+		if err := json.Unmarshal(b, &info); err != nil {
+			return err
+		}
+		if info.Name != events.CloudService || info.Version != events.CloudServiceVersion || info.Type != micro.InfoResponseType {
+			return fmt.Errorf("info %+v", info)
+		}
+		if len(info.Endpoints) != 1 {
+			return fmt.Errorf("endpoints %+v", info.Endpoints)
+		}
+		e := info.Endpoints[0]
+		if e.Name != "status" || e.Subject != events.StatusSubject || e.QueueGroup != status.QueueGroup ||
+			e.Metadata["request"] != "atoll.v1.StatusRequest" || e.Metadata["reply"] != "atoll.v1.ClusterStatus" {
+			return fmt.Errorf("status endpoint %+v", e)
+		}
+		ids[info.ID] = true
+		return nil
+	}); n != 2 || len(ids) != 2 {
+		t.Fatalf("$SRV.INFO: %d answers from %d instances, want 2 and 2", n, len(ids))
+	}
+
+	// `nats micro stats atoll-cloud` counts the requests.
+	if err := events.Request(context.Background(), client, events.StatusSubject, &atollv1.StatusRequest{}, &atollv1.ClusterStatus{}); err != nil {
+		t.Fatal(err)
+	}
+	var requests int
+	subj, _ := micro.ControlSubject(micro.StatsVerb, events.CloudService, "")
+	if n := discover(micro.StatsVerb, func(b []byte) error {
+		var st micro.Stats
+		if err := json.Unmarshal(b, &st); err != nil {
+			return err
+		}
+		for _, e := range st.Endpoints {
+			requests += e.NumRequests
+		}
+		return nil
+	}); n != 2 || requests != 1 {
+		t.Fatalf("%s: %d answers counting %d requests, want 2 and 1", subj, n, requests)
+	}
+}
+
+// brokenLister fails every list, so the status cannot be built.
+type brokenLister struct{ corelisters.NodeLister }
+
+func (brokenLister) List(labels.Selector) ([]*corev1.Node, error) {
+	return nil, errors.New("informer not synced")
+}
+
+// TestTypedErrors: a bad request and a failing status come back as micro
+// typed errors (code and description in headers), which events.Request
+// turns into *events.ServiceError.
+func TestTypedErrors(t *testing.T) {
+	hub := natstest.Hub(t)
+	svc, err := hub.Connect("atoll-cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	h, _ := fixture(t)
+	r, err := status.New(h, brokenLister{}, unitLabel, natstest.Logger(t, slog.LevelError+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(svc); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Stop() }()
+	client, err := hub.Connect("operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	err = events.Request(ctx, client, events.StatusSubject, &atollv1.StatusRequest{}, &atollv1.ClusterStatus{})
+	var se *events.ServiceError
+	if !errors.As(err, &se) || se.Code != events.CodeInternal || !strings.Contains(se.Description, "informer not synced") {
+		t.Fatalf("failing status: %v, want a 500 service error", err)
+	}
+	err = events.Request(ctx, client, events.StatusSubject, &atollv1.Vote{}, &atollv1.ClusterStatus{})
+	if !errors.As(err, &se) || se.Code != events.CodeBadRequest || !strings.Contains(se.Description, "message type mismatch") {
+		t.Fatalf("wrong request type: %v, want a 400 service error", err)
+	}
+	reply, err := client.RequestMsgWithContext(ctx, &nats.Msg{Subject: events.StatusSubject, Data: []byte{0xff}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.ReplyError(reply); !errors.As(err, &se) || se.Code != events.CodeBadRequest || len(reply.Data) != 0 {
+		t.Fatalf("garbage: %v (%d bytes)", err, len(reply.Data))
 	}
 }

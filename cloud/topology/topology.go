@@ -164,8 +164,12 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := events.Follow(ctx, s.js, events.StreamTopology, []string{events.TopoSubjects}, "topology",
-			func(ev events.Event[*atollv1.TopologyUpdate]) { s.observe(ev.Msg, ev.Published) }, s.log, s.evm)
+		err := events.Consume(ctx, s.js, events.TopologyFollower,
+			func(_ context.Context, ev events.Event[*atollv1.TopologyUpdate]) error {
+				s.observe(ev.Msg, ev.Published)
+				return nil
+			},
+			events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
 		if err != nil {
 			s.log.Error("following topology stopped", "err", err)
 		}

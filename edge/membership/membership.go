@@ -110,12 +110,16 @@ func (m *Membership) Changes() <-chan struct{} {
 func (m *Membership) Run(ctx context.Context) error {
 	m.restore()
 	m.followUnit(ctx, m.Current().Unit)
-	subj, err := events.AssignmentSubject(m.node.Name())
+	spec, err := events.AssignmentFollower(m.node.Name())
 	if err != nil {
 		return err
 	}
-	err = events.Follow(ctx, m.link.HubJetStream(), events.StreamViews, []string{subj}, "assignment",
-		func(ev events.Event[*atollv1.NodeAssignment]) { m.setAssignment(ctx, ev.Msg) }, m.log, m.metrics)
+	err = events.Consume(ctx, m.link.HubJetStream(), spec,
+		func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
+			m.setAssignment(ctx, ev.Msg)
+			return nil
+		},
+		events.ConsumeOptions{Logger: m.log, Metrics: m.metrics})
 	m.mu.Lock()
 	cancel, done := m.unitCancel, m.unitDone
 	m.mu.Unlock()
@@ -156,7 +160,7 @@ func (m *Membership) followUnit(ctx context.Context, unit string) {
 		m.mu.Unlock()
 		return
 	}
-	subj, err := events.UnitViewSubject(unit)
+	spec, err := events.UnitViewFollower(unit)
 	if err != nil {
 		m.log.Error("cannot follow unit", "unit", unit, "err", err)
 		return
@@ -168,8 +172,9 @@ func (m *Membership) followUnit(ctx context.Context, unit string) {
 	m.mu.Unlock()
 	go func() {
 		defer close(done)
-		err := events.Follow(uctx, m.link.HubJetStream(), events.StreamViews, []string{subj}, "unit-view",
-			func(ev events.Event[*atollv1.UnitView]) { m.setUnitView(ev.Msg) }, m.log, m.metrics)
+		err := events.Consume(uctx, m.link.HubJetStream(), spec,
+			func(_ context.Context, ev events.Event[*atollv1.UnitView]) error { m.setUnitView(ev.Msg); return nil },
+			events.ConsumeOptions{Logger: m.log, Metrics: m.metrics})
 		if err != nil {
 			m.log.Error("following unit view stopped", "unit", unit, "err", err)
 		}

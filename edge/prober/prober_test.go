@@ -125,7 +125,7 @@ func TestRound(t *testing.T) {
 	}
 	defer nc.Close()
 	got := make(chan *atollv1.ProbeReport, 10)
-	if _, err := events.Subscribe(nc, "atoll.health.probe.u1.a", "test", func(ev events.Event[*atollv1.ProbeReport]) { got <- ev.Msg }, nil, nil); err != nil {
+	if _, err := events.Subscribe(nc, "atoll.health.probe.u1.a", "test", func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { got <- ev.Msg; return nil }, events.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := New(cfg, "a", fixed(view), natsnode.LinkOf(nc, nil), natstest.Logger(t, slog.LevelWarn), nil)

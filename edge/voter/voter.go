@@ -204,7 +204,9 @@ func (v *Voter) Run(ctx context.Context) error {
 			v.log.Error("cannot follow unit reports", "unit", view.Unit, "err", err)
 			return
 		}
-		sub, err = events.Subscribe(v.link.Conn(), subj, "probe-reports", func(ev events.Event[*atollv1.ProbeReport]) { v.Observe(ev.Msg) }, v.log, v.evm)
+		sub, err = events.Subscribe(v.link.Conn(), subj, "probe-reports",
+			func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { v.Observe(ev.Msg); return nil },
+			events.ConsumeOptions{Logger: v.log, Metrics: v.evm})
 		if err != nil {
 			v.log.Error("cannot follow unit reports", "unit", view.Unit, "err", err)
 		}

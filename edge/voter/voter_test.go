@@ -156,11 +156,12 @@ func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
 	}
 	t.Cleanup(hub.Close)
 	seen := &votes{got: map[string]*atollv1.Vote{}}
-	if _, err := events.Subscribe(hub, events.VoteSubjects, "test", func(ev events.Event[*atollv1.Vote]) {
+	if _, err := events.Subscribe(hub, events.VoteSubjects, "test", func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
 		seen.mu.Lock()
 		seen.got[ev.Msg.GetNode()] = ev.Msg
 		seen.mu.Unlock()
-	}, nil, nil); err != nil {
+		return nil
+	}, events.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_ = hub.Flush()
@@ -288,7 +289,7 @@ func TestIgnoresOutsiders(t *testing.T) {
 	if n := count(v.metrics.ignored.WithLabelValues("peer_not_member")); n < 1 {
 		t.Errorf("non-member results ignored: %v", n)
 	}
-	if n := v.evm.DroppedCount("probe-reports", events.ReasonIdentity); n < 1 {
+	if n := v.evm.TerminatedCount("probe-reports", events.ReasonIdentity); n < 1 {
 		t.Errorf("reports with a false checker dropped: %v", n)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,21 @@ func TestEventsTail(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("tail did not stop when cancelled")
+	}
+}
+
+func TestEventsCatalog(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"events", "catalog"}, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != events.CatalogMarkdown() || !strings.Contains(out.String(), "| `atoll.cloud.status` |") {
+		t.Fatalf("catalog:\n%s", out.String())
+	}
+	if err := run(context.Background(), []string{"events", "catalog", "extra"}, nil, &out); err == nil {
+		t.Fatal("accepted an argument")
+	}
+	if err := run(context.Background(), []string{"events", "nope"}, nil, &out); !errors.As(err, new(usageError)) {
+		t.Fatalf("unknown events command: %v", err)
 	}
 }

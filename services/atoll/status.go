@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/atoll-edge/atoll/events"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -56,35 +55,30 @@ func statusCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	return renderStatus(stdout, cs)
 }
 
-// requestStatus asks one atoll-cloud replica for the status of unit
-// (empty: every unit).
+// requestStatus asks one atoll-cloud replica (the status endpoint of the
+// micro service events.CloudService) for the status of unit (empty: every
+// unit).
 func requestStatus(ctx context.Context, nc *nats.Conn, unit string, timeout time.Duration) (*atollv1.ClusterStatus, error) {
-	req, err := events.NewMsg(events.StatusSubject, &atollv1.StatusRequest{Unit: unit}, "")
-	if err != nil {
-		return nil, err
-	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reply, err := nc.RequestMsgWithContext(rctx, req)
+	var cs atollv1.ClusterStatus
+	err := events.Request(rctx, nc, events.StatusSubject, &atollv1.StatusRequest{Unit: unit}, &cs)
+	var se *events.ServiceError
 	switch {
 	case err == nil:
+		return &cs, nil
+	case errors.As(err, &se):
+		return nil, fmt.Errorf("atoll-cloud refused the status request (code %d): %s", se.Code, se.Description)
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("no atoll-cloud answered on %s within %v: no responders (atoll-cloud answers with --membership-source=kubernetes only)", events.StatusSubject, timeout)
+		return nil, fmt.Errorf("no atoll-cloud answered on %s within %v: no responders (atoll-cloud answers with --membership-source=kubernetes only; `nats micro ls` lists the running %s services)",
+			events.StatusSubject, timeout, events.CloudService)
 	case ctx.Err() != nil:
 		return nil, ctx.Err() // interrupted
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return nil, fmt.Errorf("no atoll-cloud answered on %s within %v", events.StatusSubject, timeout)
 	default:
-		return nil, fmt.Errorf("request %s: %w", events.StatusSubject, err)
+		return nil, fmt.Errorf("status: %w", err)
 	}
-	if e := reply.Header.Get(micro.ErrorHeader); e != "" {
-		return nil, fmt.Errorf("atoll-cloud refused the status request (code %s): %s", reply.Header.Get(micro.ErrorCodeHeader), e)
-	}
-	var cs atollv1.ClusterStatus
-	if err := events.DecodeMsg(reply, &cs); err != nil {
-		return nil, fmt.Errorf("status reply: %w", err)
-	}
-	return &cs, nil
 }
 
 // renderStatus prints one table per unit: the unit's state, then its
