@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/atoll-edge/atoll/cloud/webhook"
+	"github.com/atoll-edge/atoll/internal/protect"
 )
 
 // op is one JSON patch operation.
@@ -35,8 +35,8 @@ func testOp(path string, value any) op { return op{Op: "test", Path: path, Value
 // NodeTaintPatch removes the unreachable NoExecute taint from n when p
 // protects it, guarded by a test of the current taints. Nil when there is
 // nothing to remove.
-func NodeTaintPatch(n *corev1.Node, p webhook.Policy) ([]byte, error) {
-	want, changed := webhook.ProtectNode(n, p)
+func NodeTaintPatch(n *corev1.Node, p protect.Policy) ([]byte, error) {
+	want, changed := protect.Node(n, p)
 	if !changed {
 		return nil, nil
 	}
@@ -50,8 +50,8 @@ func NodeTaintPatch(n *corev1.Node, p webhook.Policy) ([]byte, error) {
 // p protects that is not terminating. Each changed endpoint is guarded
 // by tests of its node name and addresses, so several endpoints can move
 // in one patch without index mistakes. Nil when nothing changes.
-func EndpointSlicePatch(s *discoveryv1.EndpointSlice, p webhook.Policy) ([]byte, error) {
-	want, changed := webhook.ProtectEndpointSlice(s, p)
+func EndpointSlicePatch(s *discoveryv1.EndpointSlice, p protect.Policy) ([]byte, error) {
+	want, changed := protect.EndpointSlice(s, p)
 	if !changed {
 		return nil, nil
 	}
@@ -81,8 +81,8 @@ func conditionsEqual(a, b discoveryv1.EndpointConditions) bool {
 // EndpointsPatch moves the not-ready addresses of nodes p protects to the
 // ready addresses, replacing the subsets under a test of their current
 // value. Nil when nothing changes.
-func EndpointsPatch(e *corev1.Endpoints, p webhook.Policy) ([]byte, error) {
-	want, changed := webhook.ProtectEndpoints(e, p)
+func EndpointsPatch(e *corev1.Endpoints, p protect.Policy) ([]byte, error) {
+	want, changed := protect.Endpoints(e, p)
 	if !changed {
 		return nil, nil
 	}
@@ -184,7 +184,7 @@ func (p *patcher) node(ctx context.Context, n *corev1.Node, build func(*corev1.N
 		})
 }
 
-func (p *patcher) endpointSlice(ctx context.Context, s *discoveryv1.EndpointSlice, protected webhook.Policy) error {
+func (p *patcher) endpointSlice(ctx context.Context, s *discoveryv1.EndpointSlice, protected protect.Policy) error {
 	api := p.client.DiscoveryV1().EndpointSlices(s.Namespace)
 	return p.do(ctx, "endpointslice", s.Namespace+"/"+s.Name, s,
 		func(ctx context.Context) (any, error) { return api.Get(ctx, s.Name, metav1.GetOptions{}) },
@@ -198,7 +198,7 @@ func (p *patcher) endpointSlice(ctx context.Context, s *discoveryv1.EndpointSlic
 		})
 }
 
-func (p *patcher) endpoints(ctx context.Context, e *corev1.Endpoints, protected webhook.Policy) error {
+func (p *patcher) endpoints(ctx context.Context, e *corev1.Endpoints, protected protect.Policy) error {
 	api := p.client.CoreV1().Endpoints(e.Namespace)
 	return p.do(ctx, "endpoints", e.Namespace+"/"+e.Name, e,
 		func(ctx context.Context) (any, error) { return api.Get(ctx, e.Name, metav1.GetOptions{}) },

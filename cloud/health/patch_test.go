@@ -10,12 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/atoll-edge/atoll/cloud/webhook"
+	"github.com/atoll-edge/atoll/internal/protect"
 )
 
 func ptr[T any](v T) *T { return &v }
 
-var protectX = webhook.PolicyFunc(func(n string) bool { return n == "x" })
+var protectX = protect.PolicyFunc(func(n string) bool { return n == "x" })
 
 func apply(t *testing.T, obj any, patch []byte, into any) error {
 	t.Helper()
