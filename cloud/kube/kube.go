@@ -45,6 +45,9 @@ func (c Config) Validate() error {
 
 // Kube is the service's Kubernetes access.
 type Kube struct {
+	// REST is the client configuration (user agent atoll-cloud), from
+	// which the controller-runtime manager (cloud/manager) is built.
+	REST      *rest.Config
 	Client    kubernetes.Interface
 	Informers informers.SharedInformerFactory
 }
@@ -76,7 +79,7 @@ func New(cfg Config) (*Kube, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)
 	}
-	return &Kube{Client: client, Informers: informers.NewSharedInformerFactory(client, cfg.Resync)}, nil
+	return &Kube{REST: rc, Client: client, Informers: informers.NewSharedInformerFactory(client, cfg.Resync)}, nil
 }
 
 // Module provides *Kube (and its kubernetes.Interface) and starts its
