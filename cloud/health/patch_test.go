@@ -144,7 +144,9 @@ func TestEndpointsPatch(t *testing.T) {
 // TestNodePatch: annotations and the taint change are one patch, the
 // taint part guarded by a test of the taints read.
 func TestNodePatch(t *testing.T) {
-	unreachable := func(e corev1.TaintEffect) corev1.Taint { return corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: e} }
+	unreachable := func(e corev1.TaintEffect) corev1.Taint {
+		return corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: e}
+	}
 	dedicated := corev1.Taint{Key: "dedicated", Value: "edge", Effect: corev1.TaintEffectNoExecute}
 	tainted := []corev1.Taint{unreachable(corev1.TaintEffectNoSchedule), dedicated, unreachable(corev1.TaintEffectNoExecute)}
 	want := map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"}
