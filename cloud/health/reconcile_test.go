@@ -1,0 +1,239 @@
+package health_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/atoll-edge/atoll/cloud/bus"
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// TestReconcilerOneWritePerObject runs the service on a manager against a
+// real kube-apiserver (with its audit log) and a real hub. A lost node
+// with the unreachable taints and a not-ready endpoint gets one healthy
+// vote: one verdict. The apiserver must then have taken exactly one
+// write from atoll-cloud per object: the Node (annotations and taint in
+// one patch), the EndpointSlice and the Endpoints.
+func TestReconcilerOneWritePerObject(t *testing.T) {
+	auditDir := t.TempDir()
+	flags, err := kubetest.Audit(auditDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := kubetest.Start(t, kubetest.WithAPIServerFlags(flags...))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	rc := rest.CopyConfig(cluster.RESTConfig())
+	rc.WarningHandler = rest.NoWarnings{}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := natstest.Logger(t, slog.LevelWarn)
+
+	h := natstest.Hub(t)
+	nc, err := h.Connect("health-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+
+	const node, ns = "edge-1", "shop"
+	addNode(t, ctx, client, node, corev1.ConditionUnknown)
+	// A peer the cloud still hears keeps the unit PartialDisruption
+	// throughout: the verdict is the only change.
+	addNode(t, ctx, client, "edge-2", corev1.ConditionTrue)
+	if err := cluster.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	notReady := discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(false)}
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, NodeName: ptr.To(node), Conditions: notReady}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Subsets: []corev1.EndpointSubset{{
+			NotReadyAddresses: []corev1.EndpointAddress{{IP: "10.1.0.1", NodeName: ptr.To(node)}},
+			Ports:             []corev1.EndpointPort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	mcfg := manager.DefaultConfig()
+	mcfg.LeaderElect = false
+	m, err := manager.New(mcfg, rc, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := health.DefaultConfig()
+	cfg.Resync = 200 * time.Millisecond // many resyncs: none may write again
+	s, err := health.New(cfg, bus.Of(nc, js), m, log, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ready(ctx); err == nil {
+		t.Fatal("ready before following the votes")
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	poll.Eventually(t, 20*time.Second, func() error { return s.Ready(ctx) }) // empty stream
+	// Before any vote the reconciler annotates the lost node once.
+	poll.Eventually(t, 20*time.Second, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if v := n.Annotations[wellknown.AnnotationVerdict]; v != "none" {
+			return fmt.Errorf("verdict annotation %q", v)
+		}
+		return nil
+	})
+	before := settledWrites(t, auditDir)
+
+	subj, err := events.VoteSubject("u1", node, "edge-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := events.PublishDurable(ctx, js, subj, &atollv1.Vote{Unit: "u1", Node: node, Voter: "edge-2",
+		Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 1, Checkers: 1,
+		Time: timestamppb.New(now), Since: timestamppb.New(now), Ttl: durationpb.New(time.Hour)}, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	poll.Eventually(t, 30*time.Second, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if v := n.Annotations[wellknown.AnnotationVerdict]; v != "healthy" {
+			return fmt.Errorf("verdict annotation %q", v)
+		}
+		if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }) {
+			return fmt.Errorf("taints %v", n.Spec.Taints)
+		}
+		sl, err := client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := sl.Endpoints[0].Conditions; c.Ready == nil || !*c.Ready {
+			return fmt.Errorf("slice endpoint not ready")
+		}
+		ep, err := client.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) != 1 {
+			return fmt.Errorf("endpoints address not ready: %+v", ep.Subsets)
+		}
+		return nil
+	})
+	after := settledWrites(t, auditDir)
+	want := map[string]int{"nodes//" + node: 1, "endpointslices/" + ns + "/web-1": 1, "endpoints/" + ns + "/web": 1}
+	for obj := range after {
+		if _, ok := want[obj]; !ok {
+			want[obj] = 0
+		}
+	}
+	for obj, n := range want {
+		if got := after[obj] - before[obj]; got != n {
+			t.Errorf("%s: %d writes by %s for one verdict, want %d", obj, got, wellknown.FieldManager, n)
+		}
+	}
+	if t.Failed() {
+		events, _ := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
+		var b strings.Builder
+		for _, e := range events {
+			fmt.Fprintf(&b, "%s %s %d %s\n", e.Verb, e.Object(), e.ResponseStatus.Code, e.RequestURI)
+		}
+		t.Logf("audit:\n%s", b.String())
+	}
+}
+
+// settledWrites waits until the service has resynced (every 200ms) for
+// two seconds without a new write, and returns atoll-cloud's writes by
+// object: a reconcile of objects already right must not write.
+func settledWrites(t *testing.T, auditDir string) map[string]int {
+	t.Helper()
+	var last map[string]int
+	stable := time.Time{}
+	poll.Eventually(t, 30*time.Second, func() error {
+		events, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
+		if err != nil {
+			return err
+		}
+		w := kubetest.Writes(events, wellknown.FieldManager)
+		if !maps.Equal(w, last) {
+			last, stable = w, time.Now()
+		}
+		if time.Since(stable) < 2*time.Second {
+			return fmt.Errorf("writes still changing: %v", w)
+		}
+		return nil
+	})
+	return last
+}
+
+// addNode creates a node of unit u1 with the given Ready status; a lost
+// one (Unknown) carries both unreachable taints, as the node lifecycle
+// controller leaves it.
+func addNode(t *testing.T, ctx context.Context, client kubernetes.Interface, name string, ready corev1.ConditionStatus) {
+	t.Helper()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{wellknown.LabelUnit: "u1"}}}
+	if ready == corev1.ConditionUnknown {
+		node.Spec.Taints = []corev1.Taint{
+			{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
+			{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
+		}
+	}
+	n, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
