@@ -11,17 +11,22 @@ import (
 	"path/filepath"
 )
 
-// auditPolicy records every write to Nodes, Endpoints and EndpointSlices
-// once, when its response is complete.
+// auditPolicy records every write to Nodes (with the stored object),
+// Endpoints and EndpointSlices once, when its response is complete.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
 rules:
+- level: RequestResponse
+  verbs: ["create", "update", "patch", "delete"]
+  resources:
+  - group: ""
+    resources: ["nodes"]
 - level: Metadata
   verbs: ["create", "update", "patch", "delete"]
   resources:
   - group: ""
-    resources: ["nodes", "endpoints"]
+    resources: ["endpoints"]
   - group: "discovery.k8s.io"
     resources: ["endpointslices"]
 - level: None
@@ -62,6 +67,8 @@ type AuditEvent struct {
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+	// ResponseObject is the stored object (Nodes only).
+	ResponseObject json.RawMessage `json:"responseObject"`
 }
 
 // FieldManager is the fieldManager query parameter of the request.
