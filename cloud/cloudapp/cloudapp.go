@@ -90,7 +90,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Manager.LeaderElect, "leader-elect", c.Manager.LeaderElect, "only the holder of a Lease writes to Kubernetes (required with more than one replica)")
 	fs.StringVar(&c.Manager.LeaderElectionID, "leader-election-id", c.Manager.LeaderElectionID, "name of the leader election Lease")
 	fs.StringVar(&c.Manager.LeaderElectionNamespace, "leader-election-namespace", c.Manager.LeaderElectionNamespace, "namespace of the leader election Lease")
-	fs.StringVar(&c.Manager.MetricsAddr, "controller-metrics-addr", c.Manager.MetricsAddr, "listen address of controller-runtime's metrics (0: off; Atoll's are on --admin-addr)")
 	fs.DurationVar(&c.Health.HoldTime, "hold-time", c.Health.HoldTime, "keep the pods of a unit cut off entirely from the cloud this long (0: never)")
 	fs.DurationVar(&c.Health.VoteTTL, "vote-ttl", c.Health.VoteTTL, "lifetime of a vote that carries no TTL")
 	fs.StringVar(&c.Webhook.Addr, "webhook-addr", c.Webhook.Addr, "listen address of the mutating admission webhook")

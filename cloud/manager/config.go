@@ -28,10 +28,6 @@ type Config struct {
 	// GracefulShutdown bounds how long the controllers get to finish on
 	// stop.
 	GracefulShutdown time.Duration
-	// MetricsAddr serves controller-runtime's own metrics (workqueue,
-	// reconcile, leader election, webhook) on host:port; "0" turns the
-	// listener off. Atoll's metrics stay on the admin listener.
-	MetricsAddr string
 }
 
 // DefaultConfig elects a leader in atoll-system.
@@ -44,7 +40,6 @@ func DefaultConfig() Config {
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
 		GracefulShutdown:        30 * time.Second,
-		MetricsAddr:             "0",
 	}
 }
 
@@ -66,9 +61,6 @@ func (c Config) Validate() error {
 	}
 	if c.GracefulShutdown < 0 {
 		return errors.New("manager: graceful shutdown must not be negative")
-	}
-	if c.MetricsAddr == "" {
-		return errors.New(`manager: metrics addr is empty (use "0" to turn it off)`)
 	}
 	return nil
 }

@@ -5,8 +5,9 @@
 // webhook, each replica's vote follower) run on every replica; the
 // controllers and the vote consumer run on the leader only.
 //
-// Readiness is served by internal/admin: the "kube-cache" check passes once
-// the manager's informers have synced.
+// Readiness and metrics are served by internal/admin: the "kube-cache"
+// check passes once the manager's informers have synced, and
+// controller-runtime's metrics join the service's registry.
 package manager
 
 import (
@@ -59,9 +60,10 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Manager, error) {
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
-		HealthProbeBindAddress:        "0", // served by internal/admin
-		GracefulShutdownTimeout:       ptr.To(cfg.GracefulShutdown),
+		// Probes and metrics are served by internal/admin (see Module).
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		GracefulShutdownTimeout: ptr.To(cfg.GracefulShutdown),
 		// Controller names are unique per manager; tests build several
 		// managers in one process.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},

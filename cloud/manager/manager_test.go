@@ -3,15 +3,22 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/atoll-edge/atoll/cloud/kube"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -101,7 +108,6 @@ func TestConfigValidate(t *testing.T) {
 		{"no id", func(c *atollmanager.Config) { c.LeaderElectionID = "" }, "id"},
 		{"renew too long", func(c *atollmanager.Config) { c.RenewDeadline = c.LeaseDuration }, "renew deadline"},
 		{"no namespace without election", func(c *atollmanager.Config) { c.LeaderElect, c.LeaderElectionNamespace = false, "" }, ""},
-		{"metrics addr", func(c *atollmanager.Config) { c.MetricsAddr = "" }, "metrics addr"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,4 +119,56 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestModule: the app's readiness names the manager's cache, and
+// controller-runtime's metrics are on the admin /metrics.
+func TestModule(t *testing.T) {
+	cluster := kubetest.Start(t)
+	cfg := atollmanager.DefaultConfig()
+	cfg.LeaderElectionNamespace = "kube-system"
+	var adm *admin.Server
+	var m *atollmanager.Manager
+	app := fxtest.New(t,
+		fx.Supply(admin.Config{Addr: "127.0.0.1:0"}, kube.Config{REST: cluster.RESTConfig(), QPS: 50, Burst: 100}, cfg,
+			natstest.Logger(t, slog.LevelWarn)),
+		admin.Module, kube.Module, atollmanager.Module,
+		fx.Populate(&adm, &m),
+	)
+	// A cached read registers an informer before the start, as the
+	// health service does.
+	if _, err := m.GetCache().GetInformer(t.Context(), &corev1.Node{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ready(t.Context()); err == nil {
+		t.Fatal("ready before start")
+	}
+	app.RequireStart()
+	if got := get(t, "http://"+adm.Addr()+"/readyz"); !strings.Contains(got, "[+] kube-cache ok") {
+		t.Errorf("/readyz:\n%s", got)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		if got := get(t, "http://"+adm.Addr()+"/metrics"); !strings.Contains(got, "leader_election_master_status") {
+			return errors.New("/metrics lacks controller-runtime's leader_election_master_status")
+		}
+		return nil
+	})
+	app.RequireStop()
+	if err := m.Ready(t.Context()); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Errorf("Ready after stop = %v", err)
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:noctx // test helper
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK && !strings.HasSuffix(url, "/readyz") {
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
+	}
+	return string(b)
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/go-logr/logr"
@@ -19,7 +20,9 @@ import (
 // after them (OnStart waits for the cache) and stops before them. A
 // manager that stops on its own (e.g. it lost its Lease) shuts the app
 // down with exit code 1, so the process restarts as a follower. The
-// readiness check "kube-cache" passes once the cache has synced.
+// readiness check "kube-cache" passes once the cache has synced, and
+// controller-runtime's metrics are served with the service's on the admin
+// listener.
 var Module = fx.Module("manager",
 	fx.Provide(newForApp, func(m *Manager) ctrlmanager.Manager { return m.Manager }),
 )
@@ -34,6 +37,9 @@ func newForApp(lc fx.Lifecycle, sd fx.Shutdowner, cfg Config, k *kube.Kube, log 
 		return nil, err
 	}
 	adm.AddReadiness("kube-cache", m.Ready)
+	if err := RegisterMetrics(adm.Registry()); err != nil {
+		return nil, fmt.Errorf("manager: metrics: %w", err)
+	}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			if err := m.Start(ctx); err != nil {
