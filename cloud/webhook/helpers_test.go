@@ -30,7 +30,6 @@ func taint(key string, effect corev1.TaintEffect) corev1.Taint {
 var (
 	unreachableNoExecute  = taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)
 	unreachableNoSchedule = taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule)
-	customNoExecute       = taint("example.com/maintenance", corev1.TaintEffectNoExecute)
 )
 
 func testNode(name string, taints ...corev1.Taint) *corev1.Node {
