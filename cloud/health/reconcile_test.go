@@ -36,8 +36,15 @@ import (
 // with the unreachable taints and a not-ready endpoint gets one healthy
 // vote: one verdict. The apiserver must then have taken exactly one
 // write from atoll-cloud per object: the Node (annotations and taint in
-// one patch), the EndpointSlice and the Endpoints.
+// one patch), the EndpointSlice and the Endpoints. With two replicas
+// electing a leader the count is the same, and both replicas know the
+// node is protected: the webhook may ask either.
 func TestReconcilerOneWritePerObject(t *testing.T) {
+	t.Run("one replica", func(t *testing.T) { testOneWritePerObject(t, 1) })
+	t.Run("two replicas with leader election", func(t *testing.T) { testOneWritePerObject(t, 2) })
+}
+
+func testOneWritePerObject(t *testing.T, replicas int) {
 	auditDir := t.TempDir()
 	flags, err := kubetest.Audit(auditDir)
 	if err != nil {
@@ -94,30 +101,13 @@ func TestReconcilerOneWritePerObject(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mcfg := manager.DefaultConfig()
-	mcfg.LeaderElect = false
-	m, err := manager.New(mcfg, rc, log)
-	if err != nil {
-		t.Fatal(err)
+	var services []*health.Service
+	for i := range replicas {
+		services = append(services, startReplica(t, ctx, rc, bus.Of(nc, js), log.With("replica", i), replicas > 1))
 	}
-	cfg := health.DefaultConfig()
-	cfg.Resync = 200 * time.Millisecond // many resyncs: none may write again
-	s, err := health.New(cfg, bus.Of(nc, js), m, log, nil, nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, s := range services {
+		poll.Eventually(t, 20*time.Second, func() error { return s.Ready(ctx) }) // empty stream
 	}
-	if err := s.Ready(ctx); err == nil {
-		t.Fatal("ready before following the votes")
-	}
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-	poll.Eventually(t, 20*time.Second, func() error { return s.Ready(ctx) }) // empty stream
 	// Before any vote the reconciler annotates the lost node once.
 	poll.Eventually(t, 20*time.Second, func() error {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -170,6 +160,11 @@ func TestReconcilerOneWritePerObject(t *testing.T) {
 		return nil
 	})
 	after := settledWrites(t, auditDir)
+	for i, s := range services {
+		if !s.Protected(node) {
+			t.Errorf("replica %d does not protect %s", i, node)
+		}
+	}
 	want := map[string]int{"nodes//" + node: 1, "endpointslices/" + ns + "/web-1": 1, "endpoints/" + ns + "/web": 1}
 	for obj := range after {
 		if _, ok := want[obj]; !ok {
@@ -189,6 +184,38 @@ func TestReconcilerOneWritePerObject(t *testing.T) {
 		}
 		t.Logf("audit:\n%s", b.String())
 	}
+}
+
+// startReplica runs one atoll-cloud replica's health service on its own
+// manager until the test ends.
+func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *bus.Bus, log *slog.Logger, elect bool) *health.Service {
+	t.Helper()
+	mcfg := manager.DefaultConfig()
+	mcfg.LeaderElect = elect
+	mcfg.LeaderElectionNamespace = "kube-system"
+	mcfg.LeaseDuration, mcfg.RenewDeadline, mcfg.RetryPeriod = 4*time.Second, 2*time.Second, 200*time.Millisecond
+	m, err := manager.New(mcfg, rc, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := health.DefaultConfig()
+	cfg.Resync = 200 * time.Millisecond // many resyncs: none may write again
+	s, err := health.New(cfg, b, m, log, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ready(ctx); err == nil {
+		t.Fatal("ready before following the votes")
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return s
 }
 
 // settledWrites waits until the service has resynced (every 200ms) for
