@@ -103,7 +103,11 @@ func testOneWritePerObject(t *testing.T, replicas int) {
 
 	var services []*health.Service
 	for i := range replicas {
-		services = append(services, startReplica(t, ctx, rc, bus.Of(nc, js), log.With("replica", i), replicas > 1))
+		// Each replica has its own user agent, so the audit log tells
+		// which one wrote.
+		rrc := rest.CopyConfig(rc)
+		rrc.UserAgent = fmt.Sprintf("replica-%d", i)
+		services = append(services, startReplica(t, ctx, rrc, bus.Of(nc, js), log.With("replica", i), replicas > 1))
 	}
 	for _, s := range services {
 		poll.Eventually(t, 20*time.Second, func() error { return s.Ready(ctx) }) // empty stream
@@ -164,6 +168,20 @@ func testOneWritePerObject(t *testing.T, replicas int) {
 		if !s.Protected(node) {
 			t.Errorf("replica %d does not protect %s", i, node)
 		}
+	}
+	// Only the leader writes.
+	audit, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writers := map[string]int{}
+	for _, e := range audit {
+		if e.FieldManager() == wellknown.FieldManager {
+			writers[e.UserAgent]++
+		}
+	}
+	if len(writers) != 1 {
+		t.Errorf("atoll-cloud writes by replica: %v, want all from one", writers)
 	}
 	want := map[string]int{"nodes//" + node: 1, "endpointslices/" + ns + "/web-1": 1, "endpoints/" + ns + "/web": 1}
 	for obj := range after {
