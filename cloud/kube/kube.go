@@ -1,7 +1,10 @@
-// Package kube gives cloud services their Kubernetes client and a shared
-// informer factory, started with the app: components request the informers
-// they need when they are built; the informers start, and the app waits for
-// their caches to sync, before any component runs.
+// Package kube gives cloud services their Kubernetes client configuration
+// (from which cloud/manager builds the controller-runtime manager, whose
+// cache the health service reads), a client and a shared informer factory,
+// started with the app: components that do not run on the manager yet
+// (topology, status) request the informers they need when they are built;
+// the informers start, and the app waits for their caches to sync, before
+// any component runs.
 package kube
 
 import (
