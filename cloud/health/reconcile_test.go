@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,11 +41,14 @@ import (
 // electing a leader the count is the same, and both replicas know the
 // node is protected: the webhook may ask either.
 func TestReconcilerOneWritePerObject(t *testing.T) {
-	t.Run("one replica", func(t *testing.T) { testOneWritePerObject(t, 1) })
-	t.Run("two replicas with leader election", func(t *testing.T) { testOneWritePerObject(t, 2) })
+	t.Run("one replica", func(t *testing.T) { testOneWritePerObject(t, 1, false) })
+	t.Run("two replicas with leader election", func(t *testing.T) { testOneWritePerObject(t, 2, false) })
+	// The leader stops before the vote: the other replica takes the Lease
+	// and the durable consumer, and applies the verdict.
+	t.Run("two replicas, leader fails over", func(t *testing.T) { testOneWritePerObject(t, 2, true) })
 }
 
-func testOneWritePerObject(t *testing.T, replicas int) {
+func testOneWritePerObject(t *testing.T, replicas int, failover bool) {
 	auditDir := t.TempDir()
 	flags, err := kubetest.Audit(auditDir)
 	if err != nil {
@@ -101,16 +105,17 @@ func testOneWritePerObject(t *testing.T, replicas int) {
 		t.Fatal(err)
 	}
 
-	var services []*health.Service
+	var services []*replica
 	for i := range replicas {
 		// Each replica has its own user agent, so the audit log tells
 		// which one wrote.
 		rrc := rest.CopyConfig(rc)
 		rrc.UserAgent = fmt.Sprintf("replica-%d", i)
 		services = append(services, startReplica(t, ctx, rrc, bus.Of(nc, js), log.With("replica", i), replicas > 1))
+		services[i].name = rrc.UserAgent
 	}
-	for _, s := range services {
-		poll.Eventually(t, 20*time.Second, func() error { return s.Ready(ctx) }) // empty stream
+	for _, r := range services {
+		poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) }) // empty stream
 	}
 	// Before any vote the reconciler annotates the lost node once.
 	poll.Eventually(t, 20*time.Second, func() error {
@@ -124,6 +129,25 @@ func testOneWritePerObject(t *testing.T, replicas int) {
 		return nil
 	})
 	before := settledWrites(t, auditDir)
+	writer := "replica-0"
+	if failover {
+		// Stop whichever replica leads; the other must take over.
+		var leader int
+		poll.Eventually(t, 20*time.Second, func() error {
+			for i, r := range services {
+				select {
+				case <-r.m.Elected():
+					leader = i
+					return nil
+				default:
+				}
+			}
+			return fmt.Errorf("no leader")
+		})
+		services[leader].stop()
+		services = slices.Delete(services, leader, leader+1)
+		writer = services[0].name
+	}
 
 	subj, err := events.VoteSubject("u1", node, "edge-2")
 	if err != nil {
@@ -164,12 +188,13 @@ func testOneWritePerObject(t *testing.T, replicas int) {
 		return nil
 	})
 	after := settledWrites(t, auditDir)
-	for i, s := range services {
-		if !s.Protected(node) {
-			t.Errorf("replica %d does not protect %s", i, node)
+	for _, r := range services {
+		if !r.s.Protected(node) {
+			t.Errorf("%s does not protect %s", r.name, node)
 		}
 	}
-	// Only the leader writes.
+	// Only the leader writes: all of the verdict's writes come from one
+	// replica (after a fail-over, the survivor).
 	audit, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
 	if err != nil {
 		t.Fatal(err)
@@ -180,8 +205,11 @@ func testOneWritePerObject(t *testing.T, replicas int) {
 			writers[e.UserAgent]++
 		}
 	}
-	if len(writers) != 1 {
+	switch {
+	case !failover && len(writers) != 1:
 		t.Errorf("atoll-cloud writes by replica: %v, want all from one", writers)
+	case failover && writers[writer] < 3: // the node, the slice, the Endpoints
+		t.Errorf("atoll-cloud writes by replica: %v, want the verdict's from %s", writers, writer)
 	}
 	want := map[string]int{"nodes//" + node: 1, "endpointslices/" + ns + "/web-1": 1, "endpoints/" + ns + "/web": 1}
 	for obj := range after {
@@ -204,9 +232,16 @@ func testOneWritePerObject(t *testing.T, replicas int) {
 	}
 }
 
-// startReplica runs one atoll-cloud replica's health service on its own
-// manager until the test ends.
-func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *bus.Bus, log *slog.Logger, elect bool) *health.Service {
+// replica is one atoll-cloud replica's health service on its own manager.
+type replica struct {
+	name string
+	s    *health.Service
+	m    *manager.Manager
+	stop func()
+}
+
+// startReplica runs a replica until the test ends or stop.
+func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *bus.Bus, log *slog.Logger, elect bool) *replica {
 	t.Helper()
 	mcfg := manager.DefaultConfig()
 	mcfg.LeaderElect = elect
@@ -228,12 +263,19 @@ func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *bus.Bus
 	if err := m.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	runCtx, stop := context.WithCancel(context.Background())
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-	return s
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			_ = m.Stop(context.Background())
+		})
+	}
+	t.Cleanup(stop)
+	return &replica{s: s, m: m, stop: stop}
 }
 
 // settledWrites waits until the service has resynced (every 200ms) for
