@@ -17,6 +17,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/kube"
+	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/cloud/webhook"
@@ -36,6 +37,7 @@ type Config struct {
 	// source; a fabric without Kubernetes (source "declared") runs only
 	// the hub and topology.
 	Kube         kube.Config
+	Manager      manager.Config
 	Health       health.Config
 	Webhook      webhook.Config
 	Registration webhook.RegistrationConfig
@@ -53,6 +55,7 @@ func Default() Config {
 		Streams:  events.DefaultStreamOptions(),
 		Topology: topology.DefaultConfig(),
 		Kube:     kube.DefaultConfig(),
+		Manager:  manager.DefaultConfig(),
 		Health:   health.DefaultConfig(),
 		Webhook:  webhook.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
@@ -84,6 +87,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Topology.Source, "membership-source", c.Topology.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
 	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
 	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", c.Kube.Kubeconfig, "kubeconfig file (empty: in-cluster)")
+	fs.BoolVar(&c.Manager.LeaderElect, "leader-elect", c.Manager.LeaderElect, "only the holder of a Lease writes to Kubernetes (required with more than one replica)")
+	fs.StringVar(&c.Manager.LeaderElectionID, "leader-election-id", c.Manager.LeaderElectionID, "name of the leader election Lease")
+	fs.StringVar(&c.Manager.LeaderElectionNamespace, "leader-election-namespace", c.Manager.LeaderElectionNamespace, "namespace of the leader election Lease")
 	fs.DurationVar(&c.Health.HoldTime, "hold-time", c.Health.HoldTime, "keep the pods of a unit cut off entirely from the cloud this long (0: never)")
 	fs.DurationVar(&c.Health.VoteTTL, "vote-ttl", c.Health.VoteTTL, "lifetime of a vote that carries no TTL")
 	fs.StringVar(&c.Webhook.Addr, "webhook-addr", c.Webhook.Addr, "listen address of the mutating admission webhook")
@@ -125,7 +131,7 @@ func (c Config) Kubernetes() bool { return c.Topology.Source == topology.SourceK
 func (c Config) Validate() error {
 	checks := []interface{ Validate() error }{c.Admin, c.Hub, c.Streams, c.Topology}
 	if c.Kubernetes() {
-		checks = append(checks, c.Kube, c.Health, c.Webhook)
+		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook)
 		if c.Registration.Enabled {
 			checks = append(checks, c.Registration)
 		}
@@ -147,8 +153,9 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	k8s := fx.Options()
 	if c.Kubernetes() {
 		k8s = fx.Options(
-			fx.Supply(c.Kube, c.Health, c.Webhook, c.Registration),
+			fx.Supply(c.Kube, c.Manager, c.Health, c.Webhook, c.Registration),
 			kube.Module,
+			manager.Module,
 			health.Module,
 			webhook.Module,
 			status.Module,

@@ -10,12 +10,35 @@
 // When a whole unit falls silent (every node Unknown, no fresh vote) its
 // pods are held for HoldTime before Kubernetes may proceed. The mutating
 // webhook (cloud/webhook) applies the same decision on every write, through
-// Service.Protected, because the node lifecycle and endpoint controllers
-// keep re-applying their own view.
+// Service.Protected and the rules of internal/protect, because the node
+// lifecycle and endpoint controllers keep re-applying their own view.
 //
-// Votes arrive twice: every replica follows all of them to know the whole
-// state (the webhook may be asked on any replica), and one replica handles
-// each vote through a shared durable consumer, acking after its patches.
+// # Reads on every replica, writes on the leader
+//
+// Every replica follows all votes (an ordered consumer) into its Tracker
+// and computes the units' disruption states: the webhook may be called on
+// any replica and must answer from that state. Writes happen only in the
+// Reconciler, a controller-runtime controller of the manager
+// (cloud/manager), which runs on the replica holding the leader Lease. Its
+// work comes from the manager's Node, EndpointSlice and Endpoints watches
+// and, through a source.Channel, from the shared durable vote consumer,
+// which also runs on the leader only. The consumer's callback records the
+// vote in the tracker and enqueues the node; it never patches. The
+// workqueue merges every cause for a node into one reconcile, and one
+// reconcile writes at most one patch per object: annotations and taints
+// in one Node patch, one patch per EndpointSlice or Endpoints.
+//
+// # Ack semantics
+//
+// A vote is acked once it is recorded in the tracker and its node is in
+// the workqueue, before the reconcile. That is at least once for the
+// vote's effect: the effect is the tracker state, which every replica
+// rebuilds from the HEALTH stream by itself (the follower), and a
+// reconcile derives the writes from that state alone, idempotently. If the
+// leader dies between ack and reconcile, the next leader's controller lists
+// every Node when it starts and reconciles each of them from its own
+// tracker, and the periodic resync requeues every lost node; nothing
+// depends on redelivering the acked vote.
 package health
 
 import (
@@ -24,22 +47,18 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/atoll-edge/atoll/cloud/bus"
-	"github.com/atoll-edge/atoll/cloud/kube"
+	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -48,15 +67,13 @@ import (
 // disrupted, so every replica (and a restarted one) holds it equally long.
 const HoldBucket = "atoll_unit_holds"
 
-const byNodeIndex = "byNode"
-
 type unitStatus struct {
 	state     UnitState
 	holdUntil time.Time // zero unless FullDisruption with a hold
 	nodes     []string
 }
 
-// Service applies peer verdicts to Kubernetes.
+// Service keeps the vote state and applies peer verdicts to Kubernetes.
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
@@ -64,23 +81,23 @@ type Service struct {
 	evm     *events.Metrics
 	metrics *metrics
 	tracker *Tracker
-	patch   *patcher
 	now     func() time.Time
 
-	nodes     corelisters.NodeLister
-	pods      corelisters.PodLister
-	slices    cache.Indexer
-	endpoints cache.Indexer
-	queue     workqueue.TypedRateLimitingInterface[string]
+	cache   client.Reader // the manager's cache
+	patch   *patcher
+	work    chan event.GenericEvent         // → the reconciler's workqueue
+	elected <-chan struct{}                 // closed once this replica leads
+	votes   atomic.Pointer[events.Consumer] // follows every vote, on every replica; set by Run
 
 	mu    sync.RWMutex
 	units map[string]unitStatus
 	holds jetstream.KeyValue
 }
 
-// New wires the service to the cluster's informers (request them before
-// the informer factory starts) and the hub.
-func New(cfg Config, b *bus.Bus, k *kube.Kube, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
+// New builds the service on the manager m: it registers the informers
+// and indexes it reads, the reconciler (leader only) and the vote consumer
+// (leader only). Call it before the manager starts; Run does the rest.
+func New(cfg Config, b *bus.Bus, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,114 +107,30 @@ func New(cfg Config, b *bus.Bus, k *kube.Kube, log *slog.Logger, reg prometheus.
 		tracker: NewTracker(cfg.VoteTTL),
 		now:     time.Now,
 		units:   map[string]unitStatus{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health"}),
+		cache:   m.GetClient(),
+		work:    make(chan event.GenericEvent),
+		elected: m.Elected(),
 	}
-	s.patch = &patcher{client: k.Client, metrics: s.metrics}
-
-	nodeInf := k.Informers.Core().V1().Nodes()
-	s.nodes = nodeInf.Lister()
-	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) { s.enqueueNode(o) },
-		UpdateFunc: func(old, o any) {
-			on, nn := old.(*corev1.Node), o.(*corev1.Node)
-			if ReadyStatus(on) != ReadyStatus(nn) || len(on.Spec.Taints) != len(nn.Spec.Taints) {
-				s.enqueueNode(o)
-			}
-		},
-	}); err != nil {
-		return nil, err
-	}
-
-	s.pods = k.Informers.Core().V1().Pods().Lister()
-
-	sliceInf := k.Informers.Discovery().V1().EndpointSlices().Informer()
-	if err := sliceInf.AddIndexers(cache.Indexers{byNodeIndex: slicesByNode}); err != nil {
-		return nil, err
-	}
-	s.slices = sliceInf.GetIndexer()
-	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { s.enqueueLost(slicesByNode(o)) },
-		UpdateFunc: func(_, o any) { s.enqueueLost(slicesByNode(o)) },
-	}); err != nil {
-		return nil, err
-	}
-
-	epInf := k.Informers.Core().V1().Endpoints().Informer()
-	if err := epInf.AddIndexers(cache.Indexers{byNodeIndex: endpointsByNode}); err != nil {
-		return nil, err
-	}
-	s.endpoints = epInf.GetIndexer()
-	if _, err := epInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { s.enqueueLost(endpointsByNode(o)) },
-		UpdateFunc: func(_, o any) { s.enqueueLost(endpointsByNode(o)) },
-	}); err != nil {
-		return nil, err
+	s.patch = &patcher{client: m.GetClient(), fresh: m.GetAPIReader(), metrics: s.metrics}
+	if err := s.setupWithManager(m); err != nil {
+		return nil, fmt.Errorf("health: %w", err)
 	}
 	return s, nil
 }
 
-func slicesByNode(o any) ([]string, error) {
-	s, ok := o.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil, nil
-	}
-	set := sets.New[string]()
-	for _, e := range s.Endpoints {
-		if e.NodeName != nil {
-			set.Insert(*e.NodeName)
-		}
-	}
-	return sets.List(set), nil
-}
-
-func endpointsByNode(o any) ([]string, error) {
-	e, ok := o.(*corev1.Endpoints)
-	if !ok {
-		return nil, nil
-	}
-	set := sets.New[string]()
-	for _, ss := range e.Subsets {
-		for _, lists := range [][]corev1.EndpointAddress{ss.Addresses, ss.NotReadyAddresses} {
-			for _, a := range lists {
-				if a.NodeName != nil {
-					set.Insert(*a.NodeName)
-				}
-			}
-		}
-	}
-	return sets.List(set), nil
-}
-
-func (s *Service) enqueueNode(o any) {
-	if n, ok := o.(*corev1.Node); ok {
-		s.queue.Add(n.Name)
-	}
-}
-
-// enqueueLost queues the nodes among names that the cloud has lost:
-// their endpoints may need to be kept ready.
-func (s *Service) enqueueLost(names []string, _ error) {
-	for _, name := range names {
-		if n, err := s.nodes.Get(name); err == nil && ReadyStatus(n) == corev1.ConditionUnknown {
-			s.queue.Add(name)
-		}
-	}
-}
-
 // Protected reports whether node is protected now: the cloud lost it and
-// its peers see it healthy, or its whole unit is held. It implements the
-// webhook's Policy.
+// its peers see it healthy, or its whole unit is held. It implements
+// protect.Policy.
 func (s *Service) Protected(node string) bool {
-	n, err := s.nodes.Get(node)
-	if err != nil {
+	var n corev1.Node
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
 		return false
 	}
-	return Protect(ReadyStatus(n), s.tracker.Judge(node, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+	return s.ProtectedNode(&n)
 }
 
 // ProtectedNode decides for a Node being written, from its own Ready
-// condition (the webhook's NodePolicy).
+// condition (protect.NodePolicy).
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
 	return Protect(ReadyStatus(n), s.tracker.Judge(n.Name, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
 }
@@ -205,10 +138,10 @@ func (s *Service) ProtectedNode(n *corev1.Node) bool {
 // Serving reports whether a pod was serving when its node was lost: it is
 // not being deleted and the kubelet last reported its containers ready.
 // The node lifecycle controller flips only the pod's Ready condition, so
-// ContainersReady keeps the kubelet's last word (the webhook's PodPolicy).
+// ContainersReady keeps the kubelet's last word (protect.PodPolicy).
 func (s *Service) Serving(namespace, name string) bool {
-	p, err := s.pods.Pods(namespace).Get(name)
-	if err != nil || p.DeletionTimestamp != nil {
+	var p corev1.Pod
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, &p); err != nil || p.DeletionTimestamp != nil {
 		return false
 	}
 	for _, c := range p.Status.Conditions {
@@ -243,7 +176,18 @@ func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 	return st.state, st.holdUntil
 }
 
-// Run consumes votes and reconciles nodes until ctx is done.
+// Ready passes once this replica's vote state has caught up with the
+// HEALTH stream as it was at start (readiness check "health-votes").
+func (s *Service) Ready(context.Context) error {
+	votes := s.votes.Load()
+	if votes == nil {
+		return errors.New("vote follower not started")
+	}
+	return votes.Ready()
+}
+
+// Run follows the votes and keeps the units' states until ctx is done. It
+// runs on every replica.
 func (s *Service) Run(ctx context.Context) error {
 	js := s.bus.JetStream()
 	holds, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -252,37 +196,30 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("health: holds bucket: %w", err)
 	}
+	s.mu.Lock()
 	s.holds = holds
+	s.mu.Unlock()
+
+	// Every replica knows every vote.
+	votes, err := events.NewConsumer(js, events.VoteFollower, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
+		if s.observe(ev.Msg, ev.Published) {
+			s.enqueue(ctx, ev.Msg.GetNode())
+		}
+		return nil
+	}, events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	s.votes.Store(votes)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer s.queue.ShutDown()
-
-	// Every replica knows every vote.
 	wg.Go(func() {
-		err := events.Consume(ctx, js, events.VoteFollower,
-			func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
-				s.observe(ev.Msg, ev.Published)
-				return nil
-			},
-			events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
+		err := votes.Run(ctx)
 		if err != nil {
 			s.log.Error("following votes stopped", "err", err)
 		}
 	})
-	// One replica handles each vote, at least once.
-	wg.Go(func() {
-		err := events.Consume(ctx, js, events.VoteConsumer, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
-			s.observe(ev.Msg, ev.Published)
-			return s.reconcile(ctx, ev.Msg.GetNode())
-		}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
-		if err != nil {
-			s.log.Error("consuming votes stopped", "err", err)
-		}
-	})
-	for range s.cfg.Workers {
-		wg.Go(func() { s.work(ctx) })
-	}
 
 	t := time.NewTicker(s.cfg.Resync)
 	defer t.Stop()
@@ -296,48 +233,44 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// observe records a vote and queues its node when the verdict changed.
-func (s *Service) observe(v *atollv1.Vote, published time.Time) {
+// observe records a vote; it reports whether the node's verdict changed.
+func (s *Service) observe(v *atollv1.Vote, published time.Time) bool {
 	before := s.tracker.Judge(v.GetNode(), s.now()).Verdict
-	if s.tracker.Observe(v, published) && s.tracker.Judge(v.GetNode(), s.now()).Verdict != before {
-		s.queue.Add(v.GetNode())
-	}
+	return s.tracker.Observe(v, published) && s.tracker.Judge(v.GetNode(), s.now()).Verdict != before
 }
 
-func (s *Service) work(ctx context.Context) {
-	for {
-		name, shutdown := s.queue.Get()
-		if shutdown {
-			return
-		}
-		err := s.reconcile(ctx, name)
-		switch {
-		case err == nil:
-			s.queue.Forget(name)
-		case ctx.Err() != nil:
-		default:
-			s.log.Warn("reconcile failed; will retry", "node", name, "err", err)
-			s.queue.AddRateLimited(name)
-		}
-		s.queue.Done(name)
+// enqueue hands node to the reconciler's workqueue. On a replica that does
+// not lead, there is no reconciler: the leader reconciles from its own
+// state.
+func (s *Service) enqueue(ctx context.Context, node string) {
+	select {
+	case <-s.elected:
+	default:
+		return
+	}
+	select {
+	case s.work <- event.GenericEvent{Object: nodeRef(node)}:
+	case <-ctx.Done():
 	}
 }
 
 // resync re-evaluates every unit's disruption state and queues every lost
 // node, so expiring votes and holds take effect without new events.
 func (s *Service) resync(ctx context.Context) {
-	nodes, err := s.nodes.List(labels.Everything())
-	if err != nil {
+	var list corev1.NodeList
+	if err := s.cache.List(ctx, &list); err != nil {
 		return
 	}
 	now := s.now()
 	byUnit := map[string][]*corev1.Node{}
-	for _, n := range nodes {
+	var queue []string
+	for i := range list.Items {
+		n := &list.Items[i]
 		if unit := n.Labels[s.cfg.UnitLabel]; unit != "" {
 			byUnit[unit] = append(byUnit[unit], n)
 		}
 		if ReadyStatus(n) == corev1.ConditionUnknown {
-			s.queue.Add(n.Name)
+			queue = append(queue, n.Name)
 		}
 	}
 	s.mu.RLock()
@@ -378,9 +311,7 @@ func (s *Service) resync(ctx context.Context) {
 		s.mu.Unlock()
 		if prev.state != st.state || !prev.holdUntil.Equal(st.holdUntil) {
 			s.log.Info("unit disruption", "unit", unit, "state", st.state, "was", prev.state, "hold_until", st.holdUntil)
-			for _, n := range names {
-				s.queue.Add(n)
-			}
+			queue = append(queue, names...)
 		}
 		s.metrics.setUnitState(unit, st.state, len(members) == 0)
 		for _, n := range members {
@@ -390,6 +321,9 @@ func (s *Service) resync(ctx context.Context) {
 		}
 	}
 	s.metrics.protected.Set(float64(protected))
+	for _, n := range queue {
+		s.enqueue(ctx, n)
+	}
 }
 
 // holdSince returns since when unit is fully disrupted, recording now if
@@ -417,48 +351,4 @@ func (s *Service) releaseHold(ctx context.Context, unit string) {
 	if err := s.holds.Delete(ctx, unit); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.log.Warn("cannot release the hold of a unit", "unit", unit, "err", err)
 	}
-}
-
-// reconcile brings one node, its annotations, and its pods' endpoints in
-// line with the decision for it. It is idempotent.
-func (s *Service) reconcile(ctx context.Context, name string) error {
-	n, err := s.nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		s.tracker.Forget(name)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	unit := n.Labels[s.cfg.UnitLabel]
-	j := s.tracker.Judge(name, s.now())
-	if unit == "" && j.Votes() == 0 {
-		return nil // not an edge node
-	}
-	state, hold := s.UnitState(unit)
-	if !s.held(unit) {
-		hold = time.Time{}
-	}
-	var errs []error
-	want := Annotations(j, state, hold)
-	errs = append(errs, s.patch.node(ctx, n, func(cur *corev1.Node) ([]byte, types.PatchType, error) {
-		data, err := AnnotationsPatch(cur.Annotations, want)
-		return data, types.MergePatchType, err
-	}))
-	if !Protect(ReadyStatus(n), j, s.held(unit)) {
-		return errors.Join(errs...)
-	}
-	errs = append(errs, s.patch.node(ctx, n, func(cur *corev1.Node) ([]byte, types.PatchType, error) {
-		data, err := NodeTaintPatch(cur, s)
-		return data, types.JSONPatchType, err
-	}))
-	objs, _ := s.slices.ByIndex(byNodeIndex, name)
-	for _, o := range objs {
-		errs = append(errs, s.patch.endpointSlice(ctx, o.(*discoveryv1.EndpointSlice), s))
-	}
-	objs, _ = s.endpoints.ByIndex(byNodeIndex, name)
-	for _, o := range objs {
-		errs = append(errs, s.patch.endpoints(ctx, o.(*corev1.Endpoints), s))
-	}
-	return errors.Join(errs...)
 }

@@ -7,14 +7,16 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/cloud/bus"
-	"github.com/atoll-edge/atoll/cloud/kube"
+	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 )
 
-// Module runs the health service with the app and provides it as the
-// webhook's Policy.
+// Module runs the health service with the app, on the manager of
+// cloud/manager, and provides it as the webhook's Policy. Its readiness
+// check "health-votes" passes once the vote state caught up.
 var Module = fx.Module("health",
 	fx.Provide(
 		newForApp,
@@ -23,11 +25,12 @@ var Module = fx.Module("health",
 	fx.Invoke(func(*Service) {}),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config, b *bus.Bus, k *kube.Kube, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
-	s, err := New(cfg, b, k, log, reg, evm)
+func newForApp(lc fx.Lifecycle, cfg Config, b *bus.Bus, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics, adm *admin.Server) (*Service, error) {
+	s, err := New(cfg, b, m, log, reg, evm)
 	if err != nil {
 		return nil, err
 	}
+	adm.AddReadiness("health-votes", s.Ready)
 	fxrun.Background(lc, log, "health", s.Run)
 	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -12,12 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/atoll-edge/atoll/cloud/webhook"
+	"github.com/atoll-edge/atoll/internal/protect"
 )
 
 // op is one JSON patch operation.
@@ -32,26 +32,62 @@ type op struct {
 // the wrong element.
 func testOp(path string, value any) op { return op{Op: "test", Path: path, Value: value} }
 
-// NodeTaintPatch removes the unreachable NoExecute taint from n when p
-// protects it, guarded by a test of the current taints. Nil when there is
-// nothing to remove.
-func NodeTaintPatch(n *corev1.Node, p webhook.Policy) ([]byte, error) {
-	want, changed := webhook.ProtectNode(n, p)
-	if !changed {
+// NodePatch is the one patch a reconcile writes to a node: the managed
+// annotations set to want (keys not in want removed), and, when protected,
+// the unreachable:NoExecute taint removed under a test of the current
+// taints (a patch built from a stale read fails instead of dropping a taint
+// added meanwhile). A node without annotations gets the whole map under a
+// test of its resourceVersion. Nil when the node already is as wanted.
+func NodePatch(n *corev1.Node, want map[string]string, protected bool) ([]byte, error) {
+	var ops []op
+	if kept, changed := protect.NodeTaints(n, protected); changed {
+		ops = append(ops,
+			testOp("/spec/taints", n.Spec.Taints),
+			op{Op: "replace", Path: "/spec/taints", Value: kept.Spec.Taints})
+	}
+	set := map[string]string{}
+	var remove []string
+	for _, k := range ManagedAnnotations {
+		v, ok := want[k]
+		cur, has := n.Annotations[k]
+		switch {
+		case ok && (!has || cur != v):
+			set[k] = v
+		case !ok && has:
+			remove = append(remove, k)
+		}
+	}
+	if n.Annotations == nil && len(set) > 0 {
+		ops = append(ops,
+			testOp("/metadata/resourceVersion", n.ResourceVersion),
+			op{Op: "add", Path: "/metadata/annotations", Value: set})
+	} else {
+		for _, k := range ManagedAnnotations {
+			if v, ok := set[k]; ok {
+				ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + escape(k), Value: v})
+			}
+		}
+		for _, k := range remove {
+			ops = append(ops, op{Op: "remove", Path: "/metadata/annotations/" + escape(k)})
+		}
+	}
+	if len(ops) == 0 {
 		return nil, nil
 	}
-	return json.Marshal([]op{
-		testOp("/spec/taints", n.Spec.Taints),
-		{Op: "replace", Path: "/spec/taints", Value: want.Spec.Taints},
-	})
+	return json.Marshal(ops)
+}
+
+// escape makes a map key a JSON pointer token (RFC 6901).
+func escape(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }
 
 // EndpointSlicePatch marks ready and serving every endpoint of s on a node
 // p protects that is not terminating. Each changed endpoint is guarded
 // by tests of its node name and addresses, so several endpoints can move
 // in one patch without index mistakes. Nil when nothing changes.
-func EndpointSlicePatch(s *discoveryv1.EndpointSlice, p webhook.Policy) ([]byte, error) {
-	want, changed := webhook.ProtectEndpointSlice(s, p)
+func EndpointSlicePatch(s *discoveryv1.EndpointSlice, p protect.Policy) ([]byte, error) {
+	want, changed := protect.EndpointSlice(s, p)
 	if !changed {
 		return nil, nil
 	}
@@ -81,8 +117,8 @@ func conditionsEqual(a, b discoveryv1.EndpointConditions) bool {
 // EndpointsPatch moves the not-ready addresses of nodes p protects to the
 // ready addresses, replacing the subsets under a test of their current
 // value. Nil when nothing changes.
-func EndpointsPatch(e *corev1.Endpoints, p webhook.Policy) ([]byte, error) {
-	want, changed := webhook.ProtectEndpoints(e, p)
+func EndpointsPatch(e *corev1.Endpoints, p protect.Policy) ([]byte, error) {
+	want, changed := protect.Endpoints(e, p)
 	if !changed {
 		return nil, nil
 	}
@@ -92,30 +128,11 @@ func EndpointsPatch(e *corev1.Endpoints, p webhook.Policy) ([]byte, error) {
 	})
 }
 
-// AnnotationsPatch sets want on a node and removes the managed keys not in
-// want. Nil when the node already carries exactly that.
-func AnnotationsPatch(current map[string]string, want map[string]string) ([]byte, error) {
-	patch := map[string]any{}
-	for _, k := range ManagedAnnotations {
-		v, ok := want[k]
-		cur, has := current[k]
-		switch {
-		case ok && (!has || cur != v):
-			patch[k] = v
-		case !ok && has:
-			patch[k] = nil
-		}
-	}
-	if len(patch) == 0 {
-		return nil, nil
-	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
-}
-
 // patcher applies patches and retries a patch that failed because its
 // read was stale, with a fresh read from the apiserver.
 type patcher struct {
-	client  kubernetes.Interface
+	client  client.Client // writes
+	fresh   client.Reader // reads that bypass the cache
 	metrics *metrics
 }
 
@@ -128,31 +145,28 @@ func retriable(err error) bool {
 		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err)
 }
 
-// do builds a patch from obj (first the cached object, then fresh reads)
-// and applies it; build returns nil when nothing needs to change.
-func (p *patcher) do(ctx context.Context, kind, name string, first any, get func(context.Context) (any, error),
-	build func(obj any) ([]byte, types.PatchType, error),
-	apply func(ctx context.Context, data []byte, pt types.PatchType) error,
-) error {
-	obj := first
+// do builds a JSON patch from obj (first the cached object, then fresh
+// reads into it) and applies it; build returns nil when nothing needs to
+// change. At most one patch succeeds per call.
+func do[T client.Object](ctx context.Context, p *patcher, kind string, obj T, build func(T) ([]byte, error)) error {
+	key := client.ObjectKeyFromObject(obj)
 	attempt := 0
 	err := wait.ExponentialBackoffWithContext(ctx, retryBackoff, func(ctx context.Context) (bool, error) {
 		if attempt > 0 {
-			fresh, err := get(ctx)
+			err := p.fresh.Get(ctx, key, obj)
 			if apierrors.IsNotFound(err) {
 				return true, nil
 			}
 			if err != nil {
 				return false, nil
 			}
-			obj = fresh
 		}
 		attempt++
-		data, pt, err := build(obj)
+		data, err := build(obj)
 		if err != nil || data == nil {
 			return true, err
 		}
-		err = apply(ctx, data, pt)
+		err = p.client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, data), client.FieldOwner(wellknown.FieldManager))
 		switch {
 		case err == nil:
 			p.metrics.patches.WithLabelValues(kind, "ok").Inc()
@@ -168,46 +182,25 @@ func (p *patcher) do(ctx context.Context, kind, name string, first any, get func
 	})
 	if err != nil {
 		p.metrics.patches.WithLabelValues(kind, "error").Inc()
-		return fmt.Errorf("patch %s %s: %w", kind, name, err)
+		return fmt.Errorf("patch %s %s: %w", kind, key, err)
 	}
 	return nil
 }
 
-func (p *patcher) node(ctx context.Context, n *corev1.Node, build func(*corev1.Node) ([]byte, types.PatchType, error)) error {
-	nodes := p.client.CoreV1().Nodes()
-	return p.do(ctx, "node", n.Name, n,
-		func(ctx context.Context) (any, error) { return nodes.Get(ctx, n.Name, metav1.GetOptions{}) },
-		func(o any) ([]byte, types.PatchType, error) { return build(o.(*corev1.Node)) },
-		func(ctx context.Context, data []byte, pt types.PatchType) error {
-			_, err := nodes.Patch(ctx, n.Name, pt, data, metav1.PatchOptions{FieldManager: wellknown.FieldManager})
-			return err
-		})
+// The objects come from the cache: copy before patching into them.
+
+func (p *patcher) node(ctx context.Context, n *corev1.Node, build func(*corev1.Node) ([]byte, error)) error {
+	return do(ctx, p, "node", n.DeepCopy(), build)
 }
 
-func (p *patcher) endpointSlice(ctx context.Context, s *discoveryv1.EndpointSlice, protected webhook.Policy) error {
-	api := p.client.DiscoveryV1().EndpointSlices(s.Namespace)
-	return p.do(ctx, "endpointslice", s.Namespace+"/"+s.Name, s,
-		func(ctx context.Context) (any, error) { return api.Get(ctx, s.Name, metav1.GetOptions{}) },
-		func(o any) ([]byte, types.PatchType, error) {
-			data, err := EndpointSlicePatch(o.(*discoveryv1.EndpointSlice), protected)
-			return data, types.JSONPatchType, err
-		},
-		func(ctx context.Context, data []byte, pt types.PatchType) error {
-			_, err := api.Patch(ctx, s.Name, pt, data, metav1.PatchOptions{FieldManager: wellknown.FieldManager})
-			return err
-		})
+func (p *patcher) endpointSlice(ctx context.Context, s *discoveryv1.EndpointSlice, protected protect.Policy) error {
+	return do(ctx, p, "endpointslice", s.DeepCopy(), func(s *discoveryv1.EndpointSlice) ([]byte, error) {
+		return EndpointSlicePatch(s, protected)
+	})
 }
 
-func (p *patcher) endpoints(ctx context.Context, e *corev1.Endpoints, protected webhook.Policy) error {
-	api := p.client.CoreV1().Endpoints(e.Namespace)
-	return p.do(ctx, "endpoints", e.Namespace+"/"+e.Name, e,
-		func(ctx context.Context) (any, error) { return api.Get(ctx, e.Name, metav1.GetOptions{}) },
-		func(o any) ([]byte, types.PatchType, error) {
-			data, err := EndpointsPatch(o.(*corev1.Endpoints), protected)
-			return data, types.JSONPatchType, err
-		},
-		func(ctx context.Context, data []byte, pt types.PatchType) error {
-			_, err := api.Patch(ctx, e.Name, pt, data, metav1.PatchOptions{FieldManager: wellknown.FieldManager})
-			return err
-		})
+func (p *patcher) endpoints(ctx context.Context, e *corev1.Endpoints, protected protect.Policy) error {
+	return do(ctx, p, "endpoints", e.DeepCopy(), func(e *corev1.Endpoints) ([]byte, error) {
+		return EndpointsPatch(e, protected)
+	})
 }

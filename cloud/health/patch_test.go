@@ -2,6 +2,7 @@ package health
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -10,12 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/atoll-edge/atoll/cloud/webhook"
+	"github.com/atoll-edge/atoll/internal/protect"
 )
 
 func ptr[T any](v T) *T { return &v }
 
-var protectX = webhook.PolicyFunc(func(n string) bool { return n == "x" })
+var protectX = protect.PolicyFunc(func(n string) bool { return n == "x" })
 
 func apply(t *testing.T, obj any, patch []byte, into any) error {
 	t.Helper()
@@ -140,42 +141,66 @@ func TestEndpointsPatch(t *testing.T) {
 	}
 }
 
-func TestNodeTaintPatch(t *testing.T) {
-	n := &corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{
-		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
-		{Key: "dedicated", Value: "edge", Effect: corev1.TaintEffectNoExecute},
-		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
-	}}}
-	n.Name = "x"
-	patch, err := NodeTaintPatch(n, protectX)
-	if err != nil || patch == nil {
-		t.Fatalf("patch %s, %v", patch, err)
+// TestNodePatch: annotations and the taint change are one patch, the
+// taint part guarded by a test of the taints read.
+func TestNodePatch(t *testing.T) {
+	unreachable := func(e corev1.TaintEffect) corev1.Taint {
+		return corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: e}
 	}
-	var got corev1.Node
-	if err := apply(t, n, patch, &got); err != nil {
-		t.Fatal(err)
+	dedicated := corev1.Taint{Key: "dedicated", Value: "edge", Effect: corev1.TaintEffectNoExecute}
+	tainted := []corev1.Taint{unreachable(corev1.TaintEffectNoSchedule), dedicated, unreachable(corev1.TaintEffectNoExecute)}
+	want := map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		taints      []corev1.Taint
+		protected   bool
+		wantAnn     map[string]string // nil: no patch expected
+		wantTaints  []corev1.Taint
+	}{
+		{"protected: annotations and taint in one patch", map[string]string{"other": "kept", wellknown.AnnotationHoldUntil: "x"}, tainted, true,
+			map[string]string{"other": "kept", wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"},
+			[]corev1.Taint{unreachable(corev1.TaintEffectNoSchedule), dedicated}},
+		{"not protected: annotations only", map[string]string{"other": "kept"}, tainted, false,
+			map[string]string{"other": "kept", wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"}, tainted},
+		{"no annotations yet", nil, nil, false, want, nil},
+		{"already as wanted", map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"}, nil, true, nil, nil},
 	}
-	if len(got.Spec.Taints) != 2 || got.Spec.Taints[0].Effect != corev1.TaintEffectNoSchedule || got.Spec.Taints[1].Key != "dedicated" {
-		t.Fatalf("taints = %v", got.Spec.Taints)
-	}
-	n.Name = "y"
-	if p, _ := NodeTaintPatch(n, protectX); p != nil {
-		t.Fatalf("unprotected node patched: %s", p)
-	}
-}
-
-func TestAnnotationsPatch(t *testing.T) {
-	cur := map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationHoldUntil: "2026-01-01T00:00:00Z", "other": "kept"}
-	want := map[string]string{wellknown.AnnotationVerdict: "unhealthy"}
-	patch, err := AnnotationsPatch(cur, want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(patch) != `{"metadata":{"annotations":{"atoll.io/health-verdict":"unhealthy","atoll.io/unit-hold-until":null}}}` {
-		t.Fatalf("patch = %s", patch)
-	}
-	if p, _ := AnnotationsPatch(map[string]string{wellknown.AnnotationVerdict: "unhealthy"}, want); p != nil {
-		t.Fatalf("no-op patch = %s", p)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &corev1.Node{Spec: corev1.NodeSpec{Taints: tt.taints}}
+			n.Name, n.ResourceVersion, n.Annotations = "x", "7", tt.annotations
+			patch, err := NodePatch(n, want, tt.protected)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantAnn == nil {
+				if patch != nil {
+					t.Fatalf("unexpected patch %s", patch)
+				}
+				return
+			}
+			var got corev1.Node
+			if err := apply(t, n, patch, &got); err != nil {
+				t.Fatalf("apply %s: %v", patch, err)
+			}
+			if !reflect.DeepEqual(got.Annotations, tt.wantAnn) {
+				t.Errorf("annotations = %v, want %v", got.Annotations, tt.wantAnn)
+			}
+			if !reflect.DeepEqual(got.Spec.Taints, tt.wantTaints) {
+				t.Errorf("taints = %v, want %v", got.Spec.Taints, tt.wantTaints)
+			}
+			if p, _ := NodePatch(&got, want, tt.protected); p != nil {
+				t.Errorf("second patch not empty: %s", p)
+			}
+			// A stale read fails: taints or resourceVersion changed.
+			stale := n.DeepCopy()
+			stale.ResourceVersion = "8"
+			stale.Spec.Taints = append(stale.Spec.Taints, corev1.Taint{Key: "new", Effect: corev1.TaintEffectNoSchedule})
+			if (tt.protected || tt.annotations == nil) && apply(t, stale, patch, &got) == nil {
+				t.Errorf("patch %s applied to a changed node", patch)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/quorum"
+
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -94,30 +96,15 @@ func (t *Tracker) Judge(node string, now time.Time) Judgement {
 			j.LastVote, freshest = e.published, e.vote
 		}
 	}
-	j.Verdict = Majority(j.Healthy, j.Unhealthy, j.Undecided)
+	// Voters see the same reports and normally agree; an undecided vote
+	// only matters while a report is in flight to some voters and not
+	// others, and then it blocks a verdict rather than making one.
+	j.Verdict = quorum.Majority(j.Healthy, j.Unhealthy, j.Undecided)
 	if freshest != nil {
 		j.Normal, j.Abnormal, j.Checkers = freshest.GetNormal(), freshest.GetAbnormal(), freshest.GetCheckers()
 		j.Since = freshest.GetSince().AsTime()
 	}
 	return j
-}
-
-// Majority is the cloud's rule over the voters: a strict majority of the
-// fresh votes decides, anything else is no verdict. Voters see the same
-// reports and normally agree; this only matters while a report is in
-// flight to some voters and not others.
-func Majority(healthy, unhealthy, undecided int) atollv1.Verdict {
-	total := healthy + unhealthy + undecided
-	switch {
-	case total == 0:
-		return atollv1.Verdict_VERDICT_NONE
-	case 2*healthy > total:
-		return atollv1.Verdict_VERDICT_HEALTHY
-	case 2*unhealthy > total:
-		return atollv1.Verdict_VERDICT_UNHEALTHY
-	default:
-		return atollv1.Verdict_VERDICT_NONE
-	}
 }
 
 // Forget drops every vote about node (it left the cluster).

@@ -1,7 +1,10 @@
-// Package kube gives cloud services their Kubernetes client and a shared
-// informer factory, started with the app: components request the informers
-// they need when they are built; the informers start, and the app waits for
-// their caches to sync, before any component runs.
+// Package kube gives cloud services their Kubernetes client configuration
+// (from which cloud/manager builds the controller-runtime manager, whose
+// cache the health service reads), a client and a shared informer factory,
+// started with the app: components that do not run on the manager yet
+// (topology, status) request the informers they need when they are built;
+// the informers start, and the app waits for their caches to sync, before
+// any component runs.
 package kube
 
 import (
@@ -45,6 +48,9 @@ func (c Config) Validate() error {
 
 // Kube is the service's Kubernetes access.
 type Kube struct {
+	// REST is the client configuration (user agent atoll-cloud), from
+	// which the controller-runtime manager (cloud/manager) is built.
+	REST      *rest.Config
 	Client    kubernetes.Interface
 	Informers informers.SharedInformerFactory
 }
@@ -76,7 +82,7 @@ func New(cfg Config) (*Kube, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)
 	}
-	return &Kube{Client: client, Informers: informers.NewSharedInformerFactory(client, cfg.Resync)}, nil
+	return &Kube{REST: rc, Client: client, Informers: informers.NewSharedInformerFactory(client, cfg.Resync)}, nil
 }
 
 // Module provides *Kube (and its kubernetes.Interface) and starts its

@@ -11,9 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/atoll-edge/atoll/internal/protect"
 )
 
-// handler applies the Protect rules to admission requests. It implements
+// handler applies the protect rules to admission requests. It implements
 // admission.Handler and never denies.
 type handler struct {
 	policy  Policy
@@ -58,13 +60,13 @@ func (h *handler) mutate(kind string, req admission.Request) (admission.Response
 	}
 	switch kind {
 	case kindNode:
-		return patch(req.Object.Raw, func(n *corev1.Node) (*corev1.Node, bool) { return ProtectNode(n, h.policy) })
+		return patch(req.Object.Raw, func(n *corev1.Node) (*corev1.Node, bool) { return protect.Node(n, h.policy) })
 	case kindEndpointSlice:
 		return patch(req.Object.Raw, func(s *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
-			return ProtectEndpointSlice(s, h.policy)
+			return protect.EndpointSlice(s, h.policy)
 		})
 	case kindEndpoints:
-		return patch(req.Object.Raw, func(e *corev1.Endpoints) (*corev1.Endpoints, bool) { return ProtectEndpoints(e, h.policy) })
+		return patch(req.Object.Raw, func(e *corev1.Endpoints) (*corev1.Endpoints, bool) { return protect.Endpoints(e, h.policy) })
 	default:
 		return admission.Response{}, fmt.Errorf("unexpected kind %s", req.Kind.String())
 	}

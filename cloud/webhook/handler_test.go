@@ -186,7 +186,7 @@ func TestHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			s, err := New(Config{Addr: ":0", CertDir: t.TempDir()}, protect("a"), testLogger(t), reg)
+			s, err := New(Config{Addr: ":0", CertDir: t.TempDir()}, protecting("a"), testLogger(t), reg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,7 +241,7 @@ func TestHandler(t *testing.T) {
 // survive and no spurious operations (creationTimestamp: null on CREATE)
 // appear.
 func TestHandlerPatchKeepsUnknownFields(t *testing.T) {
-	s, err := New(Config{Addr: ":0", CertDir: t.TempDir()}, protect("a"), testLogger(t), nil)
+	s, err := New(Config{Addr: ":0", CertDir: t.TempDir()}, protecting("a"), testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestHandlerPatchKeepsUnknownFields(t *testing.T) {
 func TestHandlerRejectsNonPost(t *testing.T) {
 	dir := t.TempDir()
 	writeSelfSigned(t, dir)
-	s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protect("a"), testLogger(t), nil)
+	s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protecting("a"), testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestKeepsProtectedNodeAgainstControllerManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := New(Config{Addr: "127.0.0.1:0", CertDir: certDir}, protect(protected), testLogger(t), reg)
+	srv, err := New(Config{Addr: "127.0.0.1:0", CertDir: certDir}, protecting(protected), testLogger(t), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

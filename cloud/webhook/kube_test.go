@@ -54,7 +54,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := New(Config{Addr: "127.0.0.1:0", CertDir: certDir}, protect(protectedNode, unlabeledNode), testLogger(t), reg)
+	srv, err := New(Config{Addr: "127.0.0.1:0", CertDir: certDir}, protecting(protectedNode, unlabeledNode), testLogger(t), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

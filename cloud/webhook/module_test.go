@@ -30,7 +30,7 @@ func testModuleRegisters(t *testing.T, client kubernetes.Interface, certDir stri
 		fx.Supply(admin.Config{Addr: "127.0.0.1:0"}, Config{Addr: "127.0.0.1:0", CertDir: certDir}, testLogger(t)),
 		fx.Supply(RegistrationConfig{Enabled: true, Name: name, URL: base.URL, CABundle: base.CABundle}),
 		fx.Provide(
-			func() Policy { return protect(protectedNode) },
+			func() Policy { return protecting(protectedNode) },
 			func() kubernetes.Interface { return client },
 		),
 		admin.Module,
@@ -112,7 +112,7 @@ func TestModuleConfigErrors(t *testing.T) {
 			opts := append([]fx.Option{
 				fx.NopLogger,
 				fx.Supply(admin.Config{Addr: "127.0.0.1:0"}, testLogger(t)),
-				fx.Provide(func() Policy { return protect() }),
+				fx.Provide(func() Policy { return protecting() }),
 				admin.Module,
 				Module,
 			}, tt.opts...)

@@ -9,29 +9,32 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
-// Server serves the admission webhook over HTTPS.
+// Server serves the admission webhook over HTTPS on controller-runtime's
+// webhook.Server, whose certificate comes from a certwatcher on
+// Config.CertDir (rotated files are picked up without a restart). It runs
+// on every replica: the apiserver may call any of them.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	handler http.Handler
 
-	mu       sync.Mutex
-	ln       net.Listener
-	srv      *http.Server
-	certs    *certwatcher.CertWatcher
-	stopCert context.CancelFunc
-	wg       sync.WaitGroup
-	running  atomic.Bool
+	mu     sync.Mutex
+	addr   string // bound host:port, after Start
+	srv    ctrlwebhook.Server
+	certs  *certwatcher.CertWatcher
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // New returns a server applying p's protection. reg receives the
@@ -59,96 +62,141 @@ func New(cfg Config, p Policy, log *slog.Logger, reg prometheus.Registerer) (*Se
 // Handler is the admission handler alone (no TLS), for embedding and tests.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Start loads the certificate, listens synchronously and serves in the
-// background. Rotated certificate files are reloaded until Stop.
-func (s *Server) Start(context.Context) error {
+// Start loads the certificate, starts the server and returns once it
+// accepts TLS connections (or with the error that stopped it). It serves
+// until Stop.
+func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.srv != nil {
 		return errors.New("webhook: already started")
 	}
-	raw, err := net.Listen("tcp", s.cfg.Addr)
+	host, port, err := resolvePort(s.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("webhook: listen %s: %w", s.cfg.Addr, err)
+		return err
 	}
 	certs, err := certwatcher.New(filepath.Join(s.cfg.CertDir, CertFile), filepath.Join(s.cfg.CertDir, KeyFile))
 	if err != nil {
-		_ = raw.Close()
 		return fmt.Errorf("webhook: load certificate from %s: %w", s.cfg.CertDir, err)
 	}
-	ln := tls.NewListener(raw, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate})
-	mux := http.NewServeMux()
-	mux.Handle("POST "+s.cfg.Path, s.handler)
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	certCtx, stopCert := context.WithCancel(context.Background())
-	s.ln, s.srv, s.certs, s.stopCert = ln, srv, certs, stopCert
-	s.running.Store(true)
-	s.wg.Add(2)
-	go func() {
-		defer s.wg.Done()
-		if err := certs.Start(certCtx); err != nil && certCtx.Err() == nil {
+	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host: host, Port: port,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+			c.MinVersion = tls.VersionTLS12
+			c.GetCertificate = certs.GetCertificate
+		}},
+	})
+	srv.Register(s.cfg.Path, postOnly(s.handler))
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := certs.Start(runCtx); err != nil && runCtx.Err() == nil {
 			s.log.Error("certificate watcher stopped; rotations are not picked up", "err", err)
 		}
-	}()
-	go func() {
-		defer s.wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("webhook server stopped", "err", err)
+	})
+	wg.Go(func() {
+		if err := srv.Start(runCtx); err != nil {
+			errc <- err
+			if runCtx.Err() == nil {
+				s.log.Error("webhook server stopped", "err", err)
+			}
 		}
-		s.running.Store(false)
+	})
+	go func() {
+		wg.Wait()
+		close(done)
 	}()
-	s.log.Info("webhook listening", "addr", ln.Addr().String(), "path", s.cfg.Path, "cert_dir", s.cfg.CertDir)
+	started := srv.StartedChecker()
+	for {
+		err := started(nil)
+		if err == nil {
+			break
+		}
+		select {
+		case err := <-errc:
+			cancel()
+			<-done
+			return fmt.Errorf("webhook: listen %s: %w", s.cfg.Addr, err)
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return fmt.Errorf("webhook: not serving: %w", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s.addr, s.srv, s.certs, s.cancel, s.done = net.JoinHostPort(host, strconv.Itoa(port)), srv, certs, cancel, done
+	s.log.Info("webhook listening", "addr", s.addr, "path", s.cfg.Path, "cert_dir", s.cfg.CertDir)
 	return nil
+}
+
+// resolvePort turns port 0 into a free port: controller-runtime's server
+// listens itself and cannot report a random port back.
+func resolvePort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("webhook: addr %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("webhook: addr %q: %w", addr, err)
+	}
+	if port != 0 {
+		return host, port, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", 0, fmt.Errorf("webhook: listen %s: %w", addr, err)
+	}
+	defer ln.Close()
+	return host, ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Addr is the bound address (after Start), e.g. "127.0.0.1:9443".
 func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
-		return ""
-	}
-	return s.ln.Addr().String()
+	return s.addr
 }
 
-// Stop shuts the server down gracefully: in-flight reviews finish within ctx
-// (or Config.ShutdownTimeout when ctx has no deadline).
+// Stop shuts the server down gracefully: in-flight reviews finish within
+// ctx (or Config.ShutdownTimeout when ctx has no deadline).
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	srv, stopCert := s.srv, s.stopCert
+	cancel, done := s.cancel, s.done
+	s.srv, s.cancel = nil, nil
 	s.mu.Unlock()
-	if srv == nil {
+	if cancel == nil {
 		return nil
 	}
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
-		defer cancel()
+		var c context.CancelFunc
+		ctx, c = context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
+		defer c()
 	}
-	s.running.Store(false)
-	err := srv.Shutdown(ctx)
-	if err != nil {
-		_ = srv.Close()
-		err = fmt.Errorf("webhook: shutdown: %w", err)
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("webhook: shutdown: %w", ctx.Err())
 	}
-	stopCert()
-	s.wg.Wait()
-	return err
 }
 
-// Ready reports whether the server is serving with a certificate that is
-// currently valid.
+// Ready reports whether the server accepts TLS connections with a
+// certificate that is currently valid.
 func (s *Server) Ready() error {
-	if !s.running.Load() {
+	s.mu.Lock()
+	srv, certs := s.srv, s.certs
+	s.mu.Unlock()
+	if srv == nil {
 		return errors.New("webhook server not running")
 	}
-	s.mu.Lock()
-	certs := s.certs
-	s.mu.Unlock()
+	if err := srv.StartedChecker()(nil); err != nil {
+		return err
+	}
 	cert, _ := certs.GetCertificate(nil)
 	if cert == nil || cert.Leaf == nil {
 		return errors.New("no serving certificate")
@@ -158,4 +206,16 @@ func (s *Server) Ready() error {
 			cert.Leaf.NotBefore.Format(time.RFC3339), cert.Leaf.NotAfter.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// postOnly answers 405 to anything but POST, as the apiserver only posts.
+func postOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

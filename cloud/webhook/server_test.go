@@ -110,7 +110,7 @@ func servedSerial(ctx context.Context, addr string) (*big.Int, error) {
 func TestServerLifecycle(t *testing.T) {
 	dir := t.TempDir()
 	writeSelfSigned(t, dir)
-	s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protect("a"), testLogger(t), nil)
+	s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protecting("a"), testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestServerLifecycle(t *testing.T) {
 func TestServerStartErrors(t *testing.T) {
 	t.Run("missing certificate", func(t *testing.T) {
 		dir := t.TempDir()
-		s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protect(), testLogger(t), nil)
+		s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protecting(), testLogger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestServerStartErrors(t *testing.T) {
 		defer ln.Close()
 		dir := t.TempDir()
 		writeSelfSigned(t, dir)
-		s, err := New(Config{Addr: ln.Addr().String(), CertDir: dir}, protect(), testLogger(t), nil)
+		s, err := New(Config{Addr: ln.Addr().String(), CertDir: dir}, protecting(), testLogger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestServerStartErrors(t *testing.T) {
 func TestServerReloadsRotatedCertificate(t *testing.T) {
 	dir := t.TempDir()
 	first := writeSelfSigned(t, dir)
-	s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protect(), testLogger(t), nil)
+	s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir}, protecting(), testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

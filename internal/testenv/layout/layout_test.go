@@ -98,3 +98,41 @@ func TestImportsPointDown(t *testing.T) {
 		})
 	}
 }
+
+// TestProtectIsALeaf keeps the protection rules callable from anywhere (the
+// webhook, the health reconciler, the edge endpoints proxy): they depend on
+// the standard library, k8s.io/api, k8s.io/apimachinery and
+// internal/wellknown only, with those packages' own dependencies.
+func TestProtectIsALeaf(t *testing.T) {
+	all := deps(t)
+	const leaf = "internal/protect"
+	ds, ok := all[leaf]
+	if !ok {
+		t.Fatalf("%s not found", leaf)
+	}
+	allowed := map[string]bool{}
+	for _, root := range []string{"k8s.io/api/core/v1", "k8s.io/api/discovery/v1", module + "internal/wellknown"} {
+		allowed[root] = true
+		for _, d := range stdOrDeps(t, root) {
+			allowed[d] = true
+		}
+	}
+	for _, d := range ds {
+		switch {
+		case allowed[d], !strings.Contains(strings.Split(d, "/")[0], "."): // the standard library
+		case strings.HasPrefix(d, "k8s.io/api/"), strings.HasPrefix(d, "k8s.io/apimachinery/"), d == module+"internal/wellknown":
+		default:
+			t.Errorf("%s depends on %s", leaf, d)
+		}
+	}
+}
+
+// stdOrDeps lists the transitive dependencies of an external package.
+func stdOrDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", `{{range .Deps}}{{.}} {{end}}`, pkg).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}

@@ -109,6 +109,9 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	cfg.Hub.StoreDir = filepath.Join(o.Dir, "hub")
 	cfg.Hub.Operators = map[string]string{"operator": b.Operator}
 	cfg.Kube.REST = b.Cluster.RESTConfig()
+	// Elect a leader as in production; the Lease lives in a namespace
+	// every cluster has.
+	cfg.Manager.LeaderElectionNamespace = "kube-system"
 	cfg.Webhook.Addr = fmt.Sprintf("127.0.0.1:%d", whPort)
 	cfg.Webhook.CertDir = certDir
 	cfg.Registration.Enabled = true

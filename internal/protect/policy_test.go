@@ -1,4 +1,4 @@
-package webhook
+package protect
 
 import (
 	"testing"
@@ -30,7 +30,7 @@ func TestNodePolicyJudgesTheWrittenObject(t *testing.T) {
 	}{{corev1.ConditionUnknown, true}, {corev1.ConditionTrue, false}} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "not-x-by-name"}, Spec: corev1.NodeSpec{Taints: taints},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tt.status}}}}
-		if _, changed := ProtectNode(n, richPolicy{}); changed != tt.want {
+		if _, changed := Node(n, richPolicy{}); changed != tt.want {
 			t.Errorf("Ready=%s: changed=%v, want %v", tt.status, changed, tt.want)
 		}
 	}
@@ -45,7 +45,7 @@ func TestPodPolicyKeepsFailingPodsNotReady(t *testing.T) {
 			Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &no}}
 	}
 	s := &discoveryv1.EndpointSlice{Endpoints: []discoveryv1.Endpoint{ep("serving"), ep("failing")}}
-	out, changed := ProtectEndpointSlice(s, richPolicy{serving: map[string]bool{"ns/serving": true}})
+	out, changed := EndpointSlice(s, richPolicy{serving: map[string]bool{"ns/serving": true}})
 	if !changed || !isTrue(out.Endpoints[0].Conditions.Ready) || isTrue(out.Endpoints[1].Conditions.Ready) {
 		t.Fatalf("changed=%v endpoints=%+v", changed, out.Endpoints)
 	}
@@ -53,7 +53,7 @@ func TestPodPolicyKeepsFailingPodsNotReady(t *testing.T) {
 		{IP: "10.0.0.1", NodeName: &x, TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "failing"}},
 		{IP: "10.0.0.2", NodeName: &x, TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "serving"}},
 	}}}}
-	oute, changed := ProtectEndpoints(e, richPolicy{serving: map[string]bool{"ns/serving": true}})
+	oute, changed := Endpoints(e, richPolicy{serving: map[string]bool{"ns/serving": true}})
 	if !changed || len(oute.Subsets[0].Addresses) != 1 || oute.Subsets[0].Addresses[0].IP != "10.0.0.2" {
 		t.Fatalf("changed=%v subsets=%+v", changed, oute.Subsets)
 	}

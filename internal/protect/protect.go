@@ -1,4 +1,4 @@
-package webhook
+package protect
 
 import (
 	"slices"
@@ -7,17 +7,27 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
-// The Protect functions never modify their argument. When they change
+// The functions below never modify their argument. When they change
 // something they return a deep copy with the change and true; otherwise they
 // return the argument itself and false, so the caller must not modify the
 // result of a no-op.
 
-// ProtectNode removes the node.kubernetes.io/unreachable:NoExecute taint
+// Node applies NodeTaints to node with p's judgement of it (NodePolicy
+// first, see NodeProtected).
+func Node(node *corev1.Node, p Policy) (*corev1.Node, bool) {
+	if node == nil {
+		return node, false
+	}
+	return NodeTaints(node, NodeProtected(node, p))
+}
+
+// NodeTaints removes the node.kubernetes.io/unreachable:NoExecute taint
 // from a protected node, so the taint-eviction controller does not evict its
 // pods. Every other taint stays, including unreachable:NoSchedule: the
-// scheduler should not place new pods on a node the cloud cannot reach.
-func ProtectNode(node *corev1.Node, p Policy) (*corev1.Node, bool) {
-	if node == nil || !nodeProtected(node, p) {
+// scheduler should not place new pods on a node the cloud cannot reach. An
+// unprotected node keeps everything.
+func NodeTaints(node *corev1.Node, protected bool) (*corev1.Node, bool) {
+	if node == nil || !protected {
 		return node, false
 	}
 	if !slices.ContainsFunc(node.Spec.Taints, isUnreachableNoExecute) {
@@ -45,7 +55,7 @@ func isUnreachableNoExecute(t corev1.Taint) bool {
 // terminating ready and serving (with a PodPolicy: only if its pod was
 // serving). Endpoints on other nodes, without a node name, or terminating
 // are left as they are.
-func ProtectEndpointSlice(slice *discoveryv1.EndpointSlice, p Policy) (*discoveryv1.EndpointSlice, bool) {
+func EndpointSlice(slice *discoveryv1.EndpointSlice, p Policy) (*discoveryv1.EndpointSlice, bool) {
 	if slice == nil {
 		return slice, false
 	}
@@ -84,7 +94,7 @@ func endpointNeedsProtection(ep discoveryv1.Endpoint, p Policy) bool {
 // first, then the moved ones in their original order. Ports stay with their
 // subset; addresses of other nodes stay where they are (with a PodPolicy,
 // so do addresses of pods that were not serving).
-func ProtectEndpoints(ep *corev1.Endpoints, p Policy) (*corev1.Endpoints, bool) {
+func Endpoints(ep *corev1.Endpoints, p Policy) (*corev1.Endpoints, bool) {
 	if ep == nil {
 		return ep, false
 	}

@@ -1,4 +1,4 @@
-package webhook
+package protect
 
 import (
 	"encoding/json"
@@ -38,7 +38,7 @@ func testNode(name string, taints ...corev1.Taint) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints}}
 }
 
-func TestProtectNode(t *testing.T) {
+func TestNode(t *testing.T) {
 	tests := []struct {
 		name    string
 		node    *corev1.Node
@@ -94,7 +94,7 @@ func TestProtectNode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := tt.node.DeepCopy()
-			got, changed := ProtectNode(tt.node, tt.policy)
+			got, changed := Node(tt.node, tt.policy)
 			if changed != tt.changed {
 				t.Errorf("changed = %v, want %v", changed, tt.changed)
 			}
@@ -121,7 +121,7 @@ func conds(ready, serving, terminating *bool) discoveryv1.EndpointConditions {
 	return discoveryv1.EndpointConditions{Ready: ready, Serving: serving, Terminating: terminating}
 }
 
-func TestProtectEndpointSlice(t *testing.T) {
+func TestEndpointSlice(t *testing.T) {
 	var (
 		yes, no = ptr(true), ptr(false)
 		ready   = conds(yes, yes, nil)
@@ -179,7 +179,7 @@ func TestProtectEndpointSlice(t *testing.T) {
 				Endpoints:   tt.in,
 			}
 			before := in.DeepCopy()
-			got, changed := ProtectEndpointSlice(in, protect("a"))
+			got, changed := EndpointSlice(in, protect("a"))
 			if changed != tt.changed {
 				t.Errorf("changed = %v, want %v", changed, tt.changed)
 			}
@@ -202,7 +202,7 @@ func addr(ip, node string) corev1.EndpointAddress {
 
 func addrs(a ...corev1.EndpointAddress) []corev1.EndpointAddress { return a }
 
-func TestProtectEndpoints(t *testing.T) {
+func TestEndpoints(t *testing.T) {
 	httpPorts := []corev1.EndpointPort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}
 	dnsPorts := []corev1.EndpointPort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}
 	tests := []struct {
@@ -301,7 +301,7 @@ func TestProtectEndpoints(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"}, Subsets: tt.in}
 			before := in.DeepCopy()
-			got, changed := ProtectEndpoints(in, protect("a", "c"))
+			got, changed := Endpoints(in, protect("a", "c"))
 			if changed != tt.changed {
 				t.Errorf("changed = %v, want %v", changed, tt.changed)
 			}
@@ -316,14 +316,14 @@ func TestProtectEndpoints(t *testing.T) {
 
 func TestProtectNil(t *testing.T) {
 	p := protect("a")
-	if n, ok := ProtectNode(nil, p); n != nil || ok {
-		t.Error("ProtectNode(nil) changed something")
+	if n, ok := Node(nil, p); n != nil || ok {
+		t.Error("Node(nil) changed something")
 	}
-	if s, ok := ProtectEndpointSlice(nil, p); s != nil || ok {
-		t.Error("ProtectEndpointSlice(nil) changed something")
+	if s, ok := EndpointSlice(nil, p); s != nil || ok {
+		t.Error("EndpointSlice(nil) changed something")
 	}
-	if e, ok := ProtectEndpoints(nil, p); e != nil || ok {
-		t.Error("ProtectEndpoints(nil) changed something")
+	if e, ok := Endpoints(nil, p); e != nil || ok {
+		t.Error("Endpoints(nil) changed something")
 	}
 }
 

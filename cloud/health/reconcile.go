@@ -1,0 +1,190 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/protect"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// nodeIndex indexes EndpointSlices and Endpoints by the nodes of their
+// endpoints.
+const nodeIndex = "atoll.io/nodes"
+
+// ControllerName names the reconciler (its workqueue metrics and logs).
+const ControllerName = "health"
+
+func nodeRef(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// setupWithManager registers the informers every replica reads (the
+// webhook asks any replica), the indexes, the reconciler and the vote
+// consumer.
+func (s *Service) setupWithManager(m *manager.Manager) error {
+	ctx := context.Background()
+	idx := m.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &discoveryv1.EndpointSlice{}, nodeIndex, func(o client.Object) []string {
+		return slicesByNode(o.(*discoveryv1.EndpointSlice))
+	}); err != nil {
+		return fmt.Errorf("index endpointslices: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Endpoints{}, nodeIndex, func(o client.Object) []string {
+		return endpointsByNode(o.(*corev1.Endpoints))
+	}); err != nil {
+		return fmt.Errorf("index endpoints: %w", err)
+	}
+	// The controller's watches start on the leader only; the cache must
+	// hold these on every replica.
+	for _, o := range []client.Object{&corev1.Node{}, &corev1.Pod{}, &discoveryv1.EndpointSlice{}, &corev1.Endpoints{}} {
+		if _, err := m.GetCache().GetInformer(ctx, o); err != nil {
+			return fmt.Errorf("informer %T: %w", o, err)
+		}
+	}
+	err := builder.ControllerManagedBy(m).
+		Named(ControllerName).
+		For(&corev1.Node{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				on, nn := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+				return ReadyStatus(on) != ReadyStatus(nn) || len(on.Spec.Taints) != len(nn.Spec.Taints)
+			},
+		})).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return s.lost(ctx, slicesByNode(o.(*discoveryv1.EndpointSlice)))
+		})).
+		Watches(&corev1.Endpoints{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return s.lost(ctx, endpointsByNode(o.(*corev1.Endpoints)))
+		})).
+		// Votes and resyncs: the only way in besides the watches.
+		WatchesRawSource(source.Channel(s.work, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: s.cfg.Workers}).
+		Complete(s)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	// The shared durable consumer feeds the leader's workqueue.
+	return m.Add(ctrlmanager.RunnableFunc(s.consumeVotes))
+}
+
+// consumeVotes handles each vote once across replicas (at least once): it
+// records the vote and enqueues its node, then the vote is acked (see the
+// package doc). It runs on the leader only.
+func (s *Service) consumeVotes(ctx context.Context) error {
+	err := events.Consume(ctx, s.bus.JetStream(), events.VoteConsumer, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
+		s.observe(ev.Msg, ev.Published)
+		s.enqueue(ctx, ev.Msg.GetNode())
+		return nil
+	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("consuming votes stopped", "err", err)
+	}
+	return nil
+}
+
+func slicesByNode(s *discoveryv1.EndpointSlice) []string {
+	set := sets.New[string]()
+	for _, e := range s.Endpoints {
+		if e.NodeName != nil {
+			set.Insert(*e.NodeName)
+		}
+	}
+	return sets.List(set)
+}
+
+func endpointsByNode(e *corev1.Endpoints) []string {
+	set := sets.New[string]()
+	for _, ss := range e.Subsets {
+		for _, lists := range [][]corev1.EndpointAddress{ss.Addresses, ss.NotReadyAddresses} {
+			for _, a := range lists {
+				if a.NodeName != nil {
+					set.Insert(*a.NodeName)
+				}
+			}
+		}
+	}
+	return sets.List(set)
+}
+
+// lost maps names to requests for the nodes the cloud has lost: their
+// endpoints may need to be kept ready.
+func (s *Service) lost(ctx context.Context, names []string) []reconcile.Request {
+	var out []reconcile.Request
+	for _, name := range names {
+		var n corev1.Node
+		if err := s.cache.Get(ctx, types.NamespacedName{Name: name}, &n); err == nil && ReadyStatus(&n) == corev1.ConditionUnknown {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+	}
+	return out
+}
+
+// Reconcile brings one node, its annotations and taints (one patch), and
+// its pods' endpoints (one patch per object) in line with the decision
+// for it. It is idempotent; errors requeue with backoff.
+func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	name := req.Name
+	var n corev1.Node
+	err := s.cache.Get(ctx, req.NamespacedName, &n)
+	if apierrors.IsNotFound(err) {
+		s.tracker.Forget(name)
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	unit := n.Labels[s.cfg.UnitLabel]
+	j := s.tracker.Judge(name, s.now())
+	if unit == "" && j.Votes() == 0 {
+		return reconcile.Result{}, nil // not an edge node
+	}
+	state, hold := s.UnitState(unit)
+	if !s.held(unit) {
+		hold = time.Time{}
+	}
+	want := Annotations(j, state, hold)
+	var errs []error
+	errs = append(errs, s.patch.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
+		return NodePatch(cur, want, s.ProtectedNode(cur))
+	}))
+	if !Protect(ReadyStatus(&n), j, s.held(unit)) {
+		return reconcile.Result{}, errors.Join(errs...)
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := s.cache.List(ctx, &slices, client.MatchingFields{nodeIndex: name}); err != nil {
+		errs = append(errs, err)
+	}
+	for i := range slices.Items {
+		errs = append(errs, s.patch.endpointSlice(ctx, &slices.Items[i], s))
+	}
+	var eps corev1.EndpointsList
+	if err := s.cache.List(ctx, &eps, client.MatchingFields{nodeIndex: name}); err != nil {
+		errs = append(errs, err)
+	}
+	for i := range eps.Items {
+		errs = append(errs, s.patch.endpoints(ctx, &eps.Items[i], s))
+	}
+	return reconcile.Result{}, errors.Join(errs...)
+}
+
+var _ protect.Policy = (*Service)(nil)

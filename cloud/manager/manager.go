@@ -1,0 +1,164 @@
+// Package manager runs atoll-cloud's controller-runtime manager: one shared
+// cache of the cluster, the controllers (health today, the grid
+// controllers next), and leader election on a Lease so that only one
+// replica writes. Runnables that only read or serve (the cache, the
+// webhook, each replica's vote follower) run on every replica; the
+// controllers and the vote consumer run on the leader only.
+//
+// Readiness and metrics are served by internal/admin: the "kube-cache"
+// check passes once the manager's informers have synced, and
+// controller-runtime's metrics join the service's registry.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Manager is a controller-runtime manager with a start that waits for the
+// cache and a stop that waits for the runnables.
+type Manager struct {
+	ctrlmanager.Manager
+	log *slog.Logger
+
+	synced atomic.Bool
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// Scheme holds the built-in Kubernetes types.
+func Scheme() *runtime.Scheme { return clientgoscheme.Scheme }
+
+// New builds a manager on rc. It does not start it.
+func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rc == nil {
+		return nil, errors.New("manager: no rest config")
+	}
+	log = log.With("component", "manager")
+	opts := ctrlmanager.Options{
+		Scheme:                        Scheme(),
+		Logger:                        logr.FromSlogHandler(log.Handler()),
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		// Probes and metrics are served by internal/admin (see Module).
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		GracefulShutdownTimeout: ptr.To(cfg.GracefulShutdown),
+		// Controller names are unique per manager; tests build several
+		// managers in one process.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	if cfg.LeaderElect {
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &cfg.LeaseDuration, &cfg.RenewDeadline, &cfg.RetryPeriod
+	}
+	m, err := ctrlmanager.New(rc, opts)
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	return &Manager{Manager: m, log: log}, nil
+}
+
+// Start runs the manager in the background and returns once its cache has
+// synced the informers requested so far, or with the error that stopped
+// the manager, or when ctx ends. The manager runs until Stop.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.done != nil {
+		m.mu.Unlock()
+		return errors.New("manager: already started")
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	done := m.done
+	m.mu.Unlock()
+	go func() {
+		defer close(done)
+		err := m.Manager.Start(runCtx)
+		if err != nil && runCtx.Err() == nil {
+			m.log.Error("manager stopped", "err", err)
+		}
+		m.mu.Lock()
+		m.err = err
+		m.mu.Unlock()
+		m.synced.Store(false)
+	}()
+	synced := make(chan bool, 1)
+	go func() { synced <- m.GetCache().WaitForCacheSync(ctx) }()
+	select {
+	case ok := <-synced:
+		if !ok {
+			return fmt.Errorf("manager: cache did not sync: %w", context.Cause(ctx))
+		}
+		m.synced.Store(true)
+		m.log.Info("manager started; cache synced")
+		return nil
+	case <-done:
+		return fmt.Errorf("manager: stopped while starting: %w", m.Err())
+	}
+}
+
+// Done is closed when the manager has stopped (nil before Start).
+func (m *Manager) Done() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.done
+}
+
+// Err is why the manager stopped (nil while it runs or after Stop).
+func (m *Manager) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// Stop cancels the manager and waits, within ctx, for its runnables to
+// finish (a leader releases its Lease).
+func (m *Manager) Stop(ctx context.Context) error {
+	m.mu.Lock()
+	cancel, done := m.cancel, m.done
+	m.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("manager: stop: %w", ctx.Err())
+	}
+}
+
+// Ready reports whether the cache has synced and the manager runs; the
+// error names what is missing.
+func (m *Manager) Ready(context.Context) error {
+	select {
+	case <-m.Done():
+		return fmt.Errorf("manager stopped: %v", m.Err())
+	default:
+	}
+	if !m.synced.Load() {
+		return errors.New("informer cache not synced")
+	}
+	return nil
+}

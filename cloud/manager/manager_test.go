@@ -1,0 +1,174 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/atoll-edge/atoll/cloud/kube"
+	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+)
+
+// TestLeaderElection: of two managers on one Lease only one runs the
+// leader-only runnables; when it stops it releases the Lease and the
+// other takes over. Both are ready (cache synced) all along.
+func TestLeaderElection(t *testing.T) {
+	cluster := kubetest.Start(t)
+	cfg := atollmanager.DefaultConfig()
+	cfg.LeaderElectionNamespace = "kube-system"
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 4*time.Second, 2*time.Second, 200*time.Millisecond
+	log := natstest.Logger(t, slog.LevelWarn)
+
+	start := func(name string, leading *atomic.Bool) *atollmanager.Manager {
+		m, err := atollmanager.New(cfg, cluster.RESTConfig(), log.With("replica", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Ready(t.Context()); err == nil {
+			t.Fatalf("%s ready before start", name)
+		}
+		if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			leading.Store(true)
+			<-ctx.Done()
+			leading.Store(false)
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		if err := m.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Stop(context.Background()) })
+		if err := m.Ready(ctx); err != nil {
+			t.Fatalf("%s not ready after start: %v", name, err)
+		}
+		return m
+	}
+	var a, b atomic.Bool
+	ma := start("a", &a)
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !a.Load() {
+			return errors.New("a does not lead")
+		}
+		return nil
+	})
+	start("b", &b)
+	// b must not lead while a holds the Lease (many retry periods).
+	deadline := time.Now().Add(2 * time.Second)
+	poll.Eventually(t, 10*time.Second, func() error {
+		if b.Load() {
+			t.Fatal("b leads while a holds the Lease")
+		}
+		if time.Now().Before(deadline) {
+			return errors.New("watching b")
+		}
+		return nil
+	})
+	stopCtx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := ma.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ma.Ready(stopCtx); err == nil {
+		t.Error("a ready after stop")
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !b.Load() {
+			return errors.New("b did not take over")
+		}
+		return nil
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*atollmanager.Config)
+		want string
+	}{
+		{"default", func(*atollmanager.Config) {}, ""},
+		{"no namespace", func(c *atollmanager.Config) { c.LeaderElectionNamespace = "" }, "namespace"},
+		{"no id", func(c *atollmanager.Config) { c.LeaderElectionID = "" }, "id"},
+		{"renew too long", func(c *atollmanager.Config) { c.RenewDeadline = c.LeaseDuration }, "renew deadline"},
+		{"no namespace without election", func(c *atollmanager.Config) { c.LeaderElect, c.LeaderElectionNamespace = false, "" }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := atollmanager.DefaultConfig()
+			tt.edit(&c)
+			err := c.Validate()
+			if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("Validate() = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestModule: the app's readiness names the manager's cache, and
+// controller-runtime's metrics are on the admin /metrics.
+func TestModule(t *testing.T) {
+	cluster := kubetest.Start(t)
+	cfg := atollmanager.DefaultConfig()
+	cfg.LeaderElectionNamespace = "kube-system"
+	var adm *admin.Server
+	var m *atollmanager.Manager
+	app := fxtest.New(t,
+		fx.Supply(admin.Config{Addr: "127.0.0.1:0"}, kube.Config{REST: cluster.RESTConfig(), QPS: 50, Burst: 100}, cfg,
+			natstest.Logger(t, slog.LevelWarn)),
+		admin.Module, kube.Module, atollmanager.Module,
+		fx.Populate(&adm, &m),
+	)
+	// A cached read registers an informer before the start, as the
+	// health service does.
+	if _, err := m.GetCache().GetInformer(t.Context(), &corev1.Node{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ready(t.Context()); err == nil {
+		t.Fatal("ready before start")
+	}
+	app.RequireStart()
+	if got := get(t, "http://"+adm.Addr()+"/readyz"); !strings.Contains(got, "[+] kube-cache ok") {
+		t.Errorf("/readyz:\n%s", got)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		if got := get(t, "http://"+adm.Addr()+"/metrics"); !strings.Contains(got, "leader_election_master_status") {
+			return errors.New("/metrics lacks controller-runtime's leader_election_master_status")
+		}
+		return nil
+	})
+	app.RequireStop()
+	if err := m.Ready(t.Context()); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Errorf("Ready after stop = %v", err)
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:noctx // test helper
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK && !strings.HasSuffix(url, "/readyz") {
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
+	}
+	return string(b)
+}

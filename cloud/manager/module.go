@@ -1,0 +1,59 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/atoll-edge/atoll/cloud/kube"
+	"github.com/atoll-edge/atoll/internal/admin"
+)
+
+// Module provides the *Manager (and it as a controller-runtime Manager),
+// built from the kube module's client config. Components add their
+// controllers and runnables while the app is built; the manager starts
+// after them (OnStart waits for the cache) and stops before them. A
+// manager that stops on its own (e.g. it lost its Lease) shuts the app
+// down with exit code 1, so the process restarts as a follower. The
+// readiness check "kube-cache" passes once the cache has synced, and
+// controller-runtime's metrics are served with the service's on the admin
+// listener.
+var Module = fx.Module("manager",
+	fx.Provide(newForApp, func(m *Manager) ctrlmanager.Manager { return m.Manager }),
+)
+
+func newForApp(lc fx.Lifecycle, sd fx.Shutdowner, cfg Config, k *kube.Kube, log *slog.Logger, adm *admin.Server) (*Manager, error) {
+	// controller-runtime's packages log through its global logger, which
+	// prints a stack trace instead when nobody set it within 30s of
+	// process start. The first SetLogger in a process wins.
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	m, err := New(cfg, k.REST, log)
+	if err != nil {
+		return nil, err
+	}
+	adm.AddReadiness("kube-cache", m.Ready)
+	if err := RegisterMetrics(adm.Registry()); err != nil {
+		return nil, fmt.Errorf("manager: metrics: %w", err)
+	}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			if err := m.Start(ctx); err != nil {
+				return err
+			}
+			go func() {
+				<-m.Done()
+				if err := m.Err(); err != nil {
+					_ = sd.Shutdown(fx.ExitCode(1))
+				}
+			}()
+			return nil
+		},
+		OnStop: m.Stop,
+	})
+	return m, nil
+}
