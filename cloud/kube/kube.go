@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -91,7 +92,8 @@ var Module = fx.Module("kube",
 	fx.Provide(newForApp, func(k *Kube) kubernetes.Interface { return k.Client }),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config) (*Kube, error) {
+func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger) (*Kube, error) {
+	RouteLogs(log)
 	k, err := New(cfg)
 	if err != nil {
 		return nil, err

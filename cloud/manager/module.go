@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/go-logr/logr"
 	"go.uber.org/fx"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/atoll-edge/atoll/cloud/kube"
@@ -28,10 +26,6 @@ var Module = fx.Module("manager",
 )
 
 func newForApp(lc fx.Lifecycle, sd fx.Shutdowner, cfg Config, k *kube.Kube, log *slog.Logger, adm *admin.Server) (*Manager, error) {
-	// controller-runtime's packages log through its global logger, which
-	// prints a stack trace instead when nobody set it within 30s of
-	// process start. The first SetLogger in a process wins.
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	m, err := New(cfg, k.REST, log)
 	if err != nil {
 		return nil, err

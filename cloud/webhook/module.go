@@ -5,10 +5,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/go-logr/logr"
+	"github.com/atoll-edge/atoll/cloud/kube"
+
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/fxrun"
@@ -45,10 +45,8 @@ func newForApp(p appParams) (*Server, error) {
 			return nil, errNoClient
 		}
 	}
-	// controller-runtime's certwatcher logs through controller-runtime's
-	// global logger, which prints a stack trace instead when nobody set it
-	// within 30s of process start. The first SetLogger in a process wins.
-	ctrllog.SetLogger(logr.FromSlogHandler(p.Log.Handler()))
+	// Route client-go's and controller-runtime's logs to ours.
+	kube.RouteLogs(p.Log)
 
 	s, err := New(p.Config, p.Policy, p.Log, p.Admin.Registry())
 	if err != nil {
