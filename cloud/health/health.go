@@ -38,9 +38,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -60,7 +60,7 @@ type unitStatus struct {
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
-	bus     *bus.Bus
+	bus     *hublink.Link
 	evm     *events.Metrics
 	metrics *metrics
 	tracker *Tracker
@@ -80,7 +80,7 @@ type Service struct {
 
 // New wires the service to the cluster's informers (request them before
 // the informer factory starts) and the hub.
-func New(cfg Config, b *bus.Bus, k *kube.Kube, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
+func New(cfg Config, b *hublink.Link, k *kube.Kube, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -6,11 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 // Module runs the health service with the app and provides it as the
@@ -23,7 +23,7 @@ var Module = fx.Module("health",
 	fx.Invoke(func(*Service) {}),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config, b *bus.Bus, k *kube.Kube, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
+func newForApp(lc fx.Lifecycle, cfg Config, b *hublink.Link, k *kube.Kube, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
 	s, err := New(cfg, b, k, log, reg, evm)
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -44,7 +45,7 @@ type View struct {
 type Membership struct {
 	cfg     Config
 	node    *natsnode.Node
-	link    *natsnode.Link
+	link    *hublink.Link
 	log     *slog.Logger
 	metrics *events.Metrics
 
@@ -57,7 +58,7 @@ type Membership struct {
 }
 
 // New returns the membership of node, following views over link.
-func New(cfg Config, node *natsnode.Node, link *natsnode.Link, log *slog.Logger, metrics *events.Metrics) *Membership {
+func New(cfg Config, node *natsnode.Node, link *hublink.Link, log *slog.Logger, metrics *events.Metrics) *Membership {
 	return &Membership{cfg: cfg, node: node, link: link, log: log.With("component", "membership"), metrics: metrics}
 }
 
@@ -95,7 +96,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = events.Follow(ctx, m.link.HubJetStream(), events.StreamViews, []string{subj}, "assignment",
+	err = events.Follow(ctx, m.link.JetStream(), events.StreamViews, []string{subj}, "assignment",
 		func(ev events.Event[*atollv1.NodeAssignment]) { m.setAssignment(ctx, ev.Msg) }, m.log, m.metrics)
 	m.mu.Lock()
 	cancel, done := m.unitCancel, m.unitDone
@@ -149,7 +150,7 @@ func (m *Membership) followUnit(ctx context.Context, unit string) {
 	m.mu.Unlock()
 	go func() {
 		defer close(done)
-		err := events.Follow(uctx, m.link.HubJetStream(), events.StreamViews, []string{subj}, "unit-view",
+		err := events.Follow(uctx, m.link.JetStream(), events.StreamViews, []string{subj}, "unit-view",
 			func(ev events.Event[*atollv1.UnitView]) { m.setUnitView(ev.Msg) }, m.log, m.metrics)
 		if err != nil {
 			m.log.Error("following unit view stopped", "unit", unit, "err", err)
