@@ -252,6 +252,13 @@ func (h *Hub) Name() string { return h.cfg.ServerName }
 // LeafURL is where edge servers connect their leaf remotes.
 func (h *Hub) LeafURL() *url.URL { u := *h.leaf; return &u }
 
+// LeafURLs lists LeafURL, for code that takes the leaf URLs of a hub
+// cluster.
+func (h *Hub) LeafURLs() []string { return []string{h.LeafURL().String()} }
+
+// AddEdge enrolls node's nkey public key (see Identities.AddEdge).
+func (h *Hub) AddEdge(node, pub string) error { return h.ids.AddEdge(node, pub) }
+
 // Connect opens an in-process connection as the cloud service identity,
 // for tests and tools; the cloud services themselves dial ClientConfig.
 func (h *Hub) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {

@@ -124,7 +124,11 @@ func Options(name string, log *slog.Logger) []nats.Option {
 	return []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil { // closed on purpose
+				log.Debug("hub connection closed", "conn", name)
+				return
+			}
 			log.Warn("hub connection lost", "conn", name, "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
