@@ -74,8 +74,7 @@ func reconcileStream(ctx context.Context, js jetstream.JetStream, want jetstream
 	ch.Fields = diff
 	s, err = js.UpdateStream(ctx, want)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.Code == 400 {
+		if final(err) {
 			return ch, fmt.Errorf("%w: the hub will not change %s: %w", ErrStreamUpdateRefused, strings.Join(diff, ", "), err)
 		}
 		return ch, fmt.Errorf("update %s: %w", strings.Join(diff, ", "), err)
@@ -122,18 +121,20 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 	return out
 }
 
+// final reports whether err is the hub's considered answer: a JetStream
+// API error other than "temporarily unavailable" (503, e.g. a cluster
+// electing its leader). No responders and timeouts are not final.
+func final(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code != 503 && apiErr.Code != 408
+}
+
 // retryTransient runs f until it succeeds, fails for good, or ctx is done.
-// A JetStream API answer with a 4xx status is final; anything else (no
-// responders, timeouts, JetStream temporarily unavailable) is retried.
 func retryTransient(ctx context.Context, f func() error) error {
 	wait := 100 * time.Millisecond
 	for {
 		err := f()
-		if err == nil || errors.Is(err, ErrStreamUpdateRefused) {
-			return err
-		}
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 {
+		if err == nil || errors.Is(err, ErrStreamUpdateRefused) || final(err) {
 			return err
 		}
 		select {

@@ -207,6 +207,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology}
+	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
+		return err
+	}
 	if c.EmbeddedHub() {
 		c.Hub.Domain = c.HubLink.Domain
 		checks = append(checks, c.Hub)

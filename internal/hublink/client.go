@@ -46,6 +46,17 @@ func (t TLSConfig) enabled() bool { return t.CAFile != "" || t.CertFile != "" ||
 // DefaultDomain is the hub's JetStream domain unless configured otherwise.
 const DefaultDomain = "hub"
 
+// ValidDomain checks a JetStream domain name.
+func ValidDomain(d string) error {
+	switch {
+	case d == "":
+		return errors.New("hub domain: empty")
+	case strings.ContainsAny(d, ".*> \t"):
+		return fmt.Errorf("hub domain %q: must be a single subject token", d)
+	}
+	return nil
+}
+
 // Validate names the first bad field.
 func (c ClientConfig) Validate() error {
 	if len(c.URLs) == 0 {
@@ -66,11 +77,10 @@ func (c ClientConfig) Validate() error {
 			return fmt.Errorf("hub url %q: credentials belong in --hub-user/--hub-password, --hub-nkey-file or --hub-creds-file, not the URL", s)
 		}
 	}
+	if err := ValidDomain(c.Domain); err != nil {
+		return err
+	}
 	switch {
-	case c.Domain == "":
-		return errors.New("hub domain: empty")
-	case strings.ContainsAny(c.Domain, ".*> \t"):
-		return fmt.Errorf("hub domain %q: must be a single subject token", c.Domain)
 	case c.CredsFile != "" && (c.NkeySeedFile != "" || c.Nkey != nil):
 		return errors.New("hub creds file: a credentials file carries its own nkey; do not also set an nkey")
 	case c.NkeySeedFile != "" && c.Nkey != nil:
@@ -139,9 +149,17 @@ func (c ClientConfig) Dialer(name string, log *slog.Logger) Dialer {
 		}
 		connected := nc.StatusChanged(nats.CONNECTED)
 		defer nc.RemoveStatusListener(connected)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
 		for !nc.IsConnected() {
 			select {
 			case <-connected:
+			case <-tick.C:
+				// Wrong credentials do not fix themselves: say so at once.
+				if last := nc.LastError(); errors.Is(last, nats.ErrAuthorization) || errors.Is(last, nats.ErrAuthExpired) || errors.Is(last, nats.ErrAuthRevoked) {
+					nc.Close()
+					return nil, fmt.Errorf("hub link: %s refused the credentials: %w", strings.Join(c.URLs, ","), last)
+				}
 			case <-ctx.Done():
 				last := nc.LastError()
 				nc.Close()
