@@ -55,7 +55,15 @@ func newForApp(lc fx.Lifecycle, ep Endpoint, streams events.StreamOptions, log *
 			if err := link.Start(ctx); err != nil {
 				return err
 			}
-			if err := events.EnsureStreams(ctx, link.JetStream(), streams); err != nil {
+			changes, err := events.ReconcileStreams(ctx, link.JetStream(), streams)
+			for _, ch := range changes {
+				if ch.Created {
+					log.Info("stream created", "stream", ch.Stream, "replicas", streams.Replicas)
+				} else {
+					log.Info("stream updated", "stream", ch.Stream, "fields", ch.Fields)
+				}
+			}
+			if err != nil {
 				_ = link.Stop(ctx)
 				return fmt.Errorf("hubclient: %w", err)
 			}

@@ -1,6 +1,7 @@
 // Package natstest starts real Atoll NATS fabrics for tests: an embedded
-// hub, edge servers grouped into units, and a fault-injecting TCP proxy to
-// cut links. Everything listens on random loopback ports and is cleaned up
+// hub or a cluster of three hub servers (HubCluster, which can kill and
+// restart a server), edge servers grouped into units, and a fault-injecting
+// TCP proxy to cut links. Everything listens on random loopback ports and is cleaned up
 // with the test.
 package natstest
 
