@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/natsembed"
@@ -171,4 +172,19 @@ func TestLinkFailsOver(t *testing.T) {
 		}
 		return nil
 	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(link.Collector("test"))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			got[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	if got["atoll_hublink_reconnects_total"] != 1 || got["atoll_hublink_connected"] != 1 {
+		t.Errorf("metrics %v, want one reconnect and connected", got)
+	}
 }
