@@ -147,6 +147,22 @@ func (c Config) Kubernetes() bool { return c.Topology.Source == topology.SourceK
 // EmbeddedHub reports whether the app runs the hub itself (no hub URL).
 func (c Config) EmbeddedHub() bool { return len(c.HubLink.URLs) == 0 }
 
+// setFlag is a flag and whether its field differs from the default.
+type setFlag struct {
+	flag string
+	set  bool
+}
+
+// firstSet names the first flag of fs that is set.
+func firstSet(fs []setFlag) string {
+	for _, f := range fs {
+		if f.set {
+			return f.flag
+		}
+	}
+	return ""
+}
+
 // hubFlags checks that the flags of one hub shape are not given with the
 // other: embedded-hub settings mean nothing to an external hub, and the
 // embedded hub's services log in with a key the hub makes for them.
@@ -154,10 +170,7 @@ func (c Config) hubFlags() error {
 	d := Default()
 	if c.EmbeddedHub() {
 		l, dl := c.HubLink, d.HubLink
-		for _, f := range []struct {
-			flag string
-			set  bool
-		}{
+		if f := firstSet([]setFlag{
 			{"--hub-creds-file", l.CredsFile != dl.CredsFile},
 			{"--hub-nkey-file", l.NkeySeedFile != dl.NkeySeedFile},
 			{"--hub-user", l.User != dl.User},
@@ -165,18 +178,13 @@ func (c Config) hubFlags() error {
 			{"--hub-tls-ca", l.TLS.CAFile != dl.TLS.CAFile},
 			{"--hub-tls-cert", l.TLS.CertFile != dl.TLS.CertFile},
 			{"--hub-tls-key", l.TLS.KeyFile != dl.TLS.KeyFile},
-		} {
-			if f.set {
-				return fmt.Errorf("hub url: %s applies to an external hub and needs --hub-url", f.flag)
-			}
+		}); f != "" {
+			return fmt.Errorf("hub url: %s applies to an external hub and needs --hub-url", f)
 		}
 		return nil
 	}
 	h, dh := c.Hub, d.Hub
-	for _, f := range []struct {
-		flag string
-		set  bool
-	}{
+	if f := firstSet([]setFlag{
 		{"--hub-name", h.ServerName != dh.ServerName},
 		{"--hub-host", h.Host != dh.Host},
 		{"--hub-client-port", h.ClientPort != dh.ClientPort},
@@ -193,10 +201,8 @@ func (c Config) hubFlags() error {
 		{"--hub-routes", len(h.Cluster.Routes) > 0},
 		{"--hub-cluster-user", h.Cluster.User != dh.Cluster.User},
 		{"--hub-cluster-password", h.Cluster.Password != dh.Cluster.Password},
-	} {
-		if f.set {
-			return fmt.Errorf("hub url: %s configures the embedded hub, which does not run with --hub-url", f.flag)
-		}
+	}); f != "" {
+		return fmt.Errorf("hub url: %s configures the embedded hub, which does not run with --hub-url", f)
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func StartHubCluster(ctx context.Context, dir string, log *slog.Logger, mutate .
 	var routes []string
 	for i := range ports {
 		for j := range ports[i] {
-			if ports[i][j], err = freePort(); err != nil {
+			if ports[i][j], err = FreePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -275,7 +275,8 @@ func (c *HubCluster) ClientConfig() hublink.ClientConfig {
 	return hublink.ClientConfig{URLs: c.ClientURLs(), Domain: c.Domain(), Nkey: c.svc}
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port free at the time of the call.
+func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -107,7 +107,7 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if err := b.Cluster.WriteServingCert(certDir, "127.0.0.1"); err != nil {
 		return nil, fmt.Errorf("webhook certificate: %w", err)
 	}
-	whPort, err := freePort()
+	whPort, err := natstest.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -213,15 +213,6 @@ func (b *Bed) Stop() {
 		b.stops[i]()
 	}
 	b.stops = nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func portFree(port int) bool {
