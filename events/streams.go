@@ -23,6 +23,9 @@ type StreamOptions struct {
 	Replicas int
 	// Storage is where the streams live; file unless testing.
 	Storage jetstream.StorageType
+	// MaxBytes caps each stream's storage (0: no cap); the oldest
+	// messages go first.
+	MaxBytes int64
 }
 
 // DefaultStreamOptions suit a single hub server.
@@ -35,7 +38,17 @@ func (o StreamOptions) Validate() error {
 	if o.Replicas < 1 || o.Replicas > 5 {
 		return fmt.Errorf("stream replicas: %d is outside 1..5", o.Replicas)
 	}
+	if o.MaxBytes < 0 {
+		return fmt.Errorf("stream max bytes: %d is negative", o.MaxBytes)
+	}
 	return nil
+}
+
+func (o StreamOptions) maxBytes() int64 {
+	if o.MaxBytes == 0 {
+		return -1
+	}
+	return o.MaxBytes
 }
 
 // StreamDef is a hub stream as the catalog declares it: its name and
@@ -132,21 +145,19 @@ func Streams(o StreamOptions) []jetstream.StreamConfig {
 			AllowRollup:       d.AllowRollup,
 			Storage:           o.Storage,
 			Replicas:          o.Replicas,
+			MaxBytes:          o.maxBytes(),
 		})
 	}
 	return out
 }
 
 // EnsureStreams creates every hub stream or updates it to the current
-// definition. It is safe to call from every replica at every start.
+// definition (see ReconcileStreams). It is safe to call from every replica
+// at every start.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	for _, cfg := range Streams(o) {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
-		}
-	}
-	return nil
+	_, err := ReconcileStreams(ctx, js, o)
+	return err
 }

@@ -1,5 +1,6 @@
-// Package cloudapp composes atoll-cloud: the embedded hub and the cloud
-// services, as one fx application.
+// Package cloudapp composes atoll-cloud: the cloud services, which dial
+// the hub by URL, and the embedded hub, started only when no hub URL is
+// given, as one fx application.
 package cloudapp
 
 import (
@@ -13,9 +14,9 @@ import (
 	"go.uber.org/fx/fxevent"
 	"sigs.k8s.io/yaml"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/hubclient"
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
@@ -23,13 +24,19 @@ import (
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/cliflags"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/logging"
 )
 
 // Config is atoll-cloud's whole configuration.
 type Config struct {
-	Log      logging.Config
-	Admin    admin.Config
+	Log   logging.Config
+	Admin admin.Config
+	// HubLink is how the services dial the hub. With no URL they dial
+	// the embedded hub (Hub), which the app then runs.
+	HubLink hublink.ClientConfig
+	// Hub configures the embedded hub; unused with an external hub.
 	Hub      hub.Config
 	Streams  events.StreamOptions
 	Topology topology.Config
@@ -51,6 +58,7 @@ func Default() Config {
 	return Config{
 		Log:      logging.Default(),
 		Admin:    admin.Config{Addr: ":8080"},
+		HubLink:  hublink.ClientConfig{Domain: hublink.DefaultDomain},
 		Hub:      hub.Default(),
 		Streams:  events.DefaultStreamOptions(),
 		Topology: topology.DefaultConfig(),
@@ -71,18 +79,33 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
 	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz and /metrics")
+	fs.Var((*cliflags.List)(&c.HubLink.URLs), "hub-url", "external hub: comma-separated nats:// or tls:// URLs of its servers (empty: run the embedded hub)")
+	fs.StringVar(&c.HubLink.Domain, "hub-domain", c.HubLink.Domain, "JetStream domain of the hub")
+	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file (JWT and nkey seed)")
+	fs.StringVar(&c.HubLink.NkeySeedFile, "hub-nkey-file", c.HubLink.NkeySeedFile, "external hub: file holding the service's nkey seed (SU...)")
+	fs.StringVar(&c.HubLink.User, "hub-user", c.HubLink.User, "external hub: user name")
+	fs.StringVar(&c.HubLink.Password, "hub-password", c.HubLink.Password, "external hub: password")
+	fs.StringVar(&c.HubLink.TLS.CAFile, "hub-tls-ca", c.HubLink.TLS.CAFile, "external hub: CA bundle that signs the hub's certificate (turns TLS on)")
+	fs.StringVar(&c.HubLink.TLS.CertFile, "hub-tls-cert", c.HubLink.TLS.CertFile, "external hub: client certificate (turns TLS on)")
+	fs.StringVar(&c.HubLink.TLS.KeyFile, "hub-tls-key", c.HubLink.TLS.KeyFile, "external hub: client certificate's key")
 	fs.StringVar(&c.Hub.ServerName, "hub-name", c.Hub.ServerName, "hub server name (unique in the hub cluster)")
 	fs.StringVar(&c.Hub.Host, "hub-host", c.Hub.Host, "interface the hub's client and leaf listeners bind to")
 	fs.IntVar(&c.Hub.ClientPort, "hub-client-port", c.Hub.ClientPort, "hub client port for services and operators (-1: random)")
 	fs.IntVar(&c.Hub.LeafPort, "hub-leaf-port", c.Hub.LeafPort, "hub leafnode port for edge nodes (-1: random)")
 	fs.StringVar(&c.Hub.LeafAdvertise, "hub-leaf-advertise", c.Hub.LeafAdvertise, "leaf address gossiped to edges (empty: none)")
 	fs.StringVar(&c.Hub.StoreDir, "hub-store-dir", c.Hub.StoreDir, "JetStream storage directory")
-	fs.StringVar(&c.Hub.Domain, "hub-domain", c.Hub.Domain, "JetStream domain of the hub")
 	fs.Int64Var(&c.Hub.MaxMemory, "hub-max-memory", c.Hub.MaxMemory, "JetStream memory limit in bytes (0: server default)")
 	fs.Int64Var(&c.Hub.MaxStore, "hub-max-store", c.Hub.MaxStore, "JetStream storage limit in bytes (0: server default)")
+	fs.IntVar(&c.Hub.Cluster.Port, "hub-cluster-port", c.Hub.Cluster.Port, "embedded hub: route port of a hub cluster (0: a single server; -1: random)")
+	fs.StringVar(&c.Hub.Cluster.Host, "hub-cluster-host", c.Hub.Cluster.Host, "embedded hub: interface of the route listener")
+	fs.StringVar(&c.Hub.Cluster.Advertise, "hub-cluster-advertise", c.Hub.Cluster.Advertise, "embedded hub: host:port peers route to (default: the listener)")
+	fs.Var((*cliflags.List)(&c.Hub.Cluster.Routes), "hub-routes", "embedded hub: comma-separated nats-route:// URLs of the other hub servers")
+	fs.StringVar(&c.Hub.Cluster.User, "hub-cluster-user", c.Hub.Cluster.User, "embedded hub: user that authenticates routes")
+	fs.StringVar(&c.Hub.Cluster.Password, "hub-cluster-password", c.Hub.Cluster.Password, "embedded hub: password that authenticates routes")
 	fs.StringVar(&c.Hub.EdgeKeysFile, "edge-keys-file", c.Hub.EdgeKeysFile, "YAML map of node name to its nkey public key")
 	fs.StringVar(&c.OperatorsFile, "operators-file", c.OperatorsFile, "YAML map of operator user to password or bcrypt hash")
 	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
+	fs.Int64Var(&c.Streams.MaxBytes, "stream-max-bytes", c.Streams.MaxBytes, "storage cap of each hub stream in bytes (0: none)")
 	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
 	fs.StringVar(&c.Topology.Source, "membership-source", c.Topology.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
 	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
@@ -127,9 +150,84 @@ func (c *Config) Load() error {
 // service and webhook).
 func (c Config) Kubernetes() bool { return c.Topology.Source == topology.SourceKubernetes }
 
+// EmbeddedHub reports whether the app runs the hub itself (no hub URL).
+func (c Config) EmbeddedHub() bool { return len(c.HubLink.URLs) == 0 }
+
+// setFlag is a flag and whether its field differs from the default.
+type setFlag struct {
+	flag string
+	set  bool
+}
+
+// firstSet names the first flag of fs that is set.
+func firstSet(fs []setFlag) string {
+	for _, f := range fs {
+		if f.set {
+			return f.flag
+		}
+	}
+	return ""
+}
+
+// hubFlags checks that the flags of one hub shape are not given with the
+// other: embedded-hub settings mean nothing to an external hub, and the
+// embedded hub's services log in with a key the hub makes for them.
+func (c Config) hubFlags() error {
+	d := Default()
+	if c.EmbeddedHub() {
+		l, dl := c.HubLink, d.HubLink
+		if f := firstSet([]setFlag{
+			{"--hub-creds-file", l.CredsFile != dl.CredsFile},
+			{"--hub-nkey-file", l.NkeySeedFile != dl.NkeySeedFile},
+			{"--hub-user", l.User != dl.User},
+			{"--hub-password", l.Password != dl.Password},
+			{"--hub-tls-ca", l.TLS.CAFile != dl.TLS.CAFile},
+			{"--hub-tls-cert", l.TLS.CertFile != dl.TLS.CertFile},
+			{"--hub-tls-key", l.TLS.KeyFile != dl.TLS.KeyFile},
+		}); f != "" {
+			return fmt.Errorf("hub url: %s applies to an external hub and needs --hub-url", f)
+		}
+		return nil
+	}
+	h, dh := c.Hub, d.Hub
+	if f := firstSet([]setFlag{
+		{"--hub-name", h.ServerName != dh.ServerName},
+		{"--hub-host", h.Host != dh.Host},
+		{"--hub-client-port", h.ClientPort != dh.ClientPort},
+		{"--hub-leaf-port", h.LeafPort != dh.LeafPort},
+		{"--hub-leaf-advertise", h.LeafAdvertise != dh.LeafAdvertise},
+		{"--hub-store-dir", h.StoreDir != dh.StoreDir},
+		{"--hub-max-memory", h.MaxMemory != dh.MaxMemory},
+		{"--hub-max-store", h.MaxStore != dh.MaxStore},
+		{"--edge-keys-file", h.EdgeKeysFile != dh.EdgeKeysFile},
+		{"--operators-file", c.OperatorsFile != "" || len(h.Operators) > 0},
+		{"--hub-cluster-port", h.Cluster.Port != dh.Cluster.Port},
+		{"--hub-cluster-host", h.Cluster.Host != dh.Cluster.Host},
+		{"--hub-cluster-advertise", h.Cluster.Advertise != dh.Cluster.Advertise},
+		{"--hub-routes", len(h.Cluster.Routes) > 0},
+		{"--hub-cluster-user", h.Cluster.User != dh.Cluster.User},
+		{"--hub-cluster-password", h.Cluster.Password != dh.Cluster.Password},
+	}); f != "" {
+		return fmt.Errorf("hub url: %s configures the embedded hub, which does not run with --hub-url", f)
+	}
+	return nil
+}
+
 // Validate checks every component's configuration.
 func (c Config) Validate() error {
-	checks := []interface{ Validate() error }{c.Admin, c.Hub, c.Streams, c.Topology}
+	if err := c.hubFlags(); err != nil {
+		return err
+	}
+	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology}
+	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
+		return err
+	}
+	if c.EmbeddedHub() {
+		c.Hub.Domain = c.HubLink.Domain
+		checks = append(checks, c.Hub)
+	} else {
+		checks = append(checks, c.HubLink)
+	}
 	if c.Kubernetes() {
 		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook)
 		if c.Registration.Enabled {
@@ -161,16 +259,29 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			status.Module,
 		)
 	}
+	// The services dial the hub the same way in both shapes; only the
+	// endpoint differs.
+	hubShape := fx.Options(
+		fx.Supply(fx.Annotate(hubclient.Static(c.HubLink), fx.As(new(hubclient.Endpoint)))),
+	)
+	if c.EmbeddedHub() {
+		c.Hub.Domain = c.HubLink.Domain
+		hubShape = fx.Options(
+			fx.Supply(c.Hub),
+			hub.Module,
+			fx.Provide(func(h *hub.Hub) hubclient.Endpoint { return h }),
+		)
+	}
 	return fx.Options(
-		fx.Supply(c.Admin, c.Hub, c.Streams, c.Topology, log),
+		fx.Supply(c.Admin, c.Streams, c.Topology, log),
 		fx.WithLogger(func() fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log.With("component", "fx")}
 			l.UseLogLevel(slog.LevelDebug)
 			return l
 		}),
 		admin.Module,
-		hub.Module,
-		bus.Module,
+		hubShape,
+		hubclient.Module,
 		topology.Module,
 		k8s,
 	)

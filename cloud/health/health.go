@@ -57,9 +57,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -77,7 +77,7 @@ type unitStatus struct {
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
-	bus     *bus.Bus
+	bus     *hublink.Link
 	evm     *events.Metrics
 	metrics *metrics
 	tracker *Tracker
@@ -97,7 +97,7 @@ type Service struct {
 // New builds the service on the manager m: it registers the informers
 // and indexes it reads, the reconciler (leader only) and the vote consumer
 // (leader only). Call it before the manager starts; Run does the rest.
-func New(cfg Config, b *bus.Bus, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
+func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

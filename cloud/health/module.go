@@ -6,12 +6,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 // Module runs the health service with the app, on the manager of
@@ -25,7 +25,7 @@ var Module = fx.Module("health",
 	fx.Invoke(func(*Service) {}),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config, b *bus.Bus, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics, adm *admin.Server) (*Service, error) {
+func newForApp(lc fx.Lifecycle, cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics, adm *admin.Server) (*Service, error) {
 	s, err := New(cfg, b, m, log, reg, evm)
 	if err != nil {
 		return nil, err

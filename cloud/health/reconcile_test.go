@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -111,7 +111,7 @@ func testOneWritePerObject(t *testing.T, replicas int, failover bool) {
 		// which one wrote.
 		rrc := rest.CopyConfig(rc)
 		rrc.UserAgent = fmt.Sprintf("replica-%d", i)
-		services = append(services, startReplica(t, ctx, rrc, bus.Of(nc, js), log.With("replica", i), replicas > 1))
+		services = append(services, startReplica(t, ctx, rrc, hublink.Of(nc, js), log.With("replica", i), replicas > 1))
 		services[i].name = rrc.UserAgent
 	}
 	for _, r := range services {
@@ -241,7 +241,7 @@ type replica struct {
 }
 
 // startReplica runs a replica until the test ends or stop.
-func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *bus.Bus, log *slog.Logger, elect bool) *replica {
+func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *hublink.Link, log *slog.Logger, elect bool) *replica {
 	t.Helper()
 	mcfg := manager.DefaultConfig()
 	mcfg.LeaderElect = elect

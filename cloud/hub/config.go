@@ -3,6 +3,8 @@ package hub
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 
@@ -37,6 +39,73 @@ type Config struct {
 	// Operators are user/password logins for operator tools (atoll events
 	// tail, nats CLI). Passwords may be bcrypt hashes.
 	Operators map[string]string
+	// Cluster makes this server one of a hub cluster (zero: a single
+	// server). Every server of the cluster has the same Domain and a
+	// unique ServerName; streams then want Replicas 3.
+	Cluster ClusterConfig
+}
+
+// ClusterConfig joins a hub server to its peers over routes.
+type ClusterConfig struct {
+	// Host and Port are the route listener (Port 0: no cluster; -1: a
+	// random port).
+	Host string
+	Port int
+	// Advertise is the route address peers learn from this server
+	// (default: the listener's).
+	Advertise string
+	// Routes are the peers' route URLs, nats-route://host:port; listing
+	// this server itself is harmless.
+	Routes []string
+	// User and Password authenticate routes (both or neither); they are
+	// added to Routes that carry no credentials of their own.
+	User, Password string
+}
+
+// Enabled reports whether the server runs as part of a cluster.
+func (c ClusterConfig) Enabled() bool { return c.Port != 0 }
+
+// Validate names the first bad field.
+func (c ClusterConfig) Validate() error {
+	if !c.Enabled() {
+		if len(c.Routes) > 0 || c.Advertise != "" || c.User != "" {
+			return errors.New("hub: cluster routes, advertise or user set without a cluster port")
+		}
+		return nil
+	}
+	switch {
+	case c.Port < -1 || c.Port > 65535:
+		return fmt.Errorf("hub: cluster port %d is outside -1..65535", c.Port)
+	case c.Host == "":
+		return errors.New("hub: cluster host is empty")
+	case (c.User == "") != (c.Password == ""):
+		return errors.New("hub: cluster user and password must both be set")
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+			return fmt.Errorf("hub: cluster advertise %q: %w", c.Advertise, err)
+		}
+	}
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Scheme != "nats-route" || u.Host == "" {
+			return fmt.Errorf("hub: cluster route %q is not nats-route://host:port", r)
+		}
+	}
+	return nil
+}
+
+// routeURLs are the parsed routes, with the cluster credentials filled in.
+func (c ClusterConfig) routeURLs() []*url.URL {
+	out := make([]*url.URL, 0, len(c.Routes))
+	for _, r := range c.Routes {
+		u, _ := url.Parse(r)
+		if u.User == nil && c.User != "" {
+			u.User = url.UserPassword(c.User, c.Password)
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // Default is the configuration of a production hub.
@@ -48,6 +117,7 @@ func Default() Config {
 		LeafPort:   7422,
 		StoreDir:   "/var/lib/atoll/hub",
 		Domain:     "hub",
+		Cluster:    ClusterConfig{Host: "0.0.0.0"},
 	}
 }
 
@@ -68,6 +138,9 @@ func (c Config) Validate() error {
 		return errors.New("hub: JetStream domain is empty")
 	case c.MaxMemory < 0 || c.MaxStore < 0:
 		return errors.New("hub: JetStream limits must not be negative")
+	}
+	if err := c.Cluster.Validate(); err != nil {
+		return err
 	}
 	for user, pw := range c.Operators {
 		if user == "" || pw == "" {

@@ -1,6 +1,10 @@
 // Package hub embeds the cloud's NATS hub: a JetStream server (domain "hub")
 // that every edge node's NATS server connects to as a leafnode, and that the
-// cloud services use for streams and consumers.
+// cloud services dial like any NATS client (internal/hublink) for streams
+// and consumers. atoll-cloud runs it only when no external hub URL is
+// given. A server can also be one of a hub cluster (Config.Cluster): the
+// servers route to each other and share a clustered JetStream in one
+// domain, with streams replicated three times.
 //
 // Accounts: SYS (system) and ATOLL (application, JetStream enabled). Every
 // connection authenticates through Identities and is bound to ATOLL; no
@@ -21,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/natsembed"
 	"github.com/atoll-edge/atoll/internal/natslog"
 )
@@ -35,12 +40,13 @@ const (
 
 // Hub is a running hub server.
 type Hub struct {
-	cfg  Config
-	log  *slog.Logger
-	srv  *server.Server
-	ids  *Identities
-	svc  nkeys.KeyPair // in-process service identity
-	leaf *url.URL
+	cfg    Config
+	log    *slog.Logger
+	srv    *server.Server
+	ids    *Identities
+	svc    nkeys.KeyPair // the embedded cloud services' identity
+	leaf   *url.URL
+	client *url.URL
 }
 
 // New prepares a hub server; Start runs it.
@@ -112,6 +118,17 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	opts.LeafNode.Port = h.cfg.LeafPort
 	opts.LeafNode.Advertise = h.cfg.LeafAdvertise
 	opts.LeafNode.NoAdvertise = h.cfg.LeafAdvertise == ""
+	if c := h.cfg.Cluster; c.Enabled() {
+		opts.Cluster = server.ClusterOpts{
+			Name:      ClusterName,
+			Host:      c.Host,
+			Port:      c.Port,
+			Advertise: c.Advertise,
+			Username:  c.User,
+			Password:  c.Password,
+		}
+		opts.Routes = c.routeURLs()
+	}
 	return opts, nil
 }
 
@@ -149,6 +166,16 @@ func (h *Hub) Start(ctx context.Context) error {
 		host = "127.0.0.1"
 	}
 	h.leaf = &url.URL{Scheme: "nats-leaf", Host: net.JoinHostPort(host, strconv.Itoa(varz.LeafNode.Port))}
+	h.client = &url.URL{Scheme: "nats", Host: net.JoinHostPort(host, strconv.Itoa(varz.Port))}
+	if h.cfg.Cluster.Enabled() {
+		// A clustered JetStream is ready once its peers elect a meta
+		// leader, which needs a quorum of servers: the clients wait for
+		// it (hubclient reconciles streams with retries), so one server
+		// can start before its peers.
+		h.log.Info("hub server ready", "client_url", h.client.String(), "leaf_url", h.leaf.String(),
+			"cluster", ClusterName, "routes", len(h.cfg.Cluster.Routes), "domain", h.cfg.Domain, "store", h.cfg.StoreDir)
+		return nil
+	}
 
 	// JetStream is usable once the account answers an info request.
 	nc, err := h.Connect("hub-ready")
@@ -171,7 +198,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	h.log.Info("hub ready", "client_url", h.srv.ClientURL(), "leaf_url", h.leaf.String(), "domain", h.cfg.Domain, "store", h.cfg.StoreDir)
+	h.log.Info("hub ready", "client_url", h.client.String(), "leaf_url", h.leaf.String(), "domain", h.cfg.Domain, "store", h.cfg.StoreDir)
 	return nil
 }
 
@@ -187,13 +214,53 @@ func (h *Hub) Identities() *Identities { return h.ids }
 // Domain is the hub's JetStream domain.
 func (h *Hub) Domain() string { return h.cfg.Domain }
 
-// ClientURL is where cloud services and operators connect.
-func (h *Hub) ClientURL() string { return h.srv.ClientURL() }
+// ClientURL is where cloud services and operators connect (valid after
+// Start; a wildcard listener is reached on loopback).
+func (h *Hub) ClientURL() string { return h.client.String() }
+
+// ClientConfig is how the cloud services of this process dial the hub:
+// its client URL with the service identity the hub made for them at New
+// (valid after Start; the domain before).
+func (h *Hub) ClientConfig() hublink.ClientConfig {
+	cfg := hublink.ClientConfig{Domain: h.cfg.Domain, Nkey: h.svc}
+	if h.client != nil {
+		cfg.URLs = []string{h.client.String()}
+	}
+	return cfg
+}
+
+// RouteURL is the URL hub peers route to (valid after Start; empty
+// without a cluster).
+func (h *Hub) RouteURL() string {
+	if !h.cfg.Cluster.Enabled() {
+		return ""
+	}
+	addr := h.srv.ClusterAddr()
+	if addr == nil {
+		return ""
+	}
+	host := h.cfg.Cluster.Host
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "nats-route://" + net.JoinHostPort(host, strconv.Itoa(addr.Port))
+}
+
+// Name is the server name.
+func (h *Hub) Name() string { return h.cfg.ServerName }
 
 // LeafURL is where edge servers connect their leaf remotes.
 func (h *Hub) LeafURL() *url.URL { u := *h.leaf; return &u }
 
-// Connect opens an in-process connection as the cloud service identity.
+// LeafURLs lists LeafURL, for code that takes the leaf URLs of a hub
+// cluster.
+func (h *Hub) LeafURLs() []string { return []string{h.LeafURL().String()} }
+
+// AddEdge enrolls node's nkey public key (see Identities.AddEdge).
+func (h *Hub) AddEdge(node, pub string) error { return h.ids.AddEdge(node, pub) }
+
+// Connect opens an in-process connection as the cloud service identity,
+// for tests and tools; the cloud services themselves dial ClientConfig.
 func (h *Hub) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	return natsembed.Connect(h.srv, h.svc, name, opts...)
 }

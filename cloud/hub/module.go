@@ -22,7 +22,7 @@ func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server)
 		return nil, err
 	}
 	lc.Append(fx.StartStopHook(h.Start, h.Shutdown))
-	adm.AddReadiness("hub", func(context.Context) error {
+	adm.AddReadiness("hub-server", func(context.Context) error {
 		if !h.srv.Running() {
 			return errors.New("hub server not running")
 		}

@@ -6,9 +6,9 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/kube"
+	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 // Module answers status requests on the app's hub connection from the
@@ -19,7 +19,7 @@ var Module = fx.Module("status",
 	fx.Invoke(func(*Responder) {}),
 )
 
-func newForApp(lc fx.Lifecycle, cfg health.Config, hs *health.Service, b *bus.Bus, k *kube.Kube, log *slog.Logger) (*Responder, error) {
+func newForApp(lc fx.Lifecycle, cfg health.Config, hs *health.Service, b *hublink.Link, k *kube.Kube, log *slog.Logger) (*Responder, error) {
 	r, err := New(hs, k.Informers.Core().V1().Nodes().Lister(), cfg.UnitLabel, log)
 	if err != nil {
 		return nil, err

@@ -7,17 +7,17 @@ import (
 	"go.uber.org/fx"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 type params struct {
 	fx.In
 	Lifecycle fx.Lifecycle
 	Config    Config
-	Bus       *bus.Bus
+	Bus       *hublink.Link
 	Kube      *kube.Kube `optional:"true"`
 	Log       *slog.Logger
 	Registry  prometheus.Registerer

@@ -32,9 +32,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
-	"github.com/atoll-edge/atoll/cloud/bus"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -107,7 +107,7 @@ type node struct {
 // Service follows topology and publishes views.
 type Service struct {
 	cfg     Config
-	bus     *bus.Bus
+	bus     *hublink.Link
 	kube    corelisters.NodeLister // nil with SourceDeclared
 	js      jetstream.JetStream
 	log     *slog.Logger
@@ -126,7 +126,7 @@ type Service struct {
 // New returns a topology service publishing through b (connected by the
 // time Run is called). With SourceKubernetes, nodes lists the cluster's
 // Nodes (and the caller pokes Changed on every Node event).
-func New(cfg Config, b *bus.Bus, nodes corelisters.NodeLister, log *slog.Logger, m *metrics, evm *events.Metrics) (*Service, error) {
+func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Logger, m *metrics, evm *events.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -46,7 +47,7 @@ type View struct {
 type Membership struct {
 	cfg     Config
 	node    *natsnode.Node
-	link    *natsnode.Link
+	link    *hublink.Link
 	log     *slog.Logger
 	metrics *events.Metrics
 
@@ -59,7 +60,7 @@ type Membership struct {
 }
 
 // New returns the membership of node, following views over link.
-func New(cfg Config, node *natsnode.Node, link *natsnode.Link, log *slog.Logger, metrics *events.Metrics) *Membership {
+func New(cfg Config, node *natsnode.Node, link *hublink.Link, log *slog.Logger, metrics *events.Metrics) *Membership {
 	return &Membership{cfg: cfg, node: node, link: link, log: log.With("component", "membership"), metrics: metrics}
 }
 
@@ -114,7 +115,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = events.Consume(ctx, m.link.HubJetStream(), spec,
+	err = events.Consume(ctx, m.link.JetStream(), spec,
 		func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
 			m.setAssignment(ctx, ev.Msg)
 			return nil
@@ -172,7 +173,7 @@ func (m *Membership) followUnit(ctx context.Context, unit string) {
 	m.mu.Unlock()
 	go func() {
 		defer close(done)
-		err := events.Consume(uctx, m.link.HubJetStream(), spec,
+		err := events.Consume(uctx, m.link.JetStream(), spec,
 			func(_ context.Context, ev events.Event[*atollv1.UnitView]) error { m.setUnitView(ev.Msg); return nil },
 			events.ConsumeOptions{Logger: m.log, Metrics: m.metrics})
 		if err != nil {

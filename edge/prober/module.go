@@ -9,6 +9,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 // Module runs the prober with the app.
@@ -17,7 +18,7 @@ var Module = fx.Module("prober",
 	fx.Invoke(func(*Prober) {}),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *natsnode.Link, mem *membership.Membership, log *slog.Logger, reg prometheus.Registerer) (*Prober, error) {
+func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.Link, mem *membership.Membership, log *slog.Logger, reg prometheus.Registerer) (*Prober, error) {
 	p, err := New(cfg, node.Name(), mem, link, log, newMetrics(reg))
 	if err != nil {
 		return nil, err

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/edge/membership"
-	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -116,7 +116,7 @@ type Prober struct {
 	cfg     Config
 	self    string
 	members Members
-	link    *natsnode.Link
+	link    *hublink.Link
 	plugins []plugin
 	log     *slog.Logger
 	metrics *metrics
@@ -128,7 +128,7 @@ type Prober struct {
 }
 
 // New returns the prober of node self, publishing over link.
-func New(cfg Config, self string, members Members, link *natsnode.Link, log *slog.Logger, m *metrics) (*Prober, error) {
+func New(cfg Config, self string, members Members, link *hublink.Link, log *slog.Logger, m *metrics) (*Prober, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/atoll-edge/atoll/edge/membership"
-	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -128,7 +128,7 @@ func TestRound(t *testing.T) {
 	if _, err := events.Subscribe(nc, "atoll.health.probe.u1.a", "test", func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { got <- ev.Msg; return nil }, events.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(cfg, "a", fixed(view), natsnode.LinkOf(nc, nil), natstest.Logger(t, slog.LevelWarn), nil)
+	p, err := New(cfg, "a", fixed(view), hublink.Of(nc, nil), natstest.Logger(t, slog.LevelWarn), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

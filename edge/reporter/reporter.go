@@ -19,6 +19,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -64,13 +65,13 @@ type RTTSource interface {
 type Reporter struct {
 	cfg  Config
 	node *natsnode.Node
-	link *natsnode.Link
+	link *hublink.Link
 	rtts RTTSource
 	log  *slog.Logger
 }
 
 // New returns a reporter for node, publishing over link; rtts may be nil.
-func New(cfg Config, node *natsnode.Node, link *natsnode.Link, rtts RTTSource, log *slog.Logger) (*Reporter, error) {
+func New(cfg Config, node *natsnode.Node, link *hublink.Link, rtts RTTSource, log *slog.Logger) (*Reporter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ type params struct {
 	fx.In
 	Config Config
 	Node   *natsnode.Node
-	Link   *natsnode.Link
+	Link   *hublink.Link
 	RTTs   RTTSource `optional:"true"`
 	Log    *slog.Logger
 }

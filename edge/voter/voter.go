@@ -24,8 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/edge/membership"
-	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -131,7 +131,7 @@ type Voter struct {
 	cfg     Config
 	self    string
 	members Members
-	link    *natsnode.Link
+	link    *hublink.Link
 	log     *slog.Logger
 	metrics *metrics
 	evm     *events.Metrics
@@ -146,7 +146,7 @@ type Voter struct {
 
 // New returns the voter of node self; it hears reports and publishes votes
 // over link (connected by the time Run is called).
-func New(cfg Config, self string, members Members, link *natsnode.Link, log *slog.Logger, m *metrics, evm *events.Metrics) (*Voter, error) {
+func New(cfg Config, self string, members Members, link *hublink.Link, log *slog.Logger, m *metrics, evm *events.Metrics) (*Voter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats.go"
@@ -16,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/edge/membership"
-	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -165,7 +165,7 @@ func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
 		t.Fatal(err)
 	}
 	_ = hub.Flush()
-	v, err := New(cfg, "a", mem, natsnode.LinkOf(ncA, nil), natstest.Logger(t, slog.LevelWarn), nil, events.NewMetrics(nil))
+	v, err := New(cfg, "a", mem, hublink.Of(ncA, nil), natstest.Logger(t, slog.LevelWarn), nil, events.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/testbed"
 )
 
@@ -49,6 +50,13 @@ func (f *faults) block(a, b string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.blocked[[2]string{a, b}], f.blocked[[2]string{b, a}] = true, true
+}
+
+// reset unblocks every pair, for the next run of the matrix.
+func (f *faults) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.blocked)
 }
 
 func (f *faults) isBlocked(a, b string) bool {
@@ -80,7 +88,25 @@ type env struct {
 	client kubernetes.Interface
 }
 
-func start(t *testing.T) *env {
+// hubShape is how the hub runs under a bed.
+type hubShape struct {
+	name string
+	// cluster: three hub servers that atoll-cloud dials by URL, R3
+	// streams; otherwise the hub embedded in atoll-cloud.
+	cluster bool
+	// net separates the beds' loopback addresses.
+	net int
+}
+
+var (
+	embeddedHub = hubShape{name: "embedded hub", net: 2}
+	hubCluster  = hubShape{name: "hub cluster", cluster: true, net: 3}
+)
+
+// start brings up a bed with the embedded hub.
+func start(t *testing.T) *env { return startShape(t, embeddedHub) }
+
+func startShape(t *testing.T, shape hubShape) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -94,11 +120,12 @@ func start(t *testing.T) *env {
 	}
 	t.Cleanup(func() { _ = logFile.Close() })
 	bed, err := testbed.Start(ctx, testbed.Options{
-		Dir:    t.TempDir(),
-		Net:    2,
-		Logger: slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Kube:   kubetest.Config{UnreachableTolerationSeconds: int(toleration.Seconds()), NotReadyTolerationSeconds: int(toleration.Seconds())},
-		Cloud:  func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
+		Dir:        t.TempDir(),
+		Net:        shape.net,
+		HubCluster: shape.cluster,
+		Logger:     slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Kube:       kubetest.Config{UnreachableTolerationSeconds: int(toleration.Seconds()), NotReadyTolerationSeconds: int(toleration.Seconds())},
+		Cloud:      func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
 		Agent: func(c *edgeapp.Config) {
 			// Every probe also passes through the fault table, and a
 			// peer must pass all three plugins to be normal.
@@ -295,13 +322,47 @@ func (e *env) waitEvicted(t *testing.T, ns, pod string, within time.Duration) ti
 	return time.Now()
 }
 
-// TestDistributedHealth is the scenario matrix of distributed health.
-func TestDistributedHealth(t *testing.T) {
-	e := start(t)
+// killHub stops the hub server atoll-cloud's link is on (a cluster bed
+// only) and returns a function that restarts it.
+func (e *env) killHub(t *testing.T) func() {
+	t.Helper()
+	c := e.bed.HubCluster
+	on := e.bed.HubLink.Conn().ConnectedServerName()
+	for i := range natstest.ClusterSize {
+		if h := c.Server(i); h != nil && h.Name() == on {
+			if err := c.Kill(i); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("killed hub server %s, the one atoll-cloud was connected to", on)
+			return func() {
+				if err := c.Restart(t.Context(), i); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	t.Fatalf("atoll-cloud is connected to no hub server (%q)", on)
+	return nil
+}
 
+// TestDistributedHealth is the scenario matrix of distributed health, on
+// both hub shapes. On the hub cluster, one hub server (the one atoll-cloud
+// is connected to) is killed while scenario 1's node is protected, with
+// every other scenario running.
+func TestDistributedHealth(t *testing.T) {
+	for _, shape := range []hubShape{embeddedHub, hubCluster} {
+		t.Run(shape.name, func(t *testing.T) {
+			inUnit.reset()
+			healthMatrix(t, startShape(t, shape))
+		})
+	}
+}
+
+func healthMatrix(t *testing.T, e *env) {
 	// 1. The node's cloud link is down but its peers see it healthy: it
-	// stays Unknown with NoSchedule only, its pod is never evicted and its
-	// endpoint stays ready for three tolerations; healing restores it.
+	// stays Unknown with NoSchedule only, its pod is never evicted, its
+	// endpoint stays ready and its verdict healthy for three tolerations;
+	// healing restores it. On a hub cluster a hub server dies meanwhile.
 	t.Run("cloud link down, peers healthy", func(t *testing.T) {
 		t.Parallel()
 		nodes := e.site(t, "s1", 3, true)
@@ -310,7 +371,7 @@ func TestDistributedHealth(t *testing.T) {
 		e.waitUnknown(t, x)
 		poll.Eventually(t, 10*time.Second, func() error { return e.verdict(x, "healthy") })
 		transient := time.Duration(0)
-		holdsFor(t, 3*toleration, func() error {
+		protected := func() error {
 			n, err := e.node(x)
 			if err != nil {
 				return err
@@ -333,8 +394,16 @@ func TestDistributedHealth(t *testing.T) {
 			if ok, err := e.endpointsAddressReady("s1", "web-"+x); err != nil || !ok {
 				return fmt.Errorf("Endpoints address of web-%s not ready (%v)", x, err)
 			}
-			return nil
-		})
+			return e.verdict(x, "healthy")
+		}
+		holdsFor(t, toleration, protected)
+		if e.bed.HubCluster != nil {
+			restart := e.killHub(t)
+			holdsFor(t, 2*toleration, protected)
+			restart()
+		} else {
+			holdsFor(t, 2*toleration, protected)
+		}
 		e.heal(t, x)
 		poll.Eventually(t, 30*time.Second, func() error {
 			n, err := e.node(x)

@@ -1,14 +1,23 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
@@ -41,6 +50,14 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--operators-file=/nonexistent"}, "operators file"},
 		{[]string{"--membership-source=guess"}, "source"},
 		{[]string{"--webhook-cert-dir="}, "cert dir"},
+		{[]string{"--hub-url=nats://hub:4222", "--hub-store-dir=/data"}, "--hub-store-dir configures the embedded hub"},
+		{[]string{"--hub-url=nats://hub:4222", "--hub-routes=nats-route://a:6222"}, "--hub-routes configures the embedded hub"},
+		{[]string{"--hub-nkey-file=/etc/atoll/cloud.nk"}, "--hub-nkey-file applies to an external hub and needs --hub-url"},
+		{[]string{"--hub-url=http://hub:4222"}, "scheme must be nats or tls"},
+		{[]string{"--hub-url=nats://u:p@hub:4222"}, "credentials belong in"},
+		{[]string{"--hub-url=nats://hub:4222", "--hub-tls-cert=c.pem"}, "certificate and key"},
+		{[]string{"--hub-domain=a.b"}, "hub domain"},
+		{[]string{"--hub-cluster-port=6222", "--hub-routes=http://a"}, "cluster route"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -55,5 +72,84 @@ func TestBadConfigNamesTheField(t *testing.T) {
 				t.Fatalf("setup(%v) = %v, want an error about %q", tt.args, err, tt.want)
 			}
 		})
+	}
+}
+
+// startApp runs atoll-cloud with args (declared membership: no Kubernetes)
+// until the test ends.
+func startApp(t *testing.T, args ...string) *fxtest.App {
+	t.Helper()
+	cfg := cloudapp.Default()
+	fs := flag.NewFlagSet("atoll-cloud", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(append([]string{"--admin-addr=127.0.0.1:0", "--membership-source=declared"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := setup(fs, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return fxtest.New(t, cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn))).RequireStart()
+}
+
+// TestExternalHubCluster: atoll-cloud dials a hub cluster it does not run
+// (--hub-url with every server, an nkey seed file), and a restart with
+// other stream settings updates the streams in place: R1 → R3 and a new
+// size cap.
+func TestExternalHubCluster(t *testing.T) {
+	c := natstest.NewHubCluster(t)
+	seed := filepath.Join(t.TempDir(), "cloud.nk")
+	if err := os.WriteFile(seed, c.ServiceSeed(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hubArgs := []string{"--hub-url=" + strings.Join(c.ClientURLs(), ","), "--hub-nkey-file=" + seed}
+	startApp(t, append(hubArgs, "--stream-replicas=1")...).RequireStop()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	log := natstest.Logger(t, slog.LevelWarn)
+	link := hublink.New(c.Domain(), c.ClientConfig().Dialer("observer", log), log)
+	if err := link.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = link.Stop(context.Background()) }()
+	config := func() jetstream.StreamConfig {
+		s, err := link.JetStream().Stream(ctx, events.StreamHealth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config
+	}
+	if got := config(); got.Replicas != 1 || got.MaxBytes != -1 {
+		t.Fatalf("first start: replicas %d, max bytes %d; want 1, -1", got.Replicas, got.MaxBytes)
+	}
+	startApp(t, append(hubArgs, "--stream-replicas=3", "--stream-max-bytes=67108864")...).RequireStop()
+	if got := config(); got.Replicas != 3 || got.MaxBytes != 64<<20 {
+		t.Fatalf("after restart: replicas %d, max bytes %d; want 3, %d", got.Replicas, got.MaxBytes, 64<<20)
+	}
+}
+
+// TestExternalHubPassword: a user/password login works as well, and a
+// wrong password fails the start naming the hub's answer.
+func TestExternalHubPassword(t *testing.T) {
+	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"cloud": "pw"} })
+	startApp(t, "--hub-url="+h.ClientURL(), "--hub-user=cloud", "--hub-password=pw").RequireStop()
+
+	cfg := cloudapp.Default()
+	fs := flag.NewFlagSet("atoll-cloud", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	_ = fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--membership-source=declared", "--hub-url=" + h.ClientURL(), "--hub-user=cloud", "--hub-password=wrong"})
+	if err := setup(fs, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	app := fx.New(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.StartTimeout(2*time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	err := app.Start(ctx)
+	if err == nil {
+		_ = app.Stop(context.Background())
+		t.Fatal("started with a wrong password")
+	}
+	if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Errorf("start error %q does not say why", err)
 	}
 }

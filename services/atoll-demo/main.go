@@ -38,6 +38,7 @@ type options struct {
 	duration time.Duration
 	interval time.Duration
 	hubPort  int
+	cluster  bool
 	dir      string
 	cutAfter time.Duration
 	cutFor   time.Duration
@@ -50,7 +51,8 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.nodes, "nodes", 3, "nodes per site")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until interrupted)")
 	fs.DurationVar(&o.interval, "interval", 3*time.Second, "status table refresh period")
-	fs.IntVar(&o.hubPort, "hub-port", 4222, "hub client port on 127.0.0.1 (0: random)")
+	fs.IntVar(&o.hubPort, "hub-port", 4222, "embedded hub's client port on 127.0.0.1 (0: random)")
+	fs.BoolVar(&o.cluster, "hub-cluster", false, "run the hub as a cluster of three servers that atoll-cloud dials by URL (default: embedded in atoll-cloud)")
 	fs.StringVar(&o.dir, "dir", "", "working directory for logs and state (default: a new temp dir)")
 	fs.DurationVar(&o.cutAfter, "cut-after", 20*time.Second, "cut the first node's cloud link after this long (0: never)")
 	fs.DurationVar(&o.cutFor, "cut-for", 60*time.Second, "restore the cut link after this long")
@@ -95,13 +97,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	say("atoll-demo: logs in %s", logPath)
 	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and atoll-cloud ...")
 	start := time.Now()
-	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, Logger: log})
+	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, HubCluster: o.cluster, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer bed.Stop()
 	say("ready in %v; kubeconfig: %s", time.Since(start).Round(100*time.Millisecond), bed.Cluster.KubeconfigPath())
-	say("  watch events: ATOLL_NATS_URL=%s ATOLL_NATS_USER=operator ATOLL_NATS_PASSWORD=%s go run ./services/atoll events tail", bed.Hub.ClientURL(), bed.Operator)
+	say("  watch events: ATOLL_NATS_URL=%s ATOLL_NATS_USER=operator ATOLL_NATS_PASSWORD=%s go run ./services/atoll events tail", bed.HubURL(), bed.Operator)
 	for u := range o.units {
 		unit := fmt.Sprintf("site-%c", 'a'+u)
 		nodes, err := bed.Sites.AddSite(ctx, unit, o.nodes)

@@ -1,6 +1,7 @@
 // Package natstest starts real Atoll NATS fabrics for tests: an embedded
-// hub, edge servers grouped into units, and a fault-injecting TCP proxy to
-// cut links. Everything listens on random loopback ports and is cleaned up
+// hub or a cluster of three hub servers (HubCluster, which can kill and
+// restart a server), edge servers grouped into units, and a fault-injecting
+// TCP proxy to cut links. Everything listens on random loopback ports and is cleaned up
 // with the test.
 package natstest
 
@@ -65,6 +66,15 @@ func Hub(t testing.TB, mutate ...func(*hub.Config)) *hub.Hub {
 	return h
 }
 
+// HubServers is a hub an edge server can join: one server (*hub.Hub) or
+// a cluster (*HubCluster).
+type HubServers interface {
+	// AddEdge enrolls node's nkey public key on every server.
+	AddEdge(node, pub string) error
+	// LeafURLs are the servers' leaf URLs.
+	LeafURLs() []string
+}
+
 // EdgeOptions tune Edge.
 type EdgeOptions struct {
 	// HubURL overrides the hub's leaf URL (e.g. a Proxy in front of it).
@@ -72,8 +82,9 @@ type EdgeOptions struct {
 }
 
 // Edge enrolls node with h and starts its edge server on random loopback
-// ports. The server is in no unit until SetMesh (see Unit).
-func Edge(t testing.TB, h *hub.Hub, node string, o EdgeOptions) *natsnode.Node {
+// ports, with a leaf remote to every server of h. The server is in no unit
+// until SetMesh (see Unit).
+func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node {
 	t.Helper()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -81,7 +92,7 @@ func Edge(t testing.TB, h *hub.Hub, node string, o EdgeOptions) *natsnode.Node {
 	}
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	if err := h.Identities().AddEdge(node, pub); err != nil {
+	if err := h.AddEdge(node, pub); err != nil {
 		t.Fatalf("enroll %s: %v", node, err)
 	}
 	cfg := natsnode.Default()
@@ -89,7 +100,7 @@ func Edge(t testing.TB, h *hub.Hub, node string, o EdgeOptions) *natsnode.Node {
 	cfg.ClientPort, cfg.RoutePort = -1, -1
 	cfg.RouteHost = "127.0.0.1"
 	cfg.Seed = string(seed)
-	cfg.HubURLs = []string{h.LeafURL().String()}
+	cfg.HubURLs = h.LeafURLs()
 	if o.HubURL != "" {
 		cfg.HubURLs = []string{o.HubURL}
 	}
@@ -107,7 +118,7 @@ func Edge(t testing.TB, h *hub.Hub, node string, o EdgeOptions) *natsnode.Node {
 }
 
 // Unit starts one edge server per node name and meshes them as unit.
-func Unit(t testing.TB, h *hub.Hub, unit string, o EdgeOptions, nodes ...string) []*natsnode.Node {
+func Unit(t testing.TB, h HubServers, unit string, o EdgeOptions, nodes ...string) []*natsnode.Node {
 	t.Helper()
 	out := make([]*natsnode.Node, 0, len(nodes))
 	for _, name := range nodes {

@@ -24,7 +24,6 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
@@ -38,10 +37,21 @@ const (
 	AdminPort   = 9470
 )
 
+// Hub is where agents connect: the embedded hub (*hub.Hub) or a hub
+// cluster (natstest.HubCluster).
+type Hub interface {
+	// AddEdge enrolls node's nkey public key on every hub server.
+	AddEdge(node, pub string) error
+	// LeafURLs are the servers' leaf URLs; every agent gets them all.
+	LeafURLs() []string
+	// Domain is the hub's JetStream domain.
+	Domain() string
+}
+
 // Config configures a Sim.
 type Config struct {
 	// Hub is where agents connect; nodes are enrolled with it.
-	Hub *hub.Hub
+	Hub Hub
 	// Kube registers every node in Kubernetes when set.
 	Kube *edgesim.Simulator
 	// UnitLabel is the label key that names the unit.
@@ -143,7 +153,7 @@ func (s *Sim) addSite(ctx context.Context, unit string, n int, agents bool) ([]*
 		seed, _ := kp.Seed()
 		pub, _ := kp.PublicKey()
 		node.seed = string(seed)
-		if err := s.cfg.Hub.Identities().AddEdge(node.Name, pub); err != nil {
+		if err := s.cfg.Hub.AddEdge(node.Name, pub); err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
@@ -212,7 +222,7 @@ func (s *Sim) StartAgent(ctx context.Context, name string) error {
 	cfg.Admin.Addr = net.JoinHostPort(n.IP, fmt.Sprint(AdminPort))
 	cfg.NATS.NodeName = n.Name
 	cfg.NATS.Seed = n.seed
-	cfg.NATS.HubURLs = []string{s.cfg.Hub.LeafURL().String()}
+	cfg.NATS.HubURLs = s.cfg.Hub.LeafURLs()
 	cfg.NATS.HubDomain = s.cfg.Hub.Domain()
 	cfg.NATS.ClientPort = -1
 	cfg.NATS.RouteHost = n.IP

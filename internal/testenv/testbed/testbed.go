@@ -1,9 +1,10 @@
 // Package testbed assembles a whole Atoll installation on one machine for
 // the local demo and the end-to-end tests: a real Kubernetes control plane
-// (internal/kubetest), the atoll-cloud application with its embedded hub,
-// health service and admission webhook registered with the apiserver, the
-// simulated kubelets (internal/edgesim) and simulated sites whose nodes run
-// real atoll-edge agents (internal/sitesim).
+// (internal/kubetest), the hub (embedded in atoll-cloud, or a cluster of
+// three servers that atoll-cloud dials by URL), the atoll-cloud application
+// with its health service and admission webhook registered with the
+// apiserver, the simulated kubelets (internal/edgesim) and simulated sites
+// whose nodes run real atoll-edge agents (internal/sitesim).
 package testbed
 
 import (
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -24,8 +26,10 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/sitesim"
 )
 
@@ -35,8 +39,13 @@ type Options struct {
 	Dir string
 	// Kube configures the control plane; KCM and scheduler always run.
 	Kube kubetest.Config
-	// HubPort is the hub's client port on 127.0.0.1 (0 or busy: random).
+	// HubPort is the embedded hub's client port on 127.0.0.1 (0 or busy:
+	// random).
 	HubPort int
+	// HubCluster runs the hub as a cluster of three servers outside
+	// atoll-cloud, which dials them by URL with an nkey seed file, and
+	// makes the streams R3. Default: the hub embedded in atoll-cloud.
+	HubCluster bool
 	// Cloud and Agent adjust the cloud's and every agent's configuration.
 	Cloud func(*cloudapp.Config)
 	Agent func(*edgeapp.Config)
@@ -49,7 +58,12 @@ type Options struct {
 // Bed is a running installation.
 type Bed struct {
 	Cluster *kubetest.Cluster
-	Hub     *hub.Hub
+	// Hub is the embedded hub (nil with Options.HubCluster).
+	Hub *hub.Hub
+	// HubCluster is the hub cluster (nil without Options.HubCluster).
+	HubCluster *natstest.HubCluster
+	// HubLink is atoll-cloud's link to the hub.
+	HubLink *hublink.Link
 	Health  *health.Service
 	Kubelet *edgesim.Simulator
 	Sites   *sitesim.Sim
@@ -93,21 +107,36 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if err := b.Cluster.WriteServingCert(certDir, "127.0.0.1"); err != nil {
 		return nil, fmt.Errorf("webhook certificate: %w", err)
 	}
-	whPort, err := freePort()
+	whPort, err := natstest.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	b.Operator = randomHex(8)
 	cfg := cloudapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
-	cfg.Hub.Host = "127.0.0.1"
-	cfg.Hub.ClientPort = -1
-	if o.HubPort > 0 && portFree(o.HubPort) {
-		cfg.Hub.ClientPort = o.HubPort
+	if o.HubCluster {
+		operators := func(c *hub.Config) { c.Operators = map[string]string{"operator": b.Operator} }
+		if b.HubCluster, err = natstest.StartHubCluster(ctx, filepath.Join(o.Dir, "hub"), o.Logger.With("service", "hub"), operators); err != nil {
+			return nil, fmt.Errorf("hub cluster: %w", err)
+		}
+		b.stops = append(b.stops, b.HubCluster.Close)
+		seedFile := filepath.Join(o.Dir, "atoll-cloud.nk")
+		if err := os.WriteFile(seedFile, b.HubCluster.ServiceSeed(), 0o600); err != nil {
+			return nil, err
+		}
+		cfg.HubLink.URLs = b.HubCluster.ClientURLs()
+		cfg.HubLink.NkeySeedFile = seedFile
+		cfg.Streams.Replicas = 3
+	} else {
+		cfg.Hub.Host = "127.0.0.1"
+		cfg.Hub.ClientPort = -1
+		if o.HubPort > 0 && portFree(o.HubPort) {
+			cfg.Hub.ClientPort = o.HubPort
+		}
+		cfg.Hub.LeafPort = -1
+		cfg.Hub.StoreDir = filepath.Join(o.Dir, "hub")
+		cfg.Hub.Operators = map[string]string{"operator": b.Operator}
 	}
-	cfg.Hub.LeafPort = -1
-	cfg.Hub.StoreDir = filepath.Join(o.Dir, "hub")
-	cfg.Hub.Operators = map[string]string{"operator": b.Operator}
 	cfg.Kube.REST = b.Cluster.RESTConfig()
 	// Elect a leader as in production; the Lease lives in a namespace
 	// every cluster has.
@@ -125,7 +154,11 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b.cloud = fx.New(cloudapp.Options(cfg, o.Logger.With("service", "atoll-cloud")), fx.Populate(&b.Hub, &b.Health))
+	populate := fx.Populate(&b.HubLink, &b.Health)
+	if cfg.EmbeddedHub() {
+		populate = fx.Options(populate, fx.Populate(&b.Hub))
+	}
+	b.cloud = fx.New(cloudapp.Options(cfg, o.Logger.With("service", "atoll-cloud")), populate)
 	if err := b.cloud.Err(); err != nil {
 		return nil, fmt.Errorf("atoll-cloud: %w", err)
 	}
@@ -156,12 +189,25 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 			o.Agent(c)
 		}
 	}
-	if b.Sites, err = sitesim.New(sitesim.Config{Hub: b.Hub, Kube: b.Kubelet, StateDir: filepath.Join(o.Dir, "edge"), Net: o.Net,
+	var hubs sitesim.Hub = b.Hub
+	if b.HubCluster != nil {
+		hubs = b.HubCluster
+	}
+	if b.Sites, err = sitesim.New(sitesim.Config{Hub: hubs, Kube: b.Kubelet, StateDir: filepath.Join(o.Dir, "edge"), Net: o.Net,
 		UnitLabel: cfg.Topology.UnitLabel, Agent: agent, Logger: o.Logger.With("service", "atoll-edge")}); err != nil {
 		return nil, err
 	}
 	b.stops = append(b.stops, func() { _ = b.Sites.Close(context.Background()) })
 	return b, nil
+}
+
+// HubURL is where operators' tools reach the hub (one server of a
+// cluster).
+func (b *Bed) HubURL() string {
+	if b.HubCluster != nil {
+		return b.HubCluster.ClientURLs()[0]
+	}
+	return b.Hub.ClientURL()
 }
 
 // Stop tears everything down, last started first.
@@ -170,15 +216,6 @@ func (b *Bed) Stop() {
 		b.stops[i]()
 	}
 	b.stops = nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func portFree(port int) bool {

@@ -1,0 +1,175 @@
+package hubclient_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/natsembed"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+)
+
+// externalHub starts one stock nats-server from the nats.conf of
+// deploy/hub-external.yaml (listeners moved to random loopback ports, no
+// routes) with an accounts.conf that enrolls the cloud service, an
+// operator and one edge node as the manifest's header describes.
+func externalHub(t *testing.T, cloudPub, edgePub string) *server.Server {
+	t.Helper()
+	raw, err := os.ReadFile("../../deploy/hub-external.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Kind string            `json:"kind"`
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal([]byte(strings.SplitN(string(raw), "\n---\n", 2)[0]), &cm); err != nil || cm.Kind != "ConfigMap" {
+		t.Fatalf("first document of hub-external.yaml: kind %q, %v", cm.Kind, err)
+	}
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth")
+	if err := os.MkdirAll(auth, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		filepath.Join(dir, "nats.conf"): cm.Data["nats.conf"],
+		filepath.Join(auth, "accounts.conf"): fmt.Sprintf(`system_account: SYS
+accounts {
+  SYS: {}
+  ATOLL: {
+    jetstream: enabled
+    users: [
+      {nkey: %q}
+      {user: "ops", password: "pw"}
+      {nkey: %q, allowed_connection_types: ["LEAFNODE"]}
+    ]
+  }
+}
+`, cloudPub, edgePub),
+		filepath.Join(auth, "cluster.conf"): `authorization { user: route, password: "pw" }
+routes: [nats-route://route:pw@127.0.0.1:1]
+`,
+	}
+	for name, body := range files {
+		if err := os.WriteFile(name, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("POD_NAME", "atoll-hub-0")
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatalf("nats.conf of hub-external.yaml: %v", err)
+	}
+	if opts.JetStreamDomain != hublink.DefaultDomain || opts.Cluster.Name != "atoll-hub" || len(opts.Routes) != 1 {
+		t.Fatalf("nats.conf: domain %q, cluster %q, routes %v", opts.JetStreamDomain, opts.Cluster.Name, opts.Routes)
+	}
+	// One server on loopback: no cluster, random ports, a temp store.
+	opts.Cluster, opts.Routes = server.ClusterOpts{}, nil
+	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+	opts.LeafNode.Host, opts.LeafNode.Port = "127.0.0.1", -1
+	opts.StoreDir = filepath.Join(dir, "data")
+	opts.NoSigs = true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := natsembed.Start(ctx, srv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// TestExternalHubManifest: the hub of deploy/hub-external.yaml, stock
+// nats-server, takes atoll-cloud (its nkey seed file, streams reconciled
+// in domain hub) and an edge node's leaf link, whose key cannot be used as
+// a plain client; the edge publishes into the hub's streams.
+func TestExternalHubManifest(t *testing.T) {
+	cloudKey, _ := nkeys.CreateUser()
+	edgeKey, _ := nkeys.CreateUser()
+	cloudPub, _ := cloudKey.PublicKey()
+	edgePub, _ := edgeKey.PublicKey()
+	srv := externalHub(t, cloudPub, edgePub)
+	log := natstest.Logger(t, slog.LevelWarn)
+
+	seedFile := filepath.Join(t.TempDir(), "cloud.nk")
+	seed, _ := cloudKey.Seed()
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := hublink.ClientConfig{URLs: []string{srv.ClientURL()}, Domain: hublink.DefaultDomain, NkeySeedFile: seedFile}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	link := hublink.New(cfg.Domain, cfg.Dialer("atoll-cloud", log), log)
+	if err := link.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = link.Stop(context.Background()) })
+	if err := events.EnsureStreams(ctx, link.JetStream(), events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The edge key is leaf-only.
+	if nc, err := nats.Connect(srv.ClientURL(), nats.Nkey(edgePub, edgeKey.Sign), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("an edge key connected as a client")
+	}
+	edgeSeed, _ := edgeKey.Seed()
+	ncfg := natsnode.Default()
+	ncfg.NodeName = "e1"
+	ncfg.ClientPort, ncfg.RoutePort, ncfg.RouteHost = -1, -1, "127.0.0.1"
+	ncfg.Seed = string(edgeSeed)
+	varz, err := srv.Varz(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ncfg.HubURLs = []string{"nats-leaf://" + net.JoinHostPort("127.0.0.1", fmt.Sprint(varz.LeafNode.Port))}
+	node, err := natsnode.New(ncfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
+	nc, err := node.Connect("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ejs, err := jetstream.NewWithDomain(nc, hublink.DefaultDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := ejs.Publish(pctx, "atoll.topo.node.e1", []byte("report"))
+		return err
+	})
+	s, err := link.JetStream().Stream(ctx, events.StreamTopology)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 1 {
+		t.Fatalf("TOPOLOGY holds %d messages, want 1", n)
+	}
+}

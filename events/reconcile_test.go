@@ -1,0 +1,97 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+)
+
+func hubJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	h := natstest.Hub(t)
+	nc, err := h.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// TestReconcileStreamsUpdatesLimits: streams are created once, left alone
+// while their definition holds, and updated when a limit changes.
+func TestReconcileStreamsUpdatesLimits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	js := hubJetStream(t)
+	o := events.DefaultStreamOptions()
+	changes, err := events.ReconcileStreams(ctx, js, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != len(events.Streams(o)) || !changes[0].Created {
+		t.Fatalf("first start: %+v, want every stream created", changes)
+	}
+	if changes, err = events.ReconcileStreams(ctx, js, o); err != nil || len(changes) != 0 {
+		t.Fatalf("second start with the same definition: %+v, %v; want no change", changes, err)
+	}
+
+	o.MaxBytes = 64 << 20
+	if changes, err = events.ReconcileStreams(ctx, js, o); err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != len(events.Streams(o)) {
+		t.Fatalf("changes %+v, want every stream updated", changes)
+	}
+	for _, ch := range changes {
+		if ch.Created || !slices.ContainsFunc(ch.Fields, func(f string) bool { return strings.HasPrefix(f, "MaxBytes ") }) {
+			t.Errorf("%s: %+v, want an update of MaxBytes", ch.Stream, ch)
+		}
+	}
+	for _, want := range events.Streams(o) {
+		s, err := js.Stream(ctx, want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.MaxBytes; got != 64<<20 {
+			t.Errorf("%s: MaxBytes %d, want %d", want.Name, got, 64<<20)
+		}
+	}
+}
+
+// TestReconcileStreamsRefusedUpdateFails: a change the hub cannot make in
+// place fails with the stream and the field named, and the stream is not
+// reported as current.
+func TestReconcileStreamsRefusedUpdateFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	js := hubJetStream(t)
+	if _, err := events.ReconcileStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	o := events.DefaultStreamOptions()
+	o.Storage = jetstream.MemoryStorage
+	_, err := events.ReconcileStreams(ctx, js, o)
+	if !errors.Is(err, events.ErrStreamUpdateRefused) {
+		t.Fatalf("storage change: %v, want ErrStreamUpdateRefused", err)
+	}
+	for _, want := range []string{events.StreamHealth, "Storage (File → Memory)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("a refused update was retried until the deadline: %v", err)
+	}
+}
