@@ -133,7 +133,7 @@ func TestFindBinDir(t *testing.T) {
 			t.Fatalf("FindBinDir: %v", err)
 		}
 		root := filepath.Dir(dir)
-		if _, err := os.Stat(filepath.Join(root, "internal", "kubetest")); err != nil || filepath.Base(dir) != "bin" {
+		if _, err := os.Stat(filepath.Join(root, "internal", "testenv", "kubetest")); err != nil || filepath.Base(dir) != "bin" {
 			t.Errorf("FindBinDir = %s, want <repo>/bin", dir)
 		}
 	})
