@@ -1,23 +1,18 @@
-// Package kube gives cloud services their Kubernetes client configuration
-// (from which cloud/manager builds the controller-runtime manager, whose
-// cache the health service reads), a client and a shared informer factory,
-// started with the app: components that do not run on the manager yet
-// (topology, status) request the informers they need when they are built;
-// the informers start, and the app waits for their caches to sync, before
-// any component runs.
+// Package kube gives atoll-cloud its Kubernetes client configuration, from
+// which cloud/manager builds the controller-runtime manager whose cache
+// every controller reads, a plain clientset for the few writes made
+// outside a controller (the webhook registration), and the routing of
+// client-go's and controller-runtime's logs into the service's logger.
 package kube
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
 
 	"go.uber.org/fx"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,8 +27,6 @@ type Config struct {
 	// QPS and Burst limit the client.
 	QPS   float32
 	Burst int
-	// Resync of the informers (0: none).
-	Resync time.Duration
 }
 
 // DefaultConfig talks to the cluster the service runs in.
@@ -51,12 +44,11 @@ func (c Config) Validate() error {
 type Kube struct {
 	// REST is the client configuration (user agent atoll-cloud), from
 	// which the controller-runtime manager (cloud/manager) is built.
-	REST      *rest.Config
-	Client    kubernetes.Interface
-	Informers informers.SharedInformerFactory
+	REST   *rest.Config
+	Client kubernetes.Interface
 }
 
-// New builds the client and an informer factory (not started).
+// New builds the client configuration and the clientset.
 func New(cfg Config) (*Kube, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -83,37 +75,16 @@ func New(cfg Config) (*Kube, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)
 	}
-	return &Kube{REST: rc, Client: client, Informers: informers.NewSharedInformerFactory(client, cfg.Resync)}, nil
+	return &Kube{REST: rc, Client: client}, nil
 }
 
-// Module provides *Kube (and its kubernetes.Interface) and starts its
-// informers with the app.
+// Module provides *Kube and its kubernetes.Interface, and routes
+// client-go's logs to the app's logger.
 var Module = fx.Module("kube",
 	fx.Provide(newForApp, func(k *Kube) kubernetes.Interface { return k.Client }),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger) (*Kube, error) {
+func newForApp(cfg Config, log *slog.Logger) (*Kube, error) {
 	RouteLogs(log)
-	k, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	stop := make(chan struct{})
-	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			k.Informers.Start(stop)
-			for typ, ok := range k.Informers.WaitForCacheSync(ctx.Done()) {
-				if !ok {
-					return fmt.Errorf("kube: cache of %v did not sync", typ)
-				}
-			}
-			return nil
-		},
-		OnStop: func(context.Context) error {
-			close(stop)
-			k.Informers.Shutdown()
-			return nil
-		},
-	})
-	return k, nil
+	return New(cfg)
 }

@@ -1,13 +1,19 @@
 package topology
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
-	"k8s.io/client-go/tools/cache"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/atoll-edge/atoll/cloud/kube"
+	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -17,38 +23,37 @@ type params struct {
 	fx.In
 	Lifecycle fx.Lifecycle
 	Config    Config
-	Bus       *hublink.Link
-	Kube      *kube.Kube `optional:"true"`
+	Link      *hublink.Link
+	Manager   *manager.Manager `optional:"true"`
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
 	Events    *events.Metrics
 }
 
 // Module runs the topology service with the app. With the kubernetes
-// source it needs *kube.Kube.
+// source it needs the *manager.Manager: it reads Nodes from the manager's
+// cache and is one of its controllers.
 var Module = fx.Module("topology",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),
 )
 
 func newForApp(p params) (*Service, error) {
+	if p.Config.Source == SourceKubernetes && p.Manager == nil {
+		return nil, fmt.Errorf("topology: the %s membership source needs the Kubernetes manager", SourceKubernetes)
+	}
 	var s *Service
-	if p.Config.Source == SourceKubernetes && p.Kube != nil {
-		inf := p.Kube.Informers.Core().V1().Nodes()
-		svc, err := New(p.Config, p.Bus, inf.Lister(), p.Log, newMetrics(p.Registry), p.Events)
+	if p.Config.Source == SourceKubernetes {
+		svc, err := New(p.Config, p.Link, p.Manager.NodeLister(), p.Log, newMetrics(p.Registry), p.Events)
 		if err != nil {
 			return nil, err
 		}
-		s = svc
-		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { s.Changed() },
-			UpdateFunc: func(any, any) { s.Changed() },
-			DeleteFunc: func(any) { s.Changed() },
-		}); err != nil {
+		if err := svc.SetupWithManager(p.Manager); err != nil {
 			return nil, err
 		}
+		s = svc
 	} else {
-		svc, err := New(p.Config, p.Bus, nil, p.Log, newMetrics(p.Registry), p.Events)
+		svc, err := New(p.Config, p.Link, nil, p.Log, newMetrics(p.Registry), p.Events)
 		if err != nil {
 			return nil, err
 		}
@@ -56,4 +61,28 @@ func newForApp(p params) (*Service, error) {
 	}
 	fxrun.Background(p.Lifecycle, p.Log, "topology", s.Run)
 	return s, nil
+}
+
+// ControllerName names the topology controller (its workqueue metrics).
+const ControllerName = "topology"
+
+// SetupWithManager makes the service a controller of m: every Node change
+// recomputes and republishes the views that changed. It runs on every
+// replica, not only the leader: views are content-addressed (their message
+// id is their fingerprint), so replicas publishing the same view are
+// deduplicated by the hub, and each replica keeps serving the edge while
+// another one leads.
+func (s *Service) SetupWithManager(m *manager.Manager) error {
+	err := builder.ControllerManagedBy(m).
+		Named(ControllerName).
+		For(&corev1.Node{}).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+			s.Changed()
+			return reconcile.Result{}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("topology: controller: %w", err)
+	}
+	return nil
 }
