@@ -23,6 +23,11 @@ const (
 	// a unit. It is not a valid Kubernetes label value, so no unit has it.
 	NoUnit = "_"
 
+	// HubCluster is the NATS cluster name of the hub's servers. No unit
+	// may take it: a unit's servers form a cluster named after the unit,
+	// and a leaf's cluster name must differ from its hub's.
+	HubCluster = "atoll-hub"
+
 	// View kinds that are not Kubernetes resources.
 	KindUnit       = "unit"
 	KindHosts      = "hosts"
@@ -85,6 +90,18 @@ func ValidName(s string) error {
 		case unicode.IsSpace(r), unicode.IsControl(r):
 			return fmt.Errorf("%w: %q contains whitespace or a control character", ErrInvalidToken, s)
 		}
+	}
+	return nil
+}
+
+// ValidUnit reports why unit cannot name a unit: it is no valid name, or
+// it is reserved (NoUnit, HubCluster).
+func ValidUnit(unit string) error {
+	if err := ValidName(unit); err != nil {
+		return err
+	}
+	if unit == NoUnit || unit == HubCluster {
+		return fmt.Errorf("%w: unit name %q is reserved", ErrInvalidToken, unit)
 	}
 	return nil
 }

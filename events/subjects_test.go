@@ -147,3 +147,16 @@ func TestTypeForSubject(t *testing.T) {
 		t.Errorf("unknown subject: %v", err)
 	}
 }
+
+func TestValidUnit(t *testing.T) {
+	for _, u := range []string{"site-a", "eu.west.1"} {
+		if err := ValidUnit(u); err != nil {
+			t.Errorf("ValidUnit(%q) = %v", u, err)
+		}
+	}
+	for _, u := range []string{"", NoUnit, HubCluster, "a*b", "a b"} {
+		if err := ValidUnit(u); !errors.Is(err, ErrInvalidToken) && !errors.Is(err, ErrEmptyToken) {
+			t.Errorf("ValidUnit(%q) = %v, want an invalid-token error", u, err)
+		}
+	}
+}

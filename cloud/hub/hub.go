@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/natsembed"
 	"github.com/atoll-edge/atoll/internal/natslog"
@@ -34,8 +35,6 @@ import (
 const (
 	AppAccount    = "ATOLL"
 	SystemAccount = "SYS"
-	// ClusterName is the hub's cluster name; edge units must not use it.
-	ClusterName = "atoll-hub"
 )
 
 // Hub is a running hub server.
@@ -120,7 +119,7 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	opts.LeafNode.NoAdvertise = h.cfg.LeafAdvertise == ""
 	if c := h.cfg.Cluster; c.Enabled() {
 		opts.Cluster = server.ClusterOpts{
-			Name:      ClusterName,
+			Name:      events.HubCluster,
 			Host:      c.Host,
 			Port:      c.Port,
 			Advertise: c.Advertise,
@@ -173,7 +172,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		// it (hubclient reconciles streams with retries), so one server
 		// can start before its peers.
 		h.log.Info("hub server ready", "client_url", h.client.String(), "leaf_url", h.leaf.String(),
-			"cluster", ClusterName, "routes", len(h.cfg.Cluster.Routes), "domain", h.cfg.Domain, "store", h.cfg.StoreDir)
+			"cluster", events.HubCluster, "routes", len(h.cfg.Cluster.Routes), "domain", h.cfg.Domain, "store", h.cfg.StoreDir)
 		return nil
 	}
 

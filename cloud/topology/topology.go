@@ -32,7 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
-	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -212,7 +211,7 @@ func (s *Service) poke() {
 // observe records one TopologyUpdate.
 func (s *Service) observe(u *atollv1.TopologyUpdate, published time.Time) {
 	if unit := u.GetUnit(); unit != "" {
-		if err := validUnit(unit); err != nil {
+		if err := events.ValidUnit(unit); err != nil {
 			s.log.Warn("ignoring topology update with invalid unit", "node", u.GetNode(), "err", err)
 			return
 		}
@@ -255,7 +254,7 @@ func (s *Service) membership() map[string]member {
 		}
 		m := member{unit: n.Labels[s.cfg.UnitLabel], labels: n.Labels}
 		if m.unit != "" {
-			if err := validUnit(m.unit); err != nil {
+			if err := events.ValidUnit(m.unit); err != nil {
 				s.log.Warn("node in no unit: its unit label is not a valid unit name", "node", n.Name, "label", s.cfg.UnitLabel, "err", err)
 				m.unit = ""
 			}
@@ -281,16 +280,6 @@ func (s *Service) excluded(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-func validUnit(unit string) error {
-	if err := events.ValidName(unit); err != nil {
-		return err
-	}
-	if unit == events.NoUnit || unit == natsnode.HubClusterName {
-		return fmt.Errorf("unit name %q is reserved", unit)
-	}
-	return nil
 }
 
 // publish computes every view and publishes those that changed.

@@ -30,10 +30,6 @@ import (
 	"github.com/atoll-edge/atoll/internal/natslog"
 )
 
-// HubClusterName is the hub's cluster name; no unit may take it, since a
-// leaf's cluster name must differ from its hub's.
-const HubClusterName = "atoll-hub"
-
 // Mesh is the unit membership a node's server routes to.
 type Mesh struct {
 	// Unit is the NodeUnit; empty when the node is in no unit.
@@ -60,11 +56,8 @@ func (m Mesh) Validate() error {
 		}
 		return nil
 	}
-	if err := events.ValidName(m.Unit); err != nil {
+	if err := events.ValidUnit(m.Unit); err != nil {
 		return fmt.Errorf("mesh: unit: %w", err)
-	}
-	if m.Unit == HubClusterName {
-		return fmt.Errorf("mesh: unit %q is reserved for the hub", m.Unit)
 	}
 	if m.User == "" || m.Password == "" {
 		return fmt.Errorf("mesh %s: route user and password must be set", m.Unit)

@@ -65,6 +65,11 @@ func TestImportsPointDown(t *testing.T) {
 			forbid: []string{"k8s.io/client-go", "sigs.k8s.io/controller-runtime", module + "cloud"},
 		},
 		{
+			name:   "the cloud talks to the edge only through events",
+			from:   func(p string) bool { return under(p, "cloud", "services/atoll-cloud") },
+			forbid: []string{module + "edge"},
+		},
+		{
 			name:   "events and schemas know nothing of the components",
 			from:   func(p string) bool { return under(p, "events", "schemas") },
 			forbid: []string{module + "cloud", module + "edge", module + "services", module + "internal"},
