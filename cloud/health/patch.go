@@ -35,9 +35,10 @@ func testOp(path string, value any) op { return op{Op: "test", Path: path, Value
 // NodePatch is the one patch a reconcile writes to a node: the managed
 // annotations set to want (keys not in want removed), and, when protected,
 // the unreachable:NoExecute taint removed under a test of the current
-// taints (a patch built from a stale read fails instead of dropping a taint
-// added meanwhile). A node without annotations gets the whole map under a
-// test of its resourceVersion. Nil when the node already is as wanted.
+// taints, the whole under a test of the resourceVersion read: a patch
+// built from a stale read fails (and is rebuilt from a fresh read) instead
+// of dropping a taint added meanwhile or writing the same annotations
+// twice. Nil when the node already is as wanted.
 func NodePatch(n *corev1.Node, want map[string]string, protected bool) ([]byte, error) {
 	var ops []op
 	if kept, changed := protect.NodeTaints(n, protected); changed {
@@ -58,9 +59,7 @@ func NodePatch(n *corev1.Node, want map[string]string, protected bool) ([]byte, 
 		}
 	}
 	if n.Annotations == nil && len(set) > 0 {
-		ops = append(ops,
-			testOp("/metadata/resourceVersion", n.ResourceVersion),
-			op{Op: "add", Path: "/metadata/annotations", Value: set})
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: set})
 	} else {
 		for _, k := range ManagedAnnotations {
 			if v, ok := set[k]; ok {
@@ -74,7 +73,10 @@ func NodePatch(n *corev1.Node, want map[string]string, protected bool) ([]byte, 
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	return json.Marshal(ops)
+	// The whole patch holds only for the node as read: a cache that has
+	// not yet seen this reconciler's previous write would otherwise write
+	// the same annotations a second time.
+	return json.Marshal(append([]op{testOp("/metadata/resourceVersion", n.ResourceVersion)}, ops...))
 }
 
 // escape makes a map key a JSON pointer token (RFC 6901).
@@ -84,8 +86,10 @@ func escape(k string) string {
 
 // EndpointSlicePatch marks ready and serving every endpoint of s on a node
 // p protects that is not terminating. Each changed endpoint is guarded
-// by tests of its node name and addresses, so several endpoints can move
-// in one patch without index mistakes. Nil when nothing changes.
+// by tests of its node name, addresses and conditions, so several endpoints
+// can move in one patch without index mistakes, and a patch built from a
+// stale read fails instead of writing the same conditions twice. Nil when
+// nothing changes.
 func EndpointSlicePatch(s *discoveryv1.EndpointSlice, p protect.Policy) ([]byte, error) {
 	want, changed := protect.EndpointSlice(s, p)
 	if !changed {
@@ -101,7 +105,8 @@ func EndpointSlicePatch(s *discoveryv1.EndpointSlice, p protect.Policy) ([]byte,
 		ops = append(ops,
 			testOp(base+"/nodeName", old.NodeName),
 			testOp(base+"/addresses", old.Addresses),
-			op{Op: "add", Path: base + "/conditions", Value: neu.Conditions})
+			testOp(base+"/conditions", old.Conditions),
+			op{Op: "replace", Path: base + "/conditions", Value: neu.Conditions})
 	}
 	if len(ops) == 0 {
 		return nil, nil

@@ -80,6 +80,13 @@ func TestEndpointSlicePatch(t *testing.T) {
 					t.Errorf("endpoint %d: ready=%v serving=%v, want %v", i, c.Ready, c.Serving, want)
 				}
 			}
+			// The same patch applied again (the cache has not yet seen
+			// the first write) fails instead of writing the same
+			// conditions twice.
+			again := got.DeepCopy()
+			if err := apply(t, again, patch, &discoveryv1.EndpointSlice{}); err == nil {
+				t.Fatalf("patch %s applied twice", patch)
+			}
 			// The same patch against a slice whose endpoints moved since
 			// the read fails instead of flipping the wrong endpoint.
 			moved := &discoveryv1.EndpointSlice{Endpoints: append([]discoveryv1.Endpoint{endpoint("y", "10.9.9.9", false, false)}, tt.endpoints...)}
@@ -197,7 +204,7 @@ func TestNodePatch(t *testing.T) {
 			stale := n.DeepCopy()
 			stale.ResourceVersion = "8"
 			stale.Spec.Taints = append(stale.Spec.Taints, corev1.Taint{Key: "new", Effect: corev1.TaintEffectNoSchedule})
-			if (tt.protected || tt.annotations == nil) && apply(t, stale, patch, &got) == nil {
+			if apply(t, stale, patch, &got) == nil {
 				t.Errorf("patch %s applied to a changed node", patch)
 			}
 		})
