@@ -115,6 +115,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Manager.LeaderElectionNamespace, "leader-election-namespace", c.Manager.LeaderElectionNamespace, "namespace of the leader election Lease")
 	fs.DurationVar(&c.Health.HoldTime, "hold-time", c.Health.HoldTime, "keep the pods of a unit cut off entirely from the cloud this long (0: never)")
 	fs.DurationVar(&c.Health.VoteTTL, "vote-ttl", c.Health.VoteTTL, "lifetime of a vote that carries no TTL")
+	fs.DurationVar(&c.Health.MaxVoteTTL, "max-vote-ttl", c.Health.MaxVoteTTL, "reject a vote that asks to count longer than this")
+	fs.DurationVar(&c.Health.MaxVoteSkew, "max-vote-skew", c.Health.MaxVoteSkew, "reject a vote whose time is further than this from the hub's clock")
 	fs.StringVar(&c.Webhook.Addr, "webhook-addr", c.Webhook.Addr, "listen address of the mutating admission webhook")
 	fs.StringVar(&c.Webhook.CertDir, "webhook-cert-dir", c.Webhook.CertDir, "directory with the webhook's tls.crt and tls.key")
 	fs.BoolVar(&c.Registration.Enabled, "webhook-register", c.Registration.Enabled, "create or update the MutatingWebhookConfiguration at start")

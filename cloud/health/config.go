@@ -16,6 +16,13 @@ type Config struct {
 	HoldTime time.Duration
 	// VoteTTL is how long a vote counts when the voter gave no TTL.
 	VoteTTL time.Duration
+	// MaxVoteTTL rejects a vote that asks to count longer (voters ask
+	// three refresh periods, 15 s by default).
+	MaxVoteTTL time.Duration
+	// MaxVoteSkew rejects a vote whose own time is further than this from
+	// the time the hub stored it (a voter's clock that is off, or a vote
+	// forged to count in the future).
+	MaxVoteSkew time.Duration
 	// Resync re-checks every lost node and disrupted unit this often, so
 	// expiring votes and holds take effect without a new event.
 	Resync time.Duration
@@ -27,7 +34,7 @@ type Config struct {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
+	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
 }
 
 // Validate names the first bad field.
@@ -39,6 +46,10 @@ func (c Config) Validate() error {
 		return errors.New("health: hold time must not be negative")
 	case c.VoteTTL <= 0:
 		return errors.New("health: vote TTL must be positive")
+	case c.MaxVoteTTL < c.VoteTTL:
+		return errors.New("health: max vote TTL must be at least the vote TTL")
+	case c.MaxVoteSkew <= 0:
+		return errors.New("health: max vote skew must be positive")
 	case c.Resync <= 0:
 		return errors.New("health: resync must be positive")
 	case c.Workers < 1:

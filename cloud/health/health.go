@@ -132,7 +132,46 @@ func (s *Service) Protected(node string) bool {
 // ProtectedNode decides for a Node being written, from its own Ready
 // condition (protect.NodePolicy).
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
-	return Protect(ReadyStatus(n), s.tracker.Judge(n.Name, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+	return Protect(ReadyStatus(n), s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+}
+
+// judge reads the votes about n that count: cast for n's unit by a node
+// that is a current member of it. A node in no unit is never judged (and
+// so never protected), whatever votes name it; a vote from a node that
+// left the unit, or about a node that left it, stops counting at once.
+func (s *Service) judge(n *corev1.Node, now time.Time) Judgement {
+	unit := n.Labels[s.cfg.UnitLabel]
+	if unit == "" {
+		return Judgement{}
+	}
+	return s.tracker.JudgeFiltered(n.Name, now, func(v *atollv1.Vote) bool {
+		return v.GetUnit() == unit && s.unitOf(v.GetVoter()) == unit
+	})
+}
+
+// unitOf is the unit of the named node, "" when it is in none or unknown.
+func (s *Service) unitOf(node string) string {
+	var n corev1.Node
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
+		return ""
+	}
+	return n.Labels[s.cfg.UnitLabel]
+}
+
+// validVote checks what the tracker cannot: that the vote's TTL and its
+// own timestamp are within bounds. Membership is checked when votes are
+// read (judge), since it can change after a vote is recorded.
+func (s *Service) validVote(v *atollv1.Vote, published time.Time) error {
+	if ttl := v.GetTtl().AsDuration(); ttl > s.cfg.MaxVoteTTL {
+		return fmt.Errorf("%w: ttl %s above the maximum %s", ErrVoteRejected, ttl, s.cfg.MaxVoteTTL)
+	}
+	if t := v.GetTime(); t == nil {
+		return fmt.Errorf("%w: no time", ErrVoteRejected)
+	} else if skew := t.AsTime().Sub(published); skew > s.cfg.MaxVoteSkew || skew < -s.cfg.MaxVoteSkew {
+		return fmt.Errorf("%w: vote time %s is %s from the hub's %s (max skew %s)", ErrVoteRejected,
+			t.AsTime().UTC().Format(time.RFC3339), skew.Round(time.Millisecond), published.UTC().Format(time.RFC3339), s.cfg.MaxVoteSkew)
+	}
+	return nil
 }
 
 // Serving reports whether a pod was serving when its node was lost: it is
@@ -162,8 +201,14 @@ func (s *Service) held(unit string) bool {
 	return st.state == FullDisruption && s.now().Before(st.holdUntil)
 }
 
-// Judge returns the cloud's reading of the votes about node.
-func (s *Service) Judge(node string) Judgement { return s.tracker.Judge(node, s.now()) }
+// Judge returns the cloud's reading of the votes about node that count.
+func (s *Service) Judge(node string) Judgement {
+	var n corev1.Node
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
+		return Judgement{}
+	}
+	return s.judge(&n, s.now())
+}
 
 // UnitState returns a unit's disruption state and the end of its hold.
 func (s *Service) UnitState(unit string) (UnitState, time.Time) {
@@ -202,6 +247,9 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Every replica knows every vote.
 	votes, err := events.NewConsumer(js, events.VoteFollower, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
+		if err := s.validVote(ev.Msg, ev.Published); err != nil {
+			return events.Reject(err)
+		}
 		if s.observe(ev.Msg, ev.Published) {
 			s.enqueue(ctx, ev.Msg.GetNode())
 		}
@@ -224,7 +272,11 @@ func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Resync)
 	defer t.Stop()
 	for {
-		s.resync(ctx)
+		// Unit states and holds computed from a partial vote state could
+		// release a hold or unprotect a node: wait for the catch-up.
+		if s.Ready(ctx) == nil {
+			s.resync(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -288,7 +340,7 @@ func (s *Service) resync(ctx context.Context) {
 		for _, n := range members {
 			ready = append(ready, ReadyStatus(n))
 			names = append(names, n.Name)
-			fresh = fresh || s.tracker.Judge(n.Name, now).Votes() > 0
+			fresh = fresh || s.judge(n, now).Votes() > 0
 		}
 		st := unitStatus{state: Disruption(ready, fresh), nodes: names}
 		if st.state == FullDisruption && s.cfg.HoldTime > 0 {
@@ -315,7 +367,7 @@ func (s *Service) resync(ctx context.Context) {
 		}
 		s.metrics.setUnitState(unit, st.state, len(members) == 0)
 		for _, n := range members {
-			if Protect(ReadyStatus(n), s.tracker.Judge(n.Name, now), s.held(unit)) {
+			if Protect(ReadyStatus(n), s.judge(n, now), s.held(unit)) {
 				protected++
 			}
 		}

@@ -6,6 +6,7 @@ type metrics struct {
 	patches   *prometheus.CounterVec
 	unitState *prometheus.GaugeVec
 	protected prometheus.Gauge
+	deferred  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -22,9 +23,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "health", Name: "protected_nodes",
 			Help: "Nodes the cloud lost that Atoll keeps serving (healthy verdict or held unit).",
 		}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "reconciles_deferred_total",
+			Help: "Reconciles put off because this replica's vote state had not caught up with the stream.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.patches, m.unitState, m.protected)
+		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred)
 	}
 	return m
 }

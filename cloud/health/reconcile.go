@@ -25,12 +25,17 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/protect"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // nodeIndex indexes EndpointSlices and Endpoints by the nodes of their
 // endpoints.
 const nodeIndex = "atoll.io/nodes"
+
+// catchUpRetry is how soon a reconcile deferred for the vote state to
+// catch up runs again.
+const catchUpRetry = time.Second
 
 // ControllerName names the reconciler (its workqueue metrics and logs).
 const ControllerName = "health"
@@ -92,6 +97,9 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 // package doc). It runs on the leader only.
 func (s *Service) consumeVotes(ctx context.Context) error {
 	err := events.Consume(ctx, s.bus.JetStream(), events.VoteConsumer, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
+		if err := s.validVote(ev.Msg, ev.Published); err != nil {
+			return events.Reject(err)
+		}
 		s.observe(ev.Msg, ev.Published)
 		s.enqueue(ctx, ev.Msg.GetNode())
 		return nil
@@ -143,6 +151,13 @@ func (s *Service) lost(ctx context.Context, names []string) []reconcile.Request 
 // its pods' endpoints (one patch per object) in line with the decision
 // for it. It is idempotent; errors requeue with backoff.
 func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	// Until this replica's vote state has caught up with the stream, a
+	// verdict may be missing votes the stream holds: writing it could
+	// drop a node's protection (a new leader's first writes). Wait.
+	if err := s.Ready(ctx); err != nil {
+		s.metrics.deferred.Inc()
+		return reconcile.Result{RequeueAfter: catchUpRetry}, nil
+	}
 	name := req.Name
 	var n corev1.Node
 	err := s.cache.Get(ctx, req.NamespacedName, &n)
@@ -154,10 +169,10 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		return reconcile.Result{}, err
 	}
 	unit := n.Labels[s.cfg.UnitLabel]
-	j := s.tracker.Judge(name, s.now())
-	if unit == "" && j.Votes() == 0 {
-		return reconcile.Result{}, nil // not an edge node
+	if _, marked := n.Annotations[wellknown.AnnotationVerdict]; unit == "" && !marked {
+		return reconcile.Result{}, nil // not an edge node, and never was
 	}
+	j := s.judge(&n, s.now())
 	state, hold := s.UnitState(unit)
 	if !s.held(unit) {
 		hold = time.Time{}

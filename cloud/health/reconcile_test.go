@@ -156,7 +156,7 @@ func testOneWritePerObject(t *testing.T, replicas int, failover bool) {
 	now := time.Now()
 	if _, err := events.PublishDurable(ctx, js, subj, &atollv1.Vote{Unit: "u1", Node: node, Voter: "edge-2",
 		Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 1, Checkers: 1,
-		Time: timestamppb.New(now), Since: timestamppb.New(now), Ttl: durationpb.New(time.Hour)}, ""); err != nil {
+		Time: timestamppb.New(now), Since: timestamppb.New(now), Ttl: durationpb.New(time.Minute)}, ""); err != nil {
 		t.Fatal(err)
 	}
 

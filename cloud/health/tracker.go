@@ -75,13 +75,17 @@ func (t *Tracker) ttl(v *atollv1.Vote) time.Duration {
 }
 
 // Judge reads the fresh votes about node at now.
-func (t *Tracker) Judge(node string, now time.Time) Judgement {
+func (t *Tracker) Judge(node string, now time.Time) Judgement { return t.JudgeFiltered(node, now, nil) }
+
+// JudgeFiltered reads the fresh votes about node at now that counts
+// accepts (nil: all of them).
+func (t *Tracker) JudgeFiltered(node string, now time.Time, counts func(*atollv1.Vote) bool) Judgement {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var j Judgement
 	var freshest *atollv1.Vote
 	for _, e := range t.byNode[node] {
-		if now.After(e.published.Add(t.ttl(e.vote))) {
+		if now.After(e.published.Add(t.ttl(e.vote))) || (counts != nil && !counts(e.vote)) {
 			continue
 		}
 		switch e.vote.GetVerdict() {

@@ -1,0 +1,8 @@
+package health
+
+import "errors"
+
+// ErrVoteRejected marks a vote the cloud will not count: its TTL or its
+// timestamp is out of bounds. The consumer terminates it with the reason
+// and counts it (atoll_events_terminated_total{reason="rejected"}).
+var ErrVoteRejected = errors.New("vote rejected")

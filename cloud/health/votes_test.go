@@ -1,0 +1,116 @@
+package health_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// TestVotesThatDoNotCount: against a real apiserver and hub, votes from a
+// node outside the unit, about a node in no unit (a control-plane node),
+// dated in the future or asking for an overlong TTL never count; a valid
+// vote from a member does (the control that the path works).
+func TestVotesThatDoNotCount(t *testing.T) {
+	cluster := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	rc := rest.CopyConfig(cluster.RESTConfig())
+	rc.WarningHandler = rest.NoWarnings{}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := natstest.Logger(t, slog.LevelError)
+	h := natstest.Hub(t)
+	nc, err := h.Connect("votes-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+
+	addNode(t, ctx, client, "edge-1", corev1.ConditionUnknown) // unit u1
+	addNode(t, ctx, client, "edge-2", corev1.ConditionTrue)    // unit u1
+	other, err := client.CoreV1().Nodes().Get(ctx, "edge-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other = other.DeepCopy()
+	other.Name, other.ResourceVersion, other.UID = "other-1", "", ""
+	other.Labels = map[string]string{wellknown.LabelUnit: "u2"}
+	other.Status = corev1.NodeStatus{}
+	if _, err := client.CoreV1().Nodes().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cp := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, cp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	r := startReplica(t, ctx, rc, hublink.Of(nc, js), log, false)
+	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
+
+	now := time.Now()
+	vote := func(unit, node, voter string, v atollv1.Verdict, at time.Time, ttl time.Duration) {
+		t.Helper()
+		subj, err := events.VoteSubject(unit, node, voter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := events.PublishDurable(ctx, js, subj, &atollv1.Vote{Unit: unit, Node: node, Voter: voter, Verdict: v,
+			Normal: 1, Checkers: 1, Time: timestamppb.New(at), Since: timestamppb.New(at), Ttl: durationpb.New(ttl)}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthy, unhealthy := atollv1.Verdict_VERDICT_HEALTHY, atollv1.Verdict_VERDICT_UNHEALTHY
+	// Valid-looking votes live a minute (the maximum), so none expires
+	// while the test reads them.
+	vote("u1", "edge-1", "other-1", healthy, now, time.Minute)                     // voter of another unit
+	vote("u1", "cp-1", "edge-2", healthy, now, time.Minute)                        // target in no unit
+	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(5*time.Minute), time.Minute) // dated in the future
+	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(-time.Second), time.Hour)    // TTL too long
+	vote("u1", "edge-1", "edge-2", healthy, now.Add(-2*time.Second), time.Minute)
+	// The last vote is the oldest of edge-2's: had the future-dated or
+	// the long-lived one been recorded, it would be ignored as stale.
+	// Once it counts, every vote before it in the stream was handled.
+	poll.Eventually(t, 20*time.Second, func() error {
+		if j := r.s.Judge("edge-1"); j.Healthy == 0 {
+			return fmt.Errorf("edge-1 judged %v from %d votes, want edge-2's healthy vote", j.Verdict, j.Votes())
+		}
+		return nil
+	})
+	if j := r.s.Judge("edge-1"); j.Verdict != healthy || j.Votes() != 1 {
+		t.Errorf("edge-1 judged %v from %d votes (%+v), want healthy from edge-2's one", j.Verdict, j.Votes(), j)
+	}
+	if !r.s.Protected("edge-1") {
+		t.Error("edge-1 not protected by its peer's valid vote")
+	}
+	if j := r.s.Judge("cp-1"); j.Votes() != 0 || r.s.Protected("cp-1") {
+		t.Errorf("cp-1, in no unit, judged from %d votes (protected %v)", j.Votes(), r.s.Protected("cp-1"))
+	}
+}
