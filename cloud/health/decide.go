@@ -1,7 +1,6 @@
 package health
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -80,16 +79,24 @@ func VerdictName(v atollv1.Verdict) string {
 
 // Annotations returns the annotations Atoll wants on a node of a unit in
 // state, given its judgement; hold is the end of the unit's hold (zero:
-// none).
-func Annotations(j Judgement, state UnitState, hold time.Time) map[string]string {
+// none). They change only when the verdict, the unit's state or its hold
+// do, so a steady cluster sees no writes: the vote counts, which move with
+// every report, are not written (`atoll status` shows them), and the
+// verdict's since is the time the cloud first saw it — kept from cur, the
+// node's current annotations, while the verdict stays — not the voters'
+// own, which differ from voter to voter.
+func Annotations(j Judgement, state UnitState, hold time.Time, cur map[string]string, now time.Time) map[string]string {
+	verdict := VerdictName(j.Verdict)
 	a := map[string]string{
-		wellknown.AnnotationVerdict: VerdictName(j.Verdict),
-		wellknown.AnnotationVotes: fmt.Sprintf("healthy=%d,unhealthy=%d,none=%d;normal=%d,abnormal=%d,checkers=%d",
-			j.Healthy, j.Unhealthy, j.Undecided, j.Normal, j.Abnormal, j.Checkers),
+		wellknown.AnnotationVerdict:    verdict,
 		wellknown.AnnotationDisruption: string(state),
 	}
-	if j.Verdict != atollv1.Verdict_VERDICT_NONE && !j.Since.IsZero() {
-		a[wellknown.AnnotationVerdictSince] = j.Since.UTC().Format(time.RFC3339)
+	if verdict != VerdictName(atollv1.Verdict_VERDICT_NONE) {
+		since := cur[wellknown.AnnotationVerdictSince]
+		if cur[wellknown.AnnotationVerdict] != verdict || since == "" {
+			since = now.UTC().Format(time.RFC3339)
+		}
+		a[wellknown.AnnotationVerdictSince] = since
 	}
 	if !hold.IsZero() {
 		a[wellknown.AnnotationHoldUntil] = hold.UTC().Format(time.RFC3339)
@@ -97,5 +104,7 @@ func Annotations(j Judgement, state UnitState, hold time.Time) map[string]string
 	return a
 }
 
-// ManagedAnnotations are the keys Annotations may set.
+// ManagedAnnotations are the keys Atoll owns on Nodes: those Annotations
+// may set, and AnnotationVotes, which is removed where an older version
+// wrote it.
 var ManagedAnnotations = []string{wellknown.AnnotationVerdict, wellknown.AnnotationVotes, wellknown.AnnotationVerdictSince, wellknown.AnnotationDisruption, wellknown.AnnotationHoldUntil}

@@ -177,10 +177,9 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if !s.held(unit) {
 		hold = time.Time{}
 	}
-	want := Annotations(j, state, hold)
 	var errs []error
 	errs = append(errs, s.patch.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
-		return NodePatch(cur, want, s.ProtectedNode(cur))
+		return NodePatch(cur, Annotations(j, state, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
 	}))
 	if !Protect(ReadyStatus(&n), j, s.held(unit)) {
 		return reconcile.Result{}, errors.Join(errs...)

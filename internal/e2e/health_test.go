@@ -292,7 +292,9 @@ func (e *env) verdict(node, want string) error {
 		return err
 	}
 	if got := n.Annotations[wellknown.AnnotationVerdict]; got != want {
-		return fmt.Errorf("%s verdict annotation %q, want %q (votes %s)", node, got, want, n.Annotations[wellknown.AnnotationVotes])
+		j := e.bed.Health.Judge(node)
+		return fmt.Errorf("%s verdict annotation %q, want %q (votes healthy=%d,unhealthy=%d,none=%d; freshest: normal=%d,abnormal=%d,checkers=%d)",
+			node, got, want, j.Healthy, j.Unhealthy, j.Undecided, j.Normal, j.Abnormal, j.Checkers)
 	}
 	return nil
 }
@@ -513,12 +515,11 @@ func healthMatrix(t *testing.T, e *env) {
 	t.Run("stale reports", func(t *testing.T) {
 		t.Parallel()
 		nodes := e.site(t, "s6", 3, true)
+		// The freshest vote's counts, as atoll-cloud reads them (`atoll
+		// status` shows the same).
 		votes := func(node string) (string, error) {
-			n, err := e.node(node)
-			if err != nil {
-				return "", err
-			}
-			return n.Annotations[wellknown.AnnotationVotes], nil
+			j := e.bed.Health.Judge(node)
+			return fmt.Sprintf("normal=%d,abnormal=%d,checkers=%d", j.Normal, j.Abnormal, j.Checkers), nil
 		}
 		poll.Eventually(t, 20*time.Second, func() error {
 			v, err := votes(nodes[0])

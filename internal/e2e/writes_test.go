@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,10 @@ func (f *faults) unblock(a, b string) {
 	delete(f.blocked, [2]string{b, a})
 }
 
+// steadyFor is how long the write count watches a cluster where nothing
+// changes: no atoll-cloud write may happen in it.
+const steadyFor = 45 * time.Second
+
 // TestOneWritePerVerdict counts, in the kube-apiserver's audit log, the
 // writes of field manager atoll-cloud while a lost node's verdict flips
 // from unhealthy to healthy: the node lifecycle controller has tainted it
@@ -38,6 +43,7 @@ func (f *faults) unblock(a, b string) {
 // reconciler. Each verdict state the cloud writes to the node is one
 // patch: annotations and the taint together, never one patch each; and
 // the EndpointSlice and Endpoints take at most one patch per verdict.
+// Then nothing changes for steadyFor: atoll-cloud writes nothing at all.
 func TestOneWritePerVerdict(t *testing.T) {
 	dir := t.TempDir()
 	auditDir := filepath.Join(dir, "audit")
@@ -122,6 +128,43 @@ func TestOneWritePerVerdict(t *testing.T) {
 		}
 		if ok, err := e.endpointsAddressReady("w1", "web-"+x); err != nil || !ok {
 			return fmt.Errorf("Endpoints address of web-%s not ready (%v)", x, err)
+		}
+		return nil
+	})
+
+	// Nothing changes now (x stays cut and protected, its peers healthy,
+	// KCM keeps re-applying its view through the webhook): atoll-cloud
+	// writes nothing at all. The vote counts still move with every probe
+	// round; they are not written.
+	writes := func() (map[string]int, error) {
+		events, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
+		if err != nil {
+			return nil, err
+		}
+		return kubetest.Writes(events, wellknown.FieldManager), nil
+	}
+	var settled map[string]int
+	quietSince := time.Now()
+	poll.Eventually(t, 30*time.Second, func() error {
+		w, err := writes()
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(w, settled) {
+			settled, quietSince = w, time.Now()
+		}
+		if time.Since(quietSince) < 3*time.Second {
+			return fmt.Errorf("atoll-cloud still writing: %v", w)
+		}
+		return nil
+	})
+	holdsFor(t, steadyFor, func() error {
+		w, err := writes()
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(w, settled) {
+			return fmt.Errorf("atoll-cloud wrote in steady state: %v, was %v", w, settled)
 		}
 		return nil
 	})

@@ -16,9 +16,12 @@ const (
 const (
 	// AnnotationVerdict is the peers' verdict: healthy, unhealthy or none.
 	AnnotationVerdict = "atoll.io/health-verdict"
-	// AnnotationVotes counts the fresh votes and the freshest vote's checkers.
+	// AnnotationVotes counted the fresh votes. It is no longer written
+	// (the counts moved with every report and rewrote Nodes; `atoll
+	// status` and the metrics show them) and is removed where found.
 	AnnotationVotes = "atoll.io/health-votes"
-	// AnnotationVerdictSince is when the verdict was reached (RFC 3339).
+	// AnnotationVerdictSince is when the cloud first saw the current
+	// verdict (RFC 3339).
 	AnnotationVerdictSince = "atoll.io/health-verdict-since"
 	// AnnotationDisruption is the node's unit's disruption state.
 	AnnotationDisruption = "atoll.io/unit-disruption"
