@@ -57,7 +57,7 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Log:      logging.Default(),
-		Admin:    admin.Config{Addr: ":8080"},
+		Admin:    admin.Config{Addr: "127.0.0.1:8080"},
 		HubLink:  hublink.ClientConfig{Domain: hublink.DefaultDomain},
 		Hub:      hub.Default(),
 		Streams:  events.DefaultStreamOptions(),
@@ -78,7 +78,7 @@ func Default() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
-	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz and /metrics")
+	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz, /metrics and /debug/pprof (no authentication: keep it on loopback unless probes need it)")
 	fs.Var((*cliflags.List)(&c.HubLink.URLs), "hub-url", "external hub: comma-separated nats:// or tls:// URLs of its servers (empty: run the embedded hub)")
 	fs.StringVar(&c.HubLink.Domain, "hub-domain", c.HubLink.Domain, "JetStream domain of the hub")
 	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file (JWT and nkey seed)")

@@ -50,7 +50,7 @@ type Kubelet struct {
 func Default() Config {
 	c := Config{
 		Log:        logging.Default(),
-		Admin:      admin.Config{Addr: ":9470"},
+		Admin:      admin.Config{Addr: "127.0.0.1:9470"},
 		NATS:       natsnode.Default(),
 		Reporter:   reporter.DefaultConfig(),
 		Membership: membership.Config{StateDir: "/var/lib/atoll"},
@@ -66,7 +66,7 @@ func Default() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
-	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz and /metrics")
+	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz, /metrics and /debug/pprof (no authentication: keep it on loopback unless probes need it)")
 	fs.StringVar(&c.NATS.NodeName, "node-name", c.NATS.NodeName, "Kubernetes node name (default $NODE_NAME)")
 	fs.Var((*cliflags.List)(&c.NATS.HubURLs), "hub-url", "hub leafnode URL, nats-leaf://host:7422 (repeatable)")
 	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")

@@ -25,7 +25,10 @@ import (
 
 // Config configures the admin listener.
 type Config struct {
-	// Addr is host:port to listen on (":0" for a random port).
+	// Addr is host:port to listen on (":0" for a random port). The
+	// services default to loopback: nothing here authenticates, and
+	// /debug/pprof is among the endpoints. A non-loopback address is
+	// logged as a warning at start.
 	Addr string
 }
 
@@ -77,7 +80,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	return s, nil
 }
 
@@ -141,7 +145,17 @@ func (s *Server) Start(context.Context) error {
 		}
 	}()
 	s.log.Info("admin listening", "addr", ln.Addr().String())
+	if !Loopback(ln.Addr()) {
+		s.log.Warn("admin endpoints are reachable from other hosts without authentication (/metrics, /debug/pprof); "+
+			"bind --admin-addr to a loopback address unless a probe or scraper needs them", "addr", ln.Addr().String())
+	}
 	return nil
+}
+
+// Loopback reports whether addr is a loopback address (127.0.0.0/8, ::1).
+func Loopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // Addr is the listen address (after Start).
