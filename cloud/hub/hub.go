@@ -161,6 +161,12 @@ func (h *Hub) Start(ctx context.Context) error {
 		return fmt.Errorf("hub: varz: %w", err)
 	}
 	host := h.cfg.Host
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		// Edges must reach the leaf port, so this is the production
+		// default; say so, since the client port listens there too.
+		h.log.Warn("hub client and leaf listeners accept connections from other hosts (every connection must authenticate)",
+			"host", h.cfg.Host, "client_port", varz.Port, "leaf_port", varz.LeafNode.Port)
+	}
 	if host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
