@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -54,30 +55,11 @@ func testOneWritePerObject(t *testing.T, replicas int, failover bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster := kubetest.Start(t, kubetest.WithAPIServerFlags(flags...))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	rc := rest.CopyConfig(cluster.RESTConfig())
-	rc.WarningHandler = rest.NoWarnings{}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := startEnv(t, ctx, kubetest.WithAPIServerFlags(flags...))
+	cluster, rc, client, nc, js := env.cluster, env.rc, env.client, env.nc, env.js
 	log := natstest.Logger(t, slog.LevelWarn)
-
-	h := natstest.Hub(t)
-	nc, err := h.Connect("health-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
-		t.Fatal(err)
-	}
 
 	const node, ns = "edge-1", "shop"
 	addNode(t, ctx, client, node, corev1.ConditionUnknown)
@@ -230,6 +212,40 @@ func testOneWritePerObject(t *testing.T, replicas int, failover bool) {
 		}
 		t.Logf("audit:\n%s", b.String())
 	}
+}
+
+// testEnv is a real kube-apiserver and a real hub with Atoll's streams.
+type testEnv struct {
+	cluster *kubetest.Cluster
+	rc      *rest.Config
+	client  kubernetes.Interface
+	nc      *nats.Conn
+	js      jetstream.JetStream
+}
+
+func startEnv(t *testing.T, ctx context.Context, opts ...kubetest.Option) testEnv {
+	t.Helper()
+	cluster := kubetest.Start(t, opts...)
+	rc := rest.CopyConfig(cluster.RESTConfig())
+	rc.WarningHandler = rest.NoWarnings{}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := natstest.Hub(t)
+	nc, err := h.Connect("health-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	return testEnv{cluster: cluster, rc: rc, client: client, nc: nc, js: js}
 }
 
 // replica is one atoll-cloud replica's health service on its own manager.

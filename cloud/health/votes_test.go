@@ -7,17 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -29,29 +25,11 @@ import (
 // dated in the future or asking for an overlong TTL never count; a valid
 // vote from a member does (the control that the path works).
 func TestVotesThatDoNotCount(t *testing.T) {
-	cluster := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	rc := rest.CopyConfig(cluster.RESTConfig())
-	rc.WarningHandler = rest.NoWarnings{}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := startEnv(t, ctx)
+	rc, client, nc, js := env.rc, env.client, env.nc, env.js
 	log := natstest.Logger(t, slog.LevelError)
-	h := natstest.Hub(t)
-	nc, err := h.Connect("votes-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
-		t.Fatal(err)
-	}
 
 	addNode(t, ctx, client, "edge-1", corev1.ConditionUnknown) // unit u1
 	addNode(t, ctx, client, "edge-2", corev1.ConditionTrue)    // unit u1
