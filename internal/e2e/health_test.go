@@ -149,7 +149,8 @@ func startShape(t *testing.T, shape hubShape) *env {
 }
 
 // site creates a unit of n nodes with one pod per node behind a Service,
-// and waits until every endpoint is ready.
+// and waits until every endpoint is ready and, with agents, every member
+// checks the first node and the peers call it healthy.
 func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 	t.Helper()
 	ctx := t.Context()
@@ -177,6 +178,12 @@ func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 		}
 		if !agents {
 			return nil
+		}
+		// The unit is formed: every member's reports reach the voters
+		// (on the hub cluster a server may be down meanwhile, and the
+		// agents' views and reports take longer to settle).
+		if j := e.bed.Health.Judge(nodes[0]); int(j.Checkers) != n {
+			return fmt.Errorf("unit %s: %d of %d checkers report on %s", unit, j.Checkers, n, nodes[0])
 		}
 		return e.verdict(nodes[0], "healthy")
 	})
