@@ -86,6 +86,11 @@ func TestMain(m *testing.M) {
 type env struct {
 	bed    *testbed.Bed
 	client kubernetes.Interface
+	// formed counts the matrix's scenarios whose sites are formed: the
+	// hub server is killed once every unit is formed, so the kill tests
+	// keeping formed units serving (forming a unit while a hub server
+	// dies can take minutes: see the edge convergence issue).
+	formed sync.WaitGroup
 }
 
 // hubShape is how the hub runs under a bed.
@@ -335,6 +340,13 @@ func (e *env) waitEvicted(t *testing.T, ns, pod string, within time.Duration) ti
 // only) and returns a function that restarts it.
 func (e *env) killHub(t *testing.T) func() {
 	t.Helper()
+	formed := make(chan struct{})
+	go func() { e.formed.Wait(); close(formed) }()
+	select {
+	case <-formed:
+	case <-time.After(3 * time.Minute): // a scenario failed before forming its sites
+		t.Log("killing the hub server before every unit formed")
+	}
 	c := e.bed.HubCluster
 	on := e.bed.HubLink.Conn().ConnectedServerName()
 	for i := range natstest.ClusterSize {
@@ -368,6 +380,7 @@ func TestDistributedHealth(t *testing.T) {
 }
 
 func healthMatrix(t *testing.T, e *env) {
+	e.formed.Add(6) // one per scenario below
 	// 1. The node's cloud link is down but its peers see it healthy: it
 	// stays Unknown with NoSchedule only, its pod is never evicted, its
 	// endpoint stays ready and its verdict healthy for three tolerations;
@@ -375,6 +388,7 @@ func healthMatrix(t *testing.T, e *env) {
 	t.Run("cloud link down, peers healthy", func(t *testing.T) {
 		t.Parallel()
 		nodes := e.site(t, "s1", 3, true)
+		e.formed.Done()
 		x := nodes[0]
 		e.partition(t, x)
 		e.waitUnknown(t, x)
@@ -431,6 +445,7 @@ func healthMatrix(t *testing.T, e *env) {
 	t.Run("node dead", func(t *testing.T) {
 		t.Parallel()
 		nodes := e.site(t, "s2", 3, true)
+		e.formed.Done()
 		x := nodes[0]
 		e.kill(t, x)
 		poll.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "unhealthy") })
@@ -450,6 +465,7 @@ func healthMatrix(t *testing.T, e *env) {
 	t.Run("control without atoll", func(t *testing.T) {
 		t.Parallel()
 		nodes := e.site(t, "s3", 3, false)
+		e.formed.Done()
 		x := nodes[0]
 		e.partition(t, x)
 		lost := e.waitUnknown(t, x)
@@ -465,6 +481,7 @@ func healthMatrix(t *testing.T, e *env) {
 		// its own network failed and evicts nothing at all.
 		e.site(t, "s4w", 1, true)
 		nodes := e.site(t, "s4", 3, true)
+		e.formed.Done()
 		for _, n := range nodes {
 			e.partition(t, n)
 		}
@@ -502,6 +519,7 @@ func healthMatrix(t *testing.T, e *env) {
 	t.Run("split vote", func(t *testing.T) {
 		t.Parallel()
 		nodes := e.site(t, "s5", 4, true)
+		e.formed.Done()
 		for _, a := range nodes[:2] {
 			for _, b := range nodes[2:] {
 				inUnit.block(a, b)
@@ -522,6 +540,7 @@ func healthMatrix(t *testing.T, e *env) {
 	t.Run("stale reports", func(t *testing.T) {
 		t.Parallel()
 		nodes := e.site(t, "s6", 3, true)
+		e.formed.Done()
 		// The freshest vote's counts, as atoll-cloud reads them (`atoll
 		// status` shows the same).
 		votes := func(node string) (string, error) {
