@@ -123,11 +123,25 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 
 // final reports whether err is the hub's considered answer: a JetStream
 // API error other than "temporarily unavailable" (503, e.g. a cluster
-// electing its leader). No responders and timeouts are not final.
+// electing its leader), a timeout, or "no suitable peers for placement"
+// (a cluster whose servers have not all met yet: an R3 stream cannot be
+// placed until they have). No responders and timeouts are not final.
 func final(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.Code != 503 && apiErr.Code != 408
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch {
+	case apiErr.Code == 503, apiErr.Code == 408:
+		return false
+	case apiErr.ErrorCode == jetstream.ErrorCode(errNoSuitablePeers):
+		return false
+	}
+	return true
 }
+
+// errNoSuitablePeers is JetStream's JSClusterNoPeersErrF.
+const errNoSuitablePeers = 10005
 
 // retryTransient runs f until it succeeds, fails for good, or ctx is done.
 func retryTransient(ctx context.Context, f func() error) error {
