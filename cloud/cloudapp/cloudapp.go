@@ -124,6 +124,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Registration.Service.Namespace, "webhook-service-namespace", c.Registration.Service.Namespace, "namespace of the webhook Service")
 	fs.StringVar(&c.Registration.Service.Name, "webhook-service", c.Registration.Service.Name, "name of the webhook Service (empty with --webhook-url)")
 	fs.StringVar(&c.Registration.CAFile, "webhook-ca-file", c.Registration.CAFile, "CA bundle that signs the webhook certificate, for the registration")
+	fs.BoolVar(&c.Registration.FailOpen, "webhook-fail-open", c.Registration.FailOpen, "register no fail-closed guard: while atoll-cloud is down, protected nodes can be tainted for eviction")
+	fs.Var((*cliflags.List)(&c.Registration.GuardUsers), "webhook-guard-users", "comma-separated identities of the node lifecycle controller (default: its service account and system:kube-controller-manager)")
 }
 
 // Load finishes the configuration: reads the operators file.

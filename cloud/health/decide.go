@@ -69,11 +69,11 @@ func ReadyStatus(n *corev1.Node) corev1.ConditionStatus {
 func VerdictName(v atollv1.Verdict) string {
 	switch v {
 	case atollv1.Verdict_VERDICT_HEALTHY:
-		return "healthy"
+		return wellknown.VerdictHealthy
 	case atollv1.Verdict_VERDICT_UNHEALTHY:
-		return "unhealthy"
+		return wellknown.VerdictUnhealthy
 	default:
-		return "none"
+		return wellknown.VerdictNone
 	}
 }
 

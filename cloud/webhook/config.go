@@ -18,6 +18,11 @@ const (
 	DefaultPath           = "/mutate"
 	DefaultName           = "atoll-health"
 	DefaultTimeoutSeconds = 2
+	// DefaultRequestTimeout bounds one admission request on the server.
+	DefaultRequestTimeout = 10 * time.Second
+	// DefaultMaxRequestBytes fits an AdmissionReview carrying an object
+	// and its old version at the apiserver's 3 MiB request limit each.
+	DefaultMaxRequestBytes = 7 << 20
 	// CertFile and KeyFile are the names of the serving certificate and key
 	// in Config.CertDir (the layout of a kubernetes.io/tls Secret and of
 	// controller-runtime's webhook server).
@@ -37,12 +42,19 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop when the caller's context has
 	// no deadline (0: 10s).
 	ShutdownTimeout time.Duration
+	// RequestTimeout bounds reading a request and writing its answer
+	// (0: DefaultRequestTimeout). The apiserver gives up after the
+	// registration's TimeoutSeconds anyway.
+	RequestTimeout time.Duration
+	// MaxRequestBytes bounds a request body (0: DefaultMaxRequestBytes).
+	MaxRequestBytes int64
 }
 
 // DefaultConfig is the production server configuration: the serving
 // certificate is a kubernetes.io/tls Secret mounted at DefaultCertDir.
 func DefaultConfig() Config {
-	return Config{Addr: DefaultAddr, CertDir: DefaultCertDir, Path: DefaultPath, ShutdownTimeout: 10 * time.Second}
+	return Config{Addr: DefaultAddr, CertDir: DefaultCertDir, Path: DefaultPath, ShutdownTimeout: 10 * time.Second,
+		RequestTimeout: DefaultRequestTimeout, MaxRequestBytes: DefaultMaxRequestBytes}
 }
 
 func (c Config) withDefaults() Config {
@@ -51,6 +63,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	return c
 }
@@ -69,6 +87,12 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("webhook: shutdown timeout %s is negative", c.ShutdownTimeout)
+	}
+	if c.RequestTimeout < 0 {
+		return fmt.Errorf("webhook: request timeout %s is negative", c.RequestTimeout)
+	}
+	if c.MaxRequestBytes < 0 {
+		return fmt.Errorf("webhook: max request bytes %d is negative", c.MaxRequestBytes)
 	}
 	return nil
 }
@@ -92,9 +116,18 @@ type RegistrationConfig struct {
 	// only nodes that carry it are sent to the webhook.
 	UnitLabel string
 	// TimeoutSeconds is each webhook's timeout, 1..30 (default 2). The
-	// failure policy is Ignore, so a slow webhook delays writes by at most
-	// this much and never blocks them.
+	// failure policy is Ignore except for the guard (WebhookGuard), so a
+	// slow webhook delays writes by at most this much and blocks only the
+	// node lifecycle controller's eviction taint on protected nodes.
 	TimeoutSeconds int32
+	// FailOpen drops the guard: while no replica answers, the node
+	// lifecycle controller may taint a protected node NoExecute and its
+	// pods are evicted after their toleration. Off by default.
+	FailOpen bool
+	// GuardUsers are the identities of the node lifecycle controller, whose
+	// eviction taint the guard stops on protected nodes (default
+	// DefaultGuardUsers).
+	GuardUsers []string
 	// URL is the webhook's https URL including the path, for a webhook
 	// outside the cluster (or on the apiserver's host in tests).
 	URL string
@@ -107,6 +140,12 @@ type RegistrationConfig struct {
 	// CAFile is read into CABundle when CABundle is empty.
 	CAFile string
 }
+
+// DefaultGuardUsers are the node lifecycle controller's identities: its
+// service account when kube-controller-manager runs with
+// --use-service-account-credentials (kubeadm and most distributions), and
+// kube-controller-manager's own user otherwise.
+var DefaultGuardUsers = []string{"system:serviceaccount:kube-system:node-controller", "system:kube-controller-manager"}
 
 // DefaultRegistrationConfig returns the defaults; the client config (URL or
 // Service, CA) is left to the deployment.
@@ -126,6 +165,9 @@ func (c RegistrationConfig) withDefaults() RegistrationConfig {
 	}
 	if c.Path == "" {
 		c.Path = DefaultPath
+	}
+	if len(c.GuardUsers) == 0 {
+		c.GuardUsers = DefaultGuardUsers
 	}
 	if c.Service.Name != "" && c.Service.Port == 0 {
 		c.Service.Port = 443
@@ -148,6 +190,11 @@ func (c RegistrationConfig) Validate() error {
 		return errors.New("webhook registration: ca bundle and ca file are empty")
 	case !strings.HasPrefix(c.Path, "/"):
 		return fmt.Errorf("webhook registration: path %q must start with /", c.Path)
+	}
+	for _, u := range c.GuardUsers {
+		if strings.TrimSpace(u) == "" {
+			return errors.New("webhook registration: guard users: empty user name")
+		}
 	}
 	if c.URL != "" {
 		u, err := url.Parse(c.URL)

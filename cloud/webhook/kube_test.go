@@ -265,6 +265,18 @@ func TestAgainstAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkConfiguration(t, after, regCfg, 5)
+
+		// Fail-open drops the guard; the default brings it back.
+		open := regCfg
+		open.FailOpen = true
+		if err := Register(ctx, client, open); err != nil {
+			t.Fatal(err)
+		}
+		after, err = mwcs.Get(ctx, DefaultName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkConfiguration(t, after, open, 2)
 		if err := Register(ctx, client, regCfg); err != nil {
 			t.Fatal(err)
 		}
@@ -312,11 +324,16 @@ func checkSlice(t *testing.T, what string, s *discoveryv1.EndpointSlice) {
 
 func checkConfiguration(t *testing.T, c *admissionregistrationv1.MutatingWebhookConfiguration, cfg RegistrationConfig, timeout int32) {
 	t.Helper()
-	if len(c.Webhooks) != 3 {
-		t.Fatalf("%d webhooks, want 3", len(c.Webhooks))
+	want := 4
+	if cfg.FailOpen {
+		want = 3
+	}
+	if len(c.Webhooks) != want {
+		t.Fatalf("%d webhooks, want %d", len(c.Webhooks), want)
 	}
 	wantRules := map[string]admissionregistrationv1.RuleWithOperations{
 		WebhookNodes:          rule("", "nodes", admissionregistrationv1.ClusterScope, admissionregistrationv1.Update),
+		WebhookGuard:          rule("", "nodes", admissionregistrationv1.ClusterScope, admissionregistrationv1.Update),
 		WebhookEndpoints:      rule("", "endpoints", admissionregistrationv1.NamespacedScope, admissionregistrationv1.Create, admissionregistrationv1.Update),
 		WebhookEndpointSlices: rule("discovery.k8s.io", "endpointslices", admissionregistrationv1.NamespacedScope, admissionregistrationv1.Create, admissionregistrationv1.Update),
 	}
@@ -327,8 +344,18 @@ func checkConfiguration(t *testing.T, c *admissionregistrationv1.MutatingWebhook
 			continue
 		}
 		checkEqual(t, w.Name+" rules", []admissionregistrationv1.RuleWithOperations{r}, w.Rules)
+		policy, conditions := admissionregistrationv1.Ignore, 0
 		switch {
-		case *w.FailurePolicy != admissionregistrationv1.Ignore,
+		case w.Name == WebhookGuard:
+			policy, conditions = admissionregistrationv1.Fail, 3
+		case w.Name == WebhookNodes && !cfg.FailOpen:
+			conditions = 1
+		}
+		if len(w.MatchConditions) != conditions {
+			t.Errorf("%s: %d match conditions, want %d", w.Name, len(w.MatchConditions), conditions)
+		}
+		switch {
+		case *w.FailurePolicy != policy,
 			*w.SideEffects != admissionregistrationv1.SideEffectClassNone,
 			*w.MatchPolicy != admissionregistrationv1.Equivalent,
 			*w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy,
@@ -339,7 +366,7 @@ func checkConfiguration(t *testing.T, c *admissionregistrationv1.MutatingWebhook
 			t.Errorf("%s: unexpected settings %+v", w.Name, w)
 		}
 		var wantSel *metav1.LabelSelector
-		if w.Name == WebhookNodes {
+		if w.Name == WebhookNodes || w.Name == WebhookGuard {
 			wantSel = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: unitLabel, Operator: metav1.LabelSelectorOpExists}}}
 		} else {
 			wantSel = &metav1.LabelSelector{} // the apiserver's default: everything

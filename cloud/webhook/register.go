@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	arv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
@@ -16,12 +19,55 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Names of the three webhooks in the configuration.
+// Names of the webhooks in the configuration.
 const (
 	WebhookNodes          = "nodes.health.atoll.io"
 	WebhookEndpoints      = "endpoints.health.atoll.io"
 	WebhookEndpointSlices = "endpointslices.health.atoll.io"
+	// WebhookGuard sees only the node lifecycle controller's writes that
+	// would start evicting the pods of a node Atoll protects. It fails
+	// closed: while no atoll-cloud replica answers, those writes are
+	// refused (the controller retries them every monitor period), so an
+	// atoll-cloud outage never evicts a protected node. Every other write
+	// goes to the fail-open webhooks, so a down atoll-cloud blocks nothing
+	// else.
+	WebhookGuard = "guard.nodes.health.atoll.io"
 )
+
+// guardExpressions are the guard's match conditions (CEL, all must hold):
+// the writer is the node lifecycle controller, the node carries Atoll's
+// protection (a healthy peer verdict or a unit hold), and the write adds the
+// unreachable:NoExecute taint that starts taint-based eviction.
+func guardExpressions(users []string) []*arv1ac.MatchConditionApplyConfiguration {
+	quoted := make([]string, len(users))
+	for i, u := range users {
+		quoted[i] = strconv.Quote(u)
+	}
+	noExecute := func(obj string) string {
+		return fmt.Sprintf("has(%[1]s.spec.taints) && %[1]s.spec.taints.exists(t, t.key == %[2]q && t.effect == %[3]q)",
+			obj, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)
+	}
+	return []*arv1ac.MatchConditionApplyConfiguration{
+		arv1ac.MatchCondition().WithName("node-lifecycle-controller").
+			WithExpression(fmt.Sprintf("request.userInfo.username in [%s]", strings.Join(quoted, ", "))),
+		arv1ac.MatchCondition().WithName("protected-by-atoll").
+			WithExpression(fmt.Sprintf("has(object.metadata.annotations) && "+
+				"((%[1]q in object.metadata.annotations && object.metadata.annotations[%[1]q] == %[2]q) || %[3]q in object.metadata.annotations)",
+				wellknown.AnnotationVerdict, wellknown.VerdictHealthy, wellknown.AnnotationHoldUntil)),
+		arv1ac.MatchCondition().WithName("adds-unreachable-noexecute").
+			WithExpression(fmt.Sprintf("(%s) && !(%s)", noExecute("object"), noExecute("oldObject"))),
+	}
+}
+
+// notGuarded is the fail-open node webhook's one match condition: every
+// node write the guard does not see.
+func notGuarded(users []string) *arv1ac.MatchConditionApplyConfiguration {
+	var all []string
+	for _, c := range guardExpressions(users) {
+		all = append(all, "("+*c.Expression+")")
+	}
+	return arv1ac.MatchCondition().WithName("not-guarded").WithExpression("!(" + strings.Join(all, " && ") + ")")
+}
 
 // Register creates or updates the MutatingWebhookConfiguration cfg
 // describes, with server-side apply: idempotent, safe to run from every
@@ -63,12 +109,12 @@ func configuration(cfg RegistrationConfig) (*arv1ac.MutatingWebhookConfiguration
 			WithPort(cfg.Service.Port).
 			WithPath(cfg.Path))
 	}
-	hook := func(name string, rule *arv1ac.RuleWithOperationsApplyConfiguration) *arv1ac.MutatingWebhookApplyConfiguration {
+	hook := func(name string, policy admissionregistrationv1.FailurePolicyType, rule *arv1ac.RuleWithOperationsApplyConfiguration) *arv1ac.MutatingWebhookApplyConfiguration {
 		return arv1ac.MutatingWebhook().
 			WithName(name).
 			WithClientConfig(client).
 			WithRules(rule).
-			WithFailurePolicy(admissionregistrationv1.Ignore).
+			WithFailurePolicy(policy).
 			WithMatchPolicy(admissionregistrationv1.Equivalent).
 			WithSideEffects(admissionregistrationv1.SideEffectClassNone).
 			WithTimeoutSeconds(cfg.TimeoutSeconds).
@@ -84,15 +130,23 @@ func configuration(cfg RegistrationConfig) (*arv1ac.MutatingWebhookConfiguration
 			WithScope(scope)
 	}
 	create, update := admissionregistrationv1.Create, admissionregistrationv1.Update
+	open, closed := admissionregistrationv1.Ignore, admissionregistrationv1.Fail
+	inUnit := metav1ac.LabelSelector().WithMatchExpressions(
+		metav1ac.LabelSelectorRequirement().
+			WithKey(cfg.UnitLabel).
+			WithOperator(metav1.LabelSelectorOpExists))
+	nodes := hook(WebhookNodes, open, rule("", "nodes", admissionregistrationv1.ClusterScope, update)).WithObjectSelector(inUnit)
+	hooks := []*arv1ac.MutatingWebhookApplyConfiguration{nodes}
+	if !cfg.FailOpen {
+		nodes.WithMatchConditions(notGuarded(cfg.GuardUsers))
+		hooks = append(hooks, hook(WebhookGuard, closed, rule("", "nodes", admissionregistrationv1.ClusterScope, update)).
+			WithObjectSelector(inUnit).
+			WithMatchConditions(guardExpressions(cfg.GuardUsers)...))
+	}
+	hooks = append(hooks,
+		hook(WebhookEndpoints, open, rule("", "endpoints", admissionregistrationv1.NamespacedScope, create, update)),
+		hook(WebhookEndpointSlices, open, rule(discoveryv1.GroupName, "endpointslices", admissionregistrationv1.NamespacedScope, create, update)))
 	return arv1ac.MutatingWebhookConfiguration(cfg.Name).
 		WithLabels(map[string]string{"app.kubernetes.io/managed-by": wellknown.FieldManager}).
-		WithWebhooks(
-			hook(WebhookNodes, rule("", "nodes", admissionregistrationv1.ClusterScope, update)).
-				WithObjectSelector(metav1ac.LabelSelector().WithMatchExpressions(
-					metav1ac.LabelSelectorRequirement().
-						WithKey(cfg.UnitLabel).
-						WithOperator(metav1.LabelSelectorOpExists))),
-			hook(WebhookEndpoints, rule("", "endpoints", admissionregistrationv1.NamespacedScope, create, update)),
-			hook(WebhookEndpointSlices, rule(discoveryv1.GroupName, "endpointslices", admissionregistrationv1.NamespacedScope, create, update)),
-		), nil
+		WithWebhooks(hooks...), nil
 }

@@ -86,7 +86,7 @@ func (s *Server) Start(ctx context.Context) error {
 			c.GetCertificate = certs.GetCertificate
 		}},
 	})
-	srv.Register(s.cfg.Path, postOnly(s.handler))
+	srv.Register(s.cfg.Path, bounded(postOnly(s.handler), s.cfg.RequestTimeout, s.cfg.MaxRequestBytes))
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -209,6 +209,25 @@ func (s *Server) Ready() error {
 }
 
 // postOnly answers 405 to anything but POST, as the apiserver only posts.
+// bounded gives each request a deadline to be read and answered within, and
+// refuses bodies above limit: controller-runtime's server bounds only the
+// headers (ReadHeaderTimeout, MaxHeaderBytes), so a client trickling its
+// body could otherwise hold a connection and a goroutine forever.
+func bounded(h http.Handler, timeout time.Duration, limit int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		deadline := time.Now().Add(timeout)
+		_ = rc.SetReadDeadline(deadline)
+		_ = rc.SetWriteDeadline(deadline)
+		if r.ContentLength > limit {
+			http.Error(w, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		h.ServeHTTP(w, r)
+	})
+}
+
 func postOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

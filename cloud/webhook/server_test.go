@@ -11,7 +11,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -277,4 +279,66 @@ func checkErr(t *testing.T, err error, want string) {
 	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 		t.Errorf("error %v, want one containing %q", err, want)
 	}
+}
+
+// A client that trickles its body is cut off at the request timeout; a body
+// over the limit is refused, whether announced or not.
+func TestServerBoundsRequests(t *testing.T) {
+	dir := t.TempDir()
+	writeSelfSigned(t, dir)
+	const timeout, limit = 500 * time.Millisecond, 1 << 10
+	s, err := New(Config{Addr: "127.0.0.1:0", CertDir: dir, RequestTimeout: timeout, MaxRequestBytes: limit}, protecting("a"), testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	url := "https://" + s.Addr() + DefaultPath
+
+	t.Run("announced body over the limit", func(t *testing.T) {
+		resp, err := tlsClient(t, dir).Post(url, "application/json", bytes.NewReader(make([]byte, limit+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("status %s, want 413", resp.Status)
+		}
+	})
+	t.Run("chunked body over the limit", func(t *testing.T) {
+		// No Content-Length: the limit applies while reading.
+		pr, pw := io.Pipe()
+		go func() {
+			_, _ = pw.Write(make([]byte, 4*limit))
+			_ = pw.Close()
+		}()
+		resp, err := tlsClient(t, dir).Post(url, "application/json", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && !strings.Contains(string(body), "too large") {
+			t.Errorf("status %s body %q, want the body refused", resp.Status, body)
+		}
+	})
+	t.Run("trickled body", func(t *testing.T) {
+		conn, err := tls.Dial("tcp", s.Addr(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test client
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", DefaultPath)
+		// The server must give up on its own: read until it closes, with a
+		// generous bound of our own.
+		_ = conn.SetReadDeadline(time.Now().Add(10 * timeout))
+		begin := time.Now()
+		_, err = io.ReadAll(conn)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("server still holds the connection after %s (request timeout %s)", time.Since(begin).Round(time.Millisecond), timeout)
+		}
+	})
 }

@@ -29,6 +29,13 @@ const (
 	AnnotationHoldUntil = "atoll.io/unit-hold-until"
 )
 
+// Values of AnnotationVerdict.
+const (
+	VerdictHealthy   = "healthy"
+	VerdictUnhealthy = "unhealthy"
+	VerdictNone      = "none"
+)
+
 // FieldManager is the field manager of every write atoll-cloud makes to
 // Kubernetes (patches, server-side applies, the webhook registration), and
 // its client's user agent.

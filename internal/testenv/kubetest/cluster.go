@@ -355,7 +355,10 @@ func (c *Cluster) controllerManagerArgs(port int) []string {
 		"--root-ca-file="+filepath.Join(pki, "ca.crt"),
 		"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
 		"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
-		"--use-service-account-credentials=false",
+		// Each controller under its own service account, as kubeadm
+		// runs it: the webhook's guard tells the node lifecycle
+		// controller by its identity.
+		"--use-service-account-credentials=true",
 		"--node-monitor-period="+c.cfg.NodeMonitorPeriod.String(),
 		"--node-monitor-grace-period="+c.cfg.NodeMonitorGracePeriod.String(),
 		"--node-eviction-rate="+strconv.FormatFloat(c.cfg.NodeEvictionRate, 'g', -1, 64),
