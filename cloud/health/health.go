@@ -89,9 +89,10 @@ type Service struct {
 	elected <-chan struct{}                 // closed once this replica leads
 	votes   atomic.Pointer[events.Consumer] // follows every vote, on every replica; set by Run
 
-	mu    sync.RWMutex
-	units map[string]unitStatus
-	holds jetstream.KeyValue
+	mu       sync.RWMutex
+	units    map[string]unitStatus
+	holds    jetstream.KeyValue
+	recorded map[string]bool // units with a record in holds
 }
 
 // New builds the service on the manager m: it registers the informers
@@ -241,8 +242,20 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("health: holds bucket: %w", err)
 	}
+	// Holds recorded before this start: a unit whose hold is recorded but
+	// that is no longer fully disrupted (it recovered while no replica
+	// ran) must lose its record, or its next disruption would inherit the
+	// old start and be released at once.
+	recorded := map[string]bool{}
+	keys, err := holds.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("health: holds bucket: %w", err)
+	}
+	for k := range keys.Keys() {
+		recorded[k] = true
+	}
 	s.mu.Lock()
-	s.holds = holds
+	s.holds, s.recorded = holds, recorded
 	s.mu.Unlock()
 
 	// Every replica knows every vote.
@@ -326,9 +339,11 @@ func (s *Service) resync(ctx context.Context) {
 		}
 	}
 	s.mu.RLock()
-	for unit := range s.units {
-		if _, ok := byUnit[unit]; !ok {
-			byUnit[unit] = nil // unit vanished: back to Normal
+	for _, known := range []map[string]bool{keys(s.units), s.recorded} {
+		for unit := range known {
+			if _, ok := byUnit[unit]; !ok {
+				byUnit[unit] = nil // unit vanished: back to Normal
+			}
 		}
 	}
 	s.mu.RUnlock()
@@ -378,10 +393,21 @@ func (s *Service) resync(ctx context.Context) {
 	}
 }
 
+func keys[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
 // holdSince returns since when unit is fully disrupted, recording now if
 // no replica has yet: the first Create wins.
 func (s *Service) holdSince(ctx context.Context, unit string, now time.Time) (time.Time, error) {
 	if _, err := s.holds.Create(ctx, unit, []byte(now.UTC().Format(time.RFC3339Nano))); err == nil {
+		s.mu.Lock()
+		s.recorded[unit] = true
+		s.mu.Unlock()
 		return now, nil
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		return time.Time{}, err
@@ -390,17 +416,24 @@ func (s *Service) holdSince(ctx context.Context, unit string, now time.Time) (ti
 	if err != nil {
 		return time.Time{}, err
 	}
+	s.mu.Lock()
+	s.recorded[unit] = true
+	s.mu.Unlock()
 	return time.Parse(time.RFC3339Nano, string(e.Value()))
 }
 
 func (s *Service) releaseHold(ctx context.Context, unit string) {
 	s.mu.RLock()
-	wasFull := s.units[unit].state == FullDisruption
+	wasFull := s.units[unit].state == FullDisruption || s.recorded[unit]
 	s.mu.RUnlock()
 	if !wasFull {
 		return
 	}
 	if err := s.holds.Delete(ctx, unit); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.log.Warn("cannot release the hold of a unit", "unit", unit, "err", err)
+		return
 	}
+	s.mu.Lock()
+	delete(s.recorded, unit)
+	s.mu.Unlock()
 }

@@ -1,0 +1,92 @@
+package health_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+)
+
+// TestHoldsSurviveRestart: a unit cut off entirely keeps the hold it got
+// from the first replica across a restart (same end, nothing re-started);
+// a hold recorded for a unit that recovered, or vanished, while no replica
+// ran is dropped at start, so the unit's next disruption gets a full hold
+// instead of inheriting an expired one.
+func TestHoldsSurviveRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	log := natstest.Logger(t, slog.LevelWarn)
+
+	holds, err := env.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: health.HoldBucket, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	for _, unit := range []string{"recovered", "vanished"} {
+		if _, err := holds.Put(ctx, unit, []byte(stale)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unitNode(t, ctx, env.client, "r-1", "recovered", corev1.ConditionTrue)
+	for _, n := range []string{"c-1", "c-2"} {
+		unitNode(t, ctx, env.client, n, "cut", corev1.ConditionUnknown)
+	}
+
+	first := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false)
+	var until time.Time
+	poll.Eventually(t, 30*time.Second, func() error {
+		st, hold := first.s.UnitState("cut")
+		if st != health.FullDisruption || hold.IsZero() {
+			return fmt.Errorf("unit cut is %s, hold until %v", st, hold)
+		}
+		until = hold
+		return nil
+	})
+	poll.Eventually(t, 30*time.Second, func() error {
+		for _, unit := range []string{"recovered", "vanished"} {
+			if _, err := holds.Get(ctx, unit); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("stale hold of unit %s still recorded (%v)", unit, err)
+			}
+		}
+		return nil
+	})
+
+	first.stop()
+	second := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false)
+	poll.Eventually(t, 30*time.Second, func() error {
+		st, hold := second.s.UnitState("cut")
+		if st != health.FullDisruption || !hold.Equal(until) {
+			return fmt.Errorf("after restart unit cut is %s, hold until %v; want %s until %v", st, hold, health.FullDisruption, until)
+		}
+		return nil
+	})
+}
+
+// unitNode creates a node of unit with the given Ready status (Unknown
+// with the node lifecycle controller's reason).
+func unitNode(t *testing.T, ctx context.Context, client kubernetes.Interface, name, unit string, ready corev1.ConditionStatus) {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{wellknown.LabelUnit: unit}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
