@@ -111,7 +111,9 @@ var (
 // start brings up a bed with the embedded hub.
 func start(t *testing.T) *env { return startShape(t, embeddedHub) }
 
-func startShape(t *testing.T, shape hubShape) *env {
+// startShape brings up a bed with the given hub shape; adjust changes the
+// bed's options after the matrix's defaults.
+func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -124,7 +126,7 @@ func startShape(t *testing.T, shape hubShape) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = logFile.Close() })
-	bed, err := testbed.Start(ctx, testbed.Options{
+	opts := testbed.Options{
 		Dir:        t.TempDir(),
 		Net:        shape.net,
 		HubCluster: shape.cluster,
@@ -140,7 +142,11 @@ func startShape(t *testing.T, shape hubShape) *env {
 			})
 			c.Prober.Scoreline = 200
 		},
-	})
+	}
+	for _, f := range adjust {
+		f(&opts)
+	}
+	bed, err := testbed.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,8 +70,51 @@ type Bed struct {
 	// Operator is the password of the hub's "operator" user.
 	Operator string
 
-	cloud *fx.App
-	stops []func()
+	cloudCfg cloudapp.Config
+	cloudLog *slog.Logger
+	cloud    *fx.App // nil while atoll-cloud is stopped
+	stops    []func()
+}
+
+// StartCloud starts atoll-cloud (again, after StopCloud): Health and
+// HubLink then belong to the new process. With the embedded hub, the hub
+// starts with it (Hub is replaced).
+func (b *Bed) StartCloud(ctx context.Context) error {
+	if b.cloud != nil {
+		return errors.New("testbed: atoll-cloud is running")
+	}
+	populate := fx.Populate(&b.HubLink, &b.Health)
+	if b.cloudCfg.EmbeddedHub() {
+		if b.Hub != nil {
+			// The agents and tools know the hub by its first ports and
+			// their keys were enrolled at run time: a restarted embedded
+			// hub would have neither.
+			return errors.New("testbed: restarting atoll-cloud with the embedded hub is not supported; use HubCluster")
+		}
+		populate = fx.Options(populate, fx.Populate(&b.Hub))
+	}
+	app := fx.New(cloudapp.Options(b.cloudCfg, b.cloudLog), populate)
+	if err := app.Err(); err != nil {
+		return fmt.Errorf("atoll-cloud: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := app.Start(sctx); err != nil {
+		return fmt.Errorf("atoll-cloud: %w", err)
+	}
+	b.cloud = app
+	return nil
+}
+
+// StopCloud stops atoll-cloud gracefully, as a rolling restart or a scale
+// to zero would: every replica down.
+func (b *Bed) StopCloud(ctx context.Context) error {
+	if b.cloud == nil {
+		return nil
+	}
+	err := b.cloud.Stop(ctx)
+	b.cloud = nil
+	return err
 }
 
 // Start brings the bed up; Stop tears it down (also after a failed Start).
@@ -154,23 +197,14 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	populate := fx.Populate(&b.HubLink, &b.Health)
-	if cfg.EmbeddedHub() {
-		populate = fx.Options(populate, fx.Populate(&b.Hub))
-	}
-	b.cloud = fx.New(cloudapp.Options(cfg, o.Logger.With("service", "atoll-cloud")), populate)
-	if err := b.cloud.Err(); err != nil {
-		return nil, fmt.Errorf("atoll-cloud: %w", err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := b.cloud.Start(sctx); err != nil {
-		return nil, fmt.Errorf("atoll-cloud: %w", err)
+	b.cloudCfg, b.cloudLog = cfg, o.Logger.With("service", "atoll-cloud")
+	if err := b.StartCloud(ctx); err != nil {
+		return nil, err
 	}
 	b.stops = append(b.stops, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = b.cloud.Stop(ctx)
+		_ = b.StopCloud(ctx)
 	})
 
 	if b.Kubelet, err = edgesim.New(b.Cluster.RESTConfig(), edgesim.Config{Logger: o.Logger.With("component", "edgesim")}); err != nil {
