@@ -13,6 +13,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	arv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -84,6 +85,9 @@ func Register(ctx context.Context, client kubernetes.Interface, cfg Registration
 	}
 	_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Apply(ctx, obj,
 		metav1.ApplyOptions{FieldManager: wellknown.FieldManager, Force: true})
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("apply mutatingwebhookconfiguration %s: %w (deploy/atoll-cloud.yaml creates it and lets atoll-cloud patch only that name: apply it, or disable --webhook-register)", *obj.Name, err)
+	}
 	if err != nil {
 		return fmt.Errorf("apply mutatingwebhookconfiguration %s: %w", *obj.Name, err)
 	}
