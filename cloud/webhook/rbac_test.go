@@ -143,7 +143,10 @@ func applyDeploy(t *testing.T, ctx context.Context, c kubernetes.Interface, path
 			})
 		case "Role":
 			var o rbacv1.Role
-			create(&o, func() error { _, err := c.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{}); return err })
+			create(&o, func() error {
+				_, err := c.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+				return err
+			})
 		case "RoleBinding":
 			var o rbacv1.RoleBinding
 			create(&o, func() error {
