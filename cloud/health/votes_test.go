@@ -72,6 +72,7 @@ func TestVotesThatDoNotCount(t *testing.T) {
 	vote("u1", "cp-1", "edge-2", healthy, now, time.Minute)                        // target in no unit
 	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(5*time.Minute), time.Minute) // dated in the future
 	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(-time.Second), time.Hour)    // TTL too long
+	vote("u1", "edge-2", "edge-2", unhealthy, now, time.Minute)                    // about itself
 	vote("u1", "edge-1", "edge-2", healthy, now.Add(-2*time.Second), time.Minute)
 	// The last vote is the oldest of edge-2's: had the future-dated or
 	// the long-lived one been recorded, it would be ignored as stale.
@@ -90,5 +91,8 @@ func TestVotesThatDoNotCount(t *testing.T) {
 	}
 	if j := r.s.Judge("cp-1"); j.Votes() != 0 || r.s.Protected("cp-1") {
 		t.Errorf("cp-1, in no unit, judged from %d votes (protected %v)", j.Votes(), r.s.Protected("cp-1"))
+	}
+	if j := r.s.Judge("edge-2"); j.Votes() != 0 || j.Verdict != atollv1.Verdict_VERDICT_NONE {
+		t.Errorf("edge-2 judged %v from %d votes: its vote about itself counted", j.Verdict, j.Votes())
 	}
 }
