@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/protect"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -24,24 +25,31 @@ var (
 
 func TestProtect(t *testing.T) {
 	T, F, U := corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown
+	const lost, kubelet = protect.ReasonNodeStatusUnknown, "KubeletNotReady"
 	tests := []struct {
 		name    string
 		ready   corev1.ConditionStatus
+		reason  string
 		verdict atollv1.Verdict
 		held    bool
 		want    bool
 	}{
-		{"cloud ok", T, healthy, false, false},
-		{"cloud ok, peers unhealthy", T, unhealthy, false, false},
-		{"cloud lost, peers healthy", U, healthy, false, true},
-		{"cloud lost, peers unhealthy", U, unhealthy, false, false},
-		{"cloud lost, no verdict", U, none, false, false},
-		{"cloud lost, unit held", U, none, true, true},
-		{"kubelet says not ready", F, healthy, true, false},
+		{"cloud ok", T, "KubeletReady", healthy, false, false},
+		{"cloud ok, peers unhealthy", T, "KubeletReady", unhealthy, false, false},
+		{"cloud lost, peers healthy", U, lost, healthy, false, true},
+		{"cloud lost, peers unhealthy", U, lost, unhealthy, false, false},
+		{"cloud lost, no verdict", U, lost, none, false, false},
+		{"cloud lost, unit held", U, lost, none, true, true},
+		{"kubelet says not ready", F, kubelet, healthy, true, false},
+		{"not ready, whatever the reason", F, lost, healthy, true, false},
+		{"kubelet says unknown", U, kubelet, healthy, true, false},
+		{"never posted status", U, "NodeStatusNeverUpdated", healthy, true, false},
+		{"unknown without a reason", U, "", healthy, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Protect(tt.ready, Judgement{Verdict: tt.verdict}, tt.held); got != tt.want {
+			n := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tt.ready, Reason: tt.reason}}}}
+			if got := Protect(n, Judgement{Verdict: tt.verdict}, tt.held); got != tt.want {
 				t.Fatalf("Protect = %v, want %v", got, tt.want)
 			}
 		})

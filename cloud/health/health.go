@@ -132,7 +132,7 @@ func (s *Service) Protected(node string) bool {
 // ProtectedNode decides for a Node being written, from its own Ready
 // condition (protect.NodePolicy).
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
-	return Protect(ReadyStatus(n), s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+	return Protect(n, s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
 }
 
 // judge reads the votes about n that count: cast for n's unit by another
@@ -388,7 +388,7 @@ func (s *Service) resync(ctx context.Context) {
 		}
 		s.metrics.setUnitState(unit, st.state, len(members) == 0)
 		for _, n := range members {
-			if Protect(ReadyStatus(n), s.judge(n, now), s.held(unit)) {
+			if Protect(n, s.judge(n, now), s.held(unit)) {
 				protected++
 			}
 		}

@@ -192,7 +192,7 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	errs = append(errs, s.patch.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
 		return NodePatch(cur, Annotations(j, state, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
 	}))
-	if !Protect(ReadyStatus(&n), j, s.held(unit)) {
+	if !Protect(&n, j, s.held(unit)) {
 		return reconcile.Result{}, errors.Join(errs...)
 	}
 	var slices discoveryv1.EndpointSliceList

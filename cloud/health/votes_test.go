@@ -96,3 +96,50 @@ func TestVotesThatDoNotCount(t *testing.T) {
 		t.Errorf("edge-2 judged %v from %d votes: its vote about itself counted", j.Verdict, j.Votes())
 	}
 }
+
+// TestKubeletWordIsNeverOverridden: nodes whose peers all vote healthy are
+// still not protected when their Ready condition is the kubelet's own
+// (False, or Unknown for another reason than the node lifecycle
+// controller's); the control, lost by the cloud, is.
+func TestKubeletWordIsNeverOverridden(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	log := natstest.Logger(t, slog.LevelError)
+	addNodeReason(t, ctx, env.client, "k-false", corev1.ConditionFalse, "KubeletNotReady")
+	addNodeReason(t, ctx, env.client, "k-unknown", corev1.ConditionUnknown, "KubeletNotReady")
+	addNode(t, ctx, env.client, "k-lost", corev1.ConditionUnknown)
+	r := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false)
+	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
+	nodes := []string{"k-false", "k-unknown", "k-lost"}
+	now := time.Now()
+	for _, node := range nodes {
+		for _, voter := range nodes {
+			if voter == node {
+				continue
+			}
+			subj, _ := events.VoteSubject("u1", node, voter)
+			if _, err := events.PublishDurable(ctx, env.js, subj, &atollv1.Vote{Unit: "u1", Node: node, Voter: voter,
+				Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Checkers: 2, Time: timestamppb.New(now), Since: timestamppb.New(now),
+				Ttl: durationpb.New(time.Minute)}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		for _, node := range nodes {
+			if j := r.s.Judge(node); j.Verdict != atollv1.Verdict_VERDICT_HEALTHY {
+				return fmt.Errorf("%s judged %v from %d votes", node, j.Verdict, j.Votes())
+			}
+		}
+		return nil
+	})
+	if !r.s.Protected("k-lost") {
+		t.Error("k-lost, lost by the cloud with healthy peers, not protected")
+	}
+	for _, node := range []string{"k-false", "k-unknown"} {
+		if r.s.Protected(node) {
+			t.Errorf("%s protected against its kubelet's own Ready condition", node)
+		}
+	}
+}
