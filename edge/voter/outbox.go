@@ -203,9 +203,10 @@ func (o *outbox) failedMsg(msg *nats.Msg, err error) {
 	// Retries are spread over the refresh period after the vote was made.
 	wait := o.cfg.Refresh / time.Duration(o.cfg.Retries+1)
 	reason := reasonRetried
+	newest, known := o.newest[node]
 	switch {
-	case o.newest[node].After(v.made):
-		reason = reasonSuperseded
+	case !known || newest.After(v.made):
+		reason = reasonSuperseded // by a newer vote, or the node left
 	case v.tries > o.cfg.Retries || now.Add(wait).Sub(v.made) > o.cfg.Refresh:
 		reason = reasonDropped
 	default:
