@@ -1,6 +1,9 @@
 // Package health is the cloud half of distributed health. It follows the
-// votes of every edge unit and, for a node that kube-controller-manager
-// marked Ready=Unknown (the cloud lost it), applies the peers' verdict:
+// votes of every edge unit and, for a node that kube-controller-manager's
+// node lifecycle controller marked Ready=Unknown because its kubelet
+// stopped posting status (the cloud lost it: protect.LostByCloud), applies
+// the peers' verdict (a Ready condition the kubelet set itself is never
+// overridden):
 //
 //   - peers say healthy: annotate the node, remove the
 //     node.kubernetes.io/unreachable:NoExecute taint (keep NoSchedule), and
