@@ -3,6 +3,7 @@ package health
 import (
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/protect"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,11 +45,13 @@ func Disruption(ready []corev1.ConditionStatus, freshVotes bool) UnitState {
 	}
 }
 
-// Protect is the decision table for one node: the cloud lost it (Ready is
-// Unknown) and either its peers see it healthy or its whole unit is held.
-// A node the cloud still hears (Ready True or False) is left to Kubernetes.
-func Protect(ready corev1.ConditionStatus, j Judgement, held bool) bool {
-	if ready != corev1.ConditionUnknown {
+// Protect is the decision table for one node: the cloud lost it (the node
+// lifecycle controller set Ready=Unknown because the kubelet stopped
+// posting status, protect.LostByCloud) and either its peers see it healthy
+// or its whole unit is held. A node the cloud still hears (Ready True or
+// False), or whose Unknown has another cause, is left to Kubernetes.
+func Protect(node *corev1.Node, j Judgement, held bool) bool {
+	if !protect.LostByCloud(node) {
 		return false
 	}
 	return j.Verdict == atollv1.Verdict_VERDICT_HEALTHY || held

@@ -1,10 +1,13 @@
 package health
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/protect"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -22,24 +25,31 @@ var (
 
 func TestProtect(t *testing.T) {
 	T, F, U := corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown
+	const lost, kubelet = protect.ReasonNodeStatusUnknown, "KubeletNotReady"
 	tests := []struct {
 		name    string
 		ready   corev1.ConditionStatus
+		reason  string
 		verdict atollv1.Verdict
 		held    bool
 		want    bool
 	}{
-		{"cloud ok", T, healthy, false, false},
-		{"cloud ok, peers unhealthy", T, unhealthy, false, false},
-		{"cloud lost, peers healthy", U, healthy, false, true},
-		{"cloud lost, peers unhealthy", U, unhealthy, false, false},
-		{"cloud lost, no verdict", U, none, false, false},
-		{"cloud lost, unit held", U, none, true, true},
-		{"kubelet says not ready", F, healthy, true, false},
+		{"cloud ok", T, "KubeletReady", healthy, false, false},
+		{"cloud ok, peers unhealthy", T, "KubeletReady", unhealthy, false, false},
+		{"cloud lost, peers healthy", U, lost, healthy, false, true},
+		{"cloud lost, peers unhealthy", U, lost, unhealthy, false, false},
+		{"cloud lost, no verdict", U, lost, none, false, false},
+		{"cloud lost, unit held", U, lost, none, true, true},
+		{"kubelet says not ready", F, kubelet, healthy, true, false},
+		{"not ready, whatever the reason", F, lost, healthy, true, false},
+		{"kubelet says unknown", U, kubelet, healthy, true, false},
+		{"never posted status", U, "NodeStatusNeverUpdated", healthy, true, false},
+		{"unknown without a reason", U, "", healthy, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Protect(tt.ready, Judgement{Verdict: tt.verdict}, tt.held); got != tt.want {
+			n := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tt.ready, Reason: tt.reason}}}}
+			if got := Protect(n, Judgement{Verdict: tt.verdict}, tt.held); got != tt.want {
 				t.Fatalf("Protect = %v, want %v", got, tt.want)
 			}
 		})
@@ -78,10 +88,11 @@ func vote(voter, node string, v atollv1.Verdict, at time.Time, ttl time.Duration
 func TestTracker(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	tr := NewTracker(30 * time.Second)
+	judge := func(node string, at time.Time) Judgement { return tr.Judge(node, at, 4, nil) } // x, a, b, c
 	tr.Observe(vote("a", "x", healthy, now, 30*time.Second), now)
 	tr.Observe(vote("b", "x", healthy, now, 30*time.Second), now)
 	tr.Observe(vote("c", "x", unhealthy, now, 30*time.Second), now)
-	if j := tr.Judge("x", now); j.Verdict != healthy || j.Healthy != 2 || j.Unhealthy != 1 || j.Votes() != 3 {
+	if j := judge("x", now); j.Verdict != healthy || j.Healthy != 2 || j.Unhealthy != 1 || j.Votes() != 3 || j.Members != 4 {
 		t.Fatalf("judge = %+v", j)
 	}
 	// An older vote of the same voter does not replace a newer one.
@@ -89,23 +100,149 @@ func TestTracker(t *testing.T) {
 		t.Fatal("older vote recorded")
 	}
 	// Votes expire by the hub's clock plus their TTL.
-	if j := tr.Judge("x", now.Add(31*time.Second)); j.Verdict != none || j.Votes() != 0 {
+	if j := judge("x", now.Add(31*time.Second)); j.Verdict != none || j.Votes() != 0 {
 		t.Fatalf("expired votes still count: %+v", j)
 	}
 	// Split voters decide nothing.
 	tr.Observe(vote("a", "y", healthy, now, time.Minute), now)
 	tr.Observe(vote("b", "y", unhealthy, now, time.Minute), now)
-	if j := tr.Judge("y", now); j.Verdict != none {
+	if j := judge("y", now); j.Verdict != none {
 		t.Fatalf("split voters: %+v", j)
 	}
 	// A voter that changes its mind replaces its vote.
 	tr.Observe(vote("b", "y", healthy, now.Add(time.Second), time.Minute), now.Add(time.Second))
-	if j := tr.Judge("y", now.Add(time.Second)); j.Verdict != healthy || j.Normal != 2 {
+	if j := judge("y", now.Add(time.Second)); j.Verdict != healthy || j.Normal != 2 {
 		t.Fatalf("after a new vote: %+v", j)
 	}
 	// No vote at all.
-	if j := tr.Judge("z", now); j.Verdict != none || !j.LastVote.IsZero() {
+	if j := judge("z", now); j.Verdict != none || !j.LastVote.IsZero() {
 		t.Fatalf("no votes: %+v", j)
+	}
+	// A node's vote about itself never counts.
+	tr.Observe(vote("w", "w", healthy, now, time.Minute), now)
+	tr.Observe(vote("a", "w", healthy, now, time.Minute), now)
+	if j := tr.Judge("w", now, 3, nil); j.Verdict != none || j.Votes() != 1 {
+		t.Fatalf("own vote counted: %+v", j)
+	}
+}
+
+// TestTrackerRule: the cloud's verdict about n1 in units of one to seven
+// members, from the votes of the others — healthy (H), unhealthy (U),
+// undecided (N), expired (E), dated in the future (F: rejected before the
+// tracker, so never recorded) or missing (-) — while n1 always votes
+// itself healthy, which never counts.
+func TestTrackerRule(t *testing.T) {
+	tests := []struct {
+		others string
+		want   atollv1.Verdict
+	}{
+		{"", none},
+		{"H", healthy},
+		{"U", unhealthy},
+		{"E", none},
+		{"F", none},
+		{"-", none},
+		{"N", none},
+		{"HH", healthy},
+		{"HE", none},
+		{"HF", none},
+		{"UU", unhealthy},
+		{"HU", none},
+		{"HN", none},
+		{"HH-", healthy},
+		{"HEF", none},
+		{"HUU", unhealthy},
+		{"HNN", none},
+		{"HHHE", healthy},
+		{"HHEF", none},
+		{"HHUU", none},
+		{"UUU-", unhealthy},
+		{"HHH--", healthy},
+		{"HHEEF", none},
+		{"HHHN-", healthy},
+		{"HHHH--", healthy},
+		{"HHHEEF", none},
+		{"HHHUUU", none},
+		{"UUUUH-", unhealthy},
+	}
+	now := time.Unix(10_000, 0)
+	s := &Service{cfg: DefaultConfig()}
+	for _, tt := range tests {
+		members := len(tt.others) + 1
+		t.Run(fmt.Sprintf("%d members %s", members, tt.others), func(t *testing.T) {
+			tr := NewTracker(30 * time.Second)
+			observe := func(v *atollv1.Vote, published time.Time) {
+				if err := s.validVote(v, published); err == nil {
+					tr.Observe(v, published)
+				}
+			}
+			observe(vote("n1", "n1", healthy, now, 15*time.Second), now) // its own: rejected
+			for i, state := range tt.others {
+				voter := fmt.Sprintf("n%d", i+2)
+				switch state {
+				case 'H':
+					observe(vote(voter, "n1", healthy, now, 15*time.Second), now)
+				case 'U':
+					observe(vote(voter, "n1", unhealthy, now, 15*time.Second), now)
+				case 'N':
+					observe(vote(voter, "n1", none, now, 15*time.Second), now)
+				case 'E':
+					observe(vote(voter, "n1", healthy, now.Add(-time.Minute), 15*time.Second), now.Add(-time.Minute))
+				case 'F':
+					observe(vote(voter, "n1", healthy, now.Add(time.Hour), 15*time.Second), now)
+				}
+			}
+			if j := tr.Judge("n1", now, members, nil); j.Verdict != tt.want {
+				t.Fatalf("verdict on n1 = %v (%+v), want %v", j.Verdict, j, tt.want)
+			}
+		})
+	}
+	if err := s.validVote(vote("n1", "n1", healthy, now, 15*time.Second), now); !errors.Is(err, ErrVoteRejected) {
+		t.Fatalf("a vote about the voter itself: %v, want rejected", err)
+	}
+}
+
+// TestTrackerForgets: 10,000 nodes join a unit, vote and are voted on,
+// and leave (Forget, as the reconciler does when their Node is deleted);
+// then votes about nodes that never had a Node expire and are pruned. The
+// tracker returns to its size before them.
+func TestTrackerForgets(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	tr := NewTracker(30 * time.Second)
+	base := []string{"a", "b", "c"}
+	for _, voter := range base {
+		for _, node := range base {
+			if voter != node {
+				tr.Observe(vote(voter, node, healthy, now, time.Minute), now)
+			}
+		}
+	}
+	n0, v0 := tr.Size()
+	if n0 != 3 || v0 != 6 {
+		t.Fatalf("baseline: %d nodes, %d votes", n0, v0)
+	}
+	for i := range 10000 {
+		x := fmt.Sprintf("x%d", i)
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		for _, other := range base {
+			tr.Observe(vote(other, x, healthy, at, time.Minute), at)
+			tr.Observe(vote(x, other, healthy, at, time.Minute), at)
+		}
+		tr.Forget(x)
+	}
+	if n, v := tr.Size(); n != n0 || v != v0 {
+		t.Fatalf("after 10000 join/leave cycles: %d nodes, %d votes; want %d, %d", n, v, n0, v0)
+	}
+	// Votes about nodes nobody forgets (no Node was ever deleted: they
+	// never had one) expire and go at the next prune; live ones stay.
+	for i := range 10000 {
+		tr.Observe(vote("a", fmt.Sprintf("ghost%d", i), healthy, now, 10*time.Second), now)
+	}
+	if dropped := tr.Prune(now.Add(11 * time.Second)); dropped != 10000 {
+		t.Fatalf("pruned %d votes, want the 10000 expired", dropped)
+	}
+	if n, v := tr.Size(); n != n0 || v != v0 {
+		t.Fatalf("after pruning: %d nodes, %d votes; want %d, %d", n, v, n0, v0)
 	}
 }
 

@@ -1,6 +1,9 @@
 // Package health is the cloud half of distributed health. It follows the
-// votes of every edge unit and, for a node that kube-controller-manager
-// marked Ready=Unknown (the cloud lost it), applies the peers' verdict:
+// votes of every edge unit and, for a node that kube-controller-manager's
+// node lifecycle controller marked Ready=Unknown because its kubelet
+// stopped posting status (the cloud lost it: protect.LostByCloud), applies
+// the peers' verdict (a Ready condition the kubelet set itself is never
+// overridden):
 //
 //   - peers say healthy: annotate the node, remove the
 //     node.kubernetes.io/unreachable:NoExecute taint (keep NoSchedule), and
@@ -133,21 +136,33 @@ func (s *Service) Protected(node string) bool {
 // ProtectedNode decides for a Node being written, from its own Ready
 // condition (protect.NodePolicy).
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
-	return Protect(ReadyStatus(n), s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+	return Protect(n, s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
 }
 
-// judge reads the votes about n that count: cast for n's unit by a node
-// that is a current member of it. A node in no unit is never judged (and
-// so never protected), whatever votes name it; a vote from a node that
-// left the unit, or about a node that left it, stops counting at once.
+// judge reads the votes about n that count: cast for n's unit by another
+// node that is a current member of it, by internal/quorum's rule over the
+// unit's current size (n's own vote never counts; a verdict needs votes
+// from more than half of the other members). A node in no unit is never
+// judged (and so never protected), whatever votes name it; a vote from a
+// node that left the unit, or about a node that left it, stops counting at
+// once.
 func (s *Service) judge(n *corev1.Node, now time.Time) Judgement {
 	unit := n.Labels[s.cfg.UnitLabel]
 	if unit == "" {
 		return Judgement{}
 	}
-	return s.tracker.JudgeFiltered(n.Name, now, func(v *atollv1.Vote) bool {
+	return s.tracker.Judge(n.Name, now, s.members(unit), func(v *atollv1.Vote) bool {
 		return v.GetUnit() == unit && s.unitOf(v.GetVoter()) == unit
 	})
+}
+
+// members is the number of Nodes labelled as members of unit.
+func (s *Service) members(unit string) int {
+	var list corev1.NodeList
+	if err := s.cache.List(context.Background(), &list, client.MatchingFields{unitIndex: unit}, client.UnsafeDisableDeepCopy); err != nil {
+		return 0
+	}
+	return len(list.Items)
 }
 
 // unitOf is the unit of the named node, "" when it is in none or unknown.
@@ -160,9 +175,13 @@ func (s *Service) unitOf(node string) string {
 }
 
 // validVote checks what the tracker cannot: that the vote's TTL and its
-// own timestamp are within bounds. Membership is checked when votes are
-// read (judge), since it can change after a vote is recorded.
+// own timestamp are within bounds, and that the voter is not the node
+// (a node's word about itself never counts). Membership is checked when
+// votes are read (judge), since it can change after a vote is recorded.
 func (s *Service) validVote(v *atollv1.Vote, published time.Time) error {
+	if v.GetVoter() == v.GetNode() {
+		return fmt.Errorf("%w: %s voted about itself", ErrVoteRejected, v.GetVoter())
+	}
 	if ttl := v.GetTtl().AsDuration(); ttl > s.cfg.MaxVoteTTL {
 		return fmt.Errorf("%w: ttl %s above the maximum %s", ErrVoteRejected, ttl, s.cfg.MaxVoteTTL)
 	}
@@ -300,8 +319,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 // observe records a vote; it reports whether the node's verdict changed.
 func (s *Service) observe(v *atollv1.Vote, published time.Time) bool {
-	before := s.tracker.Judge(v.GetNode(), s.now()).Verdict
-	return s.tracker.Observe(v, published) && s.tracker.Judge(v.GetNode(), s.now()).Verdict != before
+	before := s.Judge(v.GetNode()).Verdict
+	return s.tracker.Observe(v, published) && s.Judge(v.GetNode()).Verdict != before
 }
 
 // enqueue hands node to the reconciler's workqueue. On a replica that does
@@ -327,6 +346,11 @@ func (s *Service) resync(ctx context.Context) {
 		return
 	}
 	now := s.now()
+	// Expired votes no longer count: dropping them keeps the tracker to
+	// the nodes voted about lately, however many came and went.
+	s.tracker.Prune(now)
+	_, tracked := s.tracker.Size()
+	s.metrics.votes.Set(float64(tracked))
 	byUnit := map[string][]*corev1.Node{}
 	var queue []string
 	for i := range list.Items {
@@ -382,7 +406,7 @@ func (s *Service) resync(ctx context.Context) {
 		}
 		s.metrics.setUnitState(unit, st.state, len(members) == 0)
 		for _, n := range members {
-			if Protect(ReadyStatus(n), s.judge(n, now), s.held(unit)) {
+			if Protect(n, s.judge(n, now), s.held(unit)) {
 				protected++
 			}
 		}

@@ -7,6 +7,7 @@ type metrics struct {
 	unitState *prometheus.GaugeVec
 	protected prometheus.Gauge
 	deferred  prometheus.Counter
+	votes     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -27,9 +28,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "health", Name: "reconciles_deferred_total",
 			Help: "Reconciles put off because this replica's vote state had not caught up with the stream.",
 		}),
+		votes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "tracked_votes",
+			Help: "Votes this replica keeps (expired ones are dropped at each resync).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred)
+		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes)
 	}
 	return m
 }

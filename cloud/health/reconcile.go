@@ -33,6 +33,9 @@ import (
 // endpoints.
 const nodeIndex = "atoll.io/nodes"
 
+// unitIndex indexes Nodes by their unit label.
+const unitIndex = "atoll.io/unit"
+
 // catchUpRetry is how soon a reconcile deferred for the vote state to
 // catch up runs again.
 const catchUpRetry = time.Second
@@ -59,6 +62,14 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 		return endpointsByNode(o.(*corev1.Endpoints))
 	}); err != nil {
 		return fmt.Errorf("index endpoints: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Node{}, unitIndex, func(o client.Object) []string {
+		if unit := o.GetLabels()[s.cfg.UnitLabel]; unit != "" {
+			return []string{unit}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index nodes: %w", err)
 	}
 	// The controller's watches start on the leader only; the cache must
 	// hold these on every replica.
@@ -181,7 +192,7 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	errs = append(errs, s.patch.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
 		return NodePatch(cur, Annotations(j, state, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
 	}))
-	if !Protect(ReadyStatus(&n), j, s.held(unit)) {
+	if !Protect(&n, j, s.held(unit)) {
 		return reconcile.Result{}, errors.Join(errs...)
 	}
 	var slices discoveryv1.EndpointSliceList

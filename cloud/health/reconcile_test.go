@@ -26,6 +26,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/protect"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -323,6 +324,12 @@ func settledWrites(t *testing.T, auditDir string) map[string]int {
 // controller leaves it.
 func addNode(t *testing.T, ctx context.Context, client kubernetes.Interface, name string, ready corev1.ConditionStatus) {
 	t.Helper()
+	addNodeReason(t, ctx, client, name, ready, protect.ReasonNodeStatusUnknown)
+}
+
+// addNodeReason is addNode with the Ready condition's reason.
+func addNodeReason(t *testing.T, ctx context.Context, client kubernetes.Interface, name string, ready corev1.ConditionStatus, reason string) {
+	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{wellknown.LabelUnit: "u1"}}}
 	if ready == corev1.ConditionUnknown {
 		node.Spec.Taints = []corev1.Taint{
@@ -335,7 +342,7 @@ func addNode(t *testing.T, ctx context.Context, client kubernetes.Interface, nam
 		t.Fatal(err)
 	}
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: reason}}
 	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

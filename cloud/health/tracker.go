@@ -11,10 +11,14 @@ import (
 
 // Judgement is the cloud's reading of the votes about one node.
 type Judgement struct {
-	// Verdict is the strict majority of the fresh votes, or NONE.
+	// Verdict is quorum.Verdict over the fresh votes that count: NONE
+	// unless more than half of the node's unit's other members voted,
+	// then their strict majority.
 	Verdict atollv1.Verdict
-	// Fresh votes by verdict.
+	// Fresh votes that count, by verdict.
 	Healthy, Unhealthy, Undecided int
+	// Members of the node's unit, the node included.
+	Members int
 	// Counts of the freshest vote: checkers saying normal and abnormal.
 	Normal, Abnormal, Checkers uint32
 	// Since when the freshest vote's verdict has held (voter's clock).
@@ -74,18 +78,21 @@ func (t *Tracker) ttl(v *atollv1.Vote) time.Duration {
 	return t.defaultTTL
 }
 
-// Judge reads the fresh votes about node at now.
-func (t *Tracker) Judge(node string, now time.Time) Judgement { return t.JudgeFiltered(node, now, nil) }
+func (t *Tracker) expired(e entry, now time.Time) bool {
+	return now.After(e.published.Add(t.ttl(e.vote)))
+}
 
-// JudgeFiltered reads the fresh votes about node at now that counts
-// accepts (nil: all of them).
-func (t *Tracker) JudgeFiltered(node string, now time.Time, counts func(*atollv1.Vote) bool) Judgement {
+// Judge reads the fresh votes about node, of a unit of members (the node
+// included), at now: the node's own vote never counts, nor does one that
+// counts rejects (nil: every other voter counts). The verdict is
+// quorum.Verdict's.
+func (t *Tracker) Judge(node string, now time.Time, members int, counts func(*atollv1.Vote) bool) Judgement {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	var j Judgement
+	j := Judgement{Members: members}
 	var freshest *atollv1.Vote
-	for _, e := range t.byNode[node] {
-		if now.After(e.published.Add(t.ttl(e.vote))) || (counts != nil && !counts(e.vote)) {
+	for voter, e := range t.byNode[node] {
+		if voter == node || t.expired(e, now) || (counts != nil && !counts(e.vote)) {
 			continue
 		}
 		switch e.vote.GetVerdict() {
@@ -103,7 +110,7 @@ func (t *Tracker) JudgeFiltered(node string, now time.Time, counts func(*atollv1
 	// Voters see the same reports and normally agree; an undecided vote
 	// only matters while a report is in flight to some voters and not
 	// others, and then it blocks a verdict rather than making one.
-	j.Verdict = quorum.Majority(j.Healthy, j.Unhealthy, j.Undecided)
+	j.Verdict = quorum.Verdict(members, j.Healthy, j.Unhealthy, j.Undecided)
 	if freshest != nil {
 		j.Normal, j.Abnormal, j.Checkers = freshest.GetNormal(), freshest.GetAbnormal(), freshest.GetCheckers()
 		j.Since = freshest.GetSince().AsTime()
@@ -111,9 +118,47 @@ func (t *Tracker) JudgeFiltered(node string, now time.Time, counts func(*atollv1
 	return j
 }
 
-// Forget drops every vote about node (it left the cluster).
+// Forget drops every vote about node and every vote node cast (it left
+// the cluster).
 func (t *Tracker) Forget(node string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.byNode, node)
+	for target, voters := range t.byNode {
+		delete(voters, node)
+		if len(voters) == 0 {
+			delete(t.byNode, target)
+		}
+	}
+}
+
+// Prune drops the votes expired at now: they no longer count, and
+// without this the votes about nodes that left (or never existed) would
+// stay forever. It returns how many it dropped.
+func (t *Tracker) Prune(now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for target, voters := range t.byNode {
+		for voter, e := range voters {
+			if t.expired(e, now) {
+				delete(voters, voter)
+				n++
+			}
+		}
+		if len(voters) == 0 {
+			delete(t.byNode, target)
+		}
+	}
+	return n
+}
+
+// Size is the number of nodes with a recorded vote and of votes recorded.
+func (t *Tracker) Size() (nodes, votes int) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, voters := range t.byNode {
+		votes += len(voters)
+	}
+	return len(t.byNode), votes
 }

@@ -72,6 +72,7 @@ func TestVotesThatDoNotCount(t *testing.T) {
 	vote("u1", "cp-1", "edge-2", healthy, now, time.Minute)                        // target in no unit
 	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(5*time.Minute), time.Minute) // dated in the future
 	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(-time.Second), time.Hour)    // TTL too long
+	vote("u1", "edge-2", "edge-2", unhealthy, now, time.Minute)                    // about itself
 	vote("u1", "edge-1", "edge-2", healthy, now.Add(-2*time.Second), time.Minute)
 	// The last vote is the oldest of edge-2's: had the future-dated or
 	// the long-lived one been recorded, it would be ignored as stale.
@@ -90,5 +91,55 @@ func TestVotesThatDoNotCount(t *testing.T) {
 	}
 	if j := r.s.Judge("cp-1"); j.Votes() != 0 || r.s.Protected("cp-1") {
 		t.Errorf("cp-1, in no unit, judged from %d votes (protected %v)", j.Votes(), r.s.Protected("cp-1"))
+	}
+	if j := r.s.Judge("edge-2"); j.Votes() != 0 || j.Verdict != atollv1.Verdict_VERDICT_NONE {
+		t.Errorf("edge-2 judged %v from %d votes: its vote about itself counted", j.Verdict, j.Votes())
+	}
+}
+
+// TestKubeletWordIsNeverOverridden: nodes whose peers all vote healthy are
+// still not protected when their Ready condition is the kubelet's own
+// (False, or Unknown for another reason than the node lifecycle
+// controller's); the control, lost by the cloud, is.
+func TestKubeletWordIsNeverOverridden(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	log := natstest.Logger(t, slog.LevelError)
+	addNodeReason(t, ctx, env.client, "k-false", corev1.ConditionFalse, "KubeletNotReady")
+	addNodeReason(t, ctx, env.client, "k-unknown", corev1.ConditionUnknown, "KubeletNotReady")
+	addNode(t, ctx, env.client, "k-lost", corev1.ConditionUnknown)
+	r := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false)
+	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
+	nodes := []string{"k-false", "k-unknown", "k-lost"}
+	now := time.Now()
+	for _, node := range nodes {
+		for _, voter := range nodes {
+			if voter == node {
+				continue
+			}
+			subj, _ := events.VoteSubject("u1", node, voter)
+			if _, err := events.PublishDurable(ctx, env.js, subj, &atollv1.Vote{Unit: "u1", Node: node, Voter: voter,
+				Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Checkers: 2, Time: timestamppb.New(now), Since: timestamppb.New(now),
+				Ttl: durationpb.New(time.Minute)}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		for _, node := range nodes {
+			if j := r.s.Judge(node); j.Verdict != atollv1.Verdict_VERDICT_HEALTHY {
+				return fmt.Errorf("%s judged %v from %d votes", node, j.Verdict, j.Votes())
+			}
+		}
+		return nil
+	})
+	if !r.s.Protected("k-lost") {
+		t.Error("k-lost, lost by the cloud with healthy peers, not protected")
+	}
+	for _, node := range []string{"k-false", "k-unknown"} {
+		if r.s.Protected(node) {
+			t.Errorf("%s protected against its kubelet's own Ready condition", node)
+		}
 	}
 }

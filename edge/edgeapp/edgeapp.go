@@ -91,7 +91,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Voter.Timeout, "vote-timeout", c.Voter.Timeout, "a probe report no longer counts once older than this")
 	fs.DurationVar(&c.Voter.Skew, "vote-skew", c.Voter.Skew, "clock skew tolerated between unit members")
 	fs.DurationVar(&c.Voter.Refresh, "vote-refresh", c.Voter.Refresh, "republish unchanged votes this often")
-	fs.IntVar(&c.Voter.MinCheckers, "vote-min-checkers", c.Voter.MinCheckers, "fewer fresh checkers than this give no verdict")
+	fs.IntVar(&c.Voter.Retries, "vote-retries", c.Voter.Retries, "a vote the hub did not acknowledge is sent again at most this many times within one refresh period")
+	fs.IntVar(&c.Voter.MaxInFlight, "vote-max-in-flight", c.Voter.MaxInFlight, "votes sent and not yet acknowledged by the hub, at most")
 }
 
 // Finish fills derived defaults: peers dial the internal IP unless told

@@ -2,29 +2,41 @@ package voter
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// Outcomes of a vote the hub did not store (sendFailures' reason).
+const (
+	reasonRetried    = "retried"    // sent again later
+	reasonSuperseded = "superseded" // a newer vote about the node replaced it
+	reasonDropped    = "dropped"    // retries or the refresh period used up
+)
+
 type metrics struct {
-	ignored   *prometheus.CounterVec
-	published *prometheus.CounterVec
-	verdicts  *prometheus.GaugeVec
+	ignored      *prometheus.CounterVec
+	published    *prometheus.CounterVec
+	sendFailures *prometheus.CounterVec
+	verdicts     *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "voter", Name: "reports_ignored_total",
-			Help: "Probe reports (or results in them) ignored, by reason: checker_not_member, peer_not_member, other_unit, not_newer.",
+			Help: "Probe reports (or results in them) ignored, by reason: checker_not_member, peer_not_member, other_unit, not_newer, future.",
 		}, []string{"reason"}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "voter", Name: "votes_published_total",
-			Help: "Votes published, by verdict.",
+			Help: "Votes stored by the hub's stream (acknowledged), by verdict.",
 		}, []string{"verdict"}),
+		sendFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "voter", Name: "vote_send_failures_total",
+			Help: "Votes the hub did not acknowledge, by what became of them: retried, superseded (a newer vote replaced it), dropped (retries or the refresh period used up; the next refresh sends a new one).",
+		}, []string{"reason"}),
 		verdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "voter", Name: "members",
 			Help: "Unit members by the voter's current verdict.",
 		}, []string{"verdict"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ignored, m.published, m.verdicts)
+		reg.MustRegister(m.ignored, m.published, m.sendFailures, m.verdicts)
 	}
 	return m
 }

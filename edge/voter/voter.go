@@ -1,11 +1,17 @@
 // Package voter turns the unit's probe reports into verdicts. It listens
 // to every checker's reports over the unit's routes (so it keeps working
 // with the cloud link down), keeps the freshest report per checker, and for
-// each member computes: healthy when more than half of the checkers with a
-// fresh report about it say normal, unhealthy when more than half say
-// abnormal, no verdict otherwise. It publishes a Vote per member when the
-// verdict or its counts change, and again every refresh period so the cloud
-// can tell a live vote from a stale one.
+// each member N applies internal/quorum's rule to the fresh reports of the
+// other members about N (N's own report never counts): no verdict unless
+// more than half of N's unit's other members reported fresh, otherwise
+// their strict majority. It publishes a Vote per member when the verdict
+// or its counts change, and again every refresh period so the cloud can
+// tell a live vote from a stale one.
+//
+// Votes go to the hub's HEALTH stream with JetStream acknowledgements (see
+// outbox): a vote the hub did not store is retried a bounded number of
+// times within the refresh period, or superseded by the member's next
+// vote.
 package voter
 
 import (
@@ -42,13 +48,20 @@ type Config struct {
 	// Tick is how often the voter re-evaluates (for staleness and for new
 	// reports).
 	Tick time.Duration
-	// MinCheckers: fewer fresh checkers than this give no verdict.
-	MinCheckers int
+	// Retries: a vote the hub did not acknowledge is sent again at most
+	// this many times, spread over one refresh period; after that (or once
+	// a newer vote about the same node is due) it is dropped and counted.
+	Retries int
+	// MaxInFlight bounds the votes sent and not yet acknowledged.
+	MaxInFlight int
+	// AckTimeout: a vote not acknowledged within this long failed.
+	AckTimeout time.Duration
 }
 
 // DefaultConfig suits a 2 s probe period.
 func DefaultConfig() Config {
-	return Config{Timeout: 6 * time.Second, Skew: 2 * time.Second, Refresh: 5 * time.Second, Tick: 250 * time.Millisecond, MinCheckers: 1}
+	return Config{Timeout: 6 * time.Second, Skew: 2 * time.Second, Refresh: 5 * time.Second, Tick: 250 * time.Millisecond,
+		Retries: 3, MaxInFlight: 64, AckTimeout: 2 * time.Second}
 }
 
 // Validate names the first bad field.
@@ -62,8 +75,12 @@ func (c Config) Validate() error {
 		return errors.New("voter: refresh must be positive")
 	case c.Tick <= 0 || c.Tick > c.Refresh:
 		return errors.New("voter: tick must be positive and at most the refresh period")
-	case c.MinCheckers < 1:
-		return errors.New("voter: min checkers must be at least 1")
+	case c.Retries < 0:
+		return errors.New("voter: retries must not be negative")
+	case c.MaxInFlight < 1:
+		return errors.New("voter: max in flight must be at least 1")
+	case c.AckTimeout <= 0:
+		return errors.New("voter: ack timeout must be positive")
 	}
 	return nil
 }
@@ -71,15 +88,21 @@ func (c Config) Validate() error {
 // Fresh reports whether a report made at reportTime still counts at now.
 func (c Config) Fresh(reportTime, now time.Time) bool {
 	age := now.Sub(reportTime)
-	return age <= c.Timeout+c.Skew && age >= -c.Skew
+	return age <= c.Timeout+c.Skew && !c.Future(reportTime, now)
+}
+
+// Future reports whether reportTime is further ahead of now than the skew
+// allows: such a report is rejected, not kept for later.
+func (c Config) Future(reportTime, now time.Time) bool {
+	return reportTime.Sub(now) > c.Skew
 }
 
 // Count is what the fresh reports say about one node.
 type Count struct{ Normal, Abnormal int }
 
-// Tally counts, per judged node, the fresh reports that say it is normal
-// and abnormal. A report counts once per node even if it lists the node
-// twice.
+// Tally counts, per judged node, the fresh reports of other checkers that
+// say it is normal and abnormal: a checker's result about itself never
+// counts. A report counts once per node even if it lists the node twice.
 func Tally(reports map[string]*atollv1.ProbeReport, fresh func(*atollv1.ProbeReport) bool) map[string]Count {
 	out := map[string]Count{}
 	for _, r := range reports {
@@ -88,7 +111,7 @@ func Tally(reports map[string]*atollv1.ProbeReport, fresh func(*atollv1.ProbeRep
 		}
 		seen := make(map[string]bool, len(r.GetPeers()))
 		for _, p := range r.GetPeers() {
-			if seen[p.GetNode()] {
+			if seen[p.GetNode()] || p.GetNode() == r.GetChecker() {
 				continue
 			}
 			seen[p.GetNode()] = true
@@ -104,14 +127,12 @@ func Tally(reports map[string]*atollv1.ProbeReport, fresh func(*atollv1.ProbeRep
 	return out
 }
 
-// Decide is the voter's rule: fewer than minCheckers checkers with a fresh
-// report decide nothing; otherwise their strict majority (quorum.Majority)
-// decides.
-func Decide(normal, abnormal, minCheckers int) atollv1.Verdict {
-	if normal+abnormal < minCheckers {
-		return atollv1.Verdict_VERDICT_NONE
-	}
-	return quorum.Majority(normal, abnormal, 0)
+// Decide is the voter's rule about a node of a unit of members, given the
+// fresh reports of the other members about it (Tally):
+// quorum.Verdict — no verdict unless more than half of the others reported,
+// then their strict majority.
+func Decide(members, normal, abnormal int) atollv1.Verdict {
+	return quorum.Verdict(members, normal, abnormal, 0)
 }
 
 // Members tells the voter who is in its unit.
@@ -137,6 +158,8 @@ type Voter struct {
 	evm     *events.Metrics
 	now     func() time.Time
 
+	out *outbox // set by Run
+
 	mu      sync.Mutex
 	unit    string
 	member  map[string]bool
@@ -159,6 +182,18 @@ func New(cfg Config, self string, members Members, link *hublink.Link, log *slog
 
 // Run follows the unit and votes until ctx is done.
 func (v *Voter) Run(ctx context.Context) error {
+	out, err := newOutbox(v.cfg, v.link.Conn(), v.log, v.metrics, v.now)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.out = out
+	v.mu.Unlock()
+	sending := make(chan struct{})
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { defer close(sending); out.run(runCtx) }()
+	defer func() { stop(); <-sending }()
+
 	changes := v.members.Changes()
 	var sub *nats.Subscription
 	defer func() {
@@ -168,27 +203,7 @@ func (v *Voter) Run(ctx context.Context) error {
 	}()
 	resubscribe := func() {
 		view := v.members.Current()
-		v.mu.Lock()
-		unitChanged := view.Unit != v.unit
-		v.unit = view.Unit
-		v.member = map[string]bool{}
-		for _, m := range view.Members {
-			v.member[m.GetName()] = true
-		}
-		if unitChanged {
-			v.reports, v.sent = map[string]*atollv1.ProbeReport{}, map[string]sent{}
-		}
-		for checker := range v.reports {
-			if !v.member[checker] {
-				delete(v.reports, checker)
-			}
-		}
-		for node := range v.sent {
-			if !v.member[node] {
-				delete(v.sent, node)
-			}
-		}
-		v.mu.Unlock()
+		unitChanged := v.setMembers(view)
 		if !unitChanged {
 			return
 		}
@@ -226,6 +241,37 @@ func (v *Voter) Run(ctx context.Context) error {
 	}
 }
 
+// setMembers applies a membership view: the reports of checkers and the
+// votes about nodes that left are forgotten (a new unit starts afresh). It
+// reports whether the unit changed.
+func (v *Voter) setMembers(view membership.View) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	unitChanged := view.Unit != v.unit
+	v.unit = view.Unit
+	v.member = make(map[string]bool, len(view.Members))
+	for _, m := range view.Members {
+		v.member[m.GetName()] = true
+	}
+	if unitChanged {
+		v.reports = map[string]*atollv1.ProbeReport{}
+	}
+	for checker := range v.reports {
+		if !v.member[checker] {
+			delete(v.reports, checker)
+		}
+	}
+	for node := range v.sent {
+		if unitChanged || !v.member[node] {
+			delete(v.sent, node)
+			if v.out != nil {
+				v.out.forget(node)
+			}
+		}
+	}
+	return unitChanged
+}
+
 // Observe takes one probe report. Reports from checkers outside the unit
 // are ignored, and so are results about nodes outside it; both are counted.
 func (v *Voter) Observe(r *atollv1.ProbeReport) {
@@ -238,6 +284,14 @@ func (v *Voter) Observe(r *atollv1.ProbeReport) {
 	if !v.member[r.GetChecker()] {
 		v.metrics.ignored.WithLabelValues("checker_not_member").Inc()
 		v.log.Warn("ignoring probe report from a non-member", "checker", r.GetChecker(), "unit", r.GetUnit())
+		return
+	}
+	// A report dated ahead of the voter's clock (beyond the skew) is
+	// rejected rather than kept: kept, it would shadow the checker's real
+	// reports until its date, since only newer reports replace it.
+	if v.cfg.Future(r.GetReportTime().AsTime(), v.now()) {
+		v.metrics.ignored.WithLabelValues("future").Inc()
+		v.log.Warn("ignoring a probe report dated in the future", "checker", r.GetChecker(), "report_time", r.GetReportTime().AsTime(), "skew", v.cfg.Skew)
 		return
 	}
 	if old, ok := v.reports[r.GetChecker()]; ok && !r.GetReportTime().AsTime().After(old.GetReportTime().AsTime()) {
@@ -272,7 +326,7 @@ func (v *Voter) Evaluate() {
 	tally := Tally(v.reports, fresh)
 	for node := range v.member {
 		normal, abnormal := tally[node].Normal, tally[node].Abnormal
-		verdict := Decide(normal, abnormal, v.cfg.MinCheckers)
+		verdict := Decide(len(v.member), normal, abnormal)
 		counts[verdict]++
 		prev, had := v.sent[node]
 		changed := !had || prev.verdict != verdict || prev.normal != normal || prev.abnormal != abnormal
@@ -290,10 +344,14 @@ func (v *Voter) Evaluate() {
 			Time: timestamppb.New(now), Since: timestamppb.New(since), Ttl: durationpb.New(3 * v.cfg.Refresh),
 		})
 	}
+	box := v.out
 	v.mu.Unlock()
 
 	for verdict, n := range counts {
 		v.metrics.verdicts.WithLabelValues(verdict.String()).Set(float64(n))
+	}
+	if box == nil {
+		return // not running: nothing to send with
 	}
 	for _, vote := range out {
 		subj, err := events.VoteSubject(unit, vote.GetNode(), v.self)
@@ -302,12 +360,32 @@ func (v *Voter) Evaluate() {
 			continue
 		}
 		id := fmt.Sprintf("%s@%s-%s", v.self, vote.GetNode(), strconv.FormatInt(now.UnixNano(), 36))
-		if err := events.Publish(v.link.Conn(), subj, vote, id); err != nil {
-			v.log.Warn("vote not sent", "node", vote.GetNode(), "err", err)
-			continue
+		if err := box.put(subj, vote, id, now); err != nil {
+			v.log.Error("cannot vote", "node", vote.GetNode(), "err", err)
 		}
-		v.metrics.published.WithLabelValues(vote.GetVerdict().String()).Inc()
 	}
+}
+
+// outbox returns the outbox once Run has made it (nil before).
+func (v *Voter) outbox() *outbox {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.out
+}
+
+// Tracked is the number of nodes the voter keeps state about: checkers
+// with a report, nodes with a vote, votes waiting to be sent.
+func (v *Voter) Tracked() (reports, votes, waiting int) {
+	v.mu.Lock()
+	reports, votes = len(v.reports), len(v.sent)
+	box := v.out
+	v.mu.Unlock()
+	if box != nil {
+		box.mu.Lock()
+		waiting = len(box.waiting) + len(box.newest)
+		box.mu.Unlock()
+	}
+	return reports, votes, waiting
 }
 
 // Verdict returns the voter's current verdict on node.

@@ -12,6 +12,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -32,27 +33,28 @@ func TestDecide(t *testing.T) {
 	H, U, N := atollv1.Verdict_VERDICT_HEALTHY, atollv1.Verdict_VERDICT_UNHEALTHY, atollv1.Verdict_VERDICT_NONE
 	tests := []struct {
 		name             string
+		members          int
 		normal, abnormal int
-		min              int
 		want             atollv1.Verdict
 	}{
-		{"no checkers", 0, 0, 1, N},
-		{"one says normal", 1, 0, 1, H},
-		{"one says abnormal", 0, 1, 1, U},
-		{"unanimous", 3, 0, 1, H},
-		{"majority normal", 2, 1, 1, H},
-		{"majority abnormal", 1, 2, 1, U},
-		{"split two against two", 2, 2, 1, N},
-		{"split one against one", 1, 1, 1, N},
-		{"exactly half normal of six", 3, 3, 1, N},
-		{"four of seven", 4, 3, 1, H},
-		{"too few checkers", 2, 0, 3, N},
-		{"just enough checkers", 2, 1, 3, H},
+		{"alone", 1, 0, 0, N},
+		{"the other one says normal", 2, 1, 0, H},
+		{"the other one says abnormal", 2, 0, 1, U},
+		{"no other reported", 2, 0, 0, N},
+		{"unanimous", 4, 3, 0, H},
+		{"majority normal", 4, 2, 1, H},
+		{"majority abnormal", 4, 1, 2, U},
+		{"split two against two", 5, 2, 2, N},
+		{"split one against one", 3, 1, 1, N},
+		{"exactly half normal of six", 7, 3, 3, N},
+		{"four of seven", 8, 4, 3, H},
+		{"too few others fresh", 5, 2, 0, N},
+		{"just enough others fresh", 5, 2, 1, H},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Decide(tt.normal, tt.abnormal, tt.min); got != tt.want {
-				t.Fatalf("Decide(%d, %d, %d) = %v, want %v", tt.normal, tt.abnormal, tt.min, got, tt.want)
+			if got := Decide(tt.members, tt.normal, tt.abnormal); got != tt.want {
+				t.Fatalf("Decide(%d, %d, %d) = %v, want %v", tt.members, tt.normal, tt.abnormal, got, tt.want)
 			}
 		})
 	}
@@ -77,6 +79,9 @@ func TestFresh(t *testing.T) {
 		if got := c.Fresh(now.Add(-tt.age), now); got != tt.want {
 			t.Errorf("Fresh(age %v) = %v, want %v", tt.age, got, tt.want)
 		}
+		if got, want := c.Future(now.Add(-tt.age), now), tt.age < -c.Skew; got != want {
+			t.Errorf("Future(age %v) = %v, want %v", tt.age, got, want)
+		}
 	}
 }
 
@@ -100,7 +105,9 @@ func TestTally(t *testing.T) {
 	dup.Peers = append(dup.Peers, &atollv1.PeerResult{Node: "c", Normal: true}) // listed twice
 	reports["d"] = dup
 	got := Tally(reports, func(r *atollv1.ProbeReport) bool { return c.Fresh(r.GetReportTime().AsTime(), now) })
-	want := map[string]Count{"a": {2, 0}, "b": {2, 0}, "c": {1, 2}}
+	// A checker's result about itself does not count: a's about a, b's
+	// about b, d's about c does (d is another checker).
+	want := map[string]Count{"a": {1, 0}, "b": {1, 0}, "c": {1, 2}}
 	for node, w := range want {
 		if got[node] != w {
 			t.Errorf("tally[%s] = %+v, want %+v", node, got[node], w)
@@ -165,6 +172,15 @@ func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
 		t.Fatal(err)
 	}
 	_ = hub.Flush()
+	js, err := jetstream.New(hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx0, cancel0 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel0()
+	if err := events.EnsureStreams(ctx0, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
 	v, err := New(cfg, "a", mem, hublink.Of(ncA, nil), natstest.Logger(t, slog.LevelWarn), nil, events.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -200,18 +216,20 @@ func waitVerdict(t *testing.T, seen *votes, node string, want atollv1.Verdict, n
 }
 
 // TestVotesOverTheUnit: reports published on another server of the unit
-// reach the voter over routes; the hub receives its votes; a split unit of
-// four gives no verdict; a checker that stops reporting stops counting
-// once its last report is older than the timeout.
+// reach the voter over routes; the hub's stream stores its votes; a unit of
+// five split three against two gives no verdict on the three (two others
+// say normal, two abnormal); a checker that stops reporting stops counting
+// once its last report is older than the timeout, and with too few fresh
+// others left there is no verdict.
 func TestVotesOverTheUnit(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Timeout, cfg.Skew, cfg.Tick, cfg.Refresh = 1500*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond, time.Second
-	mem := newMembers("u1", "a", "b", "c", "d")
-	_, pub, seen := unit(t, cfg, mem)
+	mem := newMembers("u1", "a", "b", "c", "d", "e")
+	v, pub, seen := unit(t, cfg, mem)
 
-	// Split two against two: {a, b} see each other, {c, d} see each other.
-	// Publish reports every 200 ms so they stay fresh, and stop c's later.
-	stopC := make(chan struct{})
+	// {a, b, c} see each other, {d, e} see each other. Publish reports
+	// every 200 ms so they stay fresh; stop d's, then e's, later.
+	stop := map[string]chan struct{}{"d": make(chan struct{}), "e": make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -221,21 +239,21 @@ func TestVotesOverTheUnit(t *testing.T) {
 		defer wg.Done()
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
-		cStopped := false
 		for {
 			now := time.Now()
-			side1 := map[string]bool{"a": true, "b": true, "c": false, "d": false}
-			side2 := map[string]bool{"a": false, "b": false, "c": true, "d": true}
-			publishReport(t, pub, report("a", now, side1))
-			publishReport(t, pub, report("b", now, side1))
-			if !cStopped {
-				publishReport(t, pub, report("c", now, side2))
+			side1 := map[string]bool{"a": true, "b": true, "c": true, "d": false, "e": false}
+			side2 := map[string]bool{"a": false, "b": false, "c": false, "d": true, "e": true}
+			for _, c := range []string{"a", "b", "c"} {
+				publishReport(t, pub, report(c, now, side1))
 			}
-			publishReport(t, pub, report("d", now, side2))
+			for _, c := range []string{"d", "e"} {
+				select {
+				case <-stop[c]:
+				default:
+					publishReport(t, pub, report(c, now, side2))
+				}
+			}
 			select {
-			case <-stopC:
-				cStopped = true
-				stopC = nil
 			case <-tick.C:
 			case <-ctx.Done():
 				return
@@ -243,15 +261,24 @@ func TestVotesOverTheUnit(t *testing.T) {
 		}
 	}()
 
-	for _, n := range []string{"a", "b", "c", "d"} {
+	for _, n := range []string{"a", "b", "c"} {
 		waitVerdict(t, seen, n, atollv1.Verdict_VERDICT_NONE, 2, 2)
 	}
-	// c stops reporting: after the timeout only three checkers count,
-	// and the majority decides again.
-	close(stopC)
+	for _, n := range []string{"d", "e"} {
+		waitVerdict(t, seen, n, atollv1.Verdict_VERDICT_UNHEALTHY, 1, 3)
+	}
+	// d stops reporting: three of a's four others are still fresh, and
+	// their majority decides.
+	close(stop["d"])
 	waitVerdict(t, seen, "a", atollv1.Verdict_VERDICT_HEALTHY, 2, 1)
-	waitVerdict(t, seen, "c", atollv1.Verdict_VERDICT_UNHEALTHY, 1, 2)
-	waitVerdict(t, seen, "d", atollv1.Verdict_VERDICT_UNHEALTHY, 1, 2)
+	waitVerdict(t, seen, "e", atollv1.Verdict_VERDICT_UNHEALTHY, 0, 3)
+	// e stops too: two of four others is not more than half.
+	close(stop["e"])
+	waitVerdict(t, seen, "a", atollv1.Verdict_VERDICT_NONE, 2, 0)
+	waitVerdict(t, seen, "d", atollv1.Verdict_VERDICT_UNHEALTHY, 0, 3)
+	if n := count(v.metrics.published.WithLabelValues(atollv1.Verdict_VERDICT_NONE.String())); n < 1 {
+		t.Errorf("acknowledged votes counted: %v", n)
+	}
 }
 
 // TestIgnoresOutsiders: reports from checkers outside the unit, results
@@ -276,10 +303,13 @@ func TestIgnoresOutsiders(t *testing.T) {
 		if err := pub.PublishMsg(msg); err != nil {
 			t.Fatal(err)
 		}
-		for _, node := range []string{"a", "b"} {
-			if vote := seen.of(node); vote.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || vote.GetNormal() != 1 || vote.GetAbnormal() != 0 {
-				return fmt.Errorf("vote on %s = %v %d/%d, want healthy 1/0", node, vote.GetVerdict(), vote.GetNormal(), vote.GetAbnormal())
-			}
+		// b's report about a decides; nothing counts about b (its own
+		// report does not, and the liar's is dropped).
+		if vote := seen.of("a"); vote.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || vote.GetNormal() != 1 || vote.GetAbnormal() != 0 {
+			return fmt.Errorf("vote on a = %v %d/%d, want healthy 1/0", vote.GetVerdict(), vote.GetNormal(), vote.GetAbnormal())
+		}
+		if vote := seen.of("b"); vote == nil || vote.GetVerdict() != atollv1.Verdict_VERDICT_NONE || vote.GetNormal() != 0 || vote.GetAbnormal() != 0 {
+			return fmt.Errorf("vote on b = %v %d/%d, want none 0/0", vote.GetVerdict(), vote.GetNormal(), vote.GetAbnormal())
 		}
 		return nil
 	})

@@ -160,8 +160,8 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 }
 
 // site creates a unit of n nodes with one pod per node behind a Service,
-// and waits until every endpoint is ready and, with agents, every member
-// checks the first node and the peers call it healthy.
+// and waits until every endpoint is ready and, with agents and n > 1,
+// every other member checks the first node and the peers call it healthy.
 func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 	t.Helper()
 	ctx := t.Context()
@@ -187,14 +187,15 @@ func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 				return fmt.Errorf("endpoint of web-%s not ready yet (%v): %s", node, err, e.describe(unit, "web-"+node))
 			}
 		}
-		if !agents {
-			return nil
+		if !agents || n < 2 {
+			return nil // a unit of one never has a verdict: nobody else reports
 		}
-		// The unit is formed: every member's reports reach the voters
-		// (on the hub cluster a server may be down meanwhile, and the
-		// agents' views and reports take longer to settle).
-		if j := e.bed.Health.Judge(nodes[0]); int(j.Checkers) != n {
-			return fmt.Errorf("unit %s: %d of %d checkers report on %s", unit, j.Checkers, n, nodes[0])
+		// The unit is formed: every other member's reports reach the
+		// voters (on the hub cluster a server may be down meanwhile, and
+		// the agents' views and reports take longer to settle). A node's
+		// report about itself never counts.
+		if j := e.bed.Health.Judge(nodes[0]); int(j.Checkers) != n-1 {
+			return fmt.Errorf("unit %s: %d of the %d other checkers report on %s", unit, j.Checkers, n-1, nodes[0])
 		}
 		return e.verdict(nodes[0], "healthy")
 	})
@@ -484,7 +485,8 @@ func healthMatrix(t *testing.T, e *env) {
 	t.Run("whole unit cut", func(t *testing.T) {
 		t.Parallel()
 		// A healthy zone elsewhere: when every zone is down, KCM assumes
-		// its own network failed and evicts nothing at all.
+		// its own network failed and evicts nothing at all. Alone in its
+		// unit, its node never has a verdict; nothing here needs one.
 		e.site(t, "s4w", 1, true)
 		nodes := e.site(t, "s4", 3, true)
 		e.formed.Done()
@@ -520,19 +522,26 @@ func healthMatrix(t *testing.T, e *env) {
 		t.Logf("released %v after the hold began", time.Since(since).Round(time.Second))
 	})
 
-	// 5. A split vote (four nodes, two against two) gives no verdict and
-	// no Atoll patch: Kubernetes evicts the lost node's pod.
+	// 5. A split vote gives no verdict and no Atoll patch: Kubernetes
+	// evicts the lost node's pod. Five nodes split three against two, the
+	// node in the group of three: two of its four others say normal, two
+	// abnormal (its own report does not count).
 	t.Run("split vote", func(t *testing.T) {
 		t.Parallel()
-		nodes := e.site(t, "s5", 4, true)
+		nodes := e.site(t, "s5", 5, true)
 		e.formed.Done()
-		for _, a := range nodes[:2] {
-			for _, b := range nodes[2:] {
+		for _, a := range nodes[:3] {
+			for _, b := range nodes[3:] {
 				inUnit.block(a, b)
 			}
 		}
 		x := nodes[0]
-		poll.Eventually(t, 20*time.Second, func() error { return e.verdict(x, "none") })
+		poll.Eventually(t, 20*time.Second, func() error {
+			if j := e.bed.Health.Judge(x); j.Normal != 2 || j.Abnormal != 2 {
+				return fmt.Errorf("freshest vote on %s: normal=%d abnormal=%d, want 2 against 2", x, j.Normal, j.Abnormal)
+			}
+			return e.verdict(x, "none")
+		})
 		e.partition(t, x)
 		e.waitUnknown(t, x)
 		e.waitEvicted(t, "s5", "web-"+x, toleration+15*time.Second)
@@ -542,34 +551,44 @@ func healthMatrix(t *testing.T, e *env) {
 	})
 
 	// 6. A checker that stops publishing stops counting once its reports
-	// are older than the timeout.
+	// are older than the timeout; with fewer fresh others than more than
+	// half of them, there is no verdict.
 	t.Run("stale reports", func(t *testing.T) {
 		t.Parallel()
-		nodes := e.site(t, "s6", 3, true)
+		nodes := e.site(t, "s6", 4, true)
 		e.formed.Done()
 		// The freshest vote's counts, as atoll-cloud reads them (`atoll
 		// status` shows the same).
-		votes := func(node string) (string, error) {
+		votes := func(node string) string {
 			j := e.bed.Health.Judge(node)
-			return fmt.Sprintf("normal=%d,abnormal=%d,checkers=%d", j.Normal, j.Abnormal, j.Checkers), nil
+			return fmt.Sprintf("normal=%d,abnormal=%d,checkers=%d", j.Normal, j.Abnormal, j.Checkers)
 		}
 		poll.Eventually(t, 20*time.Second, func() error {
-			v, err := votes(nodes[0])
-			if err != nil || !strings.HasSuffix(v, "checkers=3") {
-				return fmt.Errorf("votes %q, want three checkers", v)
+			if v := votes(nodes[0]); v != "normal=3,abnormal=0,checkers=3" {
+				return fmt.Errorf("votes %q, want its three others", v)
 			}
 			return nil
 		})
-		// The third node's agent stops (its kubelet keeps answering).
-		if err := e.bed.Sites.StopAgent(t.Context(), nodes[2]); err != nil {
+		// The fourth node's agent stops (its kubelet keeps answering):
+		// two of three others are still fresh, more than half.
+		if err := e.bed.Sites.StopAgent(t.Context(), nodes[3]); err != nil {
 			t.Fatal(err)
 		}
 		poll.Eventually(t, 30*time.Second, func() error {
-			v, err := votes(nodes[0])
-			if err != nil || !strings.HasSuffix(v, "normal=2,abnormal=0,checkers=2") {
+			if v := votes(nodes[0]); v != "normal=2,abnormal=0,checkers=2" {
 				return fmt.Errorf("votes %q, want two fresh checkers", v)
 			}
 			return e.verdict(nodes[0], "healthy")
+		})
+		// The third one's stops too: one of three is too few.
+		if err := e.bed.Sites.StopAgent(t.Context(), nodes[2]); err != nil {
+			t.Fatal(err)
+		}
+		poll.Eventually(t, 45*time.Second, func() error {
+			if v := votes(nodes[0]); v != "normal=1,abnormal=0,checkers=1" {
+				return fmt.Errorf("votes %q, want one fresh checker", v)
+			}
+			return e.verdict(nodes[0], "none")
 		})
 	})
 }

@@ -2,7 +2,9 @@
 // while the cloud has lost it: the cloud's node lifecycle and endpoint
 // controllers taint it unreachable:NoExecute and mark its pods' endpoints
 // not ready, and a protected node keeps only unreachable:NoSchedule and its
-// serving pods' endpoints ready.
+// serving pods' endpoints ready. Which nodes the cloud has lost is itself a
+// rule here (LostByCloud): only those whose Ready=Unknown comes from the
+// node lifecycle controller may be protected.
 //
 // The rules are pure functions of an object and the verdict state (a
 // Policy: which nodes are protected, and optionally a NodePolicy and a

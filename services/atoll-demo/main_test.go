@@ -39,7 +39,7 @@ func TestDemo(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--units=2", "--nodes=2", "--interval=500ms", "--hub-port=0", "--cut-after=0", "--dir=" + t.TempDir()}, &out)
 	}()
-	healthy := regexp.MustCompile(`^site-[ab]\s+site-[ab]-\d\s+True\s+-\s+healthy 2/0/0\s+Normal\s+-\s+ready\s+running\s+up\s+1\s+2\s*$`)
+	healthy := regexp.MustCompile(`^site-[ab]\s+site-[ab]-\d\s+True\s+-\s+healthy 1/0/0\s+Normal\s+-\s+ready\s+running\s+up\s+1\s+2\s*$`)
 	poll.Eventually(t, 90*time.Second, func() error {
 		select {
 		case err := <-done:
