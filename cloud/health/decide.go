@@ -80,20 +80,22 @@ func VerdictName(v atollv1.Verdict) string {
 	}
 }
 
-// Annotations returns the annotations Atoll wants on a node of a unit in
-// state, given its judgement; hold is the end of the unit's hold (zero:
-// none). They change only when the verdict, the unit's state or its hold
-// do, so a steady cluster sees no writes: the vote counts, which move with
-// every report, are not written (`atoll status` shows them), and the
-// verdict's since is the time the cloud first saw it — kept from cur, the
-// node's current annotations, while the verdict stays — not the voters'
-// own, which differ from voter to voter.
-func Annotations(j Judgement, state UnitState, hold time.Time, cur map[string]string, now time.Time) map[string]string {
+// Annotations returns the annotations Atoll wants on a node, given its
+// judgement; hold is the end of its unit's hold while it is in force (zero:
+// none). They change only when the verdict or the hold do, so a steady
+// cluster sees no writes: the vote counts, which move with every report,
+// are not written (`atoll status` shows them); nor is the unit's
+// disruption state, which would rewrite every node of a unit each time one
+// of them is lost or found (the metric atoll_health_unit_disruption and
+// `atoll status` show it); and the verdict's since is the time the cloud
+// first saw it — kept from cur, the node's current annotations, while the
+// verdict stays — not the voters' own, which differ from voter to voter.
+// The hold is written because the guard webhook reads it: while no
+// atoll-cloud replica answers, it is what keeps a held unit's nodes from
+// being tainted for eviction.
+func Annotations(j Judgement, hold time.Time, cur map[string]string, now time.Time) map[string]string {
 	verdict := VerdictName(j.Verdict)
-	a := map[string]string{
-		wellknown.AnnotationVerdict:    verdict,
-		wellknown.AnnotationDisruption: string(state),
-	}
+	a := map[string]string{wellknown.AnnotationVerdict: verdict}
 	if verdict != VerdictName(atollv1.Verdict_VERDICT_NONE) {
 		since := cur[wellknown.AnnotationVerdictSince]
 		if cur[wellknown.AnnotationVerdict] != verdict || since == "" {
@@ -108,6 +110,6 @@ func Annotations(j Judgement, state UnitState, hold time.Time, cur map[string]st
 }
 
 // ManagedAnnotations are the keys Atoll owns on Nodes: those Annotations
-// may set, and AnnotationVotes, which is removed where an older version
-// wrote it.
+// may set, and AnnotationVotes and AnnotationDisruption, which are removed
+// where an older version wrote them.
 var ManagedAnnotations = []string{wellknown.AnnotationVerdict, wellknown.AnnotationVotes, wellknown.AnnotationVerdictSince, wellknown.AnnotationDisruption, wellknown.AnnotationHoldUntil}

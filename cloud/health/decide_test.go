@@ -249,10 +249,12 @@ func TestTrackerForgets(t *testing.T) {
 func TestAnnotations(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	j := Judgement{Verdict: healthy, Healthy: 3, Normal: 3, Checkers: 3, Since: t0.Add(-time.Hour)}
-	a := Annotations(j, PartialDisruption, time.Time{}, nil, t0)
-	if a[wellknown.AnnotationVerdict] != "healthy" || a[wellknown.AnnotationVerdictSince] != "2026-11-22T10:00:00Z" ||
-		a[wellknown.AnnotationDisruption] != "PartialDisruption" {
+	a := Annotations(j, time.Time{}, nil, t0)
+	if a[wellknown.AnnotationVerdict] != "healthy" || a[wellknown.AnnotationVerdictSince] != "2026-11-22T10:00:00Z" {
 		t.Fatalf("annotations = %v", a)
+	}
+	if _, ok := a[wellknown.AnnotationDisruption]; ok {
+		t.Fatal("unit disruption written on the node: it rewrites every node of the unit when one is lost")
 	}
 	if _, ok := a[wellknown.AnnotationVotes]; ok {
 		t.Fatal("vote counts written: they change with every report")
@@ -263,16 +265,16 @@ func TestAnnotations(t *testing.T) {
 	// Steady state: counts, voters' since and time move, nothing else:
 	// the same annotations, so no write.
 	j2 := Judgement{Verdict: healthy, Healthy: 2, Undecided: 1, Normal: 2, Abnormal: 1, Checkers: 3, Since: t0.Add(time.Minute)}
-	if b := Annotations(j2, PartialDisruption, time.Time{}, a, t0.Add(5*time.Minute)); !maps.Equal(a, b) {
+	if b := Annotations(j2, time.Time{}, a, t0.Add(5*time.Minute)); !maps.Equal(a, b) {
 		t.Fatalf("steady annotations changed: %v → %v", a, b)
 	}
 	// A new verdict takes the cloud's time of the change.
-	c := Annotations(Judgement{Verdict: unhealthy, Unhealthy: 2}, PartialDisruption, time.Time{}, a, t0.Add(6*time.Minute))
+	c := Annotations(Judgement{Verdict: unhealthy, Unhealthy: 2}, time.Time{}, a, t0.Add(6*time.Minute))
 	if c[wellknown.AnnotationVerdict] != "unhealthy" || c[wellknown.AnnotationVerdictSince] != "2026-11-22T10:06:00Z" {
 		t.Fatalf("changed verdict: %v", c)
 	}
 	// No verdict has no since.
-	if d := Annotations(Judgement{}, Normal, time.Time{}, c, t0); d[wellknown.AnnotationVerdictSince] != "" {
+	if d := Annotations(Judgement{}, time.Time{}, c, t0); d[wellknown.AnnotationVerdictSince] != "" {
 		t.Fatalf("since without a verdict: %v", d)
 	}
 }

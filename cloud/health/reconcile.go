@@ -184,13 +184,13 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		return reconcile.Result{}, nil // not an edge node, and never was
 	}
 	j := s.judge(&n, s.now())
-	state, hold := s.UnitState(unit)
+	_, hold := s.UnitState(unit)
 	if !s.held(unit) {
 		hold = time.Time{}
 	}
 	var errs []error
 	errs = append(errs, s.patch.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
-		return NodePatch(cur, Annotations(j, state, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
+		return NodePatch(cur, Annotations(j, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
 	}))
 	if !Protect(&n, j, s.held(unit)) {
 		return reconcile.Result{}, errors.Join(errs...)

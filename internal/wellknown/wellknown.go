@@ -23,7 +23,10 @@ const (
 	// AnnotationVerdictSince is when the cloud first saw the current
 	// verdict (RFC 3339).
 	AnnotationVerdictSince = "atoll.io/health-verdict-since"
-	// AnnotationDisruption is the node's unit's disruption state.
+	// AnnotationDisruption held the node's unit's disruption state. It is
+	// no longer written (it rewrote every node of a unit when one was lost
+	// or found; the metric and `atoll status` show the state) and is
+	// removed where found.
 	AnnotationDisruption = "atoll.io/unit-disruption"
 	// AnnotationHoldUntil is when the hold of a fully disrupted unit ends.
 	AnnotationHoldUntil = "atoll.io/unit-hold-until"
