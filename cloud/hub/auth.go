@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -37,7 +38,10 @@ type Identity struct {
 // authenticates: edge servers and services with an nkey signature over the
 // server's nonce, operators with a password. It is safe for concurrent use
 // and changes take effect for new connections at once, without a server
-// reload, so the cloud can enroll and retire nodes at runtime.
+// reload, so the cloud can enroll and retire nodes at runtime. It also
+// remembers which leaf connection authenticated with which edge key, so
+// that the hub can close the live link of an edge whose key is revoked
+// (RemoveEdge, or re-enrollment with another key): see Revoked and Stale.
 //
 // All identities land in the one application account; per-identity subject
 // permissions hang off Identity (see permissions) so that per-node limits
@@ -48,7 +52,19 @@ type Identities struct {
 	keyOf     map[string]string   // edge node name → its key
 	operators map[string]string   // user → password or bcrypt hash
 	account   func() *server.Account
+	leafs     map[uint64]leafAuth // connection id → the edge key it authenticated with
+	revoked   chan struct{}       // poked when an edge key is removed or replaced
 }
+
+// leafAuth is one leaf connection's authentication.
+type leafAuth struct {
+	node, key string
+	at        time.Time
+}
+
+// leafGrace is how long an authenticated leaf connection is remembered
+// before the server lists it (it is registered after authentication).
+const leafGrace = 30 * time.Second
 
 // NewIdentities returns an empty registry; account resolves the account
 // connections are bound to (it exists only once the server runs).
@@ -58,7 +74,49 @@ func NewIdentities(account func() *server.Account) *Identities {
 		keyOf:     map[string]string{},
 		operators: map[string]string{},
 		account:   account,
+		leafs:     map[uint64]leafAuth{},
+		revoked:   make(chan struct{}, 1),
 	}
+}
+
+// Revoked is poked whenever an edge key is removed or replaced; the hub
+// then closes the connections Stale names.
+func (r *Identities) Revoked() <-chan struct{} { return r.revoked }
+
+func (r *Identities) pokeRevoked() {
+	select {
+	case r.revoked <- struct{}{}:
+	default:
+	}
+}
+
+// Stale returns, among the live leaf connection ids, those that
+// authenticated with an edge key that is no longer enrolled (or no longer
+// belongs to the same node), with the node each one spoke for. It forgets
+// connections that are gone.
+func (r *Identities) Stale(live []uint64, now time.Time) map[uint64]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	alive := make(map[uint64]bool, len(live))
+	for _, id := range live {
+		alive[id] = true
+	}
+	for id, a := range r.leafs {
+		if !alive[id] && now.Sub(a.at) > leafGrace {
+			delete(r.leafs, id)
+		}
+	}
+	out := map[uint64]string{}
+	for _, id := range live {
+		a, ok := r.leafs[id]
+		if !ok {
+			continue
+		}
+		if cur, ok := r.byKey[a.key]; !ok || cur.Role != RoleEdge || cur.Name != a.node {
+			out[id] = a.node
+		}
+	}
+	return out
 }
 
 // AddEdge lets node connect as a leafnode with the nkey public key pub. A
@@ -75,21 +133,24 @@ func (r *Identities) AddEdge(node, pub string) error {
 	if other, ok := r.byKey[pub]; ok && other.Name != node {
 		return fmt.Errorf("enroll edge %s: key already belongs to %s %s", node, other.Role, other.Name)
 	}
-	if old, ok := r.keyOf[node]; ok {
+	if old, ok := r.keyOf[node]; ok && old != pub {
 		delete(r.byKey, old)
+		defer r.pokeRevoked()
 	}
 	r.byKey[pub] = Identity{Name: node, Role: RoleEdge}
 	r.keyOf[node] = pub
 	return nil
 }
 
-// RemoveEdge forgets node; its next connection attempt is refused.
+// RemoveEdge forgets node: its next connection attempt is refused, and the
+// hub closes its live leaf connections within seconds.
 func (r *Identities) RemoveEdge(node string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if key, ok := r.keyOf[node]; ok {
 		delete(r.byKey, key)
 		delete(r.keyOf, node)
+		r.pokeRevoked()
 	}
 }
 
@@ -135,6 +196,11 @@ func (r *Identities) Check(c server.ClientAuthentication) bool {
 	acc := r.account()
 	if acc == nil {
 		return false
+	}
+	if id.Role == RoleEdge {
+		r.mu.Lock()
+		r.leafs[c.GetID()] = leafAuth{node: id.Name, key: c.GetOpts().Nkey, at: time.Now()}
+		r.mu.Unlock()
 	}
 	c.RegisterUser(&server.User{Username: string(id.Role) + ":" + id.Name, Account: acc, Permissions: permissions(id)})
 	return true
