@@ -53,6 +53,7 @@ type Identities struct {
 	operators map[string]string   // user → password or bcrypt hash
 	account   func() *server.Account
 	leafs     map[uint64]leafAuth // connection id → the edge key it authenticated with
+	suspended map[string]bool     // edge nodes enrolled but not let in (their Node is gone)
 	revoked   chan struct{}       // poked when an edge key is removed or replaced
 }
 
@@ -75,6 +76,7 @@ func NewIdentities(account func() *server.Account) *Identities {
 		operators: map[string]string{},
 		account:   account,
 		leafs:     map[uint64]leafAuth{},
+		suspended: map[string]bool{},
 		revoked:   make(chan struct{}, 1),
 	}
 }
@@ -92,7 +94,8 @@ func (r *Identities) pokeRevoked() {
 
 // Stale returns, among the live leaf connection ids, those that
 // authenticated with an edge key that is no longer enrolled (or no longer
-// belongs to the same node), with the node each one spoke for. It forgets
+// belongs to the same node, or whose node is suspended), with the node
+// each one spoke for. It forgets
 // connections that are gone.
 func (r *Identities) Stale(live []uint64, now time.Time) map[uint64]string {
 	r.mu.Lock()
@@ -112,7 +115,7 @@ func (r *Identities) Stale(live []uint64, now time.Time) map[uint64]string {
 		if !ok {
 			continue
 		}
-		if cur, ok := r.byKey[a.key]; !ok || cur.Role != RoleEdge || cur.Name != a.node {
+		if cur, ok := r.byKey[a.key]; !ok || cur.Role != RoleEdge || cur.Name != a.node || r.suspended[a.node] {
 			out[id] = a.node
 		}
 	}
@@ -152,6 +155,26 @@ func (r *Identities) RemoveEdge(node string) {
 		delete(r.keyOf, node)
 		r.pokeRevoked()
 	}
+}
+
+// Suspend keeps node's key enrolled but refuses its connections and has
+// the hub close its live leaf links within seconds, until Resume. The
+// cloud suspends an edge whose Kubernetes Node was deleted: a kubelet that
+// registers the Node again brings it back without re-enrollment.
+func (r *Identities) Suspend(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.suspended[node] {
+		r.suspended[node] = true
+		r.pokeRevoked()
+	}
+}
+
+// Resume lets a suspended node connect again.
+func (r *Identities) Resume(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.suspended, node)
 }
 
 // AddService lets a cloud service connect with nkey public key pub.
@@ -211,9 +234,13 @@ func (r *Identities) authenticate(c server.ClientAuthentication) (Identity, erro
 	if opts.Nkey != "" {
 		r.mu.RLock()
 		id, ok := r.byKey[opts.Nkey]
+		suspended := r.suspended[id.Name] && id.Role == RoleEdge
 		r.mu.RUnlock()
 		if !ok {
 			return Identity{}, errors.New("unknown nkey")
+		}
+		if suspended {
+			return Identity{}, fmt.Errorf("edge %s is suspended", id.Name)
 		}
 		if err := verifyNonce(opts.Nkey, opts.Sig, c.GetNonce()); err != nil {
 			return Identity{}, err

@@ -184,3 +184,20 @@ func TestEdgeKeysReloadValidated(t *testing.T) {
 		t.Fatal("accepted an edge keys file with no reload interval")
 	}
 }
+
+// TestSuspendedEdgeIsRefused: a suspended edge keeps its key but is
+// refused and cut; Resume lets it in again without re-enrollment.
+func TestSuspendedEdgeIsRefused(t *testing.T) {
+	h := natstest.Hub(t)
+	seed, pub := edgeKey(t)
+	if err := h.AddEdge("e1", pub); err != nil {
+		t.Fatal(err)
+	}
+	e1 := startEdge(t, h, "e1", seed)
+	waitLinked(t, h, map[string]bool{"e1": true})
+	h.Identities().Suspend("e1")
+	waitLinked(t, h, map[string]bool{"e1": false})
+	staysOut(t, h, e1)
+	h.Identities().Resume("e1")
+	waitLinked(t, h, map[string]bool{"e1": true})
+}

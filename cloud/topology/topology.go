@@ -38,6 +38,15 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
+// EdgeGate lets edges onto the hub or keeps them off: the embedded hub's
+// identity registry (cloud/hub.Identities) implements it.
+type EdgeGate interface {
+	// Suspend refuses node's connections and closes its live link.
+	Suspend(node string)
+	// Resume lets node connect again.
+	Resume(node string)
+}
+
 // node is what the service knows of one edge node.
 type node struct {
 	report *atollv1.TopologyUpdate
@@ -61,6 +70,9 @@ type Service struct {
 	units     map[string]bool   // units with a published view
 	secrets   map[string]string // unit → route password
 	rejected  map[string]string // "node/field" or "unit" → the input rejected, logged once
+	gate      EdgeGate          // nil: nobody to tell of deleted Nodes
+	kubeNodes map[string]bool   // Kubernetes Nodes in the last listing
+	listed    map[string]bool   // the listing before, to find deleted Nodes
 	resync    bool              // the next pass compares every view with the stream
 	kv        jetstream.KeyValue
 	views     jetstream.Stream
@@ -158,6 +170,13 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
+// SetEdgeGate has the service suspend the hub link of an edge whose
+// Kubernetes Node is deleted, and resume it when the Node is back (a
+// kubelet registers its Node again). Only Nodes seen and then deleted are
+// suspended: an enrolled edge whose Node is not registered yet may
+// connect. Call it before Run.
+func (s *Service) SetEdgeGate(g EdgeGate) { s.gate = g }
+
 // Changed tells the service that the membership source changed.
 func (s *Service) Changed() { s.poke() }
 
@@ -207,6 +226,10 @@ func (s *Service) membership() map[string]member {
 	if err != nil {
 		s.log.Error("cannot list nodes", "err", err)
 		return out
+	}
+	s.kubeNodes = make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		s.kubeNodes[n.Name] = true
 	}
 	for _, n := range nodes {
 		if s.excluded(n) {
@@ -316,7 +339,29 @@ func (s *Service) publish(ctx context.Context) error {
 		}
 	}
 	units := maps.Clone(s.units)
+	var deleted, back []string
+	if s.gate != nil && s.kubeNodes != nil {
+		for name := range s.listed {
+			if !s.kubeNodes[name] {
+				deleted = append(deleted, name)
+			}
+		}
+		for name := range s.kubeNodes {
+			if s.listed != nil && !s.listed[name] {
+				back = append(back, name)
+			}
+		}
+		s.listed = s.kubeNodes
+	}
 	s.mu.Unlock()
+
+	for _, name := range deleted {
+		s.log.Info("node deleted; closing its hub link and refusing it until the node is back", "node", name)
+		s.gate.Suspend(name)
+	}
+	for _, name := range back {
+		s.gate.Resume(name)
+	}
 
 	for unit := range members {
 		units[unit] = true
