@@ -92,29 +92,36 @@ func (r *Identities) pokeRevoked() {
 	}
 }
 
-// Stale returns, among the live leaf connection ids, those that
-// authenticated with an edge key that is no longer enrolled (or no longer
-// belongs to the same node, or whose node is suspended), with the node
-// each one spoke for. It forgets
-// connections that are gone.
-func (r *Identities) Stale(live []uint64, now time.Time) map[uint64]string {
+// Stale returns the leaf connections that authenticated with an edge key
+// that is no longer enrolled (or no longer belongs to the same node, or
+// whose node is suspended), with the node each one spoke for. alive tells
+// whether the server still holds a connection; connections gone for longer
+// than the time the server takes to register one are forgotten. alive is
+// called without the registry's lock held.
+func (r *Identities) Stale(alive func(id uint64) bool, now time.Time) map[uint64]string {
+	r.mu.RLock()
+	ids := make(map[uint64]leafAuth, len(r.leafs))
+	for id, a := range r.leafs {
+		ids[id] = a
+	}
+	r.mu.RUnlock()
+	var gone []uint64
+	live := make(map[uint64]leafAuth, len(ids))
+	for id, a := range ids {
+		switch {
+		case alive(id):
+			live[id] = a
+		case now.Sub(a.at) > leafGrace:
+			gone = append(gone, id)
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	alive := make(map[uint64]bool, len(live))
-	for _, id := range live {
-		alive[id] = true
-	}
-	for id, a := range r.leafs {
-		if !alive[id] && now.Sub(a.at) > leafGrace {
-			delete(r.leafs, id)
-		}
+	for _, id := range gone {
+		delete(r.leafs, id)
 	}
 	out := map[uint64]string{}
-	for _, id := range live {
-		a, ok := r.leafs[id]
-		if !ok {
-			continue
-		}
+	for id, a := range live {
 		if cur, ok := r.byKey[a.key]; !ok || cur.Role != RoleEdge || cur.Name != a.node || r.suspended[a.node] {
 			out[id] = a.node
 		}

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 )
 
 // revocationSweep is how often live leaf connections are checked against
@@ -46,15 +44,8 @@ func (h *Hub) enforce(ctx context.Context) {
 
 // closeRevoked closes the leaf connections of revoked edge keys.
 func (h *Hub) closeRevoked() {
-	lz, err := h.srv.Leafz(&server.LeafzOptions{Account: AppAccount})
-	if err != nil {
-		return
-	}
-	live := make([]uint64, 0, len(lz.Leafs))
-	for _, l := range lz.Leafs {
-		live = append(live, l.ID)
-	}
-	for id, node := range h.ids.Stale(live, time.Now()) {
+	alive := func(id uint64) bool { return h.srv.GetLeafNode(id) != nil }
+	for id, node := range h.ids.Stale(alive, time.Now()) {
 		if err := h.srv.DisconnectClientByID(id); err != nil {
 			continue // already gone
 		}

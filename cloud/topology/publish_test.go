@@ -96,6 +96,20 @@ func (f *hubFixture) storedView(t *testing.T, unit string) *atollv1.UnitView {
 	return v
 }
 
+func (f *hubFixture) storedAssignment(t *testing.T, node string) *atollv1.NodeAssignment {
+	t.Helper()
+	subj, _ := events.AssignmentSubject(node)
+	raw, err := f.views.GetLastMsgForSubject(context.Background(), subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &atollv1.NodeAssignment{}
+	if err := proto.Unmarshal(raw.Data, a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func (f *hubFixture) hasAssignment(t *testing.T, node string) bool {
 	t.Helper()
 	subj, _ := events.AssignmentSubject(node)
@@ -204,6 +218,25 @@ func TestViewReturnsToEarlierContent(t *testing.T) {
 			t.Fatalf("step %d: stored view has zone %q, want %q", i, got, zone)
 		}
 	}
+	// A node leaving its unit and coming back: its assignment and the
+	// unit's view go A → B → A and end as A.
+	for i, unit := range []string{"u2", "u1", "u2", "u1"} {
+		s.observe(report("a", unit, "10.0.0.1", "nats-route://10.0.0.1:6222", labels("A")), time.Now())
+		if err := s.publish(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.storedAssignment(t, "a").GetUnit(); got != unit {
+			t.Fatalf("move %d: stored assignment of a names unit %q, want %q", i, got, unit)
+		}
+		wantU1 := "b=nats-route://10.0.0.2:6222"
+		if unit == "u1" {
+			wantU1 = "a=nats-route://10.0.0.1:6222," + wantU1
+		}
+		if got := memberNames(f.storedView(t, "u1")); got != wantU1 {
+			t.Fatalf("move %d: stored view of u1 = %s, want %s", i, got, wantU1)
+		}
+	}
+
 	// A second replica that computes the same view publishes nothing.
 	before := f.lastSeq(t)
 	other := newDeclared(t, s.bus)

@@ -338,6 +338,11 @@ func (s *Service) publish(ctx context.Context) error {
 			assignments[name] = ""
 		}
 	}
+	for key := range s.rejected {
+		if node, _, _ := strings.Cut(key, "/"); !hasKey(assignments, node) {
+			delete(s.rejected, key) // the node is gone
+		}
+	}
 	units := maps.Clone(s.units)
 	var deleted, back []string
 	if s.gate != nil && s.kubeNodes != nil {
@@ -462,3 +467,5 @@ func internalIP(u *atollv1.TopologyUpdate) string {
 	}
 	return ""
 }
+
+func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
