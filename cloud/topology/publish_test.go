@@ -342,3 +342,34 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestReconnectResyncs: after the hub link reconnects, views the stream
+// lost are republished without waiting for the periodic resync.
+func TestReconnectResyncs(t *testing.T) {
+	f := newHubFixture(t, func(c *Config) { c.Resync = time.Hour })
+	s := f.svc
+	s.observe(report("n0", "u0", "10.0.0.1", "nats-route://10.0.0.1:6222", nil), time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	poll.Eventually(t, 10*time.Second, func() error {
+		if f.storedView(t, "u0") == nil {
+			return errors.New("no view yet")
+		}
+		return nil
+	})
+	u0, _ := events.UnitViewSubject("u0")
+	if err := f.views.Purge(context.Background(), jetstream.WithPurgeSubject(u0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.bus.Conn().ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if f.storedView(t, "u0") == nil {
+			return errors.New("view of u0 not repaired")
+		}
+		return nil
+	})
+}

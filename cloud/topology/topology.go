@@ -145,6 +145,12 @@ func (s *Service) Run(ctx context.Context) error {
 	defer expire.Stop()
 	resync := time.NewTicker(s.cfg.Resync)
 	defer resync.Stop()
+	// A reconnect may land on a hub that lost views (a restarted server,
+	// a store rebuilt from peers): resync at once rather than at the next
+	// tick.
+	linkCheck := time.NewTicker(reconnectCheck)
+	defer linkCheck.Stop()
+	reconnects := s.reconnects()
 	for {
 		select {
 		case <-ctx.Done():
@@ -152,9 +158,15 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-s.changed:
 		case <-expire.C:
 		case <-resync.C:
-			s.mu.Lock()
-			s.resync = true
-			s.mu.Unlock()
+			s.requestResync()
+		case <-linkCheck.C:
+			n := s.reconnects()
+			if n == reconnects {
+				continue
+			}
+			reconnects = n
+			s.log.Info("hub link reconnected; comparing every view with the stream")
+			s.requestResync()
 		}
 		if s.cfg.Debounce > 0 {
 			select {
@@ -176,6 +188,22 @@ func (s *Service) Run(ctx context.Context) error {
 // suspended: an enrolled edge whose Node is not registered yet may
 // connect. Call it before Run.
 func (s *Service) SetEdgeGate(g EdgeGate) { s.gate = g }
+
+// reconnectCheck is how often Run looks for a reconnect of the hub link.
+const reconnectCheck = 2 * time.Second
+
+func (s *Service) reconnects() uint64 {
+	if nc := s.bus.Conn(); nc != nil {
+		return nc.Stats().Reconnects
+	}
+	return 0
+}
+
+func (s *Service) requestResync() {
+	s.mu.Lock()
+	s.resync = true
+	s.mu.Unlock()
+}
 
 // Changed tells the service that the membership source changed.
 func (s *Service) Changed() { s.poke() }
