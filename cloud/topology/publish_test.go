@@ -185,10 +185,15 @@ func TestBadInputStallsNoView(t *testing.T) {
 			t.Errorf("rejected{reason=%s} = %v, want %v", reason, got, want)
 		}
 	}
+	if errors.Is(err, errRetry) {
+		t.Errorf("publish error %v asks for a retry; rejected inputs wait for a change", err)
+	}
 	// A second pass logs and counts the same bad inputs no more.
 	_ = s.publish(context.Background())
-	if got := counter(t, s.metrics.rejected.WithLabelValues(reasonRouteURL)); got != 3 {
-		t.Errorf("rejected{reason=route_url} = %v after a second pass, want 3", got)
+	for reason, want := range map[string]float64{reasonRouteURL: 3, reasonTooLarge: 1} {
+		if got := counter(t, s.metrics.rejected.WithLabelValues(reason)); got != want {
+			t.Errorf("rejected{reason=%s} = %v after a second pass, want %v", reason, got, want)
+		}
 	}
 	// The fixed report is published.
 	s.observe(report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil), time.Now())

@@ -69,7 +69,8 @@ type Service struct {
 	believed  map[string]stored // published as it was before the last resync
 	units     map[string]bool   // units with a published view
 	secrets   map[string]string // unit → route password
-	rejected  map[string]string // "node/field" or "unit" → the input rejected, logged once
+	rejected  map[string]string // "node/field" → the input rejected, logged once
+	oversized map[string]int    // unit → size of its view, rejected and logged once
 	gate      EdgeGate          // nil: nobody to tell of deleted Nodes
 	kubeNodes map[string]bool   // Kubernetes Nodes in the last listing
 	listed    map[string]bool   // the listing before, to find deleted Nodes
@@ -99,6 +100,7 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 		units:     map[string]bool{},
 		secrets:   map[string]string{},
 		rejected:  map[string]string{},
+		oversized: map[string]int{},
 		changed:   make(chan struct{}, 1),
 	}, nil
 }
@@ -175,8 +177,9 @@ func (s *Service) Run(ctx context.Context) error {
 			case <-time.After(s.cfg.Debounce):
 			}
 		}
-		if err := s.publish(ctx); err != nil && ctx.Err() == nil {
-			// Each failed view was logged and counted; the others are out.
+		if err := s.publish(ctx); errors.Is(err, errRetry) && ctx.Err() == nil {
+			// Each failed view was logged and counted; the others are
+			// out. Rejected inputs wait for a change instead.
 			time.AfterFunc(time.Second, s.poke)
 		}
 	}
@@ -329,7 +332,8 @@ func (s *Service) excluded(n *corev1.Node) bool {
 // the stream holds. Each view and each assignment is published on its own:
 // one that cannot be (too large, a failed publish, no route secret) is
 // logged and counted, and the others still go out. The error joins the
-// failures so that Run retries them.
+// failures; those marked errRetry (not a rejected input) are retried by
+// Run.
 func (s *Service) publish(ctx context.Context) error {
 	now := time.Now()
 	s.mu.Lock()
@@ -408,7 +412,7 @@ func (s *Service) publish(ctx context.Context) error {
 		if ctx.Err() == nil {
 			s.log.Warn("view not published; the others are", "view", what, "reason", reason, "err", err)
 		}
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("%w: %w", errRetry, err))
 	}
 	for _, unit := range slices.Sorted(maps.Keys(units)) {
 		ms := members[unit]
@@ -420,9 +424,16 @@ func (s *Service) publish(ctx context.Context) error {
 			continue
 		}
 		if size := proto.Size(view); size > s.cfg.MaxViewBytes {
-			fail(reasonTooLarge, "unit "+unit, fmt.Errorf("topology: view of unit %s: %d bytes, more than the maximum %d", unit, size, s.cfg.MaxViewBytes))
+			err := fmt.Errorf("topology: view of unit %s: %d bytes, more than the maximum %d", unit, size, s.cfg.MaxViewBytes)
+			if s.oversized[unit] != size { // only the publishing goroutine uses oversized
+				s.oversized[unit] = size
+				s.metrics.rejected.WithLabelValues(reasonTooLarge).Inc()
+				s.log.Warn("view rejected; the others are published", "unit", unit, "reason", reasonTooLarge, "err", err)
+			}
+			errs = append(errs, err)
 			continue
 		}
+		delete(s.oversized, unit)
 		if err := s.put(ctx, subj, view, func(fp string) { view.Fingerprint, view.Time = fp, timestamppb.New(now) }); err != nil {
 			fail(reasonPublish, "unit "+unit, err)
 			continue

@@ -23,6 +23,10 @@ const (
 	reasonSecret     = "route_secret"
 )
 
+// errRetry marks a failure worth retrying soon (a publish or a secret),
+// unlike a rejected input, which waits for the input to change.
+var errRetry = errors.New("will retry")
+
 // checkRouteURL reports why u cannot be a unit peer's route URL, which
 // edge servers require to be nats-route://host:port (edge/natsnode refuses a
 // whole mesh over one bad peer URL, so the cloud never publishes one).
