@@ -315,7 +315,9 @@ func TestWorkers(t *testing.T) {
 		{"one member", nil, 1, 1, true},
 		{"hundred members, one each", nil, 100, 100, true},
 		{"more than the parallelism", nil, 200, 128, false},
-		{"short timeouts share workers", func(c *Config) { c.Plugins[0].Timeout, c.Plugins[1].Timeout = 100*time.Millisecond, 100*time.Millisecond }, 100, 15, true},
+		{"short timeouts share workers", func(c *Config) {
+			c.Plugins[0].Timeout, c.Plugins[1].Timeout = 100*time.Millisecond, 100*time.Millisecond
+		}, 100, 15, true},
 		{"one member exceeds the budget", func(c *Config) { c.Plugins[0].Retries = 5 }, 3, 3, false},
 	}
 	for _, tt := range tests {
