@@ -274,6 +274,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			fx.Supply(c.Hub),
 			hub.Module,
 			fx.Provide(func(h *hub.Hub) hubclient.Endpoint { return h }),
+			// Deleting a Node closes its edge's link to the embedded hub.
+			fx.Provide(func(h *hub.Hub) topology.EdgeGate { return h.Identities() }),
 		)
 	}
 	return fx.Options(

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -37,7 +38,10 @@ type Identity struct {
 // authenticates: edge servers and services with an nkey signature over the
 // server's nonce, operators with a password. It is safe for concurrent use
 // and changes take effect for new connections at once, without a server
-// reload, so the cloud can enroll and retire nodes at runtime.
+// reload, so the cloud can enroll and retire nodes at runtime. It also
+// remembers which leaf connection authenticated with which edge key, so
+// that the hub can close the live link of an edge whose key is revoked
+// (RemoveEdge, or re-enrollment with another key): see Revoked and Stale.
 //
 // All identities land in the one application account; per-identity subject
 // permissions hang off Identity (see permissions) so that per-node limits
@@ -48,7 +52,20 @@ type Identities struct {
 	keyOf     map[string]string   // edge node name → its key
 	operators map[string]string   // user → password or bcrypt hash
 	account   func() *server.Account
+	leafs     map[uint64]leafAuth // connection id → the edge key it authenticated with
+	suspended map[string]bool     // edge nodes enrolled but not let in (their Node is gone)
+	revoked   chan struct{}       // poked when an edge key is removed or replaced
 }
+
+// leafAuth is one leaf connection's authentication.
+type leafAuth struct {
+	node, key string
+	at        time.Time
+}
+
+// leafGrace is how long an authenticated leaf connection is remembered
+// before the server lists it (it is registered after authentication).
+const leafGrace = 30 * time.Second
 
 // NewIdentities returns an empty registry; account resolves the account
 // connections are bound to (it exists only once the server runs).
@@ -58,7 +75,58 @@ func NewIdentities(account func() *server.Account) *Identities {
 		keyOf:     map[string]string{},
 		operators: map[string]string{},
 		account:   account,
+		leafs:     map[uint64]leafAuth{},
+		suspended: map[string]bool{},
+		revoked:   make(chan struct{}, 1),
 	}
+}
+
+// Revoked is poked whenever an edge key is removed or replaced; the hub
+// then closes the connections Stale names.
+func (r *Identities) Revoked() <-chan struct{} { return r.revoked }
+
+func (r *Identities) pokeRevoked() {
+	select {
+	case r.revoked <- struct{}{}:
+	default:
+	}
+}
+
+// Stale returns the leaf connections that authenticated with an edge key
+// that is no longer enrolled (or no longer belongs to the same node, or
+// whose node is suspended), with the node each one spoke for. alive tells
+// whether the server still holds a connection; connections gone for longer
+// than the time the server takes to register one are forgotten. alive is
+// called without the registry's lock held.
+func (r *Identities) Stale(alive func(id uint64) bool, now time.Time) map[uint64]string {
+	r.mu.RLock()
+	ids := make(map[uint64]leafAuth, len(r.leafs))
+	for id, a := range r.leafs {
+		ids[id] = a
+	}
+	r.mu.RUnlock()
+	var gone []uint64
+	live := make(map[uint64]leafAuth, len(ids))
+	for id, a := range ids {
+		switch {
+		case alive(id):
+			live[id] = a
+		case now.Sub(a.at) > leafGrace:
+			gone = append(gone, id)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range gone {
+		delete(r.leafs, id)
+	}
+	out := map[uint64]string{}
+	for id, a := range live {
+		if cur, ok := r.byKey[a.key]; !ok || cur.Role != RoleEdge || cur.Name != a.node || r.suspended[a.node] {
+			out[id] = a.node
+		}
+	}
+	return out
 }
 
 // AddEdge lets node connect as a leafnode with the nkey public key pub. A
@@ -75,22 +143,45 @@ func (r *Identities) AddEdge(node, pub string) error {
 	if other, ok := r.byKey[pub]; ok && other.Name != node {
 		return fmt.Errorf("enroll edge %s: key already belongs to %s %s", node, other.Role, other.Name)
 	}
-	if old, ok := r.keyOf[node]; ok {
+	if old, ok := r.keyOf[node]; ok && old != pub {
 		delete(r.byKey, old)
+		defer r.pokeRevoked()
 	}
 	r.byKey[pub] = Identity{Name: node, Role: RoleEdge}
 	r.keyOf[node] = pub
 	return nil
 }
 
-// RemoveEdge forgets node; its next connection attempt is refused.
+// RemoveEdge forgets node: its next connection attempt is refused, and the
+// hub closes its live leaf connections within seconds.
 func (r *Identities) RemoveEdge(node string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if key, ok := r.keyOf[node]; ok {
 		delete(r.byKey, key)
 		delete(r.keyOf, node)
+		r.pokeRevoked()
 	}
+}
+
+// Suspend keeps node's key enrolled but refuses its connections and has
+// the hub close its live leaf links within seconds, until Resume. The
+// cloud suspends an edge whose Kubernetes Node was deleted: a kubelet that
+// registers the Node again brings it back without re-enrollment.
+func (r *Identities) Suspend(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.suspended[node] {
+		r.suspended[node] = true
+		r.pokeRevoked()
+	}
+}
+
+// Resume lets a suspended node connect again.
+func (r *Identities) Resume(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.suspended, node)
 }
 
 // AddService lets a cloud service connect with nkey public key pub.
@@ -136,6 +227,11 @@ func (r *Identities) Check(c server.ClientAuthentication) bool {
 	if acc == nil {
 		return false
 	}
+	if id.Role == RoleEdge {
+		r.mu.Lock()
+		r.leafs[c.GetID()] = leafAuth{node: id.Name, key: c.GetOpts().Nkey, at: time.Now()}
+		r.mu.Unlock()
+	}
 	c.RegisterUser(&server.User{Username: string(id.Role) + ":" + id.Name, Account: acc, Permissions: permissions(id)})
 	return true
 }
@@ -145,9 +241,13 @@ func (r *Identities) authenticate(c server.ClientAuthentication) (Identity, erro
 	if opts.Nkey != "" {
 		r.mu.RLock()
 		id, ok := r.byKey[opts.Nkey]
+		suspended := r.suspended[id.Name] && id.Role == RoleEdge
 		r.mu.RUnlock()
 		if !ok {
 			return Identity{}, errors.New("unknown nkey")
+		}
+		if suspended {
+			return Identity{}, fmt.Errorf("edge %s is suspended", id.Name)
 		}
 		if err := verifyNonce(opts.Nkey, opts.Sig, c.GetNonce()); err != nil {
 			return Identity{}, err

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -35,7 +36,12 @@ type Config struct {
 	MaxStore  int64
 	// EdgeKeysFile is a YAML map of node name to the node's NATS nkey
 	// public key ("U..."); only these nodes may open leaf connections.
+	// The hub re-reads it every EdgeKeysReload: a node removed from it (or
+	// given another key) loses its live leaf connection within seconds and
+	// is refused when it reconnects.
 	EdgeKeysFile string
+	// EdgeKeysReload is how often EdgeKeysFile is re-read.
+	EdgeKeysReload time.Duration
 	// Operators are user/password logins for operator tools (atoll events
 	// tail, nats CLI). Passwords may be bcrypt hashes.
 	Operators map[string]string
@@ -118,6 +124,8 @@ func Default() Config {
 		StoreDir:   "/var/lib/atoll/hub",
 		Domain:     "hub",
 		Cluster:    ClusterConfig{Host: "0.0.0.0"},
+
+		EdgeKeysReload: 5 * time.Second,
 	}
 }
 
@@ -138,6 +146,8 @@ func (c Config) Validate() error {
 		return errors.New("hub: JetStream domain is empty")
 	case c.MaxMemory < 0 || c.MaxStore < 0:
 		return errors.New("hub: JetStream limits must not be negative")
+	case c.EdgeKeysFile != "" && c.EdgeKeysReload < 100*time.Millisecond:
+		return fmt.Errorf("hub: edge keys reload %v must be at least 100ms", c.EdgeKeysReload)
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
@@ -156,6 +166,10 @@ func LoadEdgeKeys(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge keys: %w", err)
 	}
+	return parseEdgeKeys(path, data)
+}
+
+func parseEdgeKeys(path string, data []byte) (map[string]string, error) {
 	keys := map[string]string{}
 	if err := yaml.UnmarshalStrict(data, &keys); err != nil {
 		return nil, fmt.Errorf("edge keys %s: %w", path, err)

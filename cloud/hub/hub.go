@@ -13,11 +13,15 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -46,6 +50,14 @@ type Hub struct {
 	svc    nkeys.KeyPair // the embedded cloud services' identity
 	leaf   *url.URL
 	client *url.URL
+
+	// Revocation (revoke.go): the edge keys last read from the file and
+	// the file's checksum; the enforce loop's stop and its end.
+	fileKeys    map[string]string
+	keysSum     [32]byte
+	revocations atomic.Int64
+	stop        context.CancelFunc
+	stopped     chan struct{}
 }
 
 // New prepares a hub server; Start runs it.
@@ -61,7 +73,11 @@ func New(cfg Config, log *slog.Logger) (*Hub, error) {
 		}
 	}
 	if cfg.EdgeKeysFile != "" {
-		keys, err := LoadEdgeKeys(cfg.EdgeKeysFile)
+		data, err := os.ReadFile(filepath.Clean(cfg.EdgeKeysFile))
+		if err != nil {
+			return nil, fmt.Errorf("edge keys: %w", err)
+		}
+		keys, err := parseEdgeKeys(cfg.EdgeKeysFile, data)
 		if err != nil {
 			return nil, err
 		}
@@ -70,6 +86,7 @@ func New(cfg Config, log *slog.Logger) (*Hub, error) {
 				return nil, fmt.Errorf("%s: %w", cfg.EdgeKeysFile, err)
 			}
 		}
+		h.fileKeys, h.keysSum = keys, sha256.Sum256(data)
 	}
 	svc, err := nkeys.CreateUser()
 	if err != nil {
@@ -156,6 +173,12 @@ func (h *Hub) Start(ctx context.Context) error {
 	if err := natsembed.Start(ctx, h.srv); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
+	ectx, stop := context.WithCancel(context.Background())
+	h.stop, h.stopped = stop, make(chan struct{})
+	go func() {
+		defer close(h.stopped)
+		h.enforce(ectx)
+	}()
 	varz, err := h.srv.Varz(nil)
 	if err != nil {
 		return fmt.Errorf("hub: varz: %w", err)
@@ -208,7 +231,16 @@ func (h *Hub) Start(ctx context.Context) error {
 }
 
 // Shutdown stops the server, waiting at most until ctx is done.
-func (h *Hub) Shutdown(ctx context.Context) error { return natsembed.Shutdown(ctx, h.srv) }
+func (h *Hub) Shutdown(ctx context.Context) error {
+	if h.stop != nil {
+		h.stop()
+		select {
+		case <-h.stopped:
+		case <-ctx.Done():
+		}
+	}
+	return natsembed.Shutdown(ctx, h.srv)
+}
 
 // Server is the embedded server, for tests and monitoring.
 func (h *Hub) Server() *server.Server { return h.srv }

@@ -3,8 +3,9 @@ package topology
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	nodes, units prometheus.Gauge
-	published    prometheus.Counter
+	nodes, units                    prometheus.Gauge
+	published, repaired, duplicates prometheus.Counter
+	rejected                        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -19,11 +20,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "topology", Name: "views_published_total",
-			Help: "Unit views and node assignments published because their content changed.",
+			Help: "Unit views and node assignments published because the stream did not hold their content.",
 		}),
+		repaired: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "views_repaired_total",
+			Help: "Views republished by a resync because the stream had lost or replaced content already published.",
+		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "views_duplicate_republished_total",
+			Help: "Views the hub acknowledged as duplicates of a copy it no longer held, published again under a new id.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "views_rejected_total",
+			Help: "Inputs left out of a view (route_url, internal_ip: once per bad value) and views not published (too_large, publish_failed, route_secret: per attempt).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nodes, m.units, m.published)
+		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.rejected)
 	}
 	return m
 }

@@ -28,11 +28,13 @@ type params struct {
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
 	Events    *events.Metrics
+	Gate      EdgeGate `optional:"true"` // the embedded hub's registry
 }
 
 // Module runs the topology service with the app. With the kubernetes
 // source it needs the *manager.Manager: it reads Nodes from the manager's
-// cache and is one of its controllers.
+// cache and is one of its controllers; given an EdgeGate (the embedded
+// hub), it suspends the hub link of an edge whose Node is deleted.
 var Module = fx.Module("topology",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),
@@ -50,6 +52,9 @@ func newForApp(p params) (*Service, error) {
 		}
 		if err := svc.SetupWithManager(p.Manager); err != nil {
 			return nil, err
+		}
+		if p.Gate != nil {
+			svc.SetEdgeGate(p.Gate)
 		}
 		s = svc
 	} else {

@@ -5,14 +5,17 @@
 // addresses and route URLs).
 //
 // Every replica computes the same views from the same events and publishes
-// them with a content-derived message id, so replicas run active-active
-// without electing a leader; JetStream drops the duplicates.
+// a view only when the stream's last value for its subject differs, with a
+// message id made of its content and the value it replaces (see put), so
+// replicas run active-active without electing a leader: JetStream drops
+// the duplicates, yet a view that returns to earlier content is stored.
+// Each view and assignment is published on its own, and a periodic resync
+// compares every one with the stream and repairs what is missing.
 package topology
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,8 +25,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/atoll-edge/atoll/internal/wellknown"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -37,64 +38,13 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// SecretsBucket is the KV bucket holding each unit's route credentials.
-const SecretsBucket = "atoll_unit_routes"
-
-// Membership sources.
-const (
-	// SourceKubernetes: units come from a label of the Kubernetes Nodes;
-	// control-plane nodes are excluded. The default.
-	SourceKubernetes = "kubernetes"
-	// SourceDeclared: units come from the agents' own reports (for fabrics
-	// without Kubernetes, and tests).
-	SourceDeclared = "declared"
-)
-
-// Config tunes the topology service.
-type Config struct {
-	// Source of unit membership: SourceKubernetes or SourceDeclared.
-	Source string
-	// UnitLabel is the node label whose value names the node's unit.
-	UnitLabel string
-	// ExcludeLabels: nodes carrying any of these labels are cloud nodes,
-	// in no unit and probed by nobody.
-	ExcludeLabels []string
-	// NodeTTL: a node that has not reported for this long is dropped
-	// from its unit.
-	NodeTTL time.Duration
-	// Debounce coalesces bursts of updates into one publication.
-	Debounce time.Duration
-	// Replicas of the secrets bucket (match the hub's stream replicas).
-	Replicas int
-}
-
-// DefaultConfig suits production.
-func DefaultConfig() Config {
-	return Config{
-		Source:        SourceKubernetes,
-		UnitLabel:     wellknown.LabelUnit,
-		ExcludeLabels: []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master", wellknown.LabelCloud},
-		NodeTTL:       10 * time.Minute,
-		Debounce:      200 * time.Millisecond,
-		Replicas:      1,
-	}
-}
-
-// Validate names the first bad field.
-func (c Config) Validate() error {
-	switch {
-	case c.Source != SourceKubernetes && c.Source != SourceDeclared:
-		return fmt.Errorf("topology: source %q: want %s or %s", c.Source, SourceKubernetes, SourceDeclared)
-	case c.Source == SourceKubernetes && c.UnitLabel == "":
-		return errors.New("topology: unit label is empty")
-	case c.NodeTTL <= 0:
-		return errors.New("topology: node TTL must be positive")
-	case c.Debounce < 0:
-		return errors.New("topology: debounce must not be negative")
-	case c.Replicas < 1:
-		return errors.New("topology: replicas must be at least 1")
-	}
-	return nil
+// EdgeGate lets edges onto the hub or keeps them off: the embedded hub's
+// identity registry (cloud/hub.Identities) implements it.
+type EdgeGate interface {
+	// Suspend refuses node's connections and closes its live link.
+	Suspend(node string)
+	// Resume lets node connect again.
+	Resume(node string)
 }
 
 // node is what the service knows of one edge node.
@@ -115,10 +65,18 @@ type Service struct {
 
 	mu        sync.Mutex
 	nodes     map[string]node
-	published map[string]string // view subject → fingerprint
+	published map[string]stored // view subject → what the stream holds there, as last seen
+	believed  map[string]stored // published as it was before the last resync
 	units     map[string]bool   // units with a published view
 	secrets   map[string]string // unit → route password
+	rejected  map[string]string // "node/field" → the input rejected, logged once
+	oversized map[string]int    // unit → size of its view, rejected and logged once
+	gate      EdgeGate          // nil: nobody to tell of deleted Nodes
+	kubeNodes map[string]bool   // Kubernetes Nodes in the last listing
+	listed    map[string]bool   // the listing before, to find deleted Nodes
+	resync    bool              // the next pass compares every view with the stream
 	kv        jetstream.KeyValue
+	views     jetstream.Stream
 	changed   chan struct{}
 }
 
@@ -138,15 +96,17 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 	return &Service{
 		cfg: cfg, bus: b, kube: nodes, log: log.With("component", "topology"), metrics: m, evm: evm,
 		nodes:     map[string]node{},
-		published: map[string]string{},
+		published: map[string]stored{},
 		units:     map[string]bool{},
 		secrets:   map[string]string{},
+		rejected:  map[string]string{},
+		oversized: map[string]int{},
 		changed:   make(chan struct{}, 1),
 	}, nil
 }
 
-// Run follows topology and publishes views until ctx is done.
-func (s *Service) Run(ctx context.Context) error {
+// open binds the service to the hub's JetStream and its secrets bucket.
+func (s *Service) open(ctx context.Context) error {
 	s.js = s.bus.JetStream()
 	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      SecretsBucket,
@@ -158,6 +118,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("topology: secrets bucket: %w", err)
 	}
 	s.kv = kv
+	return nil
+}
+
+// Run follows topology and publishes views until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -177,12 +145,30 @@ func (s *Service) Run(ctx context.Context) error {
 
 	expire := time.NewTicker(max(s.cfg.NodeTTL/10, time.Second))
 	defer expire.Stop()
+	resync := time.NewTicker(s.cfg.Resync)
+	defer resync.Stop()
+	// A reconnect may land on a hub that lost views (a restarted server,
+	// a store rebuilt from peers): resync at once rather than at the next
+	// tick.
+	linkCheck := time.NewTicker(reconnectCheck)
+	defer linkCheck.Stop()
+	reconnects := s.reconnects()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.changed:
 		case <-expire.C:
+		case <-resync.C:
+			s.requestResync()
+		case <-linkCheck.C:
+			n := s.reconnects()
+			if n == reconnects {
+				continue
+			}
+			reconnects = n
+			s.log.Info("hub link reconnected; comparing every view with the stream")
+			s.requestResync()
 		}
 		if s.cfg.Debounce > 0 {
 			select {
@@ -191,11 +177,35 @@ func (s *Service) Run(ctx context.Context) error {
 			case <-time.After(s.cfg.Debounce):
 			}
 		}
-		if err := s.publish(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("publishing views failed; will retry", "err", err)
+		if err := s.publish(ctx); errors.Is(err, errRetry) && ctx.Err() == nil {
+			// Each failed view was logged and counted; the others are
+			// out. Rejected inputs wait for a change instead.
 			time.AfterFunc(time.Second, s.poke)
 		}
 	}
+}
+
+// SetEdgeGate has the service suspend the hub link of an edge whose
+// Kubernetes Node is deleted, and resume it when the Node is back (a
+// kubelet registers its Node again). Only Nodes seen and then deleted are
+// suspended: an enrolled edge whose Node is not registered yet may
+// connect. Call it before Run.
+func (s *Service) SetEdgeGate(g EdgeGate) { s.gate = g }
+
+// reconnectCheck is how often Run looks for a reconnect of the hub link.
+const reconnectCheck = 2 * time.Second
+
+func (s *Service) reconnects() uint64 {
+	if nc := s.bus.Conn(); nc != nil {
+		return nc.Stats().Reconnects
+	}
+	return 0
+}
+
+func (s *Service) requestResync() {
+	s.mu.Lock()
+	s.resync = true
+	s.mu.Unlock()
 }
 
 // Changed tells the service that the membership source changed.
@@ -239,7 +249,7 @@ func (s *Service) membership() map[string]member {
 	out := map[string]member{}
 	if s.cfg.Source == SourceDeclared {
 		for name, n := range s.nodes {
-			out[name] = member{unit: n.report.GetUnit(), ip: internalIP(n.report), labels: n.report.GetLabels(), routeURL: n.report.GetRouteUrl()}
+			out[name] = s.checked(name, member{unit: n.report.GetUnit(), ip: internalIP(n.report), labels: n.report.GetLabels(), routeURL: n.report.GetRouteUrl()})
 		}
 		return out
 	}
@@ -247,6 +257,10 @@ func (s *Service) membership() map[string]member {
 	if err != nil {
 		s.log.Error("cannot list nodes", "err", err)
 		return out
+	}
+	s.kubeNodes = make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		s.kubeNodes[n.Name] = true
 	}
 	for _, n := range nodes {
 		if s.excluded(n) {
@@ -268,9 +282,41 @@ func (s *Service) membership() map[string]member {
 		if r, ok := s.nodes[n.Name]; ok {
 			m.routeURL = r.report.GetRouteUrl()
 		}
-		out[n.Name] = m
+		out[n.Name] = s.checked(n.Name, m)
 	}
 	return out
+}
+
+// checked drops from m the fields that fail validation, so one node's bad
+// report costs only that field (its peers do not route to it) and never
+// the view of its unit. Each rejected value is logged and counted once.
+// Callers hold mu.
+func (s *Service) checked(name string, m member) member {
+	check := func(field, reason, value string, valid func(string) error) string {
+		key := name + "/" + field
+		if value == "" {
+			delete(s.rejected, key)
+			return ""
+		}
+		err := valid(value)
+		if err == nil {
+			delete(s.rejected, key)
+			return value
+		}
+		if s.rejected[key] != value {
+			s.rejected[key] = value
+			s.metrics.rejected.WithLabelValues(reason).Inc()
+			shown := value
+			if len(shown) > 80 {
+				shown = shown[:80] + "…"
+			}
+			s.log.Warn("node input rejected; the field is left out of its unit view", "node", name, "unit", m.unit, "field", field, "value", shown, "err", err)
+		}
+		return ""
+	}
+	m.routeURL = check("route_url", reasonRouteURL, m.routeURL, checkRouteURL)
+	m.ip = check("internal_ip", reasonInternalIP, m.ip, checkIP)
+	return m
 }
 
 func (s *Service) excluded(n *corev1.Node) bool {
@@ -282,10 +328,22 @@ func (s *Service) excluded(n *corev1.Node) bool {
 	return false
 }
 
-// publish computes every view and publishes those that changed.
+// publish computes every view and publishes those that differ from what
+// the stream holds. Each view and each assignment is published on its own:
+// one that cannot be (too large, a failed publish, no route secret) is
+// logged and counted, and the others still go out. The error joins the
+// failures; those marked errRetry (not a rejected input) are retried by
+// Run.
 func (s *Service) publish(ctx context.Context) error {
 	now := time.Now()
 	s.mu.Lock()
+	if s.resync {
+		// Forget what was published: every put below compares with the
+		// stream's last stored value of its subject.
+		s.resync = false
+		s.believed = s.published
+		s.published = map[string]stored{}
+	}
 	for name, n := range s.nodes {
 		if now.Sub(n.seen) > s.cfg.NodeTTL {
 			s.log.Info("node stopped reporting; dropping it", "node", name, "unit", n.report.GetUnit(), "last_seen", n.seen)
@@ -312,8 +370,35 @@ func (s *Service) publish(ctx context.Context) error {
 			assignments[name] = ""
 		}
 	}
+	for key := range s.rejected {
+		if node, _, _ := strings.Cut(key, "/"); !hasKey(assignments, node) {
+			delete(s.rejected, key) // the node is gone
+		}
+	}
 	units := maps.Clone(s.units)
+	var deleted, back []string
+	if s.gate != nil && s.kubeNodes != nil {
+		for name := range s.listed {
+			if !s.kubeNodes[name] {
+				deleted = append(deleted, name)
+			}
+		}
+		for name := range s.kubeNodes {
+			if s.listed != nil && !s.listed[name] {
+				back = append(back, name)
+			}
+		}
+		s.listed = s.kubeNodes
+	}
 	s.mu.Unlock()
+
+	for _, name := range deleted {
+		s.log.Info("node deleted; closing its hub link and refusing it until the node is back", "node", name)
+		s.gate.Suspend(name)
+	}
+	for _, name := range back {
+		s.gate.Resume(name)
+	}
 
 	for unit := range members {
 		units[unit] = true
@@ -321,16 +406,37 @@ func (s *Service) publish(ctx context.Context) error {
 	s.metrics.nodes.Set(float64(len(assignments)))
 	s.metrics.units.Set(float64(len(members)))
 
+	var errs []error
+	fail := func(reason, what string, err error) {
+		s.metrics.rejected.WithLabelValues(reason).Inc()
+		if ctx.Err() == nil {
+			s.log.Warn("view not published; the others are", "view", what, "reason", reason, "err", err)
+		}
+		errs = append(errs, fmt.Errorf("%w: %w", errRetry, err))
+	}
 	for _, unit := range slices.Sorted(maps.Keys(units)) {
 		ms := members[unit]
 		slices.SortFunc(ms, func(a, b *atollv1.UnitMember) int { return strings.Compare(a.GetName(), b.GetName()) })
 		view := &atollv1.UnitView{Unit: unit, Members: ms}
 		subj, err := events.UnitViewSubject(unit)
 		if err != nil {
-			return err
+			fail(reasonPublish, "unit "+unit, err)
+			continue
 		}
+		if size := proto.Size(view); size > s.cfg.MaxViewBytes {
+			err := fmt.Errorf("topology: view of unit %s: %d bytes, more than the maximum %d", unit, size, s.cfg.MaxViewBytes)
+			if s.oversized[unit] != size { // only the publishing goroutine uses oversized
+				s.oversized[unit] = size
+				s.metrics.rejected.WithLabelValues(reasonTooLarge).Inc()
+				s.log.Warn("view rejected; the others are published", "unit", unit, "reason", reasonTooLarge, "err", err)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		delete(s.oversized, unit)
 		if err := s.put(ctx, subj, view, func(fp string) { view.Fingerprint, view.Time = fp, timestamppb.New(now) }); err != nil {
-			return err
+			fail(reasonPublish, "unit "+unit, err)
+			continue
 		}
 		s.mu.Lock()
 		if len(ms) == 0 {
@@ -345,75 +451,21 @@ func (s *Service) publish(ctx context.Context) error {
 		if a.Unit != "" {
 			pw, err := s.secret(ctx, a.Unit)
 			if err != nil {
-				return err
+				fail(reasonSecret, "assignment of "+name, err)
+				continue
 			}
 			a.RouteUser, a.RoutePassword = "unit-"+a.Unit, pw
 		}
 		subj, err := events.AssignmentSubject(name)
 		if err != nil {
-			return err
+			fail(reasonPublish, "assignment of "+name, err)
+			continue
 		}
 		if err := s.put(ctx, subj, a, func(fp string) { a.Fingerprint, a.Time = fp, timestamppb.New(now) }); err != nil {
-			return err
+			fail(reasonPublish, "assignment of "+name, err)
 		}
 	}
-	return nil
-}
-
-// put publishes m on subj unless the last published view there has the
-// same content. stamp sets the fingerprint and time fields, which are left
-// out of the fingerprint itself.
-func (s *Service) put(ctx context.Context, subj string, m proto.Message, stamp func(fp string)) error {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("topology: encode %s: %w", subj, err)
-	}
-	sum := sha256.Sum256(b)
-	fp := hex.EncodeToString(sum[:16])
-	s.mu.Lock()
-	last, known := s.published[subj]
-	s.mu.Unlock()
-	if !known {
-		last = s.storedFingerprint(ctx, subj, m)
-	}
-	if last == fp {
-		s.mu.Lock()
-		s.published[subj] = fp
-		s.mu.Unlock()
-		return nil
-	}
-	stamp(fp)
-	if _, err := events.PublishDurable(ctx, s.js, subj, m, subj+"@"+fp); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.published[subj] = fp
-	s.mu.Unlock()
-	s.metrics.published.Inc()
-	s.log.Debug("view published", "subject", subj, "fingerprint", fp)
-	return nil
-}
-
-// storedFingerprint is the fingerprint of the view last stored on subj, so
-// a restarted replica does not republish what is already there.
-func (s *Service) storedFingerprint(ctx context.Context, subj string, like proto.Message) string {
-	st, err := s.js.Stream(ctx, events.StreamViews)
-	if err != nil {
-		return ""
-	}
-	raw, err := st.GetLastMsgForSubject(ctx, subj)
-	if err != nil {
-		return ""
-	}
-	m := like.ProtoReflect().New().Interface()
-	if err := proto.Unmarshal(raw.Data, m); err != nil {
-		return ""
-	}
-	type fingerprinted interface{ GetFingerprint() string }
-	if f, ok := m.(fingerprinted); ok {
-		return f.GetFingerprint()
-	}
-	return ""
+	return errors.Join(errs...)
 }
 
 // secret returns unit's route password, creating it once for all
@@ -454,3 +506,5 @@ func internalIP(u *atollv1.TopologyUpdate) string {
 	}
 	return ""
 }
+
+func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }

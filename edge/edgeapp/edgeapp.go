@@ -5,6 +5,7 @@ package edgeapp
 
 import (
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -82,6 +83,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
 	fs.DurationVar(&c.Prober.Period, "probe-period", c.Prober.Period, "period of peer probe rounds")
+	fs.DurationVar(&c.Prober.RoundBudget, "probe-round-budget", c.Prober.RoundBudget, "time a probe round may take, at most half of --vote-timeout")
+	fs.IntVar(&c.Prober.Parallelism, "probe-parallelism", c.Prober.Parallelism, "most unit members checked at once")
 	fs.Float64Var(&c.Prober.Scoreline, "probe-scoreline", c.Prober.Scoreline, "score a peer needs to be normal (100 × sum of passing plugin weights)")
 	fs.IntVar(&c.Kubelet.Port, "kubelet-port", c.Kubelet.Port, "peers' kubelet port, probed by TCP and by GET /healthz")
 	fs.StringVar(&c.Kubelet.Scheme, "kubelet-scheme", c.Kubelet.Scheme, "http or https for the kubelet /healthz probe")
@@ -118,6 +121,9 @@ func (c Config) Validate() error {
 		if err := v.Validate(); err != nil {
 			return err
 		}
+	}
+	if 2*c.Prober.RoundBudget > c.Voter.Timeout {
+		return fmt.Errorf("probe round budget %v must be at most half the vote timeout %v, or reports go stale before the next round is out", c.Prober.RoundBudget, c.Voter.Timeout)
 	}
 	return nil
 }

@@ -182,3 +182,21 @@ func TestEdgeStartsWithoutHub(t *testing.T) {
 	app := fxtest.New(t, edgeapp.Options(cfg, natstest.Logger(t, slog.LevelError)))
 	app.RequireStart().RequireStop()
 }
+
+// TestRoundBudgetWithinFreshness: a probe round budget above half the vote
+// timeout is refused, naming both.
+func TestRoundBudgetWithinFreshness(t *testing.T) {
+	c := edgeapp.Default()
+	c.NATS.NodeName = "n1"
+	c.NATS.HubURLs = []string{"nats-leaf://127.0.0.1:7422"}
+	c.NATS.Seed = "unused"
+	c.Voter.Timeout = 4 * time.Second // the default budget is 3 s
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "round budget") {
+		t.Fatalf("Validate() = %v, want an error about the round budget", err)
+	}
+	c.Prober.RoundBudget = 2 * time.Second
+	if err := c.Validate(); err != nil {
+		t.Fatalf("budget at half the timeout: %v", err)
+	}
+}

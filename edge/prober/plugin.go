@@ -24,7 +24,8 @@ type Target struct {
 	IP   string
 }
 
-// Plugin checks one target; nil means the check passed.
+// Plugin checks one target; nil means the check passed. Check must return
+// soon after ctx is done: the round's budget relies on it.
 type Plugin interface {
 	Check(ctx context.Context, t Target) error
 }

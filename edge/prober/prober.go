@@ -33,35 +33,51 @@ import (
 type Config struct {
 	// Period between rounds.
 	Period time.Duration
+	// RoundBudget is the time a round may take, checks and report. Keep
+	// it at most half the voters' freshness window (their timeout, 6 s by
+	// default), so that a report is never stale before the next one is
+	// out, whatever the unit's size.
+	RoundBudget time.Duration
 	// Scoreline is the score a peer needs to be normal.
 	Scoreline float64
-	// Parallelism bounds the checks running at once.
+	// Parallelism bounds the members checked at once. Each round uses the
+	// fewest workers that fit the round in RoundBudget even if every
+	// check times out (see workers), up to this bound.
 	Parallelism int
 	// Plugins run against every peer each round.
 	Plugins []PluginConfig
 }
 
-// DefaultConfig checks the kubelet's port and its /healthz every 2 s.
+// DefaultConfig checks the kubelet's port and its /healthz every 2 s,
+// within a round budget of 3 s (half the voter's 6 s freshness window).
+// A member takes at most 2 s to check (two plugins, two attempts of
+// 500 ms each), so with up to 128 workers a unit of 128 members fits the
+// budget even when every member hangs.
 func DefaultConfig() Config {
 	return Config{
 		Period:      2 * time.Second,
+		RoundBudget: 3 * time.Second,
 		Scoreline:   100,
-		Parallelism: 16,
+		Parallelism: 128,
 		Plugins: []PluginConfig{
-			{Kind: "tcp", Name: "kubelet-port", Weight: 0.5, Timeout: time.Second, Retries: 1, Port: 10250},
-			{Kind: "http", Name: "kubelet-healthz", Weight: 0.5, Timeout: time.Second, Retries: 1, Port: 10250,
+			{Kind: "tcp", Name: "kubelet-port", Weight: 0.5, Timeout: 500 * time.Millisecond, Retries: 1, Port: 10250},
+			{Kind: "http", Name: "kubelet-healthz", Weight: 0.5, Timeout: 500 * time.Millisecond, Retries: 1, Port: 10250,
 				Scheme: "https", Path: "/healthz", InsecureSkipVerify: true},
 		},
 	}
 }
+
+// maxParallelism bounds Parallelism: more concurrent checks than this from
+// one node is a flood, not a probe.
+const maxParallelism = 1024
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	if c.Period <= 0 {
 		return errors.New("prober: period must be positive")
 	}
-	if c.Parallelism < 1 {
-		return errors.New("prober: parallelism must be at least 1")
+	if c.Parallelism < 1 || c.Parallelism > maxParallelism {
+		return fmt.Errorf("prober: parallelism %d must be between 1 and %d", c.Parallelism, maxParallelism)
 	}
 	if len(c.Plugins) == 0 {
 		return errors.New("prober: no check plugins")
@@ -91,7 +107,49 @@ func (c Config) Validate() error {
 	if c.Scoreline <= 0 || c.Scoreline > total+1e-9 {
 		return fmt.Errorf("prober: scoreline %v must be positive and at most %v (100 × the sum of weights)", c.Scoreline, total)
 	}
+	if c.RoundBudget < 100*time.Millisecond {
+		return fmt.Errorf("prober: round budget %v must be at least 100ms", c.RoundBudget)
+	}
 	return nil
+}
+
+// memberWorstCase is the longest one member's check can take: plugins run
+// one after the other, each with its attempts.
+func (c Config) memberWorstCase() time.Duration {
+	var d time.Duration
+	for _, p := range c.Plugins {
+		d += time.Duration(p.Retries+1) * p.Timeout
+	}
+	return d
+}
+
+// reportReserve is the part of the budget kept for building and sending
+// the report after the checks' deadline.
+func reportReserve(budget time.Duration) time.Duration {
+	return min(budget/10, 200*time.Millisecond)
+}
+
+// workers is the number of members checked at once in a unit of n: the
+// fewest that fit every check in the budget in the worst case (each member
+// taking memberWorstCase), capped by Parallelism. fits is false when even
+// Parallelism workers cannot, or when one member's worst case alone
+// exceeds the budget: members whose check the deadline cuts are then left
+// out of the report. (Validate does not refuse such a config: a member
+// that fails a plugin usually becomes conclusive early, see checkTarget,
+// so the round still ends in time in all but the worst case, which the
+// prober then reports.)
+func (c Config) workers(n int) (w int, fits bool) {
+	if n == 0 {
+		return 0, true
+	}
+	checks := c.RoundBudget - reportReserve(c.RoundBudget)
+	worst := max(c.memberWorstCase(), 1)
+	perWorker := max(int(checks/worst), 1)
+	need := (n + perWorker - 1) / perWorker
+	if need > c.Parallelism {
+		return c.Parallelism, false
+	}
+	return need, worst <= checks
 }
 
 func (p PluginConfig) name() string {
@@ -122,9 +180,31 @@ type Prober struct {
 	metrics *metrics
 	epoch   string
 
-	mu  sync.Mutex
-	seq uint64
-	rtt map[string]time.Duration
+	mu    sync.Mutex
+	seq   uint64
+	rtt   map[string]time.Duration
+	unfit int // the unit size last warned about as not fitting the budget
+	last  RoundStats
+}
+
+// RoundStats describes the last round.
+type RoundStats struct {
+	// Members in the view; Checked of them were checked to the end and
+	// are in the report, the others were cut by the round's deadline.
+	Members, Checked int
+	// Workers checked members at once; Fits is false when Parallelism
+	// workers could not fit the worst case in the budget.
+	Workers int
+	Fits    bool
+	// Duration of the round, checks and report.
+	Duration time.Duration
+}
+
+// LastRound describes the last round that ran.
+func (p *Prober) LastRound() RoundStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
 }
 
 // New returns the prober of node self, publishing over link.
@@ -164,8 +244,11 @@ func (p *Prober) Run(ctx context.Context) error {
 	}
 }
 
-// Round checks every member once and publishes the report. A node in no
-// unit checks nobody.
+// Round checks every member once and publishes the report, within the
+// round budget: at most Config.workers members are checked at once, and a
+// member whose check is cut by the deadline is left out of the report
+// (no opinion, rather than a false "abnormal"). A node in no unit checks
+// nobody.
 func (p *Prober) Round(ctx context.Context) error {
 	view := p.members.Current()
 	if view.Unit == "" || len(view.Members) == 0 {
@@ -178,12 +261,21 @@ func (p *Prober) Round(ctx context.Context) error {
 			targets = append(targets, Target{Name: m.GetName(), IP: m.GetInternalIp()})
 		}
 	}
-	results := make([]*atollv1.PeerResult, len(targets))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(p.cfg.Parallelism)
+	workers, fits := p.cfg.workers(len(targets))
+	p.noteFit(view.Unit, len(targets), workers, fits)
+
+	// The checks' deadline leaves the reserve for the report.
+	cctx, cancel := context.WithDeadline(ctx, start.Add(p.cfg.RoundBudget-reportReserve(p.cfg.RoundBudget)))
+	defer cancel()
+	checked := make([]*atollv1.PeerResult, len(targets))
+	g := errgroup.Group{}
+	g.SetLimit(max(workers, 1))
 	for i, t := range targets {
 		g.Go(func() error {
-			results[i] = p.checkTarget(gctx, t)
+			if cctx.Err() != nil {
+				return nil // out of time before it started
+			}
+			checked[i] = p.checkTarget(cctx, t)
 			return nil
 		})
 	}
@@ -191,7 +283,10 @@ func (p *Prober) Round(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	p.metrics.round.Observe(time.Since(start).Seconds())
+	results := slices.DeleteFunc(checked, func(r *atollv1.PeerResult) bool { return r == nil })
+	if cut := len(targets) - len(results); cut > 0 {
+		p.metrics.unchecked.Add(float64(cut))
+	}
 
 	p.mu.Lock()
 	p.seq++
@@ -216,7 +311,38 @@ func (p *Prober) Round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return events.Publish(p.link.Conn(), subj, r, p.self+"@"+p.epoch+"-"+strconv.FormatUint(r.GetSequence(), 10))
+	err = events.Publish(p.link.Conn(), subj, r, p.self+"@"+p.epoch+"-"+strconv.FormatUint(r.GetSequence(), 10))
+	d := time.Since(start)
+	p.metrics.round.Observe(d.Seconds())
+	p.metrics.lastRound.Set(d.Seconds())
+	p.mu.Lock()
+	p.last = RoundStats{Members: len(targets), Checked: len(results), Workers: workers, Fits: fits, Duration: d}
+	p.mu.Unlock()
+	return err
+}
+
+// noteFit sets the fit metrics and warns once per unit size that does not
+// fit the budget.
+func (p *Prober) noteFit(unit string, members, workers int, fits bool) {
+	p.metrics.workers.Set(float64(workers))
+	if fits {
+		p.metrics.fits.Set(1)
+		p.mu.Lock()
+		p.unfit = 0
+		p.mu.Unlock()
+		return
+	}
+	p.metrics.fits.Set(0)
+	p.mu.Lock()
+	warn := p.unfit != members
+	p.unfit = members
+	p.mu.Unlock()
+	if warn {
+		p.log.Warn("a probe round of this unit may not fit its budget; members not checked in time are left out of the report",
+			"unit", unit, "members", members, "parallelism", p.cfg.Parallelism, "member_worst_case", p.cfg.memberWorstCase(),
+			"round_budget", p.cfg.RoundBudget,
+			"fix", "raise the prober's parallelism or round budget, or lower its plugin timeouts or retries")
+	}
 }
 
 // checkTarget runs every plugin against t and scores it. Plugin details are
@@ -225,8 +351,25 @@ func (p *Prober) checkTarget(ctx context.Context, t Target) *atollv1.PeerResult 
 	res := &atollv1.PeerResult{Node: t.Name, Scoreline: p.cfg.Scoreline}
 	details := make([]*atollv1.PluginResult, 0, len(p.plugins))
 	allOK := true
+	left := 0.0 // the most the plugins not yet run can add
 	for _, pl := range p.plugins {
+		left += 100 * pl.cfg.Weight
+	}
+	for _, pl := range p.plugins {
+		left -= 100 * pl.cfg.Weight
+		if res.Score+100*pl.cfg.Weight+left < p.cfg.Scoreline-1e-9 {
+			// The peer cannot reach the scoreline any more: it is
+			// abnormal whatever the rest says, and the round's time is
+			// better spent on other members.
+			details = append(details, &atollv1.PluginResult{Plugin: pl.cfg.Name, Weight: pl.cfg.Weight, Error: "skipped: scoreline out of reach"})
+			allOK = false
+			continue
+		}
 		pr := p.runPlugin(ctx, pl, t)
+		if ctx.Err() != nil {
+			// The round's deadline cut this check: no opinion.
+			return nil
+		}
 		res.Score += pr.GetScore()
 		allOK = allOK && pr.GetOk()
 		details = append(details, pr)
@@ -236,7 +379,7 @@ func (p *Prober) checkTarget(ctx context.Context, t Target) *atollv1.PeerResult 
 		res.Plugins = details
 	}
 	p.mu.Lock()
-	if details[0].GetOk() {
+	if details[0].GetOk() && details[0].GetAttempts() > 0 {
 		p.rtt[t.Name] = details[0].GetLatency().AsDuration()
 	} else {
 		delete(p.rtt, t.Name)

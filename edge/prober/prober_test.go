@@ -77,6 +77,9 @@ func TestValidate(t *testing.T) {
 		{"unreachable scoreline", func(c *Config) { c.Scoreline = 101 }, "scoreline"},
 		{"duplicate names", func(c *Config) { c.Plugins[1].Name = c.Plugins[0].Name }, "used twice"},
 		{"no period", func(c *Config) { c.Period = 0 }, "period"},
+		{"no parallelism", func(c *Config) { c.Parallelism = 0 }, "parallelism"},
+		{"flood", func(c *Config) { c.Parallelism = 5000 }, "parallelism"},
+		{"no budget", func(c *Config) { c.RoundBudget = 0 }, "round budget"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,7 +94,7 @@ func TestValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("default config: %v", err)
 	}
-	if _, err := New(Config{Period: time.Second, Scoreline: 50, Parallelism: 1, Plugins: []PluginConfig{{Kind: "icmp", Weight: 1, Timeout: time.Second}}}, "a", fixed{}, nil, slog.Default(), nil); err == nil || !strings.Contains(err.Error(), "unknown kind") {
+	if _, err := New(Config{Period: time.Second, RoundBudget: 2 * time.Second, Scoreline: 50, Parallelism: 1, Plugins: []PluginConfig{{Kind: "icmp", Weight: 1, Timeout: time.Second}}}, "a", fixed{}, nil, slog.Default(), nil); err == nil || !strings.Contains(err.Error(), "unknown kind") {
 		t.Fatalf("unknown plugin kind: %v", err)
 	}
 }
@@ -112,7 +115,7 @@ func TestRound(t *testing.T) {
 	Register("test-port", func(c PluginConfig) (Plugin, error) {
 		return portByIP{kind: c.Scheme, peers: peers, token: tokenFile}, nil
 	})
-	cfg := Config{Period: time.Second, Scoreline: 100, Parallelism: 4, Plugins: []PluginConfig{
+	cfg := Config{Period: time.Second, RoundBudget: 3 * time.Second, Scoreline: 100, Parallelism: 4, Plugins: []PluginConfig{
 		{Kind: "test-port", Name: "tcp", Scheme: "tcp", Weight: 0.5, Timeout: 500 * time.Millisecond},
 		{Kind: "test-port", Name: "http", Scheme: "http", Weight: 0.5, Timeout: 500 * time.Millisecond, Retries: 2},
 	}}
