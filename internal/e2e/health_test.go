@@ -137,7 +137,7 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 			// Every probe also passes through the fault table, and a
 			// peer must pass all three plugins to be normal.
 			c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
-				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: time.Second,
+				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: 500 * time.Millisecond,
 				Args: map[string]string{"checker": c.NATS.NodeName},
 			})
 			c.Prober.Scoreline = 200

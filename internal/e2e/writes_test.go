@@ -67,7 +67,7 @@ func TestOneWritePerVerdict(t *testing.T) {
 		Cloud: func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
 		Agent: func(c *edgeapp.Config) {
 			c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
-				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: time.Second,
+				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: 500 * time.Millisecond,
 				Args: map[string]string{"checker": c.NATS.NodeName},
 			})
 			c.Prober.Scoreline = 200
