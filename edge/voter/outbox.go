@@ -88,7 +88,7 @@ func (o *outbox) put(subject string, vote *atollv1.Vote, id string, made time.Ti
 	node := vote.GetNode()
 	if old, ok := o.waiting[node]; ok {
 		o.metrics.sendFailures.WithLabelValues(reasonSuperseded).Inc()
-		o.log.Debug("vote superseded before it was sent", "node", node, "made", old.made)
+		o.log.Debug("vote superseded before it was sent", "target", node, "made", old.made)
 	}
 	o.waiting[node] = &outVote{vote: vote, msg: msg, made: made}
 	o.newest[node] = made
@@ -221,7 +221,7 @@ func (o *outbox) failedMsg(msg *nats.Msg, err error) {
 	if reason == reasonDropped {
 		level = slog.LevelWarn
 	}
-	o.log.Log(context.Background(), level, "vote not stored", "node", node, "try", v.tries, "outcome", reason, "err", err)
+	o.log.Log(context.Background(), level, "vote not stored", "target", node, "try", v.tries, "outcome", reason, "err", err)
 	o.signal() // room in the window, and maybe a retry
 }
 

@@ -258,7 +258,7 @@ func TestVotesSurviveHubRestart(t *testing.T) {
 	// Everything made during the outage has had its chance by now.
 	poll.Eventually(t, 3*cfg.Refresh, func() error {
 		votes := storedVotes(t, js)
-		for _, n := range []string{"a", "b", "c"} {
+		for _, n := range []string{"b", "c"} { // the voter "a" casts no vote about itself
 			last := votes[n][len(votes[n])-1]
 			if !last.stored.After(up.Add(cfg.Refresh)) {
 				return fmt.Errorf("latest vote on %s stored at %v", n, last.stored)
@@ -272,7 +272,7 @@ func TestVotesSurviveHubRestart(t *testing.T) {
 	votes := storedVotes(t, js)
 	ttl := 3 * cfg.Refresh // the TTL the voter gives
 	byRetry := 0
-	for _, n := range []string{"a", "b", "c"} {
+	for _, n := range []string{"b", "c"} {
 		var prev time.Time
 		afterUp := false
 		for _, sv := range votes[n] {

@@ -338,6 +338,9 @@ func (v *Voter) Evaluate() {
 			since = now
 		}
 		v.sent[node] = sent{verdict: verdict, normal: normal, abnormal: abnormal, since: since, at: now}
+		if node == v.self {
+			continue // kept for Verdict and the metrics; the cloud counts no vote about its own voter
+		}
 		out = append(out, &atollv1.Vote{
 			Voter: v.self, Node: node, Unit: unit, Verdict: verdict,
 			Normal: uint32(normal), Abnormal: uint32(abnormal), Checkers: uint32(normal + abnormal), Members: uint32(len(v.member)),
@@ -356,12 +359,12 @@ func (v *Voter) Evaluate() {
 	for _, vote := range out {
 		subj, err := events.VoteSubject(unit, vote.GetNode(), v.self)
 		if err != nil {
-			v.log.Error("cannot vote", "node", vote.GetNode(), "err", err)
+			v.log.Error("cannot vote", "target", vote.GetNode(), "err", err)
 			continue
 		}
 		id := fmt.Sprintf("%s@%s-%s", v.self, vote.GetNode(), strconv.FormatInt(now.UnixNano(), 36))
 		if err := box.put(subj, vote, id, now); err != nil {
-			v.log.Error("cannot vote", "node", vote.GetNode(), "err", err)
+			v.log.Error("cannot vote", "target", vote.GetNode(), "err", err)
 		}
 	}
 }

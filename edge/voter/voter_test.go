@@ -137,9 +137,25 @@ func (m *members) Changes() <-chan struct{} { return m.ch }
 type votes struct {
 	mu  sync.Mutex
 	got map[string]*atollv1.Vote
+	// voter publishes no vote about itself: what it thinks of its own
+	// node is read from its state.
+	voter *Voter
 }
 
-func (v *votes) of(node string) *atollv1.Vote { v.mu.Lock(); defer v.mu.Unlock(); return v.got[node] }
+func (v *votes) of(node string) *atollv1.Vote {
+	if v.voter != nil && node == v.voter.self {
+		v.voter.mu.Lock()
+		defer v.voter.mu.Unlock()
+		s, ok := v.voter.sent[node]
+		if !ok {
+			return nil
+		}
+		return &atollv1.Vote{Node: node, Verdict: s.verdict, Normal: uint32(s.normal), Abnormal: uint32(s.abnormal)}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.got[node]
+}
 
 // unit runs a voter on node a of a real two-server unit (a, b) and returns
 // a connection on b to publish reports with, and the votes seen by the hub.
@@ -185,6 +201,7 @@ func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen.voter = v
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = v.Run(ctx) }()
