@@ -19,8 +19,10 @@ type Config struct {
 	// NodeName is the Kubernetes node name; it is the server name, so it
 	// must be unique across the whole fabric.
 	NodeName string
-	// ClientHost and ClientPort serve local clients (the agent itself
-	// connects in-process). Keep it on loopback. Port -1: random.
+	// ClientHost and ClientPort serve local NATS clients on the node. The
+	// agent itself connects in process and needs no port: port 0 turns
+	// the listener off. Keep it on loopback. Port -1: random. A port that
+	// cannot be bound fails the start.
 	ClientHost string
 	ClientPort int
 	// RouteHost and RoutePort accept routes from the unit's other servers.
