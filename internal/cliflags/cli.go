@@ -19,7 +19,12 @@ const (
 
 // UsageError is a command line the command cannot run with. Its message is
 // one line naming the flag, the value and what is expected.
-type UsageError struct{ Err error }
+type UsageError struct {
+	Err error
+	// Cmd is the command whose -h the hint points to ("atoll status");
+	// empty: the program.
+	Cmd string
+}
 
 func (e UsageError) Error() string { return e.Err.Error() }
 func (e UsageError) Unwrap() error { return e.Err }
@@ -48,7 +53,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	case errors.Is(err, flag.ErrHelp):
 		return flag.ErrHelp
 	default:
-		return UsageError{Err: err}
+		return UsageError{Err: err, Cmd: fs.Name()}
 	}
 }
 
@@ -71,7 +76,11 @@ func Exit(w io.Writer, prog string, err error) int {
 	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &u):
-		fmt.Fprintf(w, "%s: %v\nRun '%s -h' for usage.\n", prog, err, prog)
+		cmd := u.Cmd
+		if cmd == "" {
+			cmd = prog
+		}
+		fmt.Fprintf(w, "%s: %v\nRun '%s -h' for usage.\n", prog, err, cmd)
 		return ExitUsage
 	default:
 		fmt.Fprintf(w, "%s: %v\n", prog, err)
