@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"path/filepath"
 	"time"
 
@@ -27,16 +28,18 @@ type natsCLIContext struct {
 }
 
 // natsContextDir is where the nats CLI keeps its contexts:
-// $XDG_CONFIG_HOME/nats/context, else ~/.config/nats/context.
+// $XDG_CONFIG_HOME/nats/context, else .config/nats/context in the user's
+// home directory as the user database names it (the nats CLI does not
+// read $HOME).
 func natsContextDir() (string, error) {
 	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
 		return filepath.Join(d, "nats", "context"), nil
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("nats context: %w", err)
+	u, err := user.Current()
+	if err != nil || u.HomeDir == "" {
+		return "", fmt.Errorf("nats context: no home directory (%v): set XDG_CONFIG_HOME", err)
 	}
-	return filepath.Join(home, ".config", "nats", "context"), nil
+	return filepath.Join(u.HomeDir, ".config", "nats", "context"), nil
 }
 
 // natsContext writes a nats CLI context for the hub that the hub flags
