@@ -114,8 +114,12 @@ func (c *Config) Finish() {
 
 // Validate checks every component's configuration.
 func (c Config) Validate() error {
+	// The settings a first run is likely to miss, named by their flags.
 	if c.NATS.NodeName == "" {
 		return errors.New("--node-name is required (or $NODE_NAME, or $ATOLL_NODE_NAME)")
+	}
+	if len(c.NATS.HubURLs) == 0 {
+		return errors.New("--hub-url is required: the hub's leafnode URL, nats-leaf://host:7422 (or $ATOLL_HUB_URL)")
 	}
 	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Prober, c.Voter} {
 		if err := v.Validate(); err != nil {

@@ -60,7 +60,13 @@ func Parse(fs *flag.FlagSet, args []string) error {
 // PrintUsage writes fs's flags with their defaults to w, under a
 // "usage: <synopsis>" line.
 func PrintUsage(w io.Writer, fs *flag.FlagSet, synopsis string) {
-	fmt.Fprintf(w, "usage: %s\n\nflags:\n", synopsis)
+	fmt.Fprintf(w, "usage: %s\n", synopsis)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nflags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)

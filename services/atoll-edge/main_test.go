@@ -66,7 +66,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 	}{
 		{[]string{"--node-name=a*b", "--hub-url=nats-leaf://h:7422"}, "node name"},
 		{[]string{"--node-name=n", "--hub-url=http://h:7422"}, "scheme"},
-		{[]string{"--node-name=n"}, "no hub URL"},
+		{[]string{"--node-name=n"}, "--hub-url is required"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--client-host=0.0.0.0"}, "loopback"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--internal-ip=x"}, "internal IP"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--unit=a b"}, "unit"},
