@@ -26,7 +26,7 @@ func Logger(log *slog.Logger) func() fxevent.Logger {
 
 // Run builds the fx app of opts, starts it, waits until ctx is done or
 // the app is told to shut down (SIGINT, SIGTERM, fx.Shutdowner), and stops
-// it. Its errors are one line each: for a graph that cannot be built, the
+// it. A start interrupted by ctx is a clean stop. Its errors are one line each: for a graph that cannot be built, the
 // constructor's own error (not fx's dependency chain); for a failed start,
 // the start hook's error.
 func Run(ctx context.Context, opts ...fx.Option) error {
@@ -37,7 +37,10 @@ func Run(ctx context.Context, opts ...fx.Option) error {
 	startCtx, cancel := context.WithTimeout(ctx, app.StartTimeout())
 	defer cancel()
 	if err := app.Start(startCtx); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while starting: fx stopped what had started
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("start did not finish within %v: %w", app.StartTimeout(), RootCause(err))
 		} else {
 			err = fmt.Errorf("start: %w", RootCause(err))
