@@ -73,7 +73,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")
 	fs.StringVar(&c.NATS.SeedFile, "seed-file", c.NATS.SeedFile, "file holding the node's nkey seed (its identity on the hub)")
 	fs.StringVar(&c.NATS.ClientHost, "client-host", c.NATS.ClientHost, "loopback address for local NATS clients")
-	fs.IntVar(&c.NATS.ClientPort, "client-port", c.NATS.ClientPort, "port for local NATS clients on loopback (-1: random; 0: none, the agent itself connects in process); a port in use fails the start")
+	fs.IntVar(&c.NATS.ClientPort, "client-port", c.NATS.ClientPort, "port for local NATS clients on loopback (-1: random); a port in use fails the start")
 	fs.StringVar(&c.NATS.RouteHost, "route-host", c.NATS.RouteHost, "interface unit peers route to")
 	fs.IntVar(&c.NATS.RoutePort, "route-port", c.NATS.RoutePort, "port unit peers route to (-1: random)")
 	fs.StringVar(&c.NATS.RouteAdvertise, "route-advertise", c.NATS.RouteAdvertise, "host:port unit peers dial (default: internal IP and route port)")

@@ -166,7 +166,6 @@ func (n *Node) options() *server.Options {
 		ServerName: n.cfg.NodeName,
 		Host:       n.cfg.ClientHost,
 		Port:       n.cfg.ClientPort,
-		DontListen: n.cfg.ClientPort == 0,
 		NoSigs:     true,
 		MaxPayload: 1 << 20,
 		Nkeys:      n.users,
@@ -205,11 +204,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	n.routeURL = "nats-route://" + adv
 	n.mu.Unlock()
-	client := "off"
-	if n.cfg.ClientPort != 0 {
-		client = n.srv.ClientURL()
-	}
-	n.log.Info("edge server ready", "client_url", client, "route_url", n.routeURL)
+	n.log.Info("edge server ready", "client_url", n.srv.ClientURL(), "route_url", n.routeURL)
 	return nil
 }
 
