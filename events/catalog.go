@@ -231,6 +231,9 @@ func (f *Family) Subject(values ...string) (string, error) {
 	}
 	byName := make(map[string]string, len(values))
 	for i, v := range values {
+		if v == "" {
+			return "", emptyName(f.names[i])
+		}
 		if err := ValidName(v); err != nil {
 			return "", fmt.Errorf("subject %s: %s: %w", f.Pattern, f.names[i], err)
 		}

@@ -19,3 +19,24 @@ var (
 	// ErrIdentity: the payload's identity fields disagree with its subject.
 	ErrIdentity = errors.New("payload identity does not match subject")
 )
+
+// emptyNameError is ErrEmptyToken for a token whose role the builder knows:
+// its message says which name is missing ("events: node name is empty").
+type emptyNameError struct{ role string }
+
+func (e emptyNameError) Error() string { return "events: " + e.role + " is empty" }
+
+// Is makes errors.Is(err, ErrEmptyToken) hold.
+func (e emptyNameError) Is(target error) bool { return target == ErrEmptyToken }
+
+// emptyName is the error for an empty value of the named token role
+// (unit, node, voter, kind, ...).
+func emptyName(role string) error {
+	switch role {
+	case "unit", "node", "voter", "checker", "session":
+		role += " name"
+	case "name":
+		role = "object name"
+	}
+	return emptyNameError{role: role}
+}

@@ -129,6 +129,9 @@ func ProbeSubject(unit, checker string) (string, error) { return ProbeFamily.Sub
 
 // ProbeUnitSubjects matches every probe report of unit.
 func ProbeUnitSubjects(unit string) (string, error) {
+	if unit == "" {
+		return "", emptyName("unit")
+	}
 	if err := ValidName(unit); err != nil {
 		return "", fmt.Errorf("probe subjects: unit: %w", err)
 	}
@@ -187,6 +190,9 @@ func AssignmentSubject(node string) (string, error) { return AssignmentFamily.Su
 
 // UnitViewSubjects matches every view published for unit.
 func UnitViewSubjects(unit string) (string, error) {
+	if unit == "" {
+		return "", emptyName("unit")
+	}
 	if err := ValidName(unit); err != nil {
 		return "", fmt.Errorf("view subjects: unit: %w", err)
 	}

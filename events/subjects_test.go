@@ -160,3 +160,31 @@ func TestValidUnit(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyNameSaysWhichName: a builder given an empty name says which
+// name is missing, not "empty subject token", and the error still matches
+// ErrEmptyToken.
+func TestEmptyNameSaysWhichName(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func() (string, error)
+		want  string
+	}{
+		{"topology node", func() (string, error) { return TopologySubject("") }, "events: node name is empty"},
+		{"assignment node", func() (string, error) { return AssignmentSubject("") }, "events: node name is empty"},
+		{"vote voter", func() (string, error) { return VoteSubject("u1", "n1", "") }, "events: voter name is empty"},
+		{"vote unit", func() (string, error) { return VoteSubject("", "n1", "n2") }, "events: unit name is empty"},
+		{"probe checker", func() (string, error) { return ProbeSubject("u1", "") }, "events: checker name is empty"},
+		{"probe unit wildcard", func() (string, error) { return ProbeUnitSubjects("") }, "events: unit name is empty"},
+		{"view unit wildcard", func() (string, error) { return UnitViewSubjects("") }, "events: unit name is empty"},
+		{"view object", func() (string, error) { return ViewSubject("u1", "pods", "default", "") }, "events: object name is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.build()
+			if err == nil || err.Error() != tt.want || !errors.Is(err, ErrEmptyToken) {
+				t.Fatalf("error %v, want %q matching ErrEmptyToken", err, tt.want)
+			}
+		})
+	}
+}

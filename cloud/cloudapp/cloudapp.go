@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 
 	"go.uber.org/fx"
-	"go.uber.org/fx/fxevent"
 	"sigs.k8s.io/yaml"
 
 	"github.com/atoll-edge/atoll/cloud/health"
@@ -25,6 +24,7 @@ import (
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/cliflags"
+	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/logging"
 )
@@ -280,11 +280,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	}
 	return fx.Options(
 		fx.Supply(c.Admin, c.Streams, c.Topology, log),
-		fx.WithLogger(func() fxevent.Logger {
-			l := &fxevent.SlogLogger{Logger: log.With("component", "fx")}
-			l.UseLogLevel(slog.LevelDebug)
-			return l
-		}),
+		fx.WithLogger(fxrun.Logger(log)),
 		admin.Module,
 		hubShape,
 		hubclient.Module,

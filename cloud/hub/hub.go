@@ -46,6 +46,7 @@ type Hub struct {
 	cfg    Config
 	log    *slog.Logger
 	srv    *server.Server
+	slog   *natslog.Logger // the server's logger; reports a listener that cannot bind
 	ids    *Identities
 	svc    nkeys.KeyPair // the embedded cloud services' identity
 	leaf   *url.URL
@@ -106,7 +107,8 @@ func New(cfg Config, log *slog.Logger) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
-	srv.SetLoggerV2(natslog.New(h.log, cfg.ServerName), true, false, false)
+	h.slog = natslog.New(h.log, cfg.ServerName)
+	srv.SetLoggerV2(h.slog, true, false, false)
 	h.srv = srv
 	return h, nil
 }
@@ -170,7 +172,7 @@ func (h *Hub) appAccount() *server.Account {
 // Start runs the server and waits until it accepts connections and
 // JetStream is ready.
 func (h *Hub) Start(ctx context.Context) error {
-	if err := natsembed.Start(ctx, h.srv); err != nil {
+	if err := natsembed.Start(ctx, h.srv, h.slog.Fatal); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	ectx, stop := context.WithCancel(context.Background())

@@ -91,7 +91,7 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := natsembed.Start(ctx, srv); err != nil {
+	if err := natsembed.Start(ctx, srv, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)

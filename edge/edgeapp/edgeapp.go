@@ -4,6 +4,7 @@
 package edgeapp
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 
 	"go.uber.org/fx"
-	"go.uber.org/fx/fxevent"
 
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
@@ -20,6 +20,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/cliflags"
+	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/logging"
 )
 
@@ -73,7 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")
 	fs.StringVar(&c.NATS.SeedFile, "seed-file", c.NATS.SeedFile, "file holding the node's nkey seed (its identity on the hub)")
 	fs.StringVar(&c.NATS.ClientHost, "client-host", c.NATS.ClientHost, "loopback address for local NATS clients")
-	fs.IntVar(&c.NATS.ClientPort, "client-port", c.NATS.ClientPort, "port for local NATS clients (-1: random)")
+	fs.IntVar(&c.NATS.ClientPort, "client-port", c.NATS.ClientPort, "port for local NATS clients on loopback (-1: random); a port in use fails the start")
 	fs.StringVar(&c.NATS.RouteHost, "route-host", c.NATS.RouteHost, "interface unit peers route to")
 	fs.IntVar(&c.NATS.RoutePort, "route-port", c.NATS.RoutePort, "port unit peers route to (-1: random)")
 	fs.StringVar(&c.NATS.RouteAdvertise, "route-advertise", c.NATS.RouteAdvertise, "host:port unit peers dial (default: internal IP and route port)")
@@ -117,6 +118,13 @@ func (c *Config) Finish() {
 
 // Validate checks every component's configuration.
 func (c Config) Validate() error {
+	// The settings a first run is likely to miss, named by their flags.
+	if c.NATS.NodeName == "" {
+		return errors.New("--node-name is required (or $NODE_NAME, or $ATOLL_NODE_NAME)")
+	}
+	if len(c.NATS.HubURLs) == 0 {
+		return errors.New("--hub-url is required: the hub's leafnode URL, nats-leaf://host:7422 (or $ATOLL_HUB_URL)")
+	}
 	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Prober, c.Voter} {
 		if err := v.Validate(); err != nil {
 			return err
@@ -130,14 +138,12 @@ func (c Config) Validate() error {
 
 // Options is the atoll-edge application.
 func Options(c Config, log *slog.Logger) fx.Option {
+	// The one place that names the node in the agent's log lines: the
+	// components' loggers inherit it and must not add it again.
 	log = log.With("node", c.NATS.NodeName)
 	return fx.Options(
 		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, log),
-		fx.WithLogger(func() fxevent.Logger {
-			l := &fxevent.SlogLogger{Logger: log.With("component", "fx")}
-			l.UseLogLevel(slog.LevelDebug)
-			return l
-		}),
+		fx.WithLogger(fxrun.Logger(log)),
 		admin.Module,
 		natsnode.Module,
 		membership.Module,

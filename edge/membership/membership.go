@@ -244,7 +244,7 @@ func (m *Membership) restore() {
 		return
 	}
 	if a.GetNode() != m.node.Name() {
-		m.log.Warn("ignoring kept assignment of another node", "node", a.GetNode())
+		m.log.Warn("ignoring kept assignment of another node", "assigned_node", a.GetNode())
 		return
 	}
 	m.mu.Lock()

@@ -19,8 +19,11 @@ type Config struct {
 	// NodeName is the Kubernetes node name; it is the server name, so it
 	// must be unique across the whole fabric.
 	NodeName string
-	// ClientHost and ClientPort serve local clients (the agent itself
-	// connects in-process). Keep it on loopback. Port -1: random.
+	// ClientHost and ClientPort serve local NATS clients on the node (the
+	// agent itself connects in process). Keep it on loopback. Port -1:
+	// random. The server cannot run without it (nats-server starts its
+	// routes only once the client listener is up), so a port that cannot
+	// be bound fails the start.
 	ClientHost string
 	ClientPort int
 	// RouteHost and RoutePort accept routes from the unit's other servers.
@@ -59,8 +62,8 @@ func (c Config) Validate() error {
 	if ip := net.ParseIP(c.ClientHost); ip == nil || !ip.IsLoopback() {
 		return fmt.Errorf("natsnode: client host %q must be a loopback address", c.ClientHost)
 	}
-	if c.ClientPort < -1 || c.ClientPort > 65535 {
-		return fmt.Errorf("natsnode: client port %d is outside -1..65535", c.ClientPort)
+	if c.ClientPort < -1 || c.ClientPort == 0 || c.ClientPort > 65535 {
+		return fmt.Errorf("natsnode: client port %d is outside 1..65535 (or -1 for random)", c.ClientPort)
 	}
 	if c.RouteHost == "" {
 		return errors.New("natsnode: route host is empty")

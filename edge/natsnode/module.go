@@ -46,7 +46,7 @@ func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server)
 
 // newLink is the agent's link: its node's server, in process.
 func newLink(lc fx.Lifecycle, n *Node, cfg Config, log *slog.Logger) *hublink.Link {
-	log = log.With("component", "natsnode", "node", cfg.NodeName)
+	log = log.With("component", "natsnode")
 	l := hublink.New(cfg.HubDomain, func(context.Context) (*nats.Conn, error) {
 		return n.Connect("atoll-edge", hublink.Options("atoll-edge", log)...)
 	}, log)

@@ -78,6 +78,7 @@ func (m Mesh) Validate() error {
 type Node struct {
 	cfg   Config
 	log   *slog.Logger
+	slog  *natslog.Logger // the server's logger; reports a listener that cannot bind
 	seed  string
 	agent nkeys.KeyPair
 	users []*server.NkeyUser
@@ -112,7 +113,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{
 		cfg:         cfg,
-		log:         log.With("component", "natsnode", "node", cfg.NodeName),
+		log:         log.With("component", "natsnode"),
 		seed:        seed,
 		agent:       agent,
 		users:       []*server.NkeyUser{{Nkey: pub}},
@@ -123,7 +124,8 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsnode: %w", err)
 	}
-	srv.SetLoggerV2(natslog.New(n.log, cfg.NodeName), false, false, false)
+	n.slog = natslog.New(n.log, cfg.NodeName)
+	srv.SetLoggerV2(n.slog, false, false, false)
 	n.srv = srv
 	return n, nil
 }
@@ -184,7 +186,7 @@ func (n *Node) options() *server.Options {
 // link to the hub comes up in the background; the node serves its unit
 // without it.
 func (n *Node) Start(ctx context.Context) error {
-	if err := natsembed.Start(ctx, n.srv); err != nil {
+	if err := natsembed.Start(ctx, n.srv, n.slog.Fatal); err != nil {
 		return fmt.Errorf("natsnode: %w", err)
 	}
 	adv := n.cfg.RouteAdvertise

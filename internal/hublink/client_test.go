@@ -35,7 +35,7 @@ func startServer(t *testing.T, o *server.Options) *server.Server {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := natsembed.Start(ctx, srv); err != nil {
+	if err := natsembed.Start(ctx, srv, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)

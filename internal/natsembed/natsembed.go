@@ -5,6 +5,7 @@ package natsembed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,17 +51,32 @@ func Connect(srv *server.Server, kp nkeys.KeyPair, name string, opts ...nats.Opt
 }
 
 // Start runs srv and waits until it accepts connections, at most until
-// ctx's deadline (10 s without one). A server that does not become ready
-// is shut down.
-func Start(ctx context.Context, srv *server.Server) error {
+// ctx's deadline (10 s without one). fatal, when not nil, reports a fatal
+// error the server logged (natslog.Logger.Fatal): a listener that cannot
+// bind its port fails the start at once with that error, instead of
+// leaving a server that runs without it. A server that does not become
+// ready is shut down.
+func Start(ctx context.Context, srv *server.Server, fatal func() error) error {
 	srv.Start()
 	wait := 10 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		wait = time.Until(d)
 	}
-	if !srv.ReadyForConnections(wait) {
-		srv.Shutdown()
-		return fmt.Errorf("start %s: server not ready for connections", srv.Name())
+	deadline := time.Now().Add(wait)
+	for {
+		if srv.ReadyForConnections(50 * time.Millisecond) {
+			return nil
+		}
+		var err error
+		if fatal != nil {
+			err = fatal()
+		}
+		if err == nil && time.Now().After(deadline) {
+			err = errors.New("server not ready for connections")
+		}
+		if err != nil {
+			srv.Shutdown()
+			return fmt.Errorf("start %s: %w", srv.Name(), err)
+		}
 	}
-	return nil
 }

@@ -4,14 +4,17 @@ package natslog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 )
 
 // Logger implements nats-server's server.Logger on top of slog. Server
 // notices are logged at Info, traces at Debug-4 (visible only when asked).
 type Logger struct {
-	log *slog.Logger
+	log   *slog.Logger
+	fatal atomic.Pointer[string]
 }
 
 // New returns a nats-server logger writing to log with the given server name.
@@ -36,7 +39,21 @@ func (l *Logger) Warnf(format string, v ...any) { l.emit(slog.LevelWarn, format,
 
 // Fatalf logs a fatal server error. The embedded server does not exit the
 // process; Atoll's lifecycle notices the server stopping.
-func (l *Logger) Fatalf(format string, v ...any) { l.emit(slog.LevelError, format, v) }
+func (l *Logger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.fatal.CompareAndSwap(nil, &msg)
+	l.log.Error(msg)
+}
+
+// Fatal returns the first fatal error the server reported (a listener
+// that could not bind its port, ...), or nil. natsembed.Start fails with
+// it instead of waiting for a server that will never be ready.
+func (l *Logger) Fatal() error {
+	if msg := l.fatal.Load(); msg != nil {
+		return errors.New(*msg)
+	}
+	return nil
+}
 
 // Errorf logs a server error.
 func (l *Logger) Errorf(format string, v ...any) { l.emit(slog.LevelError, format, v) }

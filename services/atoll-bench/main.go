@@ -37,6 +37,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/edge/voter"
+	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/testbed"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -45,10 +46,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "atoll-bench:", err)
-		os.Exit(1)
-	}
+	cliflags.Main("atoll-bench", func() error { return run(ctx, os.Args[1:], os.Stdout) })
 }
 
 type options struct {
@@ -67,11 +65,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.trafficSize, "traffic-unit", 10, "nodes in the unit whose probe traffic is measured")
 	fs.DurationVar(&o.window, "traffic-window", 30*time.Second, "how long probe traffic is measured")
 	fs.DurationVar(&o.grace, "node-monitor-grace", 5*time.Second, "kube-controller-manager's --node-monitor-grace-period")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflags.Parse(fs, args); err != nil {
+		if err == flag.ErrHelp {
+			cliflags.PrintUsage(out, fs, "atoll-bench [flags]")
+		}
 		return err
 	}
-	if o.trials < 1 || o.unitSize < 3 || o.trafficSize < 2 {
-		return fmt.Errorf("want --trials >= 1, --unit >= 3, --traffic-unit >= 2")
+	switch {
+	case fs.NArg() > 0:
+		return cliflags.Usagef("unexpected argument %q (atoll-bench takes only flags)", fs.Arg(0))
+	case o.trials < 1:
+		return cliflags.Usagef("--trials %d: want at least 1", o.trials)
+	case o.unitSize < 3:
+		return cliflags.Usagef("--unit %d: want at least 3", o.unitSize)
+	case o.trafficSize < 2:
+		return cliflags.Usagef("--traffic-unit %d: want at least 2", o.trafficSize)
 	}
 	dir, err := os.MkdirTemp("", "atoll-bench-")
 	if err != nil {

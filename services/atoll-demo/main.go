@@ -20,16 +20,22 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/testbed"
 )
+
+const prog = "atoll-demo"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "atoll-demo:", err)
-		os.Exit(1)
-	}
+	go func() {
+		// After the first Ctrl-C the demo stops cleanly; a second one
+		// kills it at once (the default signal handling again).
+		<-ctx.Done()
+		stop()
+	}()
+	cliflags.Main(prog, func() error { return run(ctx, os.Args[1:], os.Stdout) })
 }
 
 type options struct {
@@ -44,7 +50,7 @@ type options struct {
 	cutFor   time.Duration
 }
 
-func parse(args []string) (options, error) {
+func parse(args []string, out io.Writer) (options, error) {
 	o := options{}
 	fs := flag.NewFlagSet("atoll-demo", flag.ContinueOnError)
 	fs.IntVar(&o.units, "units", 2, "number of simulated edge sites (NodeUnits)")
@@ -53,25 +59,49 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.interval, "interval", 3*time.Second, "status table refresh period")
 	fs.IntVar(&o.hubPort, "hub-port", 4222, "embedded hub's client port on 127.0.0.1 (0: random)")
 	fs.BoolVar(&o.cluster, "hub-cluster", false, "run the hub as a cluster of three servers that atoll-cloud dials by URL (default: embedded in atoll-cloud)")
-	fs.StringVar(&o.dir, "dir", "", "working directory for logs and state (default: a new temp dir)")
+	fs.StringVar(&o.dir, "dir", "", "working directory for logs and state, created if missing and kept after exit (default: a new temp dir)")
 	fs.DurationVar(&o.cutAfter, "cut-after", 20*time.Second, "cut the first node's cloud link after this long (0: never)")
 	fs.DurationVar(&o.cutFor, "cut-for", 60*time.Second, "restore the cut link after this long")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflags.Parse(fs, args); err != nil {
+		if err == flag.ErrHelp {
+			cliflags.PrintUsage(out, fs, prog+" [flags]   (stop it with Ctrl-C)")
+		}
 		return o, err
 	}
 	switch {
+	case fs.NArg() > 0:
+		return o, cliflags.Usagef("unexpected argument %q (atoll-demo takes only flags)", fs.Arg(0))
 	case o.units < 1 || o.units > 20:
-		return o, fmt.Errorf("--units %d: want 1..20", o.units)
+		return o, cliflags.Usagef("--units %d: want 1..20", o.units)
 	case o.nodes < 1 || o.nodes > 50:
-		return o, fmt.Errorf("--nodes %d: want 1..50", o.nodes)
+		return o, cliflags.Usagef("--nodes %d: want 1..50", o.nodes)
 	case o.interval <= 0:
-		return o, fmt.Errorf("--interval must be positive")
+		return o, cliflags.Usagef("--interval %v: want a positive duration", o.interval)
 	}
 	return o, nil
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
-	o, err := parse(args)
+// workDir makes the demo's working directory: dir, created if missing,
+// or a new temporary directory. Either is kept after the demo ends.
+func workDir(dir string) (string, error) {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "atoll-demo-")
+		if err != nil {
+			return "", fmt.Errorf("working directory: %w", err)
+		}
+		return d, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("--dir %s: %w", dir, err)
+	}
+	return filepath.Abs(dir)
+}
+
+// run runs the demo until ctx is done (Ctrl-C, SIGTERM or --duration),
+// then stops everything it started. Stopping that way is no error. Logs
+// and state stay in the working directory.
+func run(ctx context.Context, args []string, out io.Writer) (err error) {
+	o, err := parse(args, out)
 	if err != nil {
 		return err
 	}
@@ -80,30 +110,47 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
-	if o.dir == "" {
-		if o.dir, err = os.MkdirTemp("", "atoll-demo-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(o.dir)
+	if o.dir, err = workDir(o.dir); err != nil {
+		return err
 	}
 	logPath := filepath.Join(o.dir, "atoll-demo.log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("log file: %w", err)
 	}
 	defer logFile.Close()
 	log := slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
-	say("atoll-demo: logs in %s", logPath)
+	say("atoll-demo: logs in %s, Kubernetes and hub state in %s (both kept after exit)", logPath, o.dir)
+	say("press Ctrl-C to stop")
+	defer func() {
+		if ctx.Err() != nil {
+			// Interrupted or --duration over: a clean stop, whatever
+			// step was cut short.
+			err = nil
+		}
+		if err == nil {
+			say("atoll-demo: stopped; logs kept in %s", logPath)
+		} else {
+			say("atoll-demo: failed; logs kept in %s", logPath)
+		}
+	}()
 	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and atoll-cloud ...")
 	start := time.Now()
 	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, HubCluster: o.cluster, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer bed.Stop()
+	defer func() {
+		say("atoll-demo: stopping the edge agents, atoll-cloud and Kubernetes ...")
+		bed.Stop()
+	}()
 	say("ready in %v; kubeconfig: %s", time.Since(start).Round(100*time.Millisecond), bed.Cluster.KubeconfigPath())
-	say("  watch events: ATOLL_NATS_URL=%s ATOLL_NATS_USER=operator ATOLL_NATS_PASSWORD=%s go run ./services/atoll events tail", bed.HubURL(), bed.Operator)
+	login := fmt.Sprintf("ATOLL_NATS_URL=%s ATOLL_NATS_USER=operator ATOLL_NATS_PASSWORD=%s", bed.HubURL(), bed.Operator)
+	say("  watch events:   %s go run ./services/atoll events tail", login)
+	say("  nats CLI:       %s go run ./services/atoll nats context   (writes the context \"atoll\")", login)
+	say("                  then, with atoll on PATH (go install ./services/atoll):")
+	say("                  nats --context atoll sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'")
 	for u := range o.units {
 		unit := fmt.Sprintf("site-%c", 'a'+u)
 		nodes, err := bed.Sites.AddSite(ctx, unit, o.nodes)
@@ -128,7 +175,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		printStatus(ctx, out, bed)
 		select {
 		case <-ctx.Done():
-			say("atoll-demo: stopping")
 			return nil
 		case <-t.C:
 		}

@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -35,9 +39,10 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out natstest.Buffer
+	dir := filepath.Join(t.TempDir(), "not", "yet")
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--units=2", "--nodes=2", "--interval=500ms", "--hub-port=0", "--cut-after=0", "--dir=" + t.TempDir()}, &out)
+		done <- run(ctx, []string{"--units=2", "--nodes=2", "--interval=500ms", "--hub-port=0", "--cut-after=0", "--dir=" + dir}, &out)
 	}()
 	healthy := regexp.MustCompile(`^site-[ab]\s+site-[ab]-\d\s+True\s+-\s+healthy 1/0/0\s+Normal\s+-\s+ready\s+running\s+up\s+1\s+2\s*$`)
 	poll.Eventually(t, 90*time.Second, func() error {
@@ -66,11 +71,47 @@ func TestDemo(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("demo did not stop")
 	}
+	checkKeptLogs(t, dir, out.String())
+}
+
+// checkKeptLogs: the demo said how to stop it, where its logs are, and
+// kept them after it stopped.
+func checkKeptLogs(t *testing.T, dir, out string) {
+	t.Helper()
+	logPath := filepath.Join(dir, "atoll-demo.log")
+	for _, want := range []string{"logs in " + logPath, "press Ctrl-C to stop", "stopped; logs kept in " + logPath} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(logPath); err != nil {
+		t.Errorf("log not kept: %v", err)
+	}
+}
+
+// TestDemoInterruptedEarly: a demo interrupted before Kubernetes is up
+// creates its missing --dir, stops without an error and keeps its log.
+func TestDemoInterruptedEarly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := filepath.Join(t.TempDir(), "missing", "dir")
+	var out strings.Builder
+	if err := run(ctx, []string{"--dir=" + dir}, &out); err != nil {
+		t.Fatalf("interrupted demo: %v\n%s", err, out.String())
+	}
+	checkKeptLogs(t, dir, out.String())
+}
+
+func TestDemoHelp(t *testing.T) {
+	var out strings.Builder
+	if _, err := parse([]string{"-h"}, &out); err != flag.ErrHelp || !strings.Contains(out.String(), "usage: atoll-demo") {
+		t.Fatalf("-h: %v, %q", err, out.String())
+	}
 }
 
 func TestDemoFlags(t *testing.T) {
 	for _, args := range [][]string{{"--units=0"}, {"--nodes=100"}, {"--interval=0s"}} {
-		if _, err := parse(args); err == nil {
+		if _, err := parse(args, io.Discard); err == nil {
 			t.Errorf("parse(%v) accepted", args)
 		}
 	}

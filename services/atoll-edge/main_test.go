@@ -1,18 +1,24 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"flag"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx/fxtest"
 
 	"github.com/atoll-edge/atoll/edge/edgeapp"
+	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
@@ -60,7 +66,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 	}{
 		{[]string{"--node-name=a*b", "--hub-url=nats-leaf://h:7422"}, "node name"},
 		{[]string{"--node-name=n", "--hub-url=http://h:7422"}, "scheme"},
-		{[]string{"--node-name=n"}, "no hub URL"},
+		{[]string{"--node-name=n"}, "--hub-url is required"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--client-host=0.0.0.0"}, "loopback"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--internal-ip=x"}, "internal IP"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--unit=a b"}, "unit"},
@@ -79,5 +85,90 @@ func TestBadConfigNamesTheField(t *testing.T) {
 				t.Fatalf("Validate(%v) = %v, want an error about %q", tt.args, err, tt.want)
 			}
 		})
+	}
+}
+
+// cli runs atoll-edge's command line as main does and returns its exit
+// code, stdout and stderr.
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	err := run(ctx, args, &out, &errs)
+	code = cliflags.Exit(&errs, prog, err)
+	return code, out.String(), errs.String()
+}
+
+// TestCommandLineErrors: every wrong command line is one line naming what
+// is wrong plus a usage hint, exit code 2; -h prints the usage and exits 0;
+// a failed start is one line, exit code 1; nothing dumps fx's graph.
+func TestCommandLineErrors(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	seedFile := filepath.Join(t.TempDir(), "node.nk")
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	base := []string{"--admin-addr=127.0.0.1:0", "--hub-url=nats-leaf://127.0.0.1:1", "--seed-file=" + seedFile,
+		"--route-host=127.0.0.1", "--route-port=-1", "--state-dir=" + t.TempDir()}
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // the first line of stderr; with code 1 its last, after the app's log
+	}{
+		{"unknown flag", []string{"--bogus"}, 2, "atoll-edge: flag provided but not defined: -bogus"},
+		{"bad value", []string{"--client-port=abc"}, 2, `atoll-edge: invalid value "abc" for flag -client-port: parse error`},
+		{"argument", []string{"--node-name=n1", "extra"}, 2, `atoll-edge: unexpected argument "extra" (atoll-edge takes only flags)`},
+		{"no node name", base, 2, "atoll-edge: --node-name is required (or $NODE_NAME, or $ATOLL_NODE_NAME)"},
+		{"bad log level", append([]string{"--node-name=n1", "--log-level=loud"}, base...), 2, `atoll-edge: log level "loud": want debug, info, warn or error`},
+		{"client port in use", append([]string{"--node-name=n1", "--client-port=" + busyPort}, base...), 1,
+			`atoll-edge: start: natsnode: start n1: Error listening on port: 127.0.0.1:` + busyPort + `, "listen tcp 127.0.0.1:` + busyPort + `: bind: address already in use"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			code, stdout, stderr := cli(t, tt.args...)
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			if code == 1 {
+				if strings.Contains(stderr, "could not build") || strings.Contains(stderr, `"component":"fx"`) {
+					t.Fatalf("fx's graph or events in the output:\n%s", stderr)
+				}
+				lines = lines[len(lines)-1:]
+			}
+			if code != tt.code || lines[0] != tt.want {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and first line\n%s", code, stderr, tt.code, tt.want)
+			}
+			wantLines := 1
+			if tt.code == 2 {
+				wantLines = 2
+				if lines[1] != "Run 'atoll-edge -h' for usage." {
+					t.Fatalf("no usage hint: %q", lines[1])
+				}
+			}
+			if len(lines) != wantLines || stdout != "" {
+				t.Fatalf("stderr has %d lines, want %d; stdout %q:\n%s", len(lines), wantLines, stdout, stderr)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("took %v to fail", d)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "-help"} {
+		code, stdout, stderr := cli(t, arg)
+		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: atoll-edge") || !strings.Contains(stdout, "-node-name") {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q", arg, code, stdout, stderr)
+		}
 	}
 }

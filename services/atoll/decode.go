@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/cliflags"
 )
 
 func decode(args []string, stdin io.Reader, stdout io.Writer) error {
@@ -19,13 +19,13 @@ func decode(args []string, stdin io.Reader, stdout io.Writer) error {
 	typ := fs.String("type", "", "message type, e.g. atoll.v1.Vote (the Atoll-Type header)")
 	subject := fs.String("subject", "", "subject the message arrived on; gives the type when --type is not set")
 	compact := fs.Bool("compact", false, "print JSON on one line")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, "atoll decode [--type T | --subject S] [--compact] < payload"); err != nil {
 		return err
 	}
 	t := *typ
 	if t == "" {
 		if *subject == "" {
-			return errors.New("decode: give --type or --subject")
+			return cliflags.Usagef("decode: give --type or --subject")
 		}
 		var err error
 		if t, err = events.TypeForSubject(*subject); err != nil {

@@ -3,14 +3,16 @@
 //	atoll decode [--type T | --subject S]   decode one message payload from stdin to JSON
 //	atoll events tail [subject]             print live events, decoded, one line each
 //	atoll events catalog                    print the subject catalog as Markdown
+//	atoll nats context [--name N]           write a nats CLI context for the hub
 //	atoll status [--unit U] [--json]        the cloud's view of every edge unit and node
 //
-// With the nats CLI: nats sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'
+// With the nats CLI: atoll nats context, then
+// nats --context atoll sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'
 package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,63 +20,101 @@ import (
 	"syscall"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/cliflags"
 )
 
 const usage = `usage: atoll <command> [flags]
 
 commands:
-  decode        decode one message payload read from stdin and print it as JSON
-  events tail   print live events on a subject (default atoll.>), one line each
+  decode          decode one message payload read from stdin and print it as JSON
+  events tail     print live events on a subject (default atoll.>), one line each
   events catalog  print the subject catalog and the hub streams as Markdown
-  status        print each edge unit's disruption state and its nodes' health
+  nats context    write a nats CLI context (~/.config/nats/context/atoll.json) for the hub
+  status          print each edge unit's disruption state and its nodes' health
 
-Run 'atoll <command> -h' for a command's flags.
+Run 'atoll <command> -h' for a command's flags. The commands that talk to the
+hub read $ATOLL_NATS_URL, $ATOLL_NATS_USER and $ATOLL_NATS_PASSWORD.
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout); err != nil {
-		var u usageError
-		if errors.As(err, &u) {
-			fmt.Fprint(os.Stderr, usage)
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "atoll:", err)
-		os.Exit(1)
+	cliflags.Main("atoll", func() error { return run(ctx, os.Args[1:], os.Stdin, os.Stdout) })
+}
+
+// help reports whether arg asks for help.
+func help(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help" }
+
+// run runs the command line args. -h anywhere prints that command's usage on
+// stdout and returns flag.ErrHelp; a wrong command line is a
+// cliflags.UsageError.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) == 0 {
+		return cliflags.UsageError{Err: fmt.Errorf("no command given (decode, events tail, events catalog, nats context, status)")}
+	}
+	switch cmd := args[0]; {
+	case help(cmd):
+		fmt.Fprint(stdout, usage)
+		return flag.ErrHelp
+	case cmd == "decode":
+		return decode(args[1:], stdin, stdout)
+	case cmd == "events":
+		return group(ctx, "events", args[1:], stdout, map[string]func() error{
+			"tail":    func() error { return tail(ctx, args[2:], stdout) },
+			"catalog": func() error { return catalog(args[2:], stdout) },
+		})
+	case cmd == "nats":
+		return group(ctx, "nats", args[1:], stdout, map[string]func() error{
+			"context": func() error { return natsContext(args[2:], stdout) },
+		})
+	case cmd == "status":
+		return statusCmd(ctx, args[1:], stdout)
+	default:
+		return cliflags.Usagef("unknown command %q", cmd)
 	}
 }
 
-type usageError struct{}
-
-func (usageError) Error() string { return "usage" }
-
-func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usageError{}
-	}
-	switch args[0] {
-	case "decode":
-		return decode(args[1:], stdin, stdout)
-	case "events":
-		if len(args) < 2 {
-			return usageError{}
+// group runs the subcommand args[0] of the command group name.
+func group(_ context.Context, name string, args []string, stdout io.Writer, subs map[string]func() error) error {
+	names := make([]string, 0, len(subs))
+	for _, n := range []string{"tail", "catalog", "context"} {
+		if _, ok := subs[n]; ok {
+			names = append(names, n)
 		}
-		switch args[1] {
-		case "tail":
-			return tail(ctx, args[2:], stdout)
-		case "catalog":
-			if len(args) > 2 {
-				return fmt.Errorf("events catalog: unexpected argument %q", args[2])
-			}
-			_, err := fmt.Fprint(stdout, events.CatalogMarkdown())
-			return err
-		default:
-			return usageError{}
-		}
-	case "status":
-		return statusCmd(ctx, args[1:], stdout)
-	default:
-		return usageError{}
 	}
+	switch {
+	case len(args) == 0:
+		return cliflags.UsageError{Err: fmt.Errorf("%s: give a subcommand: %v", name, names), Cmd: "atoll " + name}
+	case help(args[0]):
+		fmt.Fprintf(stdout, "usage: atoll %s <subcommand> [flags]\n\nsubcommands: %v\n\nRun 'atoll %s <subcommand> -h' for its flags.\n", name, names, name)
+		return flag.ErrHelp
+	}
+	sub, ok := subs[args[0]]
+	if !ok {
+		return cliflags.UsageError{Err: fmt.Errorf("%s: unknown subcommand %q (want one of %v)", name, args[0], names), Cmd: "atoll " + name}
+	}
+	return sub()
+}
+
+// catalog prints the subject catalog.
+func catalog(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("atoll events catalog", flag.ContinueOnError)
+	if err := parseFlags(fs, args, stdout, "atoll events catalog   (no flags)"); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return cliflags.UsageError{Err: fmt.Errorf("events catalog: unexpected argument %q", fs.Arg(0)), Cmd: fs.Name()}
+	}
+	_, err := fmt.Fprint(stdout, events.CatalogMarkdown())
+	return err
+}
+
+// parseFlags parses a command's flags; -h prints its usage on stdout and
+// returns flag.ErrHelp, a bad flag is a cliflags.UsageError.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, synopsis string) error {
+	err := cliflags.Parse(fs, args)
+	if err == flag.ErrHelp {
+		cliflags.PrintUsage(stdout, fs, synopsis)
+	}
+	return err
 }

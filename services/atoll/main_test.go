@@ -15,6 +15,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -109,7 +110,7 @@ func TestEventsCatalog(t *testing.T) {
 	if err := run(context.Background(), []string{"events", "catalog", "extra"}, nil, &out); err == nil {
 		t.Fatal("accepted an argument")
 	}
-	if err := run(context.Background(), []string{"events", "nope"}, nil, &out); !errors.As(err, new(usageError)) {
+	if err := run(context.Background(), []string{"events", "nope"}, nil, &out); !errors.As(err, new(cliflags.UsageError)) {
 		t.Fatalf("unknown events command: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/cliflags"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -23,14 +24,14 @@ func statusCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	unit := fs.String("unit", "", "only this unit")
 	asJSON := fs.Bool("json", false, "print the ClusterStatus as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for atoll-cloud to answer")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, "atoll status [--unit U] [--json] [hub flags]"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("status: unexpected argument %q (use --unit)", fs.Arg(0))
+		return cliflags.Usagef("status: unexpected argument %q (use --unit)", fs.Arg(0))
 	}
 	if *timeout <= 0 {
-		return errors.New("status: --timeout must be positive")
+		return cliflags.Usagef("status: --timeout %v must be positive", *timeout)
 	}
 	nc, err := hf.connect("atoll status")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/cliflags"
 )
 
 func tail(ctx context.Context, args []string, stdout io.Writer) error {
@@ -17,12 +18,16 @@ func tail(ctx context.Context, args []string, stdout io.Writer) error {
 	var hf hubFlags
 	hf.register(fs)
 	count := fs.Int("count", 0, "exit after this many events (0: run until interrupted)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, "atoll events tail [flags] [subject]   (default subject atoll.>)"); err != nil {
 		return err
 	}
 	subject := events.AllSubjects
-	if fs.NArg() > 0 {
+	switch fs.NArg() {
+	case 0:
+	case 1:
 		subject = fs.Arg(0)
+	default:
+		return cliflags.Usagef("events tail: one subject at most, got %q", fs.Args())
 	}
 	nc, err := hf.connect("atoll events tail", nats.MaxReconnects(-1))
 	if err != nil {

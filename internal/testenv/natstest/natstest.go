@@ -79,6 +79,8 @@ type HubServers interface {
 type EdgeOptions struct {
 	// HubURL overrides the hub's leaf URL (e.g. a Proxy in front of it).
 	HubURL string
+	// Logger receives the server's log (default: t.Log at warn and above).
+	Logger *slog.Logger
 }
 
 // Edge enrolls node with h and starts its edge server on random loopback
@@ -104,7 +106,11 @@ func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node
 	if o.HubURL != "" {
 		cfg.HubURLs = []string{o.HubURL}
 	}
-	n, err := natsnode.New(cfg, Logger(t, slog.LevelWarn))
+	log := o.Logger
+	if log == nil {
+		log = Logger(t, slog.LevelWarn)
+	}
+	n, err := natsnode.New(cfg, log)
 	if err != nil {
 		t.Fatalf("edge %s: %v", node, err)
 	}
@@ -123,6 +129,15 @@ func Unit(t testing.TB, h HubServers, unit string, o EdgeOptions, nodes ...strin
 	out := make([]*natsnode.Node, 0, len(nodes))
 	for _, name := range nodes {
 		out = append(out, Edge(t, h, name, o))
+	}
+	// Every server first accepts the unit's route credentials, then
+	// dials its peers: a server that dialed a peer still on its solo
+	// credentials would be refused (an authentication error in the log).
+	creds := MeshOf(unit)
+	for _, n := range out {
+		if err := n.SetMesh(creds); err != nil {
+			t.Fatalf("unit %s credentials on %s: %v", unit, n.Name(), err)
+		}
 	}
 	SetMesh(t, unit, out...)
 	return out

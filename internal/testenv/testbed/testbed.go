@@ -125,10 +125,13 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	b = &Bed{}
+	// bed, not b: a failing return has already set b to nil when the
+	// deferred cleanup runs.
+	bed := &Bed{}
+	b = bed
 	defer func() {
 		if err != nil {
-			b.Stop()
+			bed.Stop()
 			b = nil
 		}
 	}()
