@@ -190,14 +190,21 @@ func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 		if !agents || n < 2 {
 			return nil // a unit of one never has a verdict: nobody else reports
 		}
-		// The unit is formed: every other member's reports reach the
-		// voters (on the hub cluster a server may be down meanwhile, and
-		// the agents' views and reports take longer to settle). A node's
-		// report about itself never counts.
-		if j := e.bed.Health.Judge(nodes[0]); int(j.Checkers) != n-1 {
-			return fmt.Errorf("unit %s: %d of the %d other checkers report on %s", unit, j.Checkers, n-1, nodes[0])
+		// The unit is formed: about every member, every other member's
+		// reports reach the voters and the peers' verdict is written (on
+		// the hub cluster a server may be down meanwhile, and the agents'
+		// views and reports take longer to settle). A node's report about
+		// itself never counts. A scenario that cut a node whose verdict
+		// was not yet written would test nothing.
+		for _, node := range nodes {
+			if j := e.bed.Health.Judge(node); int(j.Checkers) != n-1 {
+				return fmt.Errorf("unit %s: %d of the %d other checkers report on %s", unit, j.Checkers, n-1, node)
+			}
+			if err := e.verdict(node, "healthy"); err != nil {
+				return err
+			}
 		}
-		return e.verdict(nodes[0], "healthy")
+		return nil
 	})
 	return nodes
 }
