@@ -30,12 +30,13 @@ import (
 //   - cloud link flapping: one node's cloud link goes down and up every
 //     15 s (longer than KCM's grace period, so each flap is a real Ready
 //     change, and atoll-cloud protects the node each time);
-//   - peer link flapping: that node's peers lose and regain it every 15 s
-//     (each flap a real verdict change).
+//   - peer link flapping: that node and its peers lose and regain each
+//     other every 15 s (each flap real verdict changes in the unit).
 //
 // It reports writes per minute in each phase and, while flapping, writes
-// per real change (Ready transitions, verdict changes). Run it with
-// `go tool task bench:writes` (one iteration: -benchtime 1x).
+// per real change: per Ready transition of the node, and Node writes per
+// verdict change in its unit. Run it with `go tool task bench:writes` (one
+// iteration: -benchtime 1x).
 func BenchmarkWrites(b *testing.B) {
 	phase := 5 * time.Minute
 	if v := os.Getenv("ATOLL_BENCH_PHASE"); v != "" {
@@ -91,46 +92,66 @@ func BenchmarkWrites(b *testing.B) {
 	}
 	x := flapping[0]
 
-	writes := func() int {
+	// writes counts atoll-cloud's writes by resource (nodes, endpoints,
+	// endpointslices).
+	writes := func() map[string]int {
 		events, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
 		if err != nil {
 			b.Fatal(err)
 		}
+		out := map[string]int{}
+		for obj, n := range kubetest.Writes(events, wellknown.FieldManager) {
+			out[strings.SplitN(obj, "/", 2)[0]] += n
+		}
+		return out
+	}
+	sum := func(m map[string]int) int {
 		n := 0
-		for _, v := range kubetest.Writes(events, wellknown.FieldManager) {
+		for _, v := range m {
 			n += v
 		}
 		return n
 	}
-	// watch runs f for d while sampling x's Ready status and verdict
-	// annotation every 200 ms; it returns atoll-cloud's writes and the
-	// changes seen.
-	watch := func(d time.Duration, f func(stop <-chan struct{})) (w, readyChanges, verdictChanges int) {
+	// changes is what really changed in a phase: Ready transitions of x,
+	// and verdict changes of every node of its unit (x's peers lose x
+	// too, so their own verdicts move when x's link to them flaps).
+	type changes struct{ ready, verdicts int }
+	// watch runs f for d while sampling the flapping unit's nodes every
+	// 200 ms; it returns atoll-cloud's writes by resource and the changes
+	// seen.
+	watch := func(d time.Duration, f func(stop <-chan struct{})) (map[string]int, changes) {
 		before := writes()
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() { defer close(done); f(stop) }()
-		var ready corev1.ConditionStatus
-		verdict := ""
+		var c changes
+		ready := map[string]corev1.ConditionStatus{}
+		verdict := map[string]string{}
 		deadline := time.Now().Add(d)
 		for time.Now().Before(deadline) {
-			if n, err := e.node(x); err == nil {
-				if r := health.ReadyStatus(n); ready != "" && r != ready {
-					readyChanges++
+			for _, name := range flapping {
+				n, err := e.node(name)
+				if err != nil {
+					continue
 				}
-				ready = health.ReadyStatus(n)
-				if v := n.Annotations[wellknown.AnnotationVerdict]; verdict != "" && v != verdict {
-					verdictChanges++
-					verdict = v
-				} else if verdict == "" {
-					verdict = v
+				r, v := health.ReadyStatus(n), n.Annotations[wellknown.AnnotationVerdict]
+				if old, ok := ready[name]; ok && old != r && name == x {
+					c.ready++
 				}
+				if old, ok := verdict[name]; ok && old != v {
+					c.verdicts++
+				}
+				ready[name], verdict[name] = r, v
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		close(stop)
 		<-done
-		return writes() - before, readyChanges, verdictChanges
+		after := writes()
+		for k := range after {
+			after[k] -= before[k]
+		}
+		return after, c
 	}
 	every := func(stop <-chan struct{}, down, up func()) {
 		for {
@@ -150,11 +171,11 @@ func BenchmarkWrites(b *testing.B) {
 		}
 	}
 	settle := func() {
-		last, since := writes(), time.Now()
+		last, since := sum(writes()), time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := poll.Until(ctx, func(context.Context) error {
-			if w := writes(); w != last {
+			if w := sum(writes()); w != last {
 				last, since = w, time.Now()
 			}
 			if time.Since(since) < 5*time.Second {
@@ -169,21 +190,22 @@ func BenchmarkWrites(b *testing.B) {
 
 	b.ResetTimer()
 	settle()
-	steady, _, _ := watch(phase, func(<-chan struct{}) {})
-	b.ReportMetric(perMin(steady), "steady-writes/min")
+	steady, _ := watch(phase, func(<-chan struct{}) {})
+	b.ReportMetric(perMin(sum(steady)), "steady-writes/min")
 
-	cloudFlap, readyChanges, _ := watch(phase, func(stop <-chan struct{}) {
+	cloudFlap, cc := watch(phase, func(stop <-chan struct{}) {
 		every(stop, func() { benchDo(b, e.bed.Kubelet.Partition(x), e.bed.Sites.SetLeaf(x, false)) },
 			func() { benchDo(b, e.bed.Sites.SetLeaf(x, true), e.bed.Kubelet.Heal(x)) })
 	})
-	b.ReportMetric(perMin(cloudFlap), "cloudflap-writes/min")
-	b.ReportMetric(float64(readyChanges), "cloudflap-ready-changes")
-	if readyChanges > 0 {
-		b.ReportMetric(float64(cloudFlap)/float64(readyChanges), "cloudflap-writes/change")
+	b.ReportMetric(perMin(sum(cloudFlap)), "cloudflap-writes/min")
+	if cc.ready > 0 {
+		// Each loss (half the Ready changes) needs x's Endpoints and
+		// EndpointSlice kept ready.
+		b.ReportMetric(float64(sum(cloudFlap))/float64(cc.ready), "cloudflap-writes/ready-change")
 	}
 	settle()
 
-	peerFlap, _, verdictChanges := watch(phase, func(stop <-chan struct{}) {
+	peerFlap, pc := watch(phase, func(stop <-chan struct{}) {
 		every(stop, func() {
 			for _, p := range flapping[1:] {
 				inUnit.block(x, p)
@@ -194,13 +216,12 @@ func BenchmarkWrites(b *testing.B) {
 			}
 		})
 	})
-	b.ReportMetric(perMin(peerFlap), "peerflap-writes/min")
-	b.ReportMetric(float64(verdictChanges), "peerflap-verdict-changes")
-	if verdictChanges > 0 {
-		b.ReportMetric(float64(peerFlap)/float64(verdictChanges), "peerflap-writes/change")
+	b.ReportMetric(perMin(sum(peerFlap)), "peerflap-writes/min")
+	if pc.verdicts > 0 {
+		b.ReportMetric(float64(peerFlap["nodes"])/float64(pc.verdicts), "peerflap-node-writes/verdict-change")
 	}
-	b.Logf("phase %s: steady %d writes; cloud link flapping %d writes for %d Ready changes; peer link flapping %d writes for %d verdict changes",
-		phase, steady, cloudFlap, readyChanges, peerFlap, verdictChanges)
+	b.Logf("phases of %s. steady: writes %v. cloud link flapping every %s: writes %v for %d Ready changes of %s. peer link flapping every %s: writes %v for %d verdict changes in its unit",
+		phase, steady, flap, cloudFlap, cc.ready, x, flap, peerFlap, pc.verdicts)
 	if b.Failed() {
 		b.Logf("atoll log: %s\n%s", logFile.Name(), bed.Cluster.LogTails(40))
 	}
