@@ -220,8 +220,8 @@ func BenchmarkWrites(b *testing.B) {
 	if pc.verdicts > 0 {
 		b.ReportMetric(float64(peerFlap["nodes"])/float64(pc.verdicts), "peerflap-node-writes/verdict-change")
 	}
-	b.Logf("phases of %s. steady: writes %v. cloud link flapping every %s: writes %v for %d Ready changes of %s. peer link flapping every %s: writes %v for %d verdict changes in its unit",
-		phase, steady, flap, cloudFlap, cc.ready, x, flap, peerFlap, pc.verdicts)
+	b.Logf("phases of %s. steady: writes %v. cloud link flapping every %s: writes %v for %d Ready changes of %s and %d verdict changes in its unit. peer link flapping every %s: writes %v for %d verdict changes in its unit",
+		phase, steady, flap, cloudFlap, cc.ready, x, cc.verdicts, flap, peerFlap, pc.verdicts)
 	if b.Failed() {
 		b.Logf("atoll log: %s\n%s", logFile.Name(), bed.Cluster.LogTails(40))
 	}
