@@ -67,6 +67,16 @@ func (f *faults) isBlocked(a, b string) bool {
 
 var inUnit = &faults{blocked: map[[2]string]bool{}}
 
+// throughFaults makes every probe of an agent also pass through the fault
+// table: a peer must pass all three plugins to be normal.
+func throughFaults(c *edgeapp.Config) {
+	c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
+		Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: 500 * time.Millisecond,
+		Args: map[string]string{"checker": c.NATS.NodeName},
+	})
+	c.Prober.Scoreline = 200
+}
+
 type faultPlugin struct{ checker string }
 
 func (p faultPlugin) Check(_ context.Context, t prober.Target) error {
@@ -133,15 +143,7 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 		Logger:     slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Kube:       kubetest.Config{UnreachableTolerationSeconds: int(toleration.Seconds()), NotReadyTolerationSeconds: int(toleration.Seconds())},
 		Cloud:      func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
-		Agent: func(c *edgeapp.Config) {
-			// Every probe also passes through the fault table, and a
-			// peer must pass all three plugins to be normal.
-			c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
-				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: 500 * time.Millisecond,
-				Args: map[string]string{"checker": c.NATS.NodeName},
-			})
-			c.Prober.Scoreline = 200
-		},
+		Agent: throughFaults,
 	}
 	for _, f := range adjust {
 		f(&opts)

@@ -14,8 +14,6 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
-	"github.com/atoll-edge/atoll/edge/edgeapp"
-	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	"github.com/atoll-edge/atoll/internal/testenv/testbed"
@@ -69,13 +67,7 @@ func BenchmarkWrites(b *testing.B) {
 		Cloud: func(c *cloudapp.Config) {
 			c.Health.HoldTime = time.Hour
 		},
-		Agent: func(c *edgeapp.Config) {
-			c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
-				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: 500 * time.Millisecond,
-				Args: map[string]string{"checker": c.NATS.NodeName},
-			})
-			c.Prober.Scoreline = 200
-		},
+		Agent: throughFaults,
 	})
 	if err != nil {
 		b.Fatal(err)

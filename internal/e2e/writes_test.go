@@ -16,8 +16,6 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
-	"github.com/atoll-edge/atoll/edge/edgeapp"
-	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	"github.com/atoll-edge/atoll/internal/testenv/testbed"
@@ -65,13 +63,7 @@ func TestOneWritePerVerdict(t *testing.T) {
 		Kube: kubetest.Config{UnreachableTolerationSeconds: 60, NotReadyTolerationSeconds: 60,
 			ExtraAPIServerFlags: flags},
 		Cloud: func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
-		Agent: func(c *edgeapp.Config) {
-			c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
-				Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: 500 * time.Millisecond,
-				Args: map[string]string{"checker": c.NATS.NodeName},
-			})
-			c.Prober.Scoreline = 200
-		},
+		Agent: throughFaults,
 	})
 	if err != nil {
 		t.Fatal(err)
