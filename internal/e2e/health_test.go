@@ -143,7 +143,7 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 		Logger:     slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Kube:       kubetest.Config{UnreachableTolerationSeconds: int(toleration.Seconds()), NotReadyTolerationSeconds: int(toleration.Seconds())},
 		Cloud:      func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
-		Agent: throughFaults,
+		Agent:      throughFaults,
 	}
 	for _, f := range adjust {
 		f(&opts)
