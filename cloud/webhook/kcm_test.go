@@ -66,43 +66,9 @@ func TestKeepsProtectedNodeAgainstControllerManager(t *testing.T) {
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	// Probe with an Endpoints object rather than a Node: a Node without a
-	// heartbeat would count as unready and could push the zone into a
-	// disruption mode in which the controller stops evicting.
-	step(t, ctx, "webhook effective", func(ctx context.Context) error {
-		probe := &corev1.Endpoints{
-			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
-			Subsets: []corev1.EndpointSubset{{
-				NotReadyAddresses: addrs(addr("10.1.0.1", protected)),
-				Ports:             []corev1.EndpointPort{{Port: 80, Protocol: corev1.ProtocolTCP}},
-			}},
-		}
-		got, err := client.CoreV1().Endpoints(ns).Create(ctx, probe, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		_ = client.CoreV1().Endpoints(ns).Delete(ctx, "probe", metav1.DeleteOptions{})
-		if len(got.Subsets) == 0 || len(got.Subsets[0].Addresses) == 0 {
-			return errors.New("webhook not called yet")
-		}
-		return nil
-	})
+	waitEffective(t, ctx, client, ns, protected)
 
-	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Stop)
-	var specs []edgesim.NodeSpec
-	for _, n := range []string{protected, lost, healthy} {
-		specs = append(specs, edgesim.NodeSpec{Name: n, Labels: map[string]string{unitLabel: "u1"}})
-	}
-	if err := sim.AddNodes(ctx, specs...); err != nil {
-		t.Fatal(err)
-	}
+	sim := simulate(t, ctx, cluster, protected, lost, healthy)
 	step(t, ctx, "nodes ready", func(ctx context.Context) error {
 		for _, n := range []string{protected, lost, healthy} {
 			node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
@@ -327,4 +293,54 @@ func boolString(b *bool) string {
 		return "nil"
 	}
 	return fmt.Sprint(*b)
+}
+
+// waitEffective waits until the apiserver calls the webhook (it loads
+// configurations from an informer, some time after Register): an
+// Endpoints object with a not-ready address on the protected node comes
+// back ready. It probes with Endpoints rather than a Node: a Node without
+// a heartbeat would count as unready and could push the zone into a
+// disruption mode in which the controller stops evicting.
+func waitEffective(t *testing.T, ctx context.Context, client kubernetes.Interface, ns, protected string) {
+	t.Helper()
+	step(t, ctx, "webhook effective", func(ctx context.Context) error {
+		probe := &corev1.Endpoints{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
+			Subsets: []corev1.EndpointSubset{{
+				NotReadyAddresses: addrs(addr("10.1.0.1", protected)),
+				Ports:             []corev1.EndpointPort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+			}},
+		}
+		got, err := client.CoreV1().Endpoints(ns).Create(ctx, probe, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		_ = client.CoreV1().Endpoints(ns).Delete(ctx, "probe", metav1.DeleteOptions{})
+		if len(got.Subsets) == 0 || len(got.Subsets[0].Addresses) == 0 {
+			return errors.New("webhook not called yet")
+		}
+		return nil
+	})
+}
+
+// simulate runs simulated kubelets for nodes of unit u1 until the test
+// ends.
+func simulate(t *testing.T, ctx context.Context, cluster *kubetest.Cluster, nodes ...string) *edgesim.Simulator {
+	t.Helper()
+	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Stop)
+	var specs []edgesim.NodeSpec
+	for _, n := range nodes {
+		specs = append(specs, edgesim.NodeSpec{Name: n, Labels: map[string]string{unitLabel: "u1"}})
+	}
+	if err := sim.AddNodes(ctx, specs...); err != nil {
+		t.Fatal(err)
+	}
+	return sim
 }

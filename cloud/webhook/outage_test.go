@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 )
@@ -66,40 +65,9 @@ func TestOutageKeepsProtectedNode(t *testing.T) {
 	if err := cluster.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	step(t, ctx, "webhook effective", func(ctx context.Context) error {
-		probe := &corev1.Endpoints{
-			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
-			Subsets: []corev1.EndpointSubset{{
-				NotReadyAddresses: addrs(addr("10.1.0.1", protected)),
-				Ports:             []corev1.EndpointPort{{Port: 80, Protocol: corev1.ProtocolTCP}},
-			}},
-		}
-		got, err := client.CoreV1().Endpoints(ns).Create(ctx, probe, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		_ = client.CoreV1().Endpoints(ns).Delete(ctx, "probe", metav1.DeleteOptions{})
-		if len(got.Subsets) == 0 || len(got.Subsets[0].Addresses) == 0 {
-			return errors.New("webhook not called yet")
-		}
-		return nil
-	})
+	waitEffective(t, ctx, client, ns, protected)
 
-	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Stop)
-	var specs []edgesim.NodeSpec
-	for _, n := range []string{protected, lost, healthy} {
-		specs = append(specs, edgesim.NodeSpec{Name: n, Labels: map[string]string{unitLabel: "u1"}})
-	}
-	if err := sim.AddNodes(ctx, specs...); err != nil {
-		t.Fatal(err)
-	}
+	sim := simulate(t, ctx, cluster, protected, lost, healthy)
 	// What atoll-cloud writes on a node whose peers see it healthy.
 	annotate := func(node, verdict string) {
 		t.Helper()
