@@ -125,8 +125,8 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	// bed, not b: a failing return has already set b to nil when the
-	// deferred cleanup runs.
+	// bed, not b, in the cleanups: a failing return has already set b to
+	// nil when they run.
 	bed := &Bed{}
 	b = bed
 	defer func() {
@@ -145,7 +145,7 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if b.Cluster, err = kubetest.StartCluster(ctx, kc); err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	b.stops = append(b.stops, func() { _ = b.Cluster.Stop() })
+	b.stops = append(b.stops, func() { _ = bed.Cluster.Stop() })
 
 	// The webhook serves on a fixed loopback port so the registration can
 	// name it before the server starts.
@@ -207,7 +207,7 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	b.stops = append(b.stops, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = b.StopCloud(ctx)
+		_ = bed.StopCloud(ctx)
 	})
 
 	if b.Kubelet, err = edgesim.New(b.Cluster.RESTConfig(), edgesim.Config{Logger: o.Logger.With("component", "edgesim")}); err != nil {
@@ -234,7 +234,7 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 		UnitLabel: cfg.Topology.UnitLabel, Agent: agent, Logger: o.Logger.With("service", "atoll-edge")}); err != nil {
 		return nil, err
 	}
-	b.stops = append(b.stops, func() { _ = b.Sites.Close(context.Background()) })
+	b.stops = append(b.stops, func() { _ = bed.Sites.Close(context.Background()) })
 	return b, nil
 }
 
