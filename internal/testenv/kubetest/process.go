@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/atoll-edge/atoll/internal/testenv/freeport"
 )
 
 // process is one control-plane binary running in its own process group,
@@ -121,28 +123,6 @@ func (p *process) logContains(s string) bool {
 	return err == nil && bytes.Contains(data, []byte(s))
 }
 
-// freePorts returns n distinct loopback TCP ports that were free a moment
-// ago. Another process can still take one before the binary binds it; the
-// callers retry a start that fails with "address already in use".
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // errAddrInUse marks a start that lost a port race; the caller retries.
 var errAddrInUse = errors.New("address already in use")
 
@@ -152,7 +132,7 @@ var errAddrInUse = errors.New("address already in use")
 func runUntilReady(ctx context.Context, nports int, start func(ports []int) (*process, error), ready func(ctx context.Context, ports []int) error) (*process, []int, error) {
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(nports)
+		ports, err := freeport.Ports(nports)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/testenv/freeport"
 )
 
 // HubCluster is a hub of clustered servers in one process, each on its
@@ -48,8 +49,20 @@ func NewHubCluster(t testing.TB, mutate ...func(*hub.Config)) *HubCluster {
 }
 
 // StartHubCluster is NewHubCluster without a test: dir holds the stores,
-// Close stops it.
+// Close stops it. A start that loses a port to another process is retried
+// on fresh ports.
 func StartHubCluster(ctx context.Context, dir string, log *slog.Logger, mutate ...func(*hub.Config)) (*HubCluster, error) {
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		c, err := startHubCluster(ctx, filepath.Join(dir, fmt.Sprintf("try-%d", attempt)), log, mutate...)
+		if err == nil || attempt == attempts || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		log.Warn("hub cluster lost a port race, retrying on fresh ports", "attempt", attempt, "err", err)
+	}
+}
+
+func startHubCluster(ctx context.Context, dir string, log *slog.Logger, mutate ...func(*hub.Config)) (*HubCluster, error) {
 	c := &HubCluster{log: log, edges: map[string]string{}, services: map[string]string{}}
 	var err error
 	if c.svc, err = nkeys.CreateUser(); err != nil {
@@ -275,12 +288,6 @@ func (c *HubCluster) ClientConfig() hublink.ClientConfig {
 	return hublink.ClientConfig{URLs: c.ClientURLs(), Domain: c.Domain(), Nkey: c.svc}
 }
 
-// FreePort returns a loopback TCP port free at the time of the call.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort returns a loopback TCP port free at the time of the call,
+// outside the ephemeral range (see package freeport).
+func FreePort() (int, error) { return freeport.Port() }
