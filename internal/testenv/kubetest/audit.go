@@ -15,10 +15,11 @@ import (
 
 // auditPolicy records every write to Nodes (with the stored object),
 // Endpoints and EndpointSlices once, when its response is complete; %s is
-// where the rules for Audit's users go.
+// where the rules for Audit's users go. Watches (long-running) are also
+// logged when their response starts, so a watch is seen while it runs.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
+omitStages: ["RequestReceived", "Panic"]
 rules:
 - level: RequestResponse
   verbs: ["create", "update", "patch", "delete"]
