@@ -21,7 +21,10 @@ import (
 // (provided by the health service), a *slog.Logger and the *admin.Server
 // (readiness check "webhook", metrics). With a RegistrationConfig whose
 // Enabled is set, and a kubernetes.Interface, it also registers the webhook
-// once the server listens, retrying with backoff until it succeeds.
+// once the server listens, retrying with backoff until it succeeds. With
+// Config.Certs CertsGenerate (and a kubernetes.Interface) it generates and
+// renews the certificates (Rotator) and registers again whenever the CA
+// bundle changes.
 var Module = fx.Module("webhook",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Server) {}),
