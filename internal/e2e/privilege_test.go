@@ -224,3 +224,35 @@ func forbiddenLines(t *testing.T, path string) []string {
 	}
 	return out
 }
+
+// TestGrantsFromManifest: the grants are read from the manifest's roles
+// bound to the ServiceAccount, and a grant narrowed to a name or a
+// namespace covers only that name or namespace, so TestLeastPrivilege
+// and the refusal check compare like with like.
+func TestGrantsFromManifest(t *testing.T) {
+	grants := manifestGrants(t)
+	find := func(verb, group, resource string) grant {
+		for _, g := range grants {
+			if g.verb == verb && g.group == group && g.resource == resource {
+				return g
+			}
+		}
+		t.Fatalf("no grant %s %s.%s in %v", verb, resource, group, grants)
+		return grant{}
+	}
+	nodes := find("patch", "", "nodes")
+	if !nodes.covers(grant{verb: "patch", resource: "nodes", name: "edge-1"}) || nodes.covers(grant{verb: "delete", resource: "nodes", name: "edge-1"}) {
+		t.Error("patch nodes covers the wrong requests")
+	}
+	if nodes.covers(grant{verb: "patch", resource: "nodes/status", name: "edge-1"}) {
+		t.Error("patch nodes covers nodes/status")
+	}
+	secret := find("update", "", "secrets")
+	if secret.namespace != testbed.CloudNamespace || secret.name == "" {
+		t.Fatalf("the Secret grant is not narrowed: %+v", secret)
+	}
+	if secret.covers(grant{verb: "update", resource: "secrets", namespace: testbed.CloudNamespace, name: "other"}) ||
+		secret.covers(grant{verb: "update", resource: "secrets", namespace: "kube-system", name: secret.name}) {
+		t.Error("a named, namespaced grant covers another name or namespace")
+	}
+}
