@@ -31,6 +31,7 @@ import (
 // the caBundle followed each rotation.
 func TestGeneratedCertsRotate(t *testing.T) {
 	cluster := kubetest.Start(t)
+	unrouteLogsAfter(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	data, err := deploy.Read("atoll-cloud.yaml")
