@@ -167,7 +167,8 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	b.stops = append(b.stops, func() { _ = bed.Cluster.Stop() })
 
 	// What every atoll-cloud installation has: its namespace,
-	// ServiceAccount, RBAC and the webhook configuration it fills in.
+	// ServiceAccount, RBAC, the webhook configuration it fills in and the
+	// Secret of its generated webhook certificates.
 	if err := applyManifest(ctx, b.Cluster, CloudManifest); err != nil {
 		return nil, err
 	}
