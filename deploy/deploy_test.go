@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -169,5 +170,38 @@ func TestLiteralSecretsFound(t *testing.T) {
 	ok, _ := kubetest.DecodeManifests("ok", []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {volumes: [{name: v, secret: {secretName: atoll-cloud}}], containers: [{name: c, args: [--seed-file=/var/lib/atoll/node.nk, --hub-password-file=/etc/x]}]}\n"))
 	if f := literalSecrets(ok[0]); len(f) > 0 {
 		t.Errorf("false positives: %v", f)
+	}
+}
+
+// TestOnlyAtollCloudHoldsAToken: of every workload in deploy/, only
+// atoll-cloud's pods get a Kubernetes API token (its ServiceAccount's,
+// whose RBAC internal/e2e proves minimal); the edge agents and the hub
+// servers never talk to the apiserver and mount none.
+func TestOnlyAtollCloudHoldsAToken(t *testing.T) {
+	workloads := 0
+	for name, objs := range objects(t) {
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob":
+			default:
+				continue
+			}
+			workloads++
+			spec, ok, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+			if !ok {
+				t.Fatalf("%s: %s %s has no pod template", name, o.GetKind(), o.GetName())
+			}
+			sa, _ := spec["serviceAccountName"].(string)
+			automount, set := spec["automountServiceAccountToken"].(bool)
+			switch {
+			case sa == "atoll-cloud":
+			case set && !automount:
+			default:
+				t.Errorf("%s: %s %s runs as %q with an API token: set automountServiceAccountToken: false", name, o.GetKind(), o.GetName(), cmp.Or(sa, "default"))
+			}
+		}
+	}
+	if workloads == 0 {
+		t.Fatal("no workloads found")
 	}
 }
