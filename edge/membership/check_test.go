@@ -204,7 +204,9 @@ func TestCatchUpAfterLeafFlap(t *testing.T) {
 		}
 		return nil
 	})
-	f.consumers(t, func(ctx context.Context, name string) error { return f.cloud.DeleteConsumer(ctx, events.StreamViews, name) })
+	f.consumers(t, func(ctx context.Context, name string) error {
+		return f.cloud.DeleteConsumer(ctx, events.StreamViews, name)
+	})
 	f.view(t, "u1", 3)
 	if err := f.edge.SetLeafEnabled(true); err != nil {
 		t.Fatal(err)
