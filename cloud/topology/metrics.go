@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	nodes, units                    prometheus.Gauge
 	published, repaired, duplicates prometheus.Counter
+	conflicts                       prometheus.Counter
 	rejected                        *prometheus.CounterVec
 }
 
@@ -30,13 +31,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "topology", Name: "views_duplicate_republished_total",
 			Help: "Views the hub acknowledged as duplicates of a copy it no longer held, published again under a new id.",
 		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "views_conflicts_total",
+			Help: "Publishes refused because the subject's last stored value was not the one read (another replica's, or lost by the hub); the stream is read again.",
+		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "topology", Name: "views_rejected_total",
 			Help: "Inputs left out of a view (route_url, internal_ip: once per bad value) and views not published (too_large, publish_failed, route_secret: per attempt).",
 		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.rejected)
+		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.conflicts, m.rejected)
 	}
 	return m
 }

@@ -378,3 +378,63 @@ func TestReconnectResyncs(t *testing.T) {
 		return nil
 	})
 }
+
+// TestStaleReplicaRereads: two replicas publish the same unit; one of them
+// changes the view while the other still believes its own last value is
+// stored. The stale replica's next publish expects the wrong last
+// sequence, is refused, reads the stream again and stores its view; no
+// publish ever replaces a value it did not read.
+func TestStaleReplicaRereads(t *testing.T) {
+	f := newHubFixture(t)
+	s1 := f.svc
+	s2 := newDeclared(t, s1.bus)
+	ctx := context.Background()
+	zone := func(s *Service, z string) {
+		t.Helper()
+		s.observe(report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", map[string]string{"zone": z}), time.Now())
+		s.observe(report("b", "u1", "10.0.0.2", "nats-route://10.0.0.2:6222", nil), time.Now())
+		if err := s.publish(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.storedView(t, "u1").GetMembers()[0].GetLabels()["zone"]; got != z {
+			t.Fatalf("stored zone %q after a publish of %q", got, z)
+		}
+	}
+	zone(s1, "A")
+	zone(s2, "A") // nothing to publish: s2 reads A from the stream
+	zone(s2, "B") // s1 still believes A is stored
+	conflicts := counter(t, s1.metrics.conflicts)
+	zone(s1, "C")
+	if got := counter(t, s1.metrics.conflicts) - conflicts; got != 1 {
+		t.Fatalf("conflicts grew by %v, want 1 (the stale publish refused)", got)
+	}
+	zone(s2, "A") // and back to content stored before: stored again
+}
+
+// TestDuplicateOfPurgedCopy: a subject purged and given the content it
+// held before, within the duplicate window: the id matches the first
+// copy, the hub acknowledges a duplicate and stores nothing; the service
+// notices and publishes it under a fresh id.
+func TestDuplicateOfPurgedCopy(t *testing.T) {
+	f := newHubFixture(t)
+	s := f.svc
+	ctx := context.Background()
+	s.observe(report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil), time.Now())
+	if err := s.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u1, _ := events.UnitViewSubject("u1")
+	if err := f.views.Purge(ctx, jetstream.WithPurgeSubject(u1)); err != nil {
+		t.Fatal(err)
+	}
+	s.requestResync()
+	if err := s.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.storedView(t, "u1") == nil {
+		t.Fatal("the view purged and published again under its first id is not stored")
+	}
+	if got := counter(t, s.metrics.duplicates); got != 1 {
+		t.Fatalf("duplicates = %v, want 1", got)
+	}
+}
