@@ -438,3 +438,45 @@ func TestDuplicateOfPurgedCopy(t *testing.T) {
 		t.Fatalf("duplicates = %v, want 1", got)
 	}
 }
+
+// TestViewsBehind: the service names the views an agent reports holding
+// older than the ones it published, once the report is later than the
+// grace after the publication.
+func TestViewsBehind(t *testing.T) {
+	f := newHubFixture(t)
+	s := f.svc
+	ctx := context.Background()
+	base := report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil)
+	s.observe(base, time.Now())
+	if err := s.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, v := f.storedAssignment(t, "a").GetFingerprint(), f.storedView(t, "u1").GetFingerprint()
+	later := time.Now().Add(2 * reportGrace)
+	tests := []struct {
+		name         string
+		assign, view string
+		seen         time.Time
+		want         string
+	}{
+		{"no fingerprints (an older agent)", "", "", later, BehindUnknown},
+		{"current", a, v, later, ""},
+		{"old unit view", a, "old", later, BehindUnitView},
+		{"no unit view yet", a, "", later, BehindUnitView},
+		{"both old", "old", "old", later, BehindAssignment + ", " + BehindUnitView},
+		{"reported right after the publication", a, "old", time.Now(), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := proto.Clone(base).(*atollv1.TopologyUpdate)
+			r.AssignmentFingerprint, r.UnitViewFingerprint = tt.assign, tt.view
+			s.observe(r, tt.seen)
+			if got := s.ViewsBehind("a"); got != tt.want {
+				t.Fatalf("ViewsBehind = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if got := s.ViewsBehind("nobody"); got != BehindUnknown {
+		t.Fatalf("ViewsBehind of a node that never reported = %q, want %q", got, BehindUnknown)
+	}
+}
