@@ -235,9 +235,43 @@ func (m *Membership) setAssignment(ctx context.Context, a *atollv1.NodeAssignmen
 			cancel()
 			<-done
 		}
+		m.prefetchView(ctx, a.GetUnit())
 		m.followUnit(ctx, a.GetUnit())
 	}
 	m.apply()
+}
+
+// prefetchView reads unit's view from the stream before the node joins
+// the unit. Joining renames the node's NATS cluster, which restarts its
+// leaf link: the view's follower, created then, waits for the link, and
+// a delivery on the way can be lost. With the view read first the node
+// joins with its members at once. Failing, it leaves the view to the
+// follower and the check.
+func (m *Membership) prefetchView(ctx context.Context, unit string) {
+	if unit == "" {
+		return
+	}
+	subj, err := events.UnitViewSubject(unit)
+	if err != nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, found, err := m.last(pctx, subj, &atollv1.UnitView{})
+	if err != nil || !found {
+		m.log.Debug("unit view not read before joining; its follower brings it", "unit", unit, "found", found, "err", err)
+		return
+	}
+	v := st.msg.(*atollv1.UnitView)
+	m.mu.Lock()
+	if v.GetUnit() != m.assignment.GetUnit() {
+		m.mu.Unlock()
+		return
+	}
+	m.unitView, m.viewSeq = v, st.seq
+	m.mu.Unlock()
+	m.log.Info("unit view received", "unit", v.GetUnit(), "members", len(v.GetMembers()), "fingerprint", v.GetFingerprint(), "from", "stream")
+	m.save("unitview.pb", v)
 }
 
 // followUnit follows the view of unit in the background.

@@ -88,9 +88,13 @@ func (s *meshSink) Status() natsnode.Status {
 type stressAgent struct {
 	name string
 	site *shareSite
-	nc   *nats.Conn
-	m    *membership.Membership
-	reg  *prometheus.Registry
+	// own: the agent of the site's server itself, which applies its
+	// unit's mesh to that server for real (joining a unit restarts the
+	// server's leaf link, under every agent on it).
+	own bool
+	nc  *nats.Conn
+	m   *membership.Membership
+	reg *prometheus.Registry
 
 	mu      sync.Mutex
 	unit    string
@@ -112,8 +116,12 @@ func (a *stressAgent) declare(unit string) {
 // report publishes the agent's TopologyUpdate (the declared source reads
 // its unit from it).
 func (a *stressAgent) report() {
+	route := "nats-route://127.0.0.1:7000"
+	if a.own {
+		route = a.site.node.RouteURL()
+	}
 	u := &atollv1.TopologyUpdate{Node: a.name, Unit: a.declared(), Time: timestamppb.Now(),
-		RouteUrl:  "nats-route://127.0.0.1:7000",
+		RouteUrl:  route,
 		Addresses: []*atollv1.NodeAddress{{Type: "InternalIP", Address: "10.0.0.1"}}}
 	u.AssignmentFingerprint, u.UnitViewFingerprint = a.m.Fingerprints()
 	subj, _ := events.TopologySubject(a.name)
@@ -200,6 +208,8 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 	}
 
 	// The agents, in a random order, with the cloud started among them.
+	// The first of each site is the site server's own agent; the sites'
+	// agents form units of their own.
 	agents := make([]*stressAgent, opt.agents)
 	for i := range agents {
 		agents[i] = &stressAgent{
@@ -207,6 +217,10 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 			site: sites[i%len(sites)],
 			unit: fmt.Sprintf("u%02d", i/opt.unitSize),
 			reg:  prometheus.NewRegistry(),
+		}
+		if i < len(sites) {
+			agents[i].name, agents[i].own = sites[i].node.Name(), true
+			agents[i].unit = fmt.Sprintf("s%02d", i/opt.unitSize)
 		}
 	}
 	order := rng.Perm(len(agents))
@@ -224,7 +238,11 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 			tb.Fatal(err)
 		}
 		a.nc = nc
-		a.m, err = membership.New(membership.Config{CheckPeriod: opt.checkPeriod}, &meshSink{name: a.name, site: a.site},
+		var node membership.Node = &meshSink{name: a.name, site: a.site}
+		if a.own {
+			node = a.site.node
+		}
+		a.m, err = membership.New(membership.Config{CheckPeriod: opt.checkPeriod}, node,
 			hublink.Of(nc, js), log.With("node", a.name), nil, a.reg)
 		if err != nil {
 			tb.Fatal(err)
