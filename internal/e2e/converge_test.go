@@ -327,6 +327,13 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 				tb.Error(err)
 				return
 			}
+			// The fault lasts until the link is back.
+			_ = poll.Until(ctx, func(context.Context) error {
+				if s.node.Server().NumLeafNodes() == 0 {
+					return poll.Errorf("leaf still down")
+				}
+				return nil
+			})
 		}
 	}()
 	moved := make([]*stressAgent, 0, opt.relabels)
