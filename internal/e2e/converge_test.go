@@ -526,6 +526,19 @@ func TestViewsConverge(t *testing.T) {
 	}
 }
 
+// TestRelabelOutAndBack: agents moved out of their unit and back within
+// seconds (their assignments and both units' views go A → B → A): the
+// stored views and every agent's views end correct, within 2 s.
+func TestRelabelOutAndBack(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	res := runConverge(t, convergeOptions{agents: 16, sites: 4, unitSize: 4, cloudAfter: 0, relabels: 8,
+		seed: seed, checkPeriod: time.Second})
+	t.Logf("seed %d: worst %v (%s), %v catch-ups from the stream", seed, res.worst, res.worstAgent, res.catchups)
+	if res.worst > convergeBound {
+		t.Fatalf("seed %d: %s held its views %v after the last change, want at most %v", seed, res.worstAgent, res.worst, convergeBound)
+	}
+}
+
 // BenchmarkViewsConverge repeats the stress of TestViewsConverge
 // ATOLL_SOAK_RUNS times (default 20), each with a new seed and the cloud
 // started at a random point among the agents, and prints the worst case.
