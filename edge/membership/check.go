@@ -68,7 +68,7 @@ func (m *Membership) check(ctx context.Context) {
 	}
 	st, found, err := m.last(cctx, subj, &atollv1.NodeAssignment{})
 	if err != nil {
-		m.log.Debug("cannot check the assignment against the stream", "err", err)
+		m.checkFailed(viewAssignment, err)
 		return
 	}
 	m.mu.Lock()
@@ -87,6 +87,7 @@ func (m *Membership) check(ctx context.Context) {
 	m.mu.Unlock()
 	if unit == "" {
 		m.clear(viewUnit)
+		m.checkOK()
 		return
 	}
 	if view.GetUnit() != unit {
@@ -98,14 +99,50 @@ func (m *Membership) check(ctx context.Context) {
 	}
 	st, found, err = m.last(cctx, subj, &atollv1.UnitView{})
 	if err != nil {
-		m.log.Debug("cannot check the unit view against the stream", "unit", unit, "err", err)
+		m.checkFailed(viewUnit, err)
 		return
 	}
+	m.checkOK()
 	if found && m.behindOn(viewUnit, view.GetFingerprint(), viewSeq, view != nil, st) {
 		m.setUnitView(st.msg.(*atollv1.UnitView), st.seq, true)
 		if ucons != nil {
 			ucons.Restart()
 		}
+	}
+}
+
+// checkWarnAfter is how many checks in a row may fail while the leaf link
+// is up before one WARN says the agent cannot tell whether it is behind.
+const checkWarnAfter = 3
+
+// checkFailed counts a check that could not read the stream. While the
+// hub is unreachable that is expected (DEBUG); failing with the link up
+// (a permission, a missing stream) it is worth one WARN until a check
+// succeeds again.
+func (m *Membership) checkFailed(kind string, err error) {
+	m.metrics.checkErrors.Inc()
+	m.mu.Lock()
+	m.failedChecks++
+	n := m.failedChecks
+	warn := n >= checkWarnAfter && !m.checkWarned && m.node.Status().HubConnected
+	if warn {
+		m.checkWarned = true
+	}
+	m.mu.Unlock()
+	if warn {
+		m.log.Warn("cannot compare the views held with the stream; a view this agent missed is not caught up until this works", "view", kind, "failed_checks", n, "err", err)
+		return
+	}
+	m.log.Debug("cannot check a view against the stream", "view", kind, "err", err)
+}
+
+func (m *Membership) checkOK() {
+	m.mu.Lock()
+	warned := m.checkWarned
+	m.failedChecks, m.checkWarned = 0, false
+	m.mu.Unlock()
+	if warned {
+		m.log.Info("comparing the views held with the stream works again")
 	}
 }
 

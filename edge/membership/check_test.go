@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,8 +30,12 @@ type agentFixture struct {
 
 const checkPeriod = 500 * time.Millisecond
 
-func newAgent(t *testing.T) *agentFixture {
+func newAgent(t *testing.T, logs ...*slog.Logger) *agentFixture {
 	t.Helper()
+	log := natstest.Logger(t, slog.LevelInfo)
+	if len(logs) > 0 {
+		log = logs[0]
+	}
 	h := natstest.Hub(t)
 	cnc, err := h.Connect("cloud")
 	if err != nil {
@@ -54,7 +59,7 @@ func newAgent(t *testing.T) *agentFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{CheckPeriod: checkPeriod}, edge, hublink.Of(nc, js), natstest.Logger(t, slog.LevelInfo), nil, prometheus.NewRegistry())
+	m, err := New(Config{CheckPeriod: checkPeriod}, edge, hublink.Of(nc, js), log, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,4 +256,49 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestCheckFailureWarnsOnce: with the leaf link up, checks that cannot
+// read the stream (here: it was deleted) are counted and logged at WARN
+// once, not once per check; a check that works again says so.
+func TestCheckFailureWarnsOnce(t *testing.T) {
+	var logs natstest.Buffer
+	f := newAgent(t, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	f.assign(t, "u1")
+	f.view(t, "u1", 2)
+	f.holds(t, "u1", 2, 10*time.Second)
+
+	ctx := context.Background()
+	if err := f.cloud.DeleteStream(ctx, events.StreamViews); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "cannot compare the views held with the stream"
+	poll.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), warning) {
+			return poll.Errorf("no WARN about failing checks yet")
+		}
+		return nil
+	})
+	errs := counter(t, f.m.metrics.checkErrors)
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := counter(t, f.m.metrics.checkErrors); n < errs+3 {
+			return poll.Errorf("%v more failed checks, want 3", n-errs)
+		}
+		return nil
+	})
+	if n := strings.Count(logs.String(), warning); n != 1 {
+		t.Fatalf("%d WARN lines about failing checks, want 1", n)
+	}
+	if err := events.EnsureStreams(ctx, f.cloud, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	f.assign(t, "u1")
+	f.view(t, "u1", 3)
+	f.holds(t, "u1", 3, 5*time.Second)
+	poll.Eventually(t, 5*time.Second, func() error {
+		if !strings.Contains(logs.String(), "works again") {
+			return poll.Errorf("no line saying the check works again")
+		}
+		return nil
+	})
 }

@@ -82,6 +82,10 @@ type Membership struct {
 	unitCancel context.CancelFunc
 	unitDone   chan struct{}
 	views      jetstream.Stream // the VIEWS stream, for the check
+	// failedChecks counts checks in a row that could not read the
+	// stream; checkWarned is set once that was logged at WARN.
+	failedChecks int
+	checkWarned  bool
 }
 
 // New returns the membership of node, following views over link. reg may

@@ -20,6 +20,8 @@ type metrics struct {
 	behind   *prometheus.GaugeVec
 	catchups *prometheus.CounterVec
 	lag      *prometheus.HistogramVec
+	// checkErrors counts reads of the stream that failed.
+	checkErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,13 +39,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "How long the stream had held the value the agent caught up to.",
 			Buckets: []float64{0.5, 1, 2, 5, 10, 30, 60, 300, 1800},
 		}, []string{"view"}),
+		checkErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "membership", Name: "check_errors_total",
+			Help: "Comparisons of a view held with the stream that could not read the stream (hub unreachable, no permission).",
+		}),
 	}
 	for _, kind := range []string{viewAssignment, viewUnit} {
 		m.behind.WithLabelValues(labelOf(kind)).Set(0)
 		m.catchups.WithLabelValues(labelOf(kind))
 	}
 	if reg != nil {
-		reg.MustRegister(m.behind, m.catchups, m.lag)
+		reg.MustRegister(m.behind, m.catchups, m.lag, m.checkErrors)
 	}
 	return m
 }
