@@ -131,6 +131,9 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if c.Membership.CheckPeriod > c.Prober.Period {
+		return fmt.Errorf("--view-check-period %v must be at most --probe-period %v, so an agent that missed a view catches up within two probe rounds", c.Membership.CheckPeriod, c.Prober.Period)
+	}
 	if 2*c.Prober.RoundBudget > c.Voter.Timeout {
 		return fmt.Errorf("probe round budget %v must be at most half the vote timeout %v, or reports go stale before the next round is out", c.Prober.RoundBudget, c.Voter.Timeout)
 	}
