@@ -479,4 +479,26 @@ func TestViewsBehind(t *testing.T) {
 	if got := s.ViewsBehind("nobody"); got != BehindUnknown {
 		t.Fatalf("ViewsBehind of a node that never reported = %q, want %q", got, BehindUnknown)
 	}
+
+	// The gauge counts a, reporting an old unit view, and b, which
+	// reports no fingerprints.
+	r := proto.Clone(base).(*atollv1.TopologyUpdate)
+	r.AssignmentFingerprint, r.UnitViewFingerprint = a, "old"
+	s.observe(r, later)
+	s.observe(report("b", "u1", "10.0.0.2", "nats-route://10.0.0.2:6222", nil), later)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.AgentsBehind())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if want := map[string]float64{"assignment": 0, "unit_view": 1, "unknown": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("atoll_topology_agents_behind = %v, want %v", got, want)
+	}
 }
