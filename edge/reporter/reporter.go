@@ -63,10 +63,14 @@ type RTTSource interface {
 
 // ViewSource gives the fingerprints of the assignment and unit view the
 // agent holds (the membership), so the cloud can show agents that are
-// behind.
+// behind; the reporter reports again soon after every change.
 type ViewSource interface {
 	Fingerprints() (assignment, unitView string)
+	Changes() <-chan struct{}
 }
+
+// minInterval bounds how often changes of the views held trigger reports.
+const minInterval = time.Second
 
 // Reporter publishes TopologyUpdates.
 type Reporter struct {
@@ -120,6 +124,10 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(r.cfg.Period)
 	defer t.Stop()
+	var changes <-chan struct{}
+	if r.views != nil {
+		changes = r.views.Changes()
+	}
 	for {
 		u := r.Update()
 		id := r.node.Name() + "@" + strconv.FormatInt(u.GetTime().AsTime().UnixNano(), 10)
@@ -130,6 +138,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-changes:
+			// The views held changed: tell the cloud soon, at most
+			// once a second.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(minInterval):
+			}
 		}
 	}
 }
