@@ -185,9 +185,10 @@ func (m *Membership) last(ctx context.Context, subj string, like proto.Message) 
 
 // behindOn judges one view: current when the value held is the stored
 // one (by fingerprint, or by sequence for values without one). A stored
-// value older than the one held is taken only when a second check sees
-// it again: once, it may be a read racing a delivery; twice, the stream
-// was recreated and its sequences started over. It logs, counts and
+// value with a lower sequence than the one held is taken only when the
+// next check still sees a lower one: once, it may be a read racing a
+// delivery; twice, the stream was recreated and its sequences started
+// over. It logs, counts and
 // records (for readiness and the behind gauge) a view found behind.
 func (m *Membership) behindOn(kind, heldFP string, heldSeq uint64, holds bool, st stored) bool {
 	current := holds && ((heldFP != "" && heldFP == st.fp) || (heldFP == "" && st.fp == "" && heldSeq == st.seq))
@@ -196,7 +197,7 @@ func (m *Membership) behindOn(kind, heldFP string, heldSeq uint64, holds bool, s
 		return false
 	}
 	m.mu.Lock()
-	if holds && st.seq < heldSeq && m.suspect[kind] != st.seq {
+	if _, once := m.suspect[kind]; holds && st.seq < heldSeq && !once {
 		m.suspect[kind] = st.seq
 		m.mu.Unlock()
 		return false
