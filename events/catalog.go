@@ -102,7 +102,7 @@ var (
 		Transport: TransportStream, Stream: StreamViews,
 		Message:  &atollv1.NodeAssignment{},
 		Identity: map[string]string{"node": "node"},
-		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`",
+		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`, published expecting that last subject sequence",
 		Producer: "cloud topology", Consumer: "the node's edge membership",
 		Example: []string{"edge-1"},
 	}
@@ -111,7 +111,7 @@ var (
 		Transport: TransportStream, Stream: StreamViews,
 		Message:  &atollv1.UnitView{},
 		Identity: map[string]string{"unit": "unit"},
-		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`",
+		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`, published expecting that last subject sequence",
 		Producer: "cloud topology", Consumer: "the unit's edge membership",
 		Example: []string{"site-a"},
 	}

@@ -69,3 +69,99 @@ func TestFollowWaitsForTheHub(t *testing.T) {
 		return nil
 	})
 }
+
+// pauseAll pauses every consumer of stream on the hub for an hour: they
+// stay, heartbeat, and deliver nothing — a stalled consumer, which the
+// client cannot tell from a quiet subject.
+func pauseAll(t *testing.T, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := st.ConsumerNames(ctx)
+	n := 0
+	for name := range names.Name() {
+		if _, err := js.PauseConsumer(ctx, stream, name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatalf("pause %s: %v", name, err)
+		}
+		n++
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestFollowRestart: a Follow consumer stalled on the server delivers
+// nothing new; Restart recreates it, and the new consumer delivers the
+// subject's last value at once.
+func TestFollowRestart(t *testing.T) {
+	h := natstest.Hub(t)
+	nc, err := h.Connect("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := events.EnsureStreams(context.Background(), js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := events.AssignmentSubject("n1")
+	publish := func(unit string) {
+		t.Helper()
+		if _, err := events.PublishDurable(context.Background(), js, subj, &atollv1.NodeAssignment{Node: "n1", Unit: unit, Time: timestamppb.Now()}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("u1")
+
+	var mu sync.Mutex
+	var got string
+	spec, _ := events.AssignmentFollower("n1")
+	m := events.NewMetrics(nil)
+	c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
+		mu.Lock()
+		got = ev.Msg.GetUnit()
+		mu.Unlock()
+		return nil
+	}, events.ConsumeOptions{Logger: natstest.Logger(t, 0), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	unit := func(want string) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if got != want {
+				return poll.Errorf("following unit %q, want %q", got, want)
+			}
+			return nil
+		}
+	}
+	poll.Eventually(t, 10*time.Second, unit("u1"))
+
+	if n := pauseAll(t, js, events.StreamViews); n != 1 {
+		t.Fatalf("paused %d consumers, want the follower's one", n)
+	}
+	publish("u2")
+	// Stalled: three check intervals later the follower still holds u1.
+	stalled := time.Now().Add(3 * time.Second)
+	for time.Now().Before(stalled) {
+		if unit("u1")() != nil {
+			t.Fatal("a paused consumer delivered: the test does not stall it")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Restart()
+	poll.Eventually(t, 5*time.Second, unit("u2"))
+	if n := m.RestartCount(spec.Name, events.RestartStalled); n != 1 {
+		t.Fatalf("restarts{reason=stalled} = %v, want 1", n)
+	}
+}

@@ -8,21 +8,38 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 // Module answers status requests on the app's hub connection from the
 // health service and the manager's cache of Nodes, from app start until app stop.
-// It runs with the kubernetes membership source only.
+// It runs with the kubernetes membership source only. With the topology
+// service in the app, node statuses name the views each agent is behind on.
 var Module = fx.Module("status",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Responder) {}),
 )
 
-func newForApp(lc fx.Lifecycle, cfg health.Config, hs *health.Service, b *hublink.Link, m *manager.Manager, log *slog.Logger) (*Responder, error) {
-	r, err := New(hs, m.NodeLister(), cfg.UnitLabel, log)
+type params struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Config    health.Config
+	Health    *health.Service
+	Link      *hublink.Link
+	Manager   *manager.Manager
+	Log       *slog.Logger
+	Topology  *topology.Service `optional:"true"` // which agents' views are behind
+}
+
+func newForApp(p params) (*Responder, error) {
+	lc, b := p.Lifecycle, p.Link
+	r, err := New(p.Health, p.Manager.NodeLister(), p.Config.UnitLabel, p.Log)
 	if err != nil {
 		return nil, err
+	}
+	if p.Topology != nil {
+		r.SetViews(p.Topology)
 	}
 	lc.Append(fx.Hook{
 		// The bus is connected by now: its start hook ran first.

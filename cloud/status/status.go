@@ -51,9 +51,16 @@ type Health interface {
 	Protected(node string) bool
 }
 
+// Views tells which views a node's agent holds older than the cloud
+// published them (*topology.Service implements it): "" when current.
+type Views interface {
+	ViewsBehind(node string) string
+}
+
 // Responder answers status requests.
 type Responder struct {
 	health    Health
+	views     Views // nil: every node's views read "unknown"
 	nodes     corelisters.NodeLister
 	unitLabel string
 	log       *slog.Logger
@@ -77,6 +84,10 @@ func New(h Health, nodes corelisters.NodeLister, unitLabel string, log *slog.Log
 	}
 	return &Responder{health: h, nodes: nodes, unitLabel: unitLabel, log: log.With("component", "status"), now: time.Now}, nil
 }
+
+// SetViews has node statuses name the views each agent is behind on.
+// Call it before Start.
+func (r *Responder) SetViews(v Views) { r.views = v }
 
 // Start adds the micro service with its status endpoint on nc and returns
 // once the server has its subscriptions.
@@ -193,7 +204,15 @@ func (r *Responder) nodeStatus(n *corev1.Node) *atollv1.NodeStatus {
 		VerdictSince:   timestamp(j.Since),
 		LastVote:       timestamp(j.LastVote),
 		Protected:      r.health.Protected(n.Name),
+		ViewsBehind:    r.viewsBehind(n.Name),
 	}
+}
+
+func (r *Responder) viewsBehind(node string) string {
+	if r.views == nil {
+		return "unknown"
+	}
+	return r.views.ViewsBehind(node)
 }
 
 // timestamp is t, or unset for the zero time and for the Unix epoch (what

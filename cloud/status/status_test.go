@@ -130,11 +130,11 @@ var (
 		{Name: "a", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2,
 			VerdictSince: timestamppb.New(t0.Add(-time.Hour)), LastVote: timestamppb.New(t0.Add(-2 * time.Second))},
 		{Name: "b", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 1, UndecidedVotes: 1, Normal: 1, Abnormal: 1, Checkers: 2,
-			VerdictSince: timestamppb.New(t0.Add(-time.Minute)), LastVote: timestamppb.New(t0.Add(-time.Second)), Protected: true},
-		{Name: "c", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_NONE},
+			VerdictSince: timestamppb.New(t0.Add(-time.Minute)), LastVote: timestamppb.New(t0.Add(-time.Second)), Protected: true, ViewsBehind: "unit view"},
+		{Name: "c", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_NONE, ViewsBehind: "unknown"},
 	}}
 	u2 = &atollv1.UnitStatus{Unit: "u2", State: "FullDisruption", HoldUntil: timestamppb.New(hold), Nodes: []*atollv1.NodeStatus{
-		{Name: "d", Ready: "Unknown", Protected: true},
+		{Name: "d", Ready: "Unknown", Protected: true, ViewsBehind: "assignment, unit view"},
 	}}
 )
 
@@ -145,8 +145,14 @@ func newResponder(t *testing.T) *status.Responder {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.SetViews(viewsBehind{"b": "unit view", "c": "unknown", "d": "assignment, unit view"})
 	return r
 }
+
+// viewsBehind is the topology service's answer per node ("": current).
+type viewsBehind map[string]string
+
+func (v viewsBehind) ViewsBehind(node string) string { return v[node] }
 
 func TestStatus(t *testing.T) {
 	r := newResponder(t)

@@ -1,10 +1,15 @@
 package topology
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	nodes, units                    prometheus.Gauge
 	published, repaired, duplicates prometheus.Counter
+	conflicts                       prometheus.Counter
 	rejected                        *prometheus.CounterVec
 }
 
@@ -30,13 +35,59 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "topology", Name: "views_duplicate_republished_total",
 			Help: "Views the hub acknowledged as duplicates of a copy it no longer held, published again under a new id.",
 		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "views_conflicts_total",
+			Help: "Publishes refused because the subject's last stored value was not the one read (another replica's, or lost by the hub); the stream is read again.",
+		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "topology", Name: "views_rejected_total",
 			Help: "Inputs left out of a view (route_url, internal_ip: once per bad value) and views not published (too_large, publish_failed, route_secret: per attempt).",
 		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.rejected)
+		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.conflicts, m.rejected)
 	}
 	return m
+}
+
+// behindCollector exports atoll_topology_agents_behind{view}: the agents
+// whose last report shows a view older than the one published (see
+// ViewsBehind), computed at each scrape.
+type behindCollector struct {
+	s    *Service
+	desc *prometheus.Desc
+}
+
+// AgentsBehind returns the collector of atoll_topology_agents_behind for s.
+func (s *Service) AgentsBehind() prometheus.Collector {
+	return &behindCollector{s: s, desc: prometheus.NewDesc("atoll_topology_agents_behind",
+		"Edge agents whose last topology report shows an older assignment or unit view than the one published (view: assignment, unit_view), or no fingerprints (view: unknown).",
+		[]string{"view"}, nil)}
+}
+
+func (c *behindCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *behindCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]float64{"assignment": 0, "unit_view": 0, "unknown": 0}
+	c.s.mu.Lock()
+	names := make([]string, 0, len(c.s.nodes))
+	for name := range c.s.nodes {
+		names = append(names, name)
+	}
+	c.s.mu.Unlock()
+	for _, name := range names {
+		for _, v := range strings.Split(c.s.ViewsBehind(name), ", ") {
+			switch v {
+			case BehindAssignment:
+				counts["assignment"]++
+			case BehindUnitView:
+				counts["unit_view"]++
+			case BehindUnknown:
+				counts["unknown"]++
+			}
+		}
+	}
+	for view, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, view)
+	}
 }

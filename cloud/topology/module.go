@@ -64,6 +64,7 @@ func newForApp(p params) (*Service, error) {
 		}
 		s = svc
 	}
+	p.Registry.MustRegister(s.AgentsBehind())
 	fxrun.Background(p.Lifecycle, p.Log, "topology", s.Run)
 	return s, nil
 }

@@ -378,3 +378,127 @@ func TestReconnectResyncs(t *testing.T) {
 		return nil
 	})
 }
+
+// TestStaleReplicaRereads: two replicas publish the same unit; one of them
+// changes the view while the other still believes its own last value is
+// stored. The stale replica's next publish expects the wrong last
+// sequence, is refused, reads the stream again and stores its view; no
+// publish ever replaces a value it did not read.
+func TestStaleReplicaRereads(t *testing.T) {
+	f := newHubFixture(t)
+	s1 := f.svc
+	s2 := newDeclared(t, s1.bus)
+	ctx := context.Background()
+	zone := func(s *Service, z string) {
+		t.Helper()
+		s.observe(report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", map[string]string{"zone": z}), time.Now())
+		s.observe(report("b", "u1", "10.0.0.2", "nats-route://10.0.0.2:6222", nil), time.Now())
+		if err := s.publish(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.storedView(t, "u1").GetMembers()[0].GetLabels()["zone"]; got != z {
+			t.Fatalf("stored zone %q after a publish of %q", got, z)
+		}
+	}
+	zone(s1, "A")
+	zone(s2, "A") // nothing to publish: s2 reads A from the stream
+	zone(s2, "B") // s1 still believes A is stored
+	conflicts := counter(t, s1.metrics.conflicts)
+	zone(s1, "C")
+	if got := counter(t, s1.metrics.conflicts) - conflicts; got != 1 {
+		t.Fatalf("conflicts grew by %v, want 1 (the stale publish refused)", got)
+	}
+	zone(s2, "A") // and back to content stored before: stored again
+}
+
+// TestDuplicateOfPurgedCopy: a subject purged and given the content it
+// held before, within the duplicate window: the id matches the first
+// copy, the hub acknowledges a duplicate and stores nothing; the service
+// notices and publishes it under a fresh id.
+func TestDuplicateOfPurgedCopy(t *testing.T) {
+	f := newHubFixture(t)
+	s := f.svc
+	ctx := context.Background()
+	s.observe(report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil), time.Now())
+	if err := s.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u1, _ := events.UnitViewSubject("u1")
+	if err := f.views.Purge(ctx, jetstream.WithPurgeSubject(u1)); err != nil {
+		t.Fatal(err)
+	}
+	s.requestResync()
+	if err := s.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.storedView(t, "u1") == nil {
+		t.Fatal("the view purged and published again under its first id is not stored")
+	}
+	if got := counter(t, s.metrics.duplicates); got != 1 {
+		t.Fatalf("duplicates = %v, want 1", got)
+	}
+}
+
+// TestViewsBehind: the service names the views an agent reports holding
+// older than the ones it published, once the report is later than the
+// grace after the publication.
+func TestViewsBehind(t *testing.T) {
+	f := newHubFixture(t)
+	s := f.svc
+	ctx := context.Background()
+	base := report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil)
+	s.observe(base, time.Now())
+	if err := s.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, v := f.storedAssignment(t, "a").GetFingerprint(), f.storedView(t, "u1").GetFingerprint()
+	later := time.Now().Add(2 * reportGrace)
+	tests := []struct {
+		name         string
+		assign, view string
+		seen         time.Time
+		want         string
+	}{
+		{"no fingerprints (an older agent)", "", "", later, BehindUnknown},
+		{"current", a, v, later, ""},
+		{"old unit view", a, "old", later, BehindUnitView},
+		{"no unit view yet", a, "", later, BehindUnitView},
+		{"both old", "old", "old", later, BehindAssignment + ", " + BehindUnitView},
+		{"reported right after the publication", a, "old", time.Now(), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := proto.Clone(base).(*atollv1.TopologyUpdate)
+			r.AssignmentFingerprint, r.UnitViewFingerprint = tt.assign, tt.view
+			s.observe(r, tt.seen)
+			if got := s.ViewsBehind("a"); got != tt.want {
+				t.Fatalf("ViewsBehind = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if got := s.ViewsBehind("nobody"); got != BehindUnknown {
+		t.Fatalf("ViewsBehind of a node that never reported = %q, want %q", got, BehindUnknown)
+	}
+
+	// The gauge counts a, reporting an old unit view, and b, which
+	// reports no fingerprints.
+	r := proto.Clone(base).(*atollv1.TopologyUpdate)
+	r.AssignmentFingerprint, r.UnitViewFingerprint = a, "old"
+	s.observe(r, later)
+	s.observe(report("b", "u1", "10.0.0.2", "nats-route://10.0.0.2:6222", nil), later)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.AgentsBehind())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if want := map[string]float64{"assignment": 0, "unit_view": 1, "unknown": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("atoll_topology_agents_behind = %v, want %v", got, want)
+	}
+}

@@ -68,6 +68,7 @@ type Service struct {
 	published map[string]stored // view subject → what the stream holds there, as last seen
 	believed  map[string]stored // published as it was before the last resync
 	units     map[string]bool   // units with a published view
+	assigned  map[string]string // node → unit, as last published
 	secrets   map[string]string // unit → route password
 	rejected  map[string]string // "node/field" → the input rejected, logged once
 	oversized map[string]int    // unit → size of its view, rejected and logged once
@@ -98,6 +99,7 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 		nodes:     map[string]node{},
 		published: map[string]stored{},
 		units:     map[string]bool{},
+		assigned:  map[string]string{},
 		secrets:   map[string]string{},
 		rejected:  map[string]string{},
 		oversized: map[string]int{},
@@ -376,6 +378,7 @@ func (s *Service) publish(ctx context.Context) error {
 		}
 	}
 	units := maps.Clone(s.units)
+	s.assigned = maps.Clone(assignments)
 	var deleted, back []string
 	if s.gate != nil && s.kubeNodes != nil {
 		for name := range s.listed {
@@ -466,6 +469,48 @@ func (s *Service) publish(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reportGrace is how long after a view was stored an agent's report may
+// still show the previous one without the agent counting as behind.
+const reportGrace = 2 * time.Second
+
+// Views behind, as ViewsBehind names them.
+const (
+	BehindAssignment = "assignment"
+	BehindUnitView   = "unit view"
+	BehindUnknown    = "unknown"
+)
+
+// ViewsBehind names the views node's agent holds older than the ones this
+// service published, by the fingerprints in the agent's last topology
+// report: BehindAssignment, BehindUnitView or both joined by ", "; empty
+// when it holds the current ones (or reported before they were stored);
+// BehindUnknown when the agent has not reported, or reports no
+// fingerprints (an older agent).
+func (s *Service) ViewsBehind(node string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[node]
+	if !ok || (n.report.GetAssignmentFingerprint() == "" && n.report.GetUnitViewFingerprint() == "") {
+		return BehindUnknown
+	}
+	var behind []string
+	check := func(what, subj, held string) {
+		st, ok := s.published[subj]
+		if ok && st.fp != held && n.seen.After(st.at.Add(reportGrace)) {
+			behind = append(behind, what)
+		}
+	}
+	if subj, err := events.AssignmentSubject(node); err == nil {
+		check(BehindAssignment, subj, n.report.GetAssignmentFingerprint())
+	}
+	if unit := s.assigned[node]; unit != "" {
+		if subj, err := events.UnitViewSubject(unit); err == nil {
+			check(BehindUnitView, subj, n.report.GetUnitViewFingerprint())
+		}
+	}
+	return strings.Join(behind, ", ")
 }
 
 // secret returns unit's route password, creating it once for all

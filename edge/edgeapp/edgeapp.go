@@ -55,7 +55,7 @@ func Default() Config {
 		Admin:      admin.Config{Addr: "127.0.0.1:9470"},
 		NATS:       natsnode.Default(),
 		Reporter:   reporter.DefaultConfig(),
-		Membership: membership.Config{StateDir: "/var/lib/atoll"},
+		Membership: membership.Config{StateDir: "/var/lib/atoll", CheckPeriod: membership.DefaultConfig().CheckPeriod},
 		Prober:     prober.DefaultConfig(),
 		Voter:      voter.DefaultConfig(),
 		Kubelet:    Kubelet{Port: 10250, Scheme: "https", InsecureSkipVerify: true},
@@ -83,6 +83,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.Map)(&c.Reporter.Labels), "labels", "node labels to report, k=v,k=v")
 	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
+	fs.DurationVar(&c.Membership.CheckPeriod, "view-check-period", c.Membership.CheckPeriod, "how often the agent compares its assignment and unit view with the hub's stored ones (at most the probe period)")
 	fs.DurationVar(&c.Prober.Period, "probe-period", c.Prober.Period, "period of peer probe rounds")
 	fs.DurationVar(&c.Prober.RoundBudget, "probe-round-budget", c.Prober.RoundBudget, "time a probe round may take, at most half of --vote-timeout")
 	fs.IntVar(&c.Prober.Parallelism, "probe-parallelism", c.Prober.Parallelism, "most unit members checked at once")
@@ -125,10 +126,13 @@ func (c Config) Validate() error {
 	if len(c.NATS.HubURLs) == 0 {
 		return errors.New("--hub-url is required: the hub's leafnode URL, nats-leaf://host:7422 (or $ATOLL_HUB_URL)")
 	}
-	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Prober, c.Voter} {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
+	}
+	if c.Membership.CheckPeriod > c.Prober.Period {
+		return fmt.Errorf("--view-check-period %v must be at most --probe-period %v, so an agent that missed a view catches up within two probe rounds", c.Membership.CheckPeriod, c.Prober.Period)
 	}
 	if 2*c.Prober.RoundBudget > c.Voter.Timeout {
 		return fmt.Errorf("probe round budget %v must be at most half the vote timeout %v, or reports go stale before the next round is out", c.Prober.RoundBudget, c.Voter.Timeout)
@@ -151,5 +155,6 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		prober.Module,
 		voter.Module,
 		fx.Provide(func(p *prober.Prober) reporter.RTTSource { return p }),
+		fx.Provide(func(m *membership.Membership) reporter.ViewSource { return m }),
 	)
 }

@@ -200,3 +200,23 @@ func TestRoundBudgetWithinFreshness(t *testing.T) {
 		t.Fatalf("budget at half the timeout: %v", err)
 	}
 }
+
+// TestViewCheckWithinProbePeriod: a view check slower than the probe
+// period is refused, naming both flags; zero is refused by membership.
+func TestViewCheckWithinProbePeriod(t *testing.T) {
+	c := edgeapp.Default()
+	c.NATS.NodeName = "n1"
+	c.NATS.HubURLs = []string{"nats-leaf://127.0.0.1:7422"}
+	c.NATS.Seed = "unused"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	c.Membership.CheckPeriod = 3 * c.Prober.Period
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--view-check-period") {
+		t.Fatalf("Validate() = %v, want an error naming --view-check-period", err)
+	}
+	c.Membership.CheckPeriod = 0
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "check period") {
+		t.Fatalf("Validate() = %v, want an error about the check period", err)
+	}
+}

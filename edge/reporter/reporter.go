@@ -61,14 +61,30 @@ type RTTSource interface {
 	RTTs() []*atollv1.PeerRTT
 }
 
+// ViewSource gives the fingerprints of the assignment and unit view the
+// agent holds (the membership), so the cloud can show agents that are
+// behind; the reporter reports again soon after every change.
+type ViewSource interface {
+	Fingerprints() (assignment, unitView string)
+	Changes() <-chan struct{}
+}
+
+// minInterval bounds how often changes of the views held trigger reports.
+const minInterval = time.Second
+
 // Reporter publishes TopologyUpdates.
 type Reporter struct {
-	cfg  Config
-	node *natsnode.Node
-	link *hublink.Link
-	rtts RTTSource
-	log  *slog.Logger
+	cfg   Config
+	node  *natsnode.Node
+	link  *hublink.Link
+	rtts  RTTSource
+	views ViewSource
+	log   *slog.Logger
 }
+
+// SetViewSource has every report carry the fingerprints views holds. Call
+// it before Run.
+func (r *Reporter) SetViewSource(views ViewSource) { r.views = views }
 
 // New returns a reporter for node, publishing over link; rtts may be nil.
 func New(cfg Config, node *natsnode.Node, link *hublink.Link, rtts RTTSource, log *slog.Logger) (*Reporter, error) {
@@ -94,6 +110,9 @@ func (r *Reporter) Update() *atollv1.TopologyUpdate {
 	if r.rtts != nil {
 		u.Peers = r.rtts.RTTs()
 	}
+	if r.views != nil {
+		u.AssignmentFingerprint, u.UnitViewFingerprint = r.views.Fingerprints()
+	}
 	return u
 }
 
@@ -105,6 +124,10 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(r.cfg.Period)
 	defer t.Stop()
+	var changes <-chan struct{}
+	if r.views != nil {
+		changes = r.views.Changes()
+	}
 	for {
 		u := r.Update()
 		id := r.node.Name() + "@" + strconv.FormatInt(u.GetTime().AsTime().UnixNano(), 10)
@@ -115,6 +138,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-changes:
+			// The views held changed: tell the cloud soon, at most
+			// once a second.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(minInterval):
+			}
 		}
 	}
 }
@@ -124,13 +155,21 @@ type params struct {
 	Config Config
 	Node   *natsnode.Node
 	Link   *hublink.Link
-	RTTs   RTTSource `optional:"true"`
+	RTTs   RTTSource  `optional:"true"`
+	Views  ViewSource `optional:"true"`
 	Log    *slog.Logger
 }
 
 // Module runs the reporter with the app. It reports RTTs when the app
-// provides an RTTSource.
+// provides an RTTSource, and the fingerprints of the views held when it
+// provides a ViewSource.
 var Module = fx.Module("reporter",
-	fx.Provide(func(p params) (*Reporter, error) { return New(p.Config, p.Node, p.Link, p.RTTs, p.Log) }),
+	fx.Provide(func(p params) (*Reporter, error) {
+		r, err := New(p.Config, p.Node, p.Link, p.RTTs, p.Log)
+		if err == nil && p.Views != nil {
+			r.SetViewSource(p.Views)
+		}
+		return r, err
+	}),
 	fx.Invoke(func(lc fx.Lifecycle, r *Reporter, log *slog.Logger) { fxrun.Background(lc, log, "reporter", r.Run) }),
 )

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -165,7 +166,18 @@ type Voter struct {
 	member  map[string]bool
 	reports map[string]*atollv1.ProbeReport
 	sent    map[string]sent
+	// outsiders counts, per checker, the reports ignored as coming from
+	// a non-member since the membership last changed; warned is set once
+	// the WARN about them is out.
+	outsiders map[string]int
+	warned    bool
 }
+
+// outsiderRounds is how many reports of one non-member are ignored (at
+// DEBUG) before the one WARN: a peer just removed from the unit may send
+// a round or two, an agent with a view that stays behind keeps getting
+// them.
+const outsiderRounds = 3
 
 // New returns the voter of node self; it hears reports and publishes votes
 // over link (connected by the time Run is called).
@@ -177,7 +189,8 @@ func New(cfg Config, self string, members Members, link *hublink.Link, log *slog
 		m = newMetrics(nil)
 	}
 	return &Voter{cfg: cfg, self: self, members: members, link: link, log: log.With("component", "voter"),
-		metrics: m, evm: evm, now: time.Now, reports: map[string]*atollv1.ProbeReport{}, sent: map[string]sent{}, member: map[string]bool{}}, nil
+		metrics: m, evm: evm, now: time.Now, reports: map[string]*atollv1.ProbeReport{}, sent: map[string]sent{}, member: map[string]bool{},
+		outsiders: map[string]int{}}, nil
 }
 
 // Run follows the unit and votes until ctx is done.
@@ -253,6 +266,19 @@ func (v *Voter) setMembers(view membership.View) bool {
 	for _, m := range view.Members {
 		v.member[m.GetName()] = true
 	}
+	if v.warned {
+		var admitted []string
+		for checker := range v.outsiders {
+			if v.member[checker] {
+				admitted = append(admitted, checker)
+			}
+		}
+		if len(admitted) > 0 {
+			slices.Sort(admitted)
+			v.log.Info("peers whose reports were ignored as non-members are members now", "unit", v.unit, "checkers", admitted)
+		}
+	}
+	v.outsiders, v.warned = map[string]int{}, false
 	if unitChanged {
 		v.reports = map[string]*atollv1.ProbeReport{}
 	}
@@ -283,7 +309,7 @@ func (v *Voter) Observe(r *atollv1.ProbeReport) {
 	}
 	if !v.member[r.GetChecker()] {
 		v.metrics.ignored.WithLabelValues("checker_not_member").Inc()
-		v.log.Warn("ignoring probe report from a non-member", "checker", r.GetChecker(), "unit", r.GetUnit())
+		v.ignoreOutsider(r.GetChecker())
 		return
 	}
 	// A report dated ahead of the voter's clock (beyond the skew) is
@@ -308,6 +334,29 @@ func (v *Voter) Observe(r *atollv1.ProbeReport) {
 	}
 	r.Peers = peers
 	v.reports[r.GetChecker()] = r
+}
+
+// ignoreOutsider logs a report ignored because its checker is not in the
+// unit view: at DEBUG, and once per membership at WARN when a checker
+// keeps reporting for outsiderRounds. A peer of the unit that this agent
+// does not count as a member usually means this agent's unit view is
+// behind (see the membership's readiness and catch-ups). Callers hold mu.
+func (v *Voter) ignoreOutsider(checker string) {
+	v.outsiders[checker]++
+	if v.warned || v.outsiders[checker] < outsiderRounds {
+		v.log.Debug("ignoring probe report from a non-member", "checker", checker, "unit", v.unit)
+		return
+	}
+	v.warned = true
+	var checkers []string
+	for c, n := range v.outsiders {
+		if n >= outsiderRounds {
+			checkers = append(checkers, c)
+		}
+	}
+	slices.Sort(checkers)
+	v.log.Warn("ignoring every probe report of peers that are not in this agent's view of its unit: its unit view may be behind; they count for nothing until the view lists them (logged once per view; see atoll_voter_reports_ignored_total{reason=\"checker_not_member\"})",
+		"unit", v.unit, "checkers", checkers, "members", len(v.member), "reports", outsiderRounds)
 }
 
 // Evaluate recomputes every member's verdict and publishes the votes that

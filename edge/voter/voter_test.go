@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -338,5 +339,52 @@ func TestIgnoresOutsiders(t *testing.T) {
 	}
 	if n := v.evm.TerminatedCount("probe-reports", events.ReasonIdentity); n < 1 {
 		t.Errorf("reports with a false checker dropped: %v", n)
+	}
+}
+
+// TestOneWarnForOutsiders: an agent whose unit view lacks a peer gets that
+// peer's report every round. It logs one WARN naming the peer once the
+// peer has reported for a few rounds, not one per report, counts every
+// report, and warns again only after its membership changed.
+func TestOneWarnForOutsiders(t *testing.T) {
+	var logs natstest.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	v, err := New(DefaultConfig(), "a", newMembers("u1", "a", "b"), nil, log, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.setMembers(membership.View{Unit: "u1", Members: []*atollv1.UnitMember{{Name: "a"}, {Name: "b"}}})
+	warns := func() int { return strings.Count(logs.String(), "level=WARN") }
+	rounds := func(n int) {
+		for range n {
+			now := time.Now()
+			v.Observe(report("c", now, map[string]bool{"a": true}))
+			v.Observe(report("b", now, map[string]bool{"a": true}))
+		}
+	}
+	rounds(outsiderRounds - 1)
+	if n := warns(); n != 0 {
+		t.Fatalf("%d WARN lines before %d rounds:\n%s", n, outsiderRounds, logs.String())
+	}
+	rounds(20)
+	if n := warns(); n != 1 {
+		t.Fatalf("%d WARN lines after %d rounds, want 1:\n%s", n, outsiderRounds+19, logs.String())
+	}
+	if !strings.Contains(logs.String(), "checkers=[c]") {
+		t.Fatalf("the WARN does not name the peer:\n%s", logs.String())
+	}
+	if n := count(v.metrics.ignored.WithLabelValues("checker_not_member")); n != float64(outsiderRounds-1+20) {
+		t.Fatalf("checker_not_member = %v, want every report counted", n)
+	}
+	// The view catches up: c is a member, the INFO says so.
+	v.setMembers(membership.View{Unit: "u1", Members: []*atollv1.UnitMember{{Name: "a"}, {Name: "b"}, {Name: "c"}}})
+	if !strings.Contains(logs.String(), "are members now") {
+		t.Fatalf("no line saying the ignored peers are members now:\n%s", logs.String())
+	}
+	// c leaves for good and keeps reporting: one more WARN.
+	v.setMembers(membership.View{Unit: "u1", Members: []*atollv1.UnitMember{{Name: "a"}, {Name: "b"}}})
+	rounds(20)
+	if n := warns(); n != 2 {
+		t.Fatalf("%d WARN lines after the membership changed, want 2:\n%s", n, logs.String())
 	}
 }

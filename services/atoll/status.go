@@ -101,19 +101,33 @@ func renderStatus(w io.Writer, cs *atollv1.ClusterStatus) error {
 		if err := tw.Flush(); err != nil { // the node table aligns on its own
 			return err
 		}
-		fmt.Fprintln(tw, "  NODE\tCLOUD\tVERDICT\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED")
+		fmt.Fprintln(tw, "  NODE\tCLOUD\tVERDICT\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED\tVIEWS")
 		for _, n := range u.GetNodes() {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t%s\t%s\n",
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t%s\t%s\t%s\n",
 				n.GetName(), n.GetReady(), verdictName(n.GetVerdict()),
 				n.GetHealthyVotes(), n.GetUnhealthyVotes(), n.GetUndecidedVotes(),
 				n.GetNormal(), n.GetAbnormal(), n.GetCheckers(),
-				age(n, at), yesNo(n.GetProtected()))
+				age(n, at), yesNo(n.GetProtected()), viewsColumn(n))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// viewsColumn says whether the node's agent holds the views the cloud
+// published: "current", "behind: <views>", or "unknown" (no report with
+// fingerprints, or a cloud that does not tell).
+func viewsColumn(n *atollv1.NodeStatus) string {
+	switch b := n.GetViewsBehind(); b {
+	case "":
+		return "current"
+	case "unknown":
+		return b
+	default:
+		return "behind: " + b
+	}
 }
 
 func holdUntil(u *atollv1.UnitStatus, at time.Time) string {

@@ -232,7 +232,12 @@ type NodeStatus struct {
 	// When the freshest vote reached the hub; unset without a fresh vote.
 	LastVote *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_vote,json=lastVote,proto3" json:"last_vote,omitempty"`
 	// Whether the cloud keeps the node now (untainted, endpoints ready).
-	Protected     bool `protobuf:"varint,12,opt,name=protected,proto3" json:"protected,omitempty"`
+	Protected bool `protobuf:"varint,12,opt,name=protected,proto3" json:"protected,omitempty"`
+	// Which views the node's agent holds older than the cloud published
+	// them ("assignment", "unit view", or both joined by ", "), by the
+	// agent's last topology report; empty when current, "unknown" when the
+	// agent reports no fingerprints or has not reported since the change.
+	ViewsBehind   string `protobuf:"bytes,20,opt,name=views_behind,json=viewsBehind,proto3" json:"views_behind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +356,13 @@ func (x *NodeStatus) GetProtected() bool {
 	return false
 }
 
+func (x *NodeStatus) GetViewsBehind() string {
+	if x != nil {
+		return x.ViewsBehind
+	}
+	return ""
+}
+
 var File_atoll_v1_status_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_status_proto_rawDesc = "" +
@@ -368,7 +380,7 @@ const file_atoll_v1_status_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x129\n" +
 	"\n" +
 	"hold_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12*\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\xc2\x03\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\xe5\x03\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -383,7 +395,8 @@ const file_atoll_v1_status_proto_rawDesc = "" +
 	"\rverdict_since\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\fverdictSince\x127\n" +
 	"\tlast_vote\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\blastVote\x12\x1c\n" +
-	"\tprotected\x18\f \x01(\bR\tprotectedB6Z4github.com/atoll-edge/atoll/schemas/atoll/v1;atollv1b\x06proto3"
+	"\tprotected\x18\f \x01(\bR\tprotected\x12!\n" +
+	"\fviews_behind\x18\x14 \x01(\tR\vviewsBehindB6Z4github.com/atoll-edge/atoll/schemas/atoll/v1;atollv1b\x06proto3"
 
 var (
 	file_atoll_v1_status_proto_rawDescOnce sync.Once

@@ -38,10 +38,17 @@ type TopologyUpdate struct {
 	// URL other servers of the unit use to route to this node's NATS server.
 	RouteUrl string `protobuf:"bytes,6,opt,name=route_url,json=routeUrl,proto3" json:"route_url,omitempty"`
 	// Agent build version.
-	Version       string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=time,proto3" json:"time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	Time    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=time,proto3" json:"time,omitempty"`
+	// Fingerprint of the NodeAssignment the agent holds; empty while it
+	// holds none. The cloud compares it with the one it published to show
+	// agents that are behind (atoll status).
+	AssignmentFingerprint string `protobuf:"bytes,20,opt,name=assignment_fingerprint,json=assignmentFingerprint,proto3" json:"assignment_fingerprint,omitempty"`
+	// Fingerprint of the UnitView the agent holds; empty while it holds
+	// none (or is in no unit).
+	UnitViewFingerprint string `protobuf:"bytes,21,opt,name=unit_view_fingerprint,json=unitViewFingerprint,proto3" json:"unit_view_fingerprint,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TopologyUpdate) Reset() {
@@ -128,6 +135,20 @@ func (x *TopologyUpdate) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *TopologyUpdate) GetAssignmentFingerprint() string {
+	if x != nil {
+		return x.AssignmentFingerprint
+	}
+	return ""
+}
+
+func (x *TopologyUpdate) GetUnitViewFingerprint() string {
+	if x != nil {
+		return x.UnitViewFingerprint
+	}
+	return ""
 }
 
 // NodeAddress mirrors a Kubernetes NodeAddress.
@@ -241,7 +262,7 @@ var File_atoll_v1_topology_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_topology_proto_rawDesc = "" +
 	"\n" +
-	"\x17atoll/v1/topology.proto\x12\batoll.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf6\x02\n" +
+	"\x17atoll/v1/topology.proto\x12\batoll.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x03\n" +
 	"\x0eTopologyUpdate\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04unit\x18\x02 \x01(\tR\x04unit\x123\n" +
@@ -250,7 +271,9 @@ const file_atoll_v1_topology_proto_rawDesc = "" +
 	"\x05peers\x18\x05 \x03(\v2\x11.atoll.v1.PeerRTTR\x05peers\x12\x1b\n" +
 	"\troute_url\x18\x06 \x01(\tR\brouteUrl\x12\x18\n" +
 	"\aversion\x18\a \x01(\tR\aversion\x12.\n" +
-	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x1a9\n" +
+	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x125\n" +
+	"\x16assignment_fingerprint\x18\x14 \x01(\tR\x15assignmentFingerprint\x122\n" +
+	"\x15unit_view_fingerprint\x18\x15 \x01(\tR\x13unitViewFingerprint\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
