@@ -236,3 +236,43 @@ func TestViewsCarryNodeKeys(t *testing.T) {
 		t.Fatal("a key change did not poke the service")
 	}
 }
+
+// TestRoutePasswordSurvivesRestartMidRotation: a replica rotates the
+// password in the bucket and dies before publishing any assignment; a
+// fresh replica hands out that password (no second rotation), and the
+// departed node is not among those who hold it.
+func TestRoutePasswordSurvivesRestartMidRotation(t *testing.T) {
+	f := newHubFixture(t)
+	ctx := context.Background()
+	first := f.svc
+	for _, n := range []string{"a", "b", "c"} {
+		first.observe(report(n, "u1", "10.0.0.1", routeURL, nil), time.Now())
+	}
+	if err := first.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p1 := f.passwords(t, "a")["a"]
+	// c leaves; the first replica rotates, then stops before publishing.
+	p2, err := first.secret(ctx, "u1", []string{"a", "b"})
+	if err != nil || p2 == p1 {
+		t.Fatalf("rotation: %q, %v (old %q)", p2, err, p1)
+	}
+	if got := f.passwords(t, "a")["a"]; got != p1 {
+		t.Fatal("the assignment changed before any publication")
+	}
+
+	second := newDeclared(t, first.bus)
+	second.observe(report("a", "u1", "10.0.0.1", routeURL, nil), time.Now())
+	second.observe(report("b", "u1", "10.0.0.1", routeURL, nil), time.Now())
+	second.observe(report("c", "", "10.0.0.1", "", nil), time.Now())
+	if err := second.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := f.passwords(t, "a", "b", "c")
+	if p["a"] != p2 || p["b"] != p2 || p["c"] != "" {
+		t.Fatalf("after the restart: %v, want a and b on %q, c on none", p, p2)
+	}
+	if n := counter(t, second.metrics.rotations); n != 0 {
+		t.Fatalf("the fresh replica rotated %v times", n)
+	}
+}
