@@ -19,6 +19,8 @@ type Event[T proto.Message] struct {
 	Subject string
 	Msg     T
 	Header  nats.Header
+	// Data is the payload as received: what a signature covers (Verify).
+	Data []byte
 	// Sequence is the stream sequence (zero for core NATS messages).
 	Sequence uint64
 	// Delivered counts the attempts at this message, this one included.
@@ -484,7 +486,7 @@ type pipeline[M any, PM interface {
 }
 
 func (p *pipeline[M, PM]) decode(msg *nats.Msg, ev *Event[PM]) error {
-	ev.Subject, ev.Header, ev.Msg = msg.Subject, msg.Header, PM(new(M))
+	ev.Subject, ev.Header, ev.Data, ev.Msg = msg.Subject, msg.Header, msg.Data, PM(new(M))
 	return DecodeMsg(msg, ev.Msg)
 }
 

@@ -18,6 +18,14 @@ var (
 	ErrUndecodable = errors.New("undecodable payload")
 	// ErrIdentity: the payload's identity fields disagree with its subject.
 	ErrIdentity = errors.New("payload identity does not match subject")
+	// ErrUnsigned: a message that must be signed carries no signature.
+	ErrUnsigned = errors.New("message not signed")
+	// ErrBadSignature: a message's signature is malformed or was not made
+	// with its producer's key.
+	ErrBadSignature = errors.New("bad message signature")
+	// ErrNoKey: the producer's key, to verify its signature with, is not
+	// known.
+	ErrNoKey = errors.New("no key for the message's producer")
 )
 
 // emptyNameError is ErrEmptyToken for a token whose role the builder knows:

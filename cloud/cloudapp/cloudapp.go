@@ -283,6 +283,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			fx.Provide(func(h *hub.Hub) hubclient.Endpoint { return h }),
 			// Deleting a Node closes its edge's link to the embedded hub.
 			fx.Provide(func(h *hub.Hub) topology.EdgeGate { return h.Identities() }),
+			// Unit views carry the edge keys the hub enrolled.
+			fx.Provide(func(h *hub.Hub) topology.NodeKeys { return h.Identities() }),
 		)
 	}
 	return fx.Options(

@@ -55,6 +55,7 @@ type Identities struct {
 	leafs     map[uint64]leafAuth // connection id → the edge key it authenticated with
 	suspended map[string]bool     // edge nodes enrolled but not let in (their Node is gone)
 	revoked   chan struct{}       // poked when an edge key is removed or replaced
+	onKeys    []func()            // told of every edge key change (NotifyKeys)
 }
 
 // leafAuth is one leaf connection's authentication.
@@ -138,6 +139,7 @@ func (r *Identities) AddEdge(node, pub string) error {
 	if !nkeys.IsValidPublicUserKey(pub) {
 		return fmt.Errorf("enroll edge %s: %q is not an nkey user public key", node, pub)
 	}
+	defer r.keysChanged() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if other, ok := r.byKey[pub]; ok && other.Name != node {
@@ -155,6 +157,7 @@ func (r *Identities) AddEdge(node, pub string) error {
 // RemoveEdge forgets node: its next connection attempt is refused, and the
 // hub closes its live leaf connections within seconds.
 func (r *Identities) RemoveEdge(node string) {
+	defer r.keysChanged() // after the unlock
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if key, ok := r.keyOf[node]; ok {

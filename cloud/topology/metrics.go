@@ -9,7 +9,7 @@ import (
 type metrics struct {
 	nodes, units                    prometheus.Gauge
 	published, repaired, duplicates prometheus.Counter
-	conflicts                       prometheus.Counter
+	conflicts, rotations            prometheus.Counter
 	rejected                        *prometheus.CounterVec
 }
 
@@ -41,11 +41,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "topology", Name: "views_rejected_total",
-			Help: "Inputs left out of a view (route_url, internal_ip: once per bad value) and views not published (too_large, publish_failed, route_secret: per attempt).",
+			Help: "Inputs left out of a view (route_url, internal_ip, node_key: once per bad value) and views not published (too_large, publish_failed, route_secret: per attempt).",
 		}, []string{"reason"}),
+		rotations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "route_secret_rotations_total",
+			Help: "Unit route passwords replaced by this replica because a member left the unit (or the stored entry was of an older format).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.conflicts, m.rejected)
+		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.conflicts, m.rejected, m.rotations)
 	}
 	return m
 }

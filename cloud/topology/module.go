@@ -29,12 +29,14 @@ type params struct {
 	Registry  prometheus.Registerer
 	Events    *events.Metrics
 	Gate      EdgeGate `optional:"true"` // the embedded hub's registry
+	Keys      NodeKeys `optional:"true"` // the embedded hub's registry, or an enrollment store
 }
 
 // Module runs the topology service with the app. With the kubernetes
 // source it needs the *manager.Manager: it reads Nodes from the manager's
 // cache and is one of its controllers; given an EdgeGate (the embedded
-// hub), it suspends the hub link of an edge whose Node is deleted.
+// hub), it suspends the hub link of an edge whose Node is deleted; given
+// NodeKeys, it publishes each member's identity key in its unit view.
 var Module = fx.Module("topology",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),
@@ -65,6 +67,9 @@ func newForApp(p params) (*Service, error) {
 		s = svc
 	}
 	p.Registry.MustRegister(s.AgentsBehind())
+	if p.Keys != nil {
+		s.SetNodeKeys(p.Keys)
+	}
 	fxrun.Background(p.Lifecycle, p.Log, "topology", s.Run)
 	return s, nil
 }

@@ -1,8 +1,9 @@
 // Package topology is the cloud's view of the edge: it follows the edge
 // agents' TopologyUpdates, groups nodes into units, and publishes to the
 // edge what each node needs to join its unit: a NodeAssignment per node
-// (unit and route credentials) and a UnitView per unit (members, their
-// addresses and route URLs).
+// (unit and route credentials, rotated when a member leaves: routes.go)
+// and a UnitView per unit (members, their addresses, route URLs and
+// identity keys).
 //
 // Every replica computes the same views from the same events and publishes
 // a view only when the stream's last value for its subject differs, with a
@@ -15,8 +16,6 @@ package topology
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +46,18 @@ type EdgeGate interface {
 	Resume(node string)
 }
 
+// NodeKeys tells the service each edge node's identity key (its nkey user
+// public key), which it publishes in the node's unit view so that peers
+// can verify what the node signs (events.Verify). The embedded hub's
+// identity registry (cloud/hub.Identities) implements it.
+type NodeKeys interface {
+	// NodeKey returns node's nkey user public key ("U...").
+	NodeKey(node string) (pub string, ok bool)
+	// NotifyKeys has f called after a node's key is added, replaced or
+	// removed; f must not block.
+	NotifyKeys(f func())
+}
+
 // node is what the service knows of one edge node.
 type node struct {
 	report *atollv1.TopologyUpdate
@@ -69,7 +80,6 @@ type Service struct {
 	believed  map[string]stored // published as it was before the last resync
 	units     map[string]bool   // units with a published view
 	assigned  map[string]string // node → unit, as last published
-	secrets   map[string]string // unit → route password
 	rejected  map[string]string // "node/field" → the input rejected, logged once
 	oversized map[string]int    // unit → size of its view, rejected and logged once
 	gate      EdgeGate          // nil: nobody to tell of deleted Nodes
@@ -79,6 +89,9 @@ type Service struct {
 	kv        jetstream.KeyValue
 	views     jetstream.Stream
 	changed   chan struct{}
+
+	secrets map[string]cachedSecret // unit → its route secret (routes.go), as last read or written; under mu
+	keys    NodeKeys                // nil: members are published without keys
 }
 
 // New returns a topology service publishing through b (connected by the
@@ -100,7 +113,7 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 		published: map[string]stored{},
 		units:     map[string]bool{},
 		assigned:  map[string]string{},
-		secrets:   map[string]string{},
+		secrets:   map[string]cachedSecret{},
 		rejected:  map[string]string{},
 		oversized: map[string]int{},
 		changed:   make(chan struct{}, 1),
@@ -142,6 +155,11 @@ func (s *Service) Run(ctx context.Context) error {
 		if err != nil {
 			s.log.Error("following topology stopped", "err", err)
 		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watchSecrets(ctx)
 	}()
 	defer wg.Wait()
 
@@ -194,6 +212,15 @@ func (s *Service) Run(ctx context.Context) error {
 // connect. Call it before Run.
 func (s *Service) SetEdgeGate(g EdgeGate) { s.gate = g }
 
+// SetNodeKeys has the service publish each member's identity key from
+// keys in its unit view, and republish the views when a key changes. A
+// member whose key keys does not know is published without one, and its
+// peers then drop its probe reports. Call it before Run.
+func (s *Service) SetNodeKeys(keys NodeKeys) {
+	s.keys = keys
+	keys.NotifyKeys(s.poke)
+}
+
 // reconnectCheck is how often Run looks for a reconnect of the hub link.
 const reconnectCheck = 2 * time.Second
 
@@ -243,6 +270,7 @@ type member struct {
 	unit, ip string
 	labels   map[string]string
 	routeURL string
+	key      string // node identity key, from NodeKeys
 }
 
 // membership returns every known edge node (unit "" for nodes in no unit).
@@ -251,7 +279,7 @@ func (s *Service) membership() map[string]member {
 	out := map[string]member{}
 	if s.cfg.Source == SourceDeclared {
 		for name, n := range s.nodes {
-			out[name] = s.checked(name, member{unit: n.report.GetUnit(), ip: internalIP(n.report), labels: n.report.GetLabels(), routeURL: n.report.GetRouteUrl()})
+			out[name] = s.checked(name, member{unit: n.report.GetUnit(), ip: internalIP(n.report), labels: n.report.GetLabels(), routeURL: n.report.GetRouteUrl(), key: s.nodeKey(name)})
 		}
 		return out
 	}
@@ -284,6 +312,7 @@ func (s *Service) membership() map[string]member {
 		if r, ok := s.nodes[n.Name]; ok {
 			m.routeURL = r.report.GetRouteUrl()
 		}
+		m.key = s.nodeKey(n.Name)
 		out[n.Name] = s.checked(n.Name, m)
 	}
 	return out
@@ -318,7 +347,17 @@ func (s *Service) checked(name string, m member) member {
 	}
 	m.routeURL = check("route_url", reasonRouteURL, m.routeURL, checkRouteURL)
 	m.ip = check("internal_ip", reasonInternalIP, m.ip, checkIP)
+	m.key = check("node_key", reasonNodeKey, m.key, checkNodeKey)
 	return m
+}
+
+// nodeKey is node's identity key, "" when none is known.
+func (s *Service) nodeKey(node string) string {
+	if s.keys == nil {
+		return ""
+	}
+	pub, _ := s.keys.NodeKey(node)
+	return pub
 }
 
 func (s *Service) excluded(n *corev1.Node) bool {
@@ -354,16 +393,19 @@ func (s *Service) publish(ctx context.Context) error {
 	}
 	members := map[string][]*atollv1.UnitMember{}
 	assignments := map[string]string{} // node → unit
+	names := map[string][]string{}     // unit → its members' names
 	for name, m := range s.membership() {
 		assignments[name] = m.unit
 		if m.unit == "" {
 			continue
 		}
+		names[m.unit] = append(names[m.unit], name)
 		members[m.unit] = append(members[m.unit], &atollv1.UnitMember{
 			Name:       name,
 			InternalIp: m.ip,
 			Labels:     m.labels,
 			RouteUrl:   m.routeURL,
+			NodeKey:    m.key,
 		})
 	}
 	// Agents that report but are not Nodes are told they are in no unit.
@@ -405,6 +447,7 @@ func (s *Service) publish(ctx context.Context) error {
 
 	for unit := range members {
 		units[unit] = true
+		slices.Sort(names[unit])
 	}
 	s.metrics.nodes.Set(float64(len(assignments)))
 	s.metrics.units.Set(float64(len(members)))
@@ -452,12 +495,12 @@ func (s *Service) publish(ctx context.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(assignments)) {
 		a := &atollv1.NodeAssignment{Node: name, Unit: assignments[name]}
 		if a.Unit != "" {
-			pw, err := s.secret(ctx, a.Unit)
+			pw, err := s.secret(ctx, a.Unit, names[a.Unit])
 			if err != nil {
 				fail(reasonSecret, "assignment of "+name, err)
 				continue
 			}
-			a.RouteUser, a.RoutePassword = "unit-"+a.Unit, pw
+			a.RouteUser, a.RoutePassword = routeUser(a.Unit), pw
 		}
 		subj, err := events.AssignmentSubject(name)
 		if err != nil {
@@ -511,36 +554,6 @@ func (s *Service) ViewsBehind(node string) string {
 		}
 	}
 	return strings.Join(behind, ", ")
-}
-
-// secret returns unit's route password, creating it once for all
-// replicas: the first Create wins, everyone else reads it back.
-func (s *Service) secret(ctx context.Context, unit string) (string, error) {
-	s.mu.Lock()
-	pw, ok := s.secrets[unit]
-	s.mu.Unlock()
-	if ok {
-		return pw, nil
-	}
-	var raw [24]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", err
-	}
-	pw = hex.EncodeToString(raw[:])
-	if _, err := s.kv.Create(ctx, unit, []byte(pw)); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return "", fmt.Errorf("topology: route secret of %s: %w", unit, err)
-		}
-		e, err := s.kv.Get(ctx, unit)
-		if err != nil {
-			return "", fmt.Errorf("topology: route secret of %s: %w", unit, err)
-		}
-		pw = string(e.Value())
-	}
-	s.mu.Lock()
-	s.secrets[unit] = pw
-	s.mu.Unlock()
-	return pw, nil
 }
 
 func internalIP(u *atollv1.TopologyUpdate) string {

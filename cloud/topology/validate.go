@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+
+	"github.com/nats-io/nkeys"
 )
 
 // maxRouteURL bounds a route URL: nats-route://, a DNS name of at most 253
@@ -21,6 +23,7 @@ const (
 	reasonTooLarge   = "too_large"
 	reasonPublish    = "publish_failed"
 	reasonSecret     = "route_secret"
+	reasonNodeKey    = "node_key"
 )
 
 // errRetry marks a failure worth retrying soon (a publish or a secret),
@@ -47,6 +50,14 @@ func checkRouteURL(u string) error {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return fmt.Errorf("port %q out of range", port)
+	}
+	return nil
+}
+
+// checkNodeKey reports why s is not an nkey user public key.
+func checkNodeKey(s string) error {
+	if !nkeys.IsValidPublicUserKey(s) {
+		return errors.New("not an nkey user public key")
 	}
 	return nil
 }

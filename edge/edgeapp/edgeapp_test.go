@@ -27,7 +27,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
-func cloud(t *testing.T) (*hub.Hub, *fxtest.App) {
+func cloud(t *testing.T, mutate ...func(*cloudapp.Config)) (*hub.Hub, *fxtest.App) {
 	t.Helper()
 	cfg := cloudapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
@@ -35,6 +35,9 @@ func cloud(t *testing.T) (*hub.Hub, *fxtest.App) {
 	cfg.Hub.ClientPort, cfg.Hub.LeafPort = -1, -1
 	cfg.Hub.StoreDir = t.TempDir()
 	cfg.Topology.Source = topology.SourceDeclared
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +69,7 @@ func (e edge) readyz(t *testing.T) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string) (edge, *fxtest.App) {
+func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string, mutate ...func(*edgeapp.Config)) (edge, *fxtest.App) {
 	t.Helper()
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()
@@ -85,6 +88,9 @@ func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string) (ed
 	cfg.Reporter.InternalIP = "127.0.0.1"
 	cfg.Reporter.Period = 500 * time.Millisecond
 	cfg.Membership.StateDir = stateDir
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	cfg.Finish()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // collector exports the edge server's links and traffic.
 type collector struct {
 	n                                  *Node
-	routes, hub                        *prometheus.Desc
+	routes, hub, rotations             *prometheus.Desc
 	inMsgs, outMsgs, inBytes, outBytes *prometheus.Desc
 }
 
@@ -14,9 +14,11 @@ func newCollector(n *Node) *collector {
 		return prometheus.NewDesc(prometheus.BuildFQName("atoll", "natsnode", name), help, nil, nil)
 	}
 	return &collector{
-		n:        n,
-		routes:   d("routed_peers", "Unit peers this node's server has routes to."),
-		hub:      d("hub_connected", "1 while the leaf link to the hub is up."),
+		n:      n,
+		routes: d("routed_peers", "Unit peers this node's server has routes to."),
+		hub:    d("hub_connected", "1 while the leaf link to the hub is up."),
+		rotations: d("route_credential_rotations_total",
+			"Route credential changes within the node's unit applied since the server started (the cloud rotates them when a member leaves)."),
 		inMsgs:   d("in_msgs_total", "Messages received by the node's server."),
 		outMsgs:  d("out_msgs_total", "Messages sent by the node's server."),
 		inBytes:  d("in_bytes_total", "Bytes received by the node's server."),
@@ -25,7 +27,7 @@ func newCollector(n *Node) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.routes, c.hub, c.inMsgs, c.outMsgs, c.inBytes, c.outBytes} {
+	for _, d := range []*prometheus.Desc{c.routes, c.hub, c.rotations, c.inMsgs, c.outMsgs, c.inBytes, c.outBytes} {
 		ch <- d
 	}
 }
@@ -38,6 +40,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.routes, prometheus.GaugeValue, float64(len(st.RoutedPeers)))
 	ch <- prometheus.MustNewConstMetric(c.hub, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(c.rotations, prometheus.CounterValue, float64(st.RouteRotations))
 	if v, err := c.n.srv.Varz(nil); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.inMsgs, prometheus.CounterValue, float64(v.InMsgs))
 		ch <- prometheus.MustNewConstMetric(c.outMsgs, prometheus.CounterValue, float64(v.OutMsgs))

@@ -91,6 +91,7 @@ type Node struct {
 	mesh        Mesh
 	leafEnabled bool
 	routeURL    string
+	rotations   uint64 // route credential changes within one unit
 }
 
 // New prepares the node's server; Start runs it.
@@ -215,6 +216,13 @@ func (n *Node) Shutdown(ctx context.Context) error { return natsembed.Shutdown(c
 // takes effect without a restart: routes to departed members close, routes
 // to new members open, and a change of unit (or leaving every unit) swaps
 // the route credentials, which also drops routes from the old unit.
+//
+// New credentials for the same unit (the cloud rotates them when a member
+// leaves) also take effect at once: routes accepted with the old password
+// are closed, and the server dials its peers with the new one. Until a
+// peer applies the new credentials too, the two refuse each other's
+// routes, and reconnect (every second) once both have; the departed node,
+// left with the old password, stays refused.
 func (n *Node) SetMesh(m Mesh) error {
 	if err := m.Validate(); err != nil {
 		return err
@@ -231,6 +239,11 @@ func (n *Node) SetMesh(m Mesh) error {
 	if err := n.srv.ReloadOptions(n.options()); err != nil {
 		n.mesh = old
 		return fmt.Errorf("natsnode: apply mesh of unit %q: %w", m.Unit, err)
+	}
+	if old.Unit != "" && old.Unit == m.Unit && (old.User != m.User || old.Password != m.Password) {
+		n.rotations++
+		n.log.Info("route credentials of the unit rotated; routes reconnect with the new ones", "unit", m.Unit, "peers", len(m.Peers))
+		return nil
 	}
 	n.log.Info("mesh changed", "unit", m.Unit, "peers", len(m.Peers))
 	return nil
@@ -288,11 +301,16 @@ type Status struct {
 	RoutedPeers []string
 	// HubConnected is true while the leaf link to the hub is up.
 	HubConnected bool
+	// RouteRotations counts the route credential changes applied within
+	// one unit since the server started.
+	RouteRotations uint64
 }
 
 // Status reports the server's current links.
 func (n *Node) Status() Status {
-	st := Status{Unit: n.Mesh().Unit, HubConnected: n.srv.NumLeafNodes() > 0}
+	n.mu.Lock()
+	st := Status{Unit: n.mesh.Unit, HubConnected: n.srv.NumLeafNodes() > 0, RouteRotations: n.rotations}
+	n.mu.Unlock()
 	if rz, err := n.srv.Routez(nil); err == nil {
 		for _, r := range rz.Routes {
 			if !slices.Contains(st.RoutedPeers, r.RemoteName) {

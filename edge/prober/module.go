@@ -19,7 +19,7 @@ var Module = fx.Module("prober",
 )
 
 func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.Link, mem *membership.Membership, log *slog.Logger, reg prometheus.Registerer) (*Prober, error) {
-	p, err := New(cfg, node.Name(), mem, link, log, newMetrics(reg))
+	p, err := New(cfg, node.Name(), mem, link, node, log, newMetrics(reg))
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,10 @@
 // The node checks itself too: a unit of four split two against two then
 // gives every node two normal and two abnormal reports, and no verdict,
 // rather than a verdict of whichever half the node sits in.
+//
+// Every report is signed with the node's identity key (events.SignMsg):
+// peers drop a report that is not signed by the key the cloud publishes
+// for its checker.
 package prober
 
 import (
@@ -175,6 +179,7 @@ type Prober struct {
 	self    string
 	members Members
 	link    *hublink.Link
+	signer  events.Signer
 	plugins []plugin
 	log     *slog.Logger
 	metrics *metrics
@@ -207,12 +212,16 @@ func (p *Prober) LastRound() RoundStats {
 	return p.last
 }
 
-// New returns the prober of node self, publishing over link.
-func New(cfg Config, self string, members Members, link *hublink.Link, log *slog.Logger, m *metrics) (*Prober, error) {
+// New returns the prober of node self, publishing over link the reports
+// signer signs (the node's identity key, natsnode.Node).
+func New(cfg Config, self string, members Members, link *hublink.Link, signer events.Signer, log *slog.Logger, m *metrics) (*Prober, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Prober{cfg: cfg, self: self, members: members, link: link, log: log.With("component", "prober"), metrics: m,
+	if signer == nil {
+		return nil, errors.New("prober: no signer: peers drop unsigned reports")
+	}
+	p := &Prober{cfg: cfg, self: self, members: members, link: link, signer: signer, log: log.With("component", "prober"), metrics: m,
 		epoch: strconv.FormatInt(time.Now().UnixNano(), 36), rtt: map[string]time.Duration{}}
 	if p.metrics == nil {
 		p.metrics = newMetrics(nil)
@@ -311,7 +320,7 @@ func (p *Prober) Round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = events.Publish(p.link.Conn(), subj, r, p.self+"@"+p.epoch+"-"+strconv.FormatUint(r.GetSequence(), 10))
+	err = events.PublishSigned(p.link.Conn(), subj, r, p.self+"@"+p.epoch+"-"+strconv.FormatUint(r.GetSequence(), 10), p.signer)
 	d := time.Since(start)
 	p.metrics.round.Observe(d.Seconds())
 	p.metrics.lastRound.Set(d.Seconds())

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -94,13 +96,26 @@ func TestValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("default config: %v", err)
 	}
-	if _, err := New(Config{Period: time.Second, RoundBudget: 2 * time.Second, Scoreline: 50, Parallelism: 1, Plugins: []PluginConfig{{Kind: "icmp", Weight: 1, Timeout: time.Second}}}, "a", fixed{}, nil, slog.Default(), nil); err == nil || !strings.Contains(err.Error(), "unknown kind") {
+	if _, err := New(Config{Period: time.Second, RoundBudget: 2 * time.Second, Scoreline: 50, Parallelism: 1, Plugins: []PluginConfig{{Kind: "icmp", Weight: 1, Timeout: time.Second}}}, "a", fixed{}, nil, testSigner(t), slog.Default(), nil); err == nil || !strings.Contains(err.Error(), "unknown kind") {
 		t.Fatalf("unknown plugin kind: %v", err)
+	}
+	if _, err := New(ok, "a", fixed{}, nil, nil, slog.Default(), nil); err == nil || !strings.Contains(err.Error(), "signer") {
+		t.Fatalf("no signer: %v", err)
 	}
 }
 
+func testSigner(t *testing.T) nkeys.KeyPair {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
 // TestRound: a round scores every member with real TCP and HTTP checks and
-// publishes the report on the node's probe subject.
+// publishes the report on the node's probe subject, signed with the node's
+// identity key.
 func TestRound(t *testing.T) {
 	peers := map[string]*peer{"a": newPeer(t, "127.0.0.1"), "b": newPeer(t, "127.0.0.2"), "c": newPeer(t, "127.0.0.3")}
 	tokenFile := t.TempDir() + "/token"
@@ -128,10 +143,16 @@ func TestRound(t *testing.T) {
 	}
 	defer nc.Close()
 	got := make(chan *atollv1.ProbeReport, 10)
-	if _, err := events.Subscribe(nc, "atoll.health.probe.u1.a", "test", func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { got <- ev.Msg; return nil }, events.ConsumeOptions{}); err != nil {
+	if _, err := events.Subscribe(nc, "atoll.health.probe.u1.a", "test", func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error {
+		if err := events.Verify(ev.Subject, ev.Header, ev.Data, nodes[0].PublicKey()); err != nil {
+			return err // not sent on got: the test fails
+		}
+		got <- ev.Msg
+		return nil
+	}, events.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(cfg, "a", fixed(view), hublink.Of(nc, nil), natstest.Logger(t, slog.LevelWarn), nil)
+	p, err := New(cfg, "a", fixed(view), hublink.Of(nc, nil), nodes[0], natstest.Logger(t, slog.LevelWarn), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

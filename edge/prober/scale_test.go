@@ -149,7 +149,7 @@ func (u *bigUnit) runRound(t *testing.T, cfg Config, log *slog.Logger, rounds in
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(cfg, "m000", fixed(u.view), hublink.Of(nc, nil), log, newMetrics(prometheus.NewRegistry()))
+	p, err := New(cfg, "m000", fixed(u.view), hublink.Of(nc, nil), testSigner(t), log, newMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}

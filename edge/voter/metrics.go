@@ -11,6 +11,7 @@ const (
 
 type metrics struct {
 	ignored      *prometheus.CounterVec
+	unverified   *prometheus.CounterVec
 	published    *prometheus.CounterVec
 	sendFailures *prometheus.CounterVec
 	verdicts     *prometheus.GaugeVec
@@ -21,6 +22,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "voter", Name: "reports_ignored_total",
 			Help: "Probe reports (or results in them) ignored, by reason: checker_not_member, peer_not_member, other_unit, not_newer, future.",
+		}, []string{"reason"}),
+		unverified: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "voter", Name: "reports_unverified_total",
+			Help: "Probe reports of unit members dropped because their signature fails verification, by reason: unsigned, bad_signature (malformed or not the checker's key), no_key (the unit view publishes no key for the checker).",
 		}, []string{"reason"}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "voter", Name: "votes_published_total",
@@ -36,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"verdict"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ignored, m.published, m.sendFailures, m.verdicts)
+		reg.MustRegister(m.ignored, m.unverified, m.published, m.sendFailures, m.verdicts)
 	}
 	return m
 }

@@ -25,7 +25,7 @@ func offline(t *testing.T, now time.Time, names ...string) *Voter {
 	v.now = func() time.Time { return now }
 	view := membership.View{Unit: "u1"}
 	for _, n := range names {
-		view.Members = append(view.Members, &atollv1.UnitMember{Name: n})
+		view.Members = append(view.Members, &atollv1.UnitMember{Name: n, NodeKey: pubOf(n)})
 	}
 	v.setMembers(view)
 	return v

@@ -6,7 +6,8 @@
 // more than half of N's unit's other members reported fresh, otherwise
 // their strict majority. It publishes a Vote per member when the verdict
 // or its counts change, and again every refresh period so the cloud can
-// tell a live vote from a stale one.
+// tell a live vote from a stale one. A report counts only when signed by
+// the key the unit view publishes for its checker (verify.go).
 //
 // Votes go to the hub's HEALTH stream with JetStream acknowledgements (see
 // outbox): a vote the hub did not store is retried a bounded number of
@@ -161,9 +162,12 @@ type Voter struct {
 
 	out *outbox // set by Run
 
+	warns *limiter // WARNs about reports that fail verification
+
 	mu      sync.Mutex
 	unit    string
 	member  map[string]bool
+	keys    map[string]string // member → its identity key ("" when the view has none)
 	reports map[string]*atollv1.ProbeReport
 	sent    map[string]sent
 	// outsiders counts, per checker, the reports ignored as coming from
@@ -190,7 +194,7 @@ func New(cfg Config, self string, members Members, link *hublink.Link, log *slog
 	}
 	return &Voter{cfg: cfg, self: self, members: members, link: link, log: log.With("component", "voter"),
 		metrics: m, evm: evm, now: time.Now, reports: map[string]*atollv1.ProbeReport{}, sent: map[string]sent{}, member: map[string]bool{},
-		outsiders: map[string]int{}}, nil
+		outsiders: map[string]int{}, keys: map[string]string{}, warns: newLimiter(unverifiedWarnEvery)}, nil
 }
 
 // Run follows the unit and votes until ctx is done.
@@ -233,7 +237,7 @@ func (v *Voter) Run(ctx context.Context) error {
 			return
 		}
 		sub, err = events.Subscribe(v.link.Conn(), subj, "probe-reports",
-			func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { v.Observe(ev.Msg); return nil },
+			func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { v.receive(ev); return nil },
 			events.ConsumeOptions{Logger: v.log, Metrics: v.evm})
 		if err != nil {
 			v.log.Error("cannot follow unit reports", "unit", view.Unit, "err", err)
@@ -263,8 +267,10 @@ func (v *Voter) setMembers(view membership.View) bool {
 	unitChanged := view.Unit != v.unit
 	v.unit = view.Unit
 	v.member = make(map[string]bool, len(view.Members))
+	v.keys = make(map[string]string, len(view.Members))
 	for _, m := range view.Members {
 		v.member[m.GetName()] = true
+		v.keys[m.GetName()] = m.GetNodeKey()
 	}
 	if v.warned {
 		var admitted []string
@@ -298,8 +304,9 @@ func (v *Voter) setMembers(view membership.View) bool {
 	return unitChanged
 }
 
-// Observe takes one probe report. Reports from checkers outside the unit
-// are ignored, and so are results about nodes outside it; both are counted.
+// Observe takes one probe report, verified (receive) or from the voter's
+// own tests. Reports from checkers outside the unit are ignored, and so
+// are results about nodes outside it; both are counted.
 func (v *Voter) Observe(r *atollv1.ProbeReport) {
 	v.mu.Lock()
 	defer v.mu.Unlock()

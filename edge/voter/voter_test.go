@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -123,10 +124,32 @@ type members struct {
 	ch   chan struct{}
 }
 
+// nodeKeys holds one identity key per node name for the whole test
+// binary: members are published with it and reports signed with it.
+var nodeKeys sync.Map // name → nkeys.KeyPair
+
+func keyOf(name string) nkeys.KeyPair {
+	if kp, ok := nodeKeys.Load(name); ok {
+		return kp.(nkeys.KeyPair)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		panic(err)
+	}
+	got, _ := nodeKeys.LoadOrStore(name, kp)
+	return got.(nkeys.KeyPair)
+}
+
+func pubOf(name string) string {
+	pub, _ := keyOf(name).PublicKey()
+	return pub
+}
+
+// newMembers is a unit whose view publishes every member's key.
 func newMembers(unit string, names ...string) *members {
 	m := &members{ch: make(chan struct{}, 1), view: membership.View{Unit: unit}}
 	for _, n := range names {
-		m.view.Members = append(m.view.Members, &atollv1.UnitMember{Name: n})
+		m.view.Members = append(m.view.Members, &atollv1.UnitMember{Name: n, NodeKey: pubOf(n)})
 	}
 	return m
 }
@@ -161,6 +184,12 @@ func (v *votes) of(node string) *atollv1.Vote {
 // unit runs a voter on node a of a real two-server unit (a, b) and returns
 // a connection on b to publish reports with, and the votes seen by the hub.
 func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
+	t.Helper()
+	return unitLogging(t, cfg, mem, natstest.Logger(t, slog.LevelWarn))
+}
+
+// unitLogging is unit with the voter logging to log.
+func unitLogging(t *testing.T, cfg Config, mem *members, log *slog.Logger) (*Voter, *nats.Conn, *votes) {
 	t.Helper()
 	h := natstest.Hub(t)
 	servers := natstest.Unit(t, h, "u1", natstest.EdgeOptions{}, "a", "b")
@@ -198,7 +227,7 @@ func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
 	if err := events.EnsureStreams(ctx0, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := New(cfg, "a", mem, hublink.Of(ncA, nil), natstest.Logger(t, slog.LevelWarn), nil, events.NewMetrics(nil))
+	v, err := New(cfg, "a", mem, hublink.Of(ncA, nil), log, nil, events.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,13 +239,14 @@ func unit(t *testing.T, cfg Config, mem *members) (*Voter, *nats.Conn, *votes) {
 	return v, ncB, seen
 }
 
+// publishReport publishes r signed by its checker's key.
 func publishReport(t *testing.T, nc *nats.Conn, r *atollv1.ProbeReport) {
 	t.Helper()
 	subj, err := events.ProbeSubject(r.GetUnit(), r.GetChecker())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.Publish(nc, subj, r, ""); err != nil {
+	if err := events.PublishSigned(nc, subj, r, "", keyOf(r.GetChecker())); err != nil {
 		t.Fatal(err)
 	}
 	_ = nc.Flush()

@@ -31,6 +31,7 @@ type HubCluster struct {
 	edges    map[string]string
 	services map[string]string
 	svc      nkeys.KeyPair
+	onKeys   []func()
 }
 
 // ClusterSize is the number of servers HubCluster starts.
@@ -233,13 +234,35 @@ func (c *HubCluster) Close() {
 func (c *HubCluster) AddEdge(node, pub string) error {
 	c.mu.Lock()
 	c.edges[node] = pub
+	notify := c.onKeys
 	c.mu.Unlock()
+	defer func() {
+		for _, f := range notify {
+			f()
+		}
+	}()
 	for _, h := range c.running() {
 		if err := h.Identities().AddEdge(node, pub); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// NodeKey is the key node was enrolled with (a topology.NodeKeys, as an
+// external hub's enrollment would provide).
+func (c *HubCluster) NodeKey(node string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pub, ok := c.edges[node]
+	return pub, ok
+}
+
+// NotifyKeys has f called after every AddEdge.
+func (c *HubCluster) NotifyKeys(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onKeys = append(c.onKeys, f)
 }
 
 // AddService enrolls a cloud service's key with every server.

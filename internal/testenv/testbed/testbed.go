@@ -24,6 +24,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
@@ -112,7 +113,13 @@ func (b *Bed) StartCloud(ctx context.Context) error {
 		}
 		populate = fx.Options(populate, fx.Populate(&b.Hub))
 	}
-	app := fx.New(cloudapp.Options(b.cloudCfg, b.cloudLog), populate)
+	extra := fx.Options()
+	if b.HubCluster != nil {
+		// An external hub: the edge keys come from its enrollment, as
+		// they would from an enrollment store.
+		extra = fx.Supply(fx.Annotate(b.HubCluster, fx.As(new(topology.NodeKeys))))
+	}
+	app := fx.New(cloudapp.Options(b.cloudCfg, b.cloudLog), populate, extra)
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("atoll-cloud: %w", err)
 	}

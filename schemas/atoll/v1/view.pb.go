@@ -112,7 +112,9 @@ type NodeAssignment struct {
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// Empty when the node is in no unit.
 	Unit string `protobuf:"bytes,2,opt,name=unit,proto3" json:"unit,omitempty"`
-	// Route credentials shared by the unit's members, and by no other unit.
+	// Route credentials shared by the unit's current members, and by no
+	// other unit; set only in the assignments of the unit's members (never
+	// in a UnitView), and rotated when a member leaves the unit.
 	RouteUser     string                 `protobuf:"bytes,3,opt,name=route_user,json=routeUser,proto3" json:"route_user,omitempty"`
 	RoutePassword string                 `protobuf:"bytes,4,opt,name=route_password,json=routePassword,proto3" json:"route_password,omitempty"`
 	Fingerprint   string                 `protobuf:"bytes,5,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
@@ -200,7 +202,12 @@ type UnitMember struct {
 	InternalIp string                 `protobuf:"bytes,2,opt,name=internal_ip,json=internalIp,proto3" json:"internal_ip,omitempty"`
 	Labels     map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// NATS route URL of the member's edge server (from its TopologyUpdate).
-	RouteUrl      string `protobuf:"bytes,4,opt,name=route_url,json=routeUrl,proto3" json:"route_url,omitempty"`
+	RouteUrl string `protobuf:"bytes,4,opt,name=route_url,json=routeUrl,proto3" json:"route_url,omitempty"`
+	// The member's node identity key, an nkey user public key ("U..."):
+	// peers accept the member's probe reports only when signed with it
+	// (header Atoll-Signature). Empty when the cloud knows no key for the
+	// node; its peers then drop every report it sends.
+	NodeKey       string `protobuf:"bytes,30,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -259,6 +266,13 @@ func (x *UnitMember) GetLabels() map[string]string {
 func (x *UnitMember) GetRouteUrl() string {
 	if x != nil {
 		return x.RouteUrl
+	}
+	return ""
+}
+
+func (x *UnitMember) GetNodeKey() string {
+	if x != nil {
+		return x.NodeKey
 	}
 	return ""
 }
@@ -521,14 +535,15 @@ const file_atoll_v1_view_proto_rawDesc = "" +
 	"route_user\x18\x03 \x01(\tR\trouteUser\x12%\n" +
 	"\x0eroute_password\x18\x04 \x01(\tR\rroutePassword\x12 \n" +
 	"\vfingerprint\x18\x05 \x01(\tR\vfingerprint\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd3\x01\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xee\x01\n" +
 	"\n" +
 	"UnitMember\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vinternal_ip\x18\x02 \x01(\tR\n" +
 	"internalIp\x128\n" +
 	"\x06labels\x18\x03 \x03(\v2 .atoll.v1.UnitMember.LabelsEntryR\x06labels\x12\x1b\n" +
-	"\troute_url\x18\x04 \x01(\tR\brouteUrl\x1a9\n" +
+	"\troute_url\x18\x04 \x01(\tR\brouteUrl\x12\x19\n" +
+	"\bnode_key\x18\x1e \x01(\tR\anodeKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x02\n" +
