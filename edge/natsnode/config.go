@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/events"
@@ -36,10 +37,15 @@ type Config struct {
 	HubURLs []string
 	// HubDomain is the hub's JetStream domain.
 	HubDomain string
-	// Seed is the node's nkey seed ("SU..."), its identity on the hub.
-	// SeedFile is read when Seed is empty.
-	Seed     string
-	SeedFile string
+	// Seed is the node's nkey seed ("SU..."), its identity on the hub,
+	// and UserJWT the user JWT atoll-cloud issued for its public key
+	// (cloud/identity). CredsFile, a NATS credentials file holding both,
+	// is read when Seed is empty; SeedFile (a bare seed) when CredsFile is
+	// empty too, for a hub that takes plain nkeys.
+	Seed      string
+	UserJWT   string
+	CredsFile string
+	SeedFile  string
 }
 
 // Default is the configuration of an edge node's server.
@@ -87,8 +93,11 @@ func (c Config) Validate() error {
 	if c.HubDomain == "" {
 		return errors.New("natsnode: hub domain is empty")
 	}
-	if c.Seed == "" && c.SeedFile == "" {
-		return errors.New("natsnode: neither seed nor seed file is set")
+	if c.Seed == "" && c.SeedFile == "" && c.CredsFile == "" {
+		return errors.New("natsnode: no credentials: set the creds file")
+	}
+	if c.UserJWT != "" && c.Seed == "" {
+		return errors.New("natsnode: a user JWT without its seed")
 	}
 	return nil
 }
@@ -109,23 +118,40 @@ func parseLeafURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// seed returns the node's nkey seed, validated.
-func (c Config) seed() (string, error) {
-	seed := c.Seed
-	if seed == "" {
+// credentials returns the node's nkey seed, validated, and its user JWT
+// (empty for plain nkey authentication).
+func (c Config) credentials() (seed, userJWT string, err error) {
+	seed, userJWT = c.Seed, c.UserJWT
+	switch {
+	case seed != "":
+	case c.CredsFile != "":
+		b, err := os.ReadFile(filepath.Clean(c.CredsFile))
+		if err != nil {
+			return "", "", fmt.Errorf("natsnode: creds file: %w", err)
+		}
+		if userJWT, err = jwt.ParseDecoratedJWT(b); err != nil {
+			return "", "", fmt.Errorf("natsnode: creds file %s: %w", c.CredsFile, err)
+		}
+		kp, err := jwt.ParseDecoratedNKey(b)
+		if err != nil {
+			return "", "", fmt.Errorf("natsnode: creds file %s: %w", c.CredsFile, err)
+		}
+		s, _ := kp.Seed()
+		seed = string(s)
+	default:
 		b, err := os.ReadFile(filepath.Clean(c.SeedFile))
 		if err != nil {
-			return "", fmt.Errorf("natsnode: seed file: %w", err)
+			return "", "", fmt.Errorf("natsnode: seed file: %w", err)
 		}
 		seed = strings.TrimSpace(string(b))
 	}
 	kp, err := nkeys.FromSeed([]byte(seed))
 	if err != nil {
-		return "", fmt.Errorf("natsnode: seed: %w", err)
+		return "", "", fmt.Errorf("natsnode: seed: %w", err)
 	}
 	defer kp.Wipe()
 	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicUserKey(pub) {
-		return "", errors.New("natsnode: seed is not a user nkey seed (SU...)")
+		return "", "", errors.New("natsnode: seed is not a user nkey seed (SU...)")
 	}
-	return seed, nil
+	return seed, userJWT, nil
 }

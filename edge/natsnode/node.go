@@ -15,12 +15,15 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -76,12 +79,19 @@ func (m Mesh) Validate() error {
 
 // Node is a running edge NATS server.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	slog  *natslog.Logger // the server's logger; reports a listener that cannot bind
-	seed  string
-	agent nkeys.KeyPair
-	users []*server.NkeyUser
+	cfg  Config
+	log  *slog.Logger
+	slog *natslog.Logger // the server's logger; reports a listener that cannot bind
+	seed string
+	key  nkeys.KeyPair // from seed
+	// creds is the credentials file the leaf remote reads at every
+	// connect (empty: plain nkey authentication); tmpCreds is set when
+	// the node wrote it itself from an in-memory JWT.
+	creds    string
+	tmpCreds bool
+	userJWT  string
+	agent    nkeys.KeyPair
+	users    []*server.NkeyUser
 	// solo authenticates routes while the node is in no unit: nobody
 	// knows it, so nobody can route in.
 	solo string
@@ -98,9 +108,13 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	seed, err := cfg.seed()
+	seed, userJWT, err := cfg.credentials()
 	if err != nil {
 		return nil, err
+	}
+	key, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: seed: %w", err)
 	}
 	agent, err := nkeys.CreateUser()
 	if err != nil {
@@ -115,10 +129,25 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		cfg:         cfg,
 		log:         log.With("component", "natsnode"),
 		seed:        seed,
+		key:         key,
 		agent:       agent,
 		users:       []*server.NkeyUser{{Nkey: pub}},
 		solo:        hex.EncodeToString(secret[:]),
 		leafEnabled: true,
+	}
+	n.userJWT = userJWT
+	switch {
+	case cfg.CredsFile != "" && cfg.Seed == "":
+		n.creds = cfg.CredsFile
+	case userJWT != "":
+		dir, err := os.MkdirTemp("", "atoll-natsnode-")
+		if err != nil {
+			return nil, fmt.Errorf("natsnode: credentials: %w", err)
+		}
+		n.creds, n.tmpCreds = filepath.Join(dir, "leaf.creds"), true
+		if err := writeCreds(n.creds, userJWT, key); err != nil {
+			return nil, err
+		}
 	}
 	srv, err := server.NewServer(n.options())
 	if err != nil {
@@ -173,14 +202,107 @@ func (n *Node) options() *server.Options {
 		Routes:     routes,
 		LeafNode: server.LeafNodeOpts{
 			ReconnectInterval: time.Second,
-			Remotes: []*server.RemoteLeafOpts{{
-				URLs:     hubs,
-				Nkey:     n.seed,
-				Disabled: !n.leafEnabled,
-			}},
+			Remotes:           []*server.RemoteLeafOpts{n.remote(hubs)},
 		},
 	}
 }
+
+// remote is the leaf remote to the hub: with credentials, every connect
+// reads the current user JWT from the creds file (SetUserJWT) and signs
+// the nonce with the node's key; without, it authenticates with the bare
+// nkey.
+func (n *Node) remote(hubs []*url.URL) *server.RemoteLeafOpts {
+	r := &server.RemoteLeafOpts{URLs: hubs, Disabled: !n.leafEnabled}
+	if n.creds == "" {
+		r.Nkey = n.seed
+	} else {
+		r.Credentials = n.creds
+	}
+	return r
+}
+
+// writeCreds writes a NATS credentials file atomically, readable only by
+// its owner.
+func writeCreds(path, userJWT string, key nkeys.KeyPair) error {
+	seed, err := key.Seed()
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	data, err := jwt.FormatUserConfig(userJWT, seed)
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".creds-")
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	return nil
+}
+
+// SetUserJWT replaces the user JWT the leaf link presents (a renewed or
+// re-scoped one for the same key) and writes it to the credentials file:
+// the link reconnects at once, so the hub applies the new permissions;
+// the unit's routes stay up meanwhile.
+func (n *Node) SetUserJWT(userJWT string) error {
+	if userJWT == "" {
+		return errors.New("natsnode: empty user JWT")
+	}
+	claims, err := jwt.DecodeUserClaims(userJWT)
+	if err != nil {
+		return fmt.Errorf("natsnode: renew credentials: %w", err)
+	}
+	if claims.Subject != n.PublicKey() {
+		return errors.New("natsnode: renew credentials: the JWT is for another key")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.creds == "" {
+		return errors.New("natsnode: renew credentials: the node authenticates with a bare nkey")
+	}
+	if n.userJWT == userJWT {
+		return nil
+	}
+	if err := writeCreds(n.creds, userJWT, n.key); err != nil {
+		return err
+	}
+	n.userJWT = userJWT
+	if !n.leafEnabled {
+		return nil
+	}
+	// A disabled remote drops its connection; enabled again, it dials
+	// with the new file.
+	n.leafEnabled = false
+	if err := n.srv.ReloadOptions(n.options()); err != nil {
+		n.leafEnabled = true
+		return fmt.Errorf("natsnode: renew credentials: %w", err)
+	}
+	n.leafEnabled = true
+	if err := n.srv.ReloadOptions(n.options()); err != nil {
+		return fmt.Errorf("natsnode: renew credentials: %w", err)
+	}
+	return nil
+}
+
+// UserJWT is the user JWT the leaf link presents (empty: bare nkey).
+func (n *Node) UserJWT() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.userJWT
+}
+
+// PublicKey is the node's nkey public key, its identity on the hub.
+func (n *Node) PublicKey() string { p, _ := n.key.PublicKey(); return p }
 
 // Start runs the server and waits until it accepts connections. The leaf
 // link to the hub comes up in the background; the node serves its unit
@@ -209,7 +331,13 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // Shutdown stops the server, waiting at most until ctx is done.
-func (n *Node) Shutdown(ctx context.Context) error { return natsembed.Shutdown(ctx, n.srv) }
+func (n *Node) Shutdown(ctx context.Context) error {
+	err := natsembed.Shutdown(ctx, n.srv)
+	if n.tmpCreds {
+		_ = os.RemoveAll(filepath.Dir(n.creds))
+	}
+	return err
+}
 
 // SetMesh makes the server route to exactly the members of m's unit. It
 // takes effect without a restart: routes to departed members close, routes
@@ -277,7 +405,10 @@ func (n *Node) Name() string { return n.cfg.NodeName }
 func (n *Node) Server() *server.Server { return n.srv }
 
 // Connect opens an in-process connection to the node's server.
+// Its replies come to the node's own inbox prefix, the only inbox the
+// node's hub credentials may hear.
 func (n *Node) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.CustomInboxPrefix(events.InboxPrefix(n.cfg.NodeName))}, opts...)
 	return natsembed.Connect(n.srv, n.agent, name, opts...)
 }
 

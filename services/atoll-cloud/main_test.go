@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
-	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -47,7 +45,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-leaf-port=70000"}, "leaf port"},
 		{[]string{"--stream-replicas=0"}, "stream replicas"},
 		{[]string{"--admin-addr=nonsense"}, "admin: addr"},
-		{[]string{"--operators-file=/nonexistent"}, "operators file"},
+		{[]string{"--identity-dir="}, "--identity-dir"},
+		{[]string{"--edge-creds-ttl=1s"}, "edge credentials TTL"},
 		{[]string{"--membership-source=guess"}, "source"},
 		{[]string{"--webhook-cert-dir="}, "cert dir"},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-store-dir=/data"}, "--hub-store-dir configures the embedded hub"},
@@ -92,16 +91,12 @@ func startApp(t *testing.T, args ...string) *fxtest.App {
 }
 
 // TestExternalHubCluster: atoll-cloud dials a hub cluster it does not run
-// (--hub-url with every server, an nkey seed file), and a restart with
+// (--hub-url with every server, the identity keys it trusts), and a restart with
 // other stream settings updates the streams in place: R1 → R3 and a new
 // size cap.
 func TestExternalHubCluster(t *testing.T) {
 	c := natstest.NewHubCluster(t)
-	seed := filepath.Join(t.TempDir(), "cloud.nk")
-	if err := os.WriteFile(seed, c.ServiceSeed(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hubArgs := []string{"--hub-url=" + strings.Join(c.ClientURLs(), ","), "--hub-nkey-file=" + seed}
+	hubArgs := []string{"--hub-url=" + strings.Join(c.ClientURLs(), ","), "--identity-dir=" + c.IdentityDir()}
 	startApp(t, append(hubArgs, "--stream-replicas=1")...).RequireStop()
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -128,26 +123,30 @@ func TestExternalHubCluster(t *testing.T) {
 	}
 }
 
-// TestExternalHubPassword: a user/password login works as well, and a
-// wrong password fails the start naming the hub's answer.
-func TestExternalHubPassword(t *testing.T) {
-	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"cloud": "pw"} })
-	startApp(t, "--hub-url="+h.ClientURL(), "--hub-user=cloud", "--hub-password=pw").RequireStop()
+// TestExternalHubCreds: a credentials file login works as well, and one
+// another installation issued fails the start naming the hub's answer.
+func TestExternalHubCreds(t *testing.T) {
+	c := natstest.NewHubCluster(t)
+	svc := func(i *identity.Issuer, pub string) (string, error) { return i.Service("cloud", pub) }
+	good := natstest.Creds(t, c.Issuer(), svc)
+	hubArgs := []string{"--hub-url=" + strings.Join(c.ClientURLs(), ","), "--identity-dir=" + c.IdentityDir()}
+	startApp(t, append(hubArgs, "--hub-creds-file="+good)...).RequireStop()
 
+	bad := natstest.Creds(t, natstest.Hub(t).Issuer(), svc)
 	cfg := cloudapp.Default()
 	fs := flag.NewFlagSet("atoll-cloud", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	_ = fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--membership-source=declared", "--hub-url=" + h.ClientURL(), "--hub-user=cloud", "--hub-password=wrong"})
+	_ = fs.Parse(append(hubArgs, "--admin-addr=127.0.0.1:0", "--membership-source=declared", "--hub-creds-file="+bad))
 	if err := setup(fs, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	app := fx.New(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.StartTimeout(2*time.Second))
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	app := fx.New(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.StartTimeout(5*time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	err := app.Start(ctx)
 	if err == nil {
 		_ = app.Stop(context.Background())
-		t.Fatal("started with a wrong password")
+		t.Fatal("started with foreign credentials")
 	}
 	if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Errorf("start error %q does not say why", err)
