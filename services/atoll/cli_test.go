@@ -48,7 +48,7 @@ func TestUsageErrors(t *testing.T) {
 		args       []string
 		want, hint string
 	}{
-		{nil, "atoll: no command given (decode, events tail, events catalog, nats context, status)", "atoll"},
+		{nil, "atoll: no command given (decode, events tail, events catalog, nats context, node enroll, node revoke, status)", "atoll"},
 		{[]string{"stats"}, `atoll: unknown command "stats"`, "atoll"},
 		{[]string{"status", "--bogus"}, "atoll: flag provided but not defined: -bogus", "atoll status"},
 		{[]string{"status", "--timeout=soon"}, `atoll: invalid value "soon" for flag -timeout: parse error`, "atoll status"},
@@ -57,6 +57,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"events", "nope"}, `atoll: events: unknown subcommand "nope" (want one of [tail catalog])`, "atoll events"},
 		{[]string{"events", "catalog", "extra"}, `atoll: events catalog: unexpected argument "extra"`, "atoll events catalog"},
 		{[]string{"decode"}, "atoll: decode: give --type or --subject", "atoll"},
+		{[]string{"node", "revoke"}, "atoll: node revoke: give exactly one node name", "atoll node revoke"},
+		{[]string{"node", "enroll", "a", "b"}, "atoll: node enroll: give exactly one node name", "atoll node enroll"},
 		{[]string{"nats", "context", "--name=../x"}, `atoll: nats context: --name "../x" must be a plain file name`, "atoll nats context"},
 	}
 	for _, tt := range tests {
