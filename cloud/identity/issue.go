@@ -66,6 +66,8 @@ func (i *Issuer) user(role Role, name, pub string, ttl time.Duration, perms jwt.
 	case "":
 	case jwt.ConnectionTypeLeafnode:
 		uc.AllowedConnectionTypes.Add(jwt.ConnectionTypeLeafnode, jwt.ConnectionTypeLeafnodeWS)
+	case "bootstrap":
+		uc.AllowedConnectionTypes.Add(jwt.ConnectionTypeStandard, jwt.ConnectionTypeLeafnode)
 	default:
 		uc.AllowedConnectionTypes.Add(conn, jwt.ConnectionTypeWebsocket)
 	}
@@ -121,26 +123,14 @@ func (i *Issuer) Edge(node, unit, pub string, ttl time.Duration) (string, error)
 	return i.user(RoleEdge, node, pub, ttl, perms, jwt.ConnectionTypeLeafnode, tags...)
 }
 
-// EnrollSubject is where a node's bootstrap token asks for its
-// credentials, and RenewSubject where its credentials ask for fresh ones.
-func EnrollSubject(node string) (string, error) {
-	if err := events.ValidName(node); err != nil {
-		return "", fmt.Errorf("enroll subject: node: %w", err)
-	}
-	return EnrollPrefix + events.Token(node), nil
-}
+// EnrollSubject is where node's bootstrap token asks for its credentials.
+func EnrollSubject(node string) (string, error) { return events.EnrollSubject(node) }
 
 // RenewSubject is where node's credentials ask for fresh ones.
-func RenewSubject(node string) (string, error) {
-	s, err := EnrollSubject(node)
-	if err != nil {
-		return "", err
-	}
-	return s + ".renew", nil
-}
+func RenewSubject(node string) (string, error) { return events.RenewSubject(node) }
 
 // EnrollPrefix starts the enrollment subjects.
-const EnrollPrefix = events.Root + ".enroll."
+const EnrollPrefix = events.EnrollPrefix
 
 // InboxPrefix is the reply inbox prefix of node's connections: the only
 // inbox its credentials may hear.
@@ -163,7 +153,9 @@ func (i *Issuer) Bootstrap(node, unit, pub string, ttl time.Duration) (string, e
 	if unit != "" {
 		tags = append(tags, "unit:"+unit)
 	}
-	return i.user(RoleBootstrap, node, pub, ttl, p, jwt.ConnectionTypeStandard, tags...)
+	// A client (atoll-edge enrolling with a client URL) or the node's
+	// leaf connection (enrolling through its own server).
+	return i.user(RoleBootstrap, node, pub, ttl, p, "bootstrap", tags...)
 }
 
 // EdgePermissions are the subjects node's server may use on its leaf

@@ -349,8 +349,19 @@ func (s *Service) endpoint(name string, h func(micro.Request) (any, error)) micr
 			_ = r.Error(code, err.Error(), nil)
 			return
 		}
+		if a, ok := out.(afterReply); ok {
+			_ = r.RespondJSON(a.reply)
+			a.then()
+			return
+		}
 		_ = r.RespondJSON(out)
 	})
+}
+
+// afterReply is a reply with something to do once it is sent.
+type afterReply struct {
+	reply any
+	then  func()
 }
 
 // RevokeRequest asks to revoke a node.
@@ -418,42 +429,19 @@ func (s *Service) handleToken(r micro.Request) (any, error) {
 	return TokenReply{Node: req.Node, Creds: string(creds), Expires: time.Now().Add(req.TTL).UTC()}, nil
 }
 
-// EnrollRequest is what a node sends with its bootstrap token: the token
-// (the user JWT it connected with) and the public key of the nkey it
-// generated itself (its seed never leaves the node).
-type EnrollRequest struct {
-	Token string `json:"token"`
-	Key   string `json:"key"`
-}
-
-// EnrollReply carries the node's user JWT.
-type EnrollReply struct {
-	Node string `json:"node"`
-	JWT  string `json:"jwt"`
-}
-
-// DecodeEnrollRequest decodes and checks the shape of an enrollment
-// request (not the token's validity).
-func DecodeEnrollRequest(data []byte) (EnrollRequest, error) {
-	var req EnrollRequest
-	if err := decodeStrict(data, &req); err != nil {
-		return req, fmt.Errorf("enroll request: %w", err)
-	}
-	if !nkeys.IsValidPublicUserKey(req.Key) {
-		return req, errors.New("enroll request: key is not an nkey user public key")
-	}
-	if req.Token == "" || len(req.Token) > 16<<10 {
-		return req, errors.New("enroll request: no token, or an oversized one")
-	}
-	return req, nil
-}
+// Wire types of the enrollment endpoints (package events).
+type (
+	EnrollRequest = events.EnrollRequest
+	EnrollReply   = events.EnrollReply
+	RenewRequest  = events.RenewRequest
+)
 
 func (s *Service) handleEnroll(r micro.Request) (any, error) {
 	node, err := subjectNode(r.Subject(), "")
 	if err != nil {
 		return nil, badRequest("enroll: %w", err)
 	}
-	req, err := DecodeEnrollRequest(r.Data())
+	req, err := events.DecodeEnrollRequest(r.Data())
 	if err != nil {
 		return nil, badRequest("%w", err)
 	}
@@ -476,12 +464,17 @@ func (s *Service) handleEnroll(r micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The token is spent: its user cannot log in again.
-	if err := s.revoker.Revoke(ctx, claims.Subject); err != nil {
-		s.log.Warn("revoke a spent bootstrap token", "edge", node, "err", err)
-	}
 	s.log.Info("node enrolled", "edge", node, "unit", unit, "key", req.Key)
-	return EnrollReply{Node: node, JWT: userJWT}, nil
+	// The token is spent: its user cannot log in again. Revoked once the
+	// reply is out (the revocation closes the token's connection).
+	return afterReply{reply: EnrollReply{Node: node, JWT: userJWT}, then: func() {
+		_ = s.nc.Flush() // the reply reaches the server before the revocation
+		ctx, cancel := context.WithTimeout(context.Background(), gateTimeout)
+		defer cancel()
+		if err := s.revoker.Revoke(ctx, claims.Subject); err != nil {
+			s.log.Warn("revoke a spent bootstrap token", "edge", node, "err", err)
+		}
+	}}, nil
 }
 
 // checkToken verifies a bootstrap token: signed by the account's signing
@@ -506,12 +499,6 @@ func (s *Service) checkToken(token, node string) (*jwt.UserClaims, error) {
 		return nil, fmt.Errorf("token: %v", vr.Errors())
 	}
 	return claims, nil
-}
-
-// RenewRequest is what a node sends with its current credentials to get
-// fresh ones for the same key.
-type RenewRequest struct {
-	Key string `json:"key"`
 }
 
 func (s *Service) handleRenew(r micro.Request) (any, error) {
@@ -567,22 +554,8 @@ func tagValue(tags jwt.TagList, key string) string {
 	return ""
 }
 
-// decodeStrict decodes one JSON object, refusing unknown fields and
-// oversized input.
-func decodeStrict(data []byte, v any) error {
-	if len(data) > 64<<10 {
-		return errors.New("request too large")
-	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the request")
-	}
-	return nil
-}
+// decodeStrict decodes one JSON request object.
+func decodeStrict(data []byte, v any) error { return events.DecodeJSON(data, 64<<10, v) }
 
 // Metrics of the identity service.
 type Metrics struct {

@@ -84,14 +84,15 @@ type Node struct {
 	slog *natslog.Logger // the server's logger; reports a listener that cannot bind
 	seed string
 	key  nkeys.KeyPair // from seed
-	// creds is the credentials file the leaf remote reads at every
-	// connect (empty: plain nkey authentication); tmpCreds is set when
-	// the node wrote it itself from an in-memory JWT.
-	creds    string
-	tmpCreds bool
-	userJWT  string
-	agent    nkeys.KeyPair
-	users    []*server.NkeyUser
+	// creds is the private credentials file the leaf remote reads at
+	// every connect (empty: plain nkey authentication), a copy of the
+	// credentials in use; bootstrap is set while they are a bootstrap
+	// token's.
+	creds     string
+	userJWT   string
+	bootstrap bool
+	agent     nkeys.KeyPair
+	users     []*server.NkeyUser
 	// solo authenticates routes while the node is in no unit: nobody
 	// knows it, so nobody can route in.
 	solo string
@@ -108,7 +109,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	seed, userJWT, err := cfg.credentials()
+	seed, userJWT, bootstrap, err := cfg.credentials()
 	if err != nil {
 		return nil, err
 	}
@@ -135,16 +136,13 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		solo:        hex.EncodeToString(secret[:]),
 		leafEnabled: true,
 	}
-	n.userJWT = userJWT
-	switch {
-	case cfg.CredsFile != "" && cfg.Seed == "":
-		n.creds = cfg.CredsFile
-	case userJWT != "":
+	n.userJWT, n.bootstrap = userJWT, bootstrap
+	if userJWT != "" {
 		dir, err := os.MkdirTemp("", "atoll-natsnode-")
 		if err != nil {
 			return nil, fmt.Errorf("natsnode: credentials: %w", err)
 		}
-		n.creds, n.tmpCreds = filepath.Join(dir, "leaf.creds"), true
+		n.creds = filepath.Join(dir, "leaf.creds")
 		if err := writeCreds(n.creds, userJWT, key); err != nil {
 			return nil, err
 		}
@@ -251,32 +249,50 @@ func writeCreds(path, userJWT string, key nkeys.KeyPair) error {
 }
 
 // SetUserJWT replaces the user JWT the leaf link presents (a renewed or
-// re-scoped one for the same key) and writes it to the credentials file:
-// the link reconnects at once, so the hub applies the new permissions;
-// the unit's routes stay up meanwhile.
+// re-scoped one for the node's key); see SetCredentials.
 func (n *Node) SetUserJWT(userJWT string) error {
+	n.mu.Lock()
+	key := n.key
+	n.mu.Unlock()
+	return n.SetCredentials(userJWT, key)
+}
+
+// SetCredentials makes userJWT and key the node's credentials: they are
+// written to the configured creds file (the node's identity from now on)
+// and the leaf link reconnects with them at once, so the hub applies the
+// new permissions; the unit's routes stay up meanwhile.
+func (n *Node) SetCredentials(userJWT string, key nkeys.KeyPair) error {
 	if userJWT == "" {
 		return errors.New("natsnode: empty user JWT")
 	}
 	claims, err := jwt.DecodeUserClaims(userJWT)
 	if err != nil {
-		return fmt.Errorf("natsnode: renew credentials: %w", err)
+		return fmt.Errorf("natsnode: credentials: %w", err)
 	}
-	if claims.Subject != n.PublicKey() {
-		return errors.New("natsnode: renew credentials: the JWT is for another key")
+	pub, err := key.PublicKey()
+	if err != nil || claims.Subject != pub {
+		return errors.New("natsnode: credentials: the JWT is for another key")
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.creds == "" {
-		return errors.New("natsnode: renew credentials: the node authenticates with a bare nkey")
+		return errors.New("natsnode: credentials: the node authenticates with a bare nkey")
 	}
 	if n.userJWT == userJWT {
 		return nil
 	}
-	if err := writeCreds(n.creds, userJWT, n.key); err != nil {
+	if n.cfg.CredsFile != "" && n.cfg.Seed == "" {
+		if err := writeCreds(n.cfg.CredsFile, userJWT, key); err != nil {
+			return err
+		}
+	}
+	if err := writeCreds(n.creds, userJWT, key); err != nil {
 		return err
 	}
-	n.userJWT = userJWT
+	n.userJWT, n.key, n.bootstrap = userJWT, key, false
+	if seed, err := key.Seed(); err == nil {
+		n.seed = string(seed)
+	}
 	if !n.leafEnabled {
 		return nil
 	}
@@ -285,13 +301,24 @@ func (n *Node) SetUserJWT(userJWT string) error {
 	n.leafEnabled = false
 	if err := n.srv.ReloadOptions(n.options()); err != nil {
 		n.leafEnabled = true
-		return fmt.Errorf("natsnode: renew credentials: %w", err)
+		return fmt.Errorf("natsnode: credentials: %w", err)
 	}
 	n.leafEnabled = true
 	if err := n.srv.ReloadOptions(n.options()); err != nil {
-		return fmt.Errorf("natsnode: renew credentials: %w", err)
+		return fmt.Errorf("natsnode: credentials: %w", err)
 	}
 	return nil
+}
+
+// Bootstrapping returns the bootstrap token's JWT while the node links
+// with it (it has not enrolled yet).
+func (n *Node) Bootstrapping() (token string, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.bootstrap {
+		return "", false
+	}
+	return n.userJWT, true
 }
 
 // UserJWT is the user JWT the leaf link presents (empty: bare nkey).
@@ -301,8 +328,14 @@ func (n *Node) UserJWT() string {
 	return n.userJWT
 }
 
-// PublicKey is the node's nkey public key, its identity on the hub.
-func (n *Node) PublicKey() string { p, _ := n.key.PublicKey(); return p }
+// PublicKey is the public key of the nkey the node links with (its
+// identity on the hub; a bootstrap token's until it enrolled).
+func (n *Node) PublicKey() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p, _ := n.key.PublicKey()
+	return p
+}
 
 // Start runs the server and waits until it accepts connections. The leaf
 // link to the hub comes up in the background; the node serves its unit
@@ -333,7 +366,7 @@ func (n *Node) Start(ctx context.Context) error {
 // Shutdown stops the server, waiting at most until ctx is done.
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := natsembed.Shutdown(ctx, n.srv)
-	if n.tmpCreds {
+	if n.creds != "" {
 		_ = os.RemoveAll(filepath.Dir(n.creds))
 	}
 	return err

@@ -86,6 +86,9 @@ type EdgeOptions struct {
 	// Unit is the unit the node's credentials are scoped to (Unit sets
 	// it; empty: none).
 	Unit string
+	// Seed and UserJWT, when set, are the node's credentials (nothing is
+	// issued).
+	Seed, UserJWT string
 	// Logger receives the server's log (default: t.Log at warn and above).
 	Logger *slog.Logger
 }
@@ -95,15 +98,17 @@ type EdgeOptions struct {
 // until SetMesh (see Unit).
 func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node {
 	t.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := kp.Seed()
-	pub, _ := kp.PublicKey()
-	userJWT, err := h.IssueEdge(node, o.Unit, pub)
-	if err != nil {
-		t.Fatalf("enroll %s: %v", node, err)
+	seed, userJWT := []byte(o.Seed), o.UserJWT
+	if o.Seed == "" {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, _ = kp.Seed()
+		pub, _ := kp.PublicKey()
+		if userJWT, err = h.IssueEdge(node, o.Unit, pub); err != nil {
+			t.Fatalf("enroll %s: %v", node, err)
+		}
 	}
 	cfg := natsnode.Default()
 	cfg.NodeName = node
