@@ -170,10 +170,12 @@ func TestEdgePermissions(t *testing.T) {
 				}
 			}
 
-			// Hearing: a hears its unit's views and its assignment only.
-			aHears := collect(t, a, "atoll.view.>")
+			// Hearing: a hears its unit's views, its assignment and its
+			// tunnel frames only.
+			aHears := collect(t, a, "atoll.>")
 			cHears := collect(t, c, "atoll.view.>")
-			sent := []string{"atoll.view.u1.unit._.u1", "atoll.view._.assignment._.a", "atoll.view._.assignment._.b", "atoll.view.u2.unit._.u2", "atoll.view._.assignment._.c"}
+			sent := []string{"atoll.view.u1.unit._.u1", "atoll.view._.assignment._.a", "atoll.view._.assignment._.b", "atoll.view.u2.unit._.u2", "atoll.view._.assignment._.c",
+				"atoll.tunnel.a.s1.in", "atoll.tunnel.b.s1.in", "atoll.health.probe.u2.c", "atoll.topo.node.c"}
 			poll.Eventually(t, 20*time.Second, func() error {
 				for _, s := range sent {
 					if err := cloud.Publish(s, []byte("v")); err != nil {
@@ -183,7 +185,7 @@ func TestEdgePermissions(t *testing.T) {
 				if err := cloud.Flush(); err != nil {
 					return err
 				}
-				if got := aHears(); !contains(got, "atoll.view.u1.unit._.u1") || !contains(got, "atoll.view._.assignment._.a") {
+				if got := aHears(); !contains(got, "atoll.view.u1.unit._.u1") || !contains(got, "atoll.view._.assignment._.a") || !contains(got, "atoll.tunnel.a.s1.in") {
 					return fmt.Errorf("a heard %v", got)
 				}
 				if got := cHears(); !contains(got, "atoll.view.u2.unit._.u2") || !contains(got, "atoll.view._.assignment._.c") {
@@ -192,8 +194,11 @@ func TestEdgePermissions(t *testing.T) {
 				return nil
 			})
 			for _, s := range aHears() {
-				if s != "atoll.view.u1.unit._.u1" && s != "atoll.view._.assignment._.a" {
+				if !strings.HasPrefix(s, "atoll.health.") && s != "atoll.view.u1.unit._.u1" && s != "atoll.view._.assignment._.a" && s != "atoll.tunnel.a.s1.in" {
 					t.Errorf("a heard %s", s)
+				}
+				if strings.HasPrefix(s, "atoll.health.") && !strings.HasPrefix(s, "atoll.health.probe.u1.") && !strings.HasPrefix(s, "atoll.health.vote.u1.") {
+					t.Errorf("a heard %s of another unit", s)
 				}
 			}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // Config tunes the identity service.
@@ -90,6 +91,7 @@ type Service struct {
 	metrics *Metrics
 
 	kv  jetstream.KeyValue
+	js  jetstream.JetStream
 	svc micro.Service
 
 	mu       sync.RWMutex
@@ -125,6 +127,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
+	s.js = js
 	s.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, Replicas: s.cfg.Replicas, History: 1,
 		Description: "Atoll node identities and used bootstrap tokens"})
 	if err != nil {
@@ -460,6 +463,9 @@ func (s *Service) handleEnroll(r micro.Request) (any, error) {
 		return nil, fmt.Errorf("enroll %s: record the token: %w", node, err)
 	}
 	unit := tagValue(claims.Tags, "unit")
+	if u, ok := s.assignedUnit(ctx, node); ok {
+		unit = u
+	}
 	userJWT, err := s.IssueEdge(ctx, node, unit, req.Key)
 	if err != nil {
 		return nil, err
@@ -521,12 +527,41 @@ func (s *Service) handleRenew(r micro.Request) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), gateTimeout)
 	defer cancel()
-	userJWT, err := s.IssueEdge(ctx, node, rec.Unit, rec.Key)
+	// The credentials follow the node's unit: a node moved to another
+	// unit renews to hear it.
+	unit := rec.Unit
+	if u, ok := s.assignedUnit(ctx, node); ok {
+		unit = u
+	}
+	userJWT, err := s.IssueEdge(ctx, node, unit, rec.Key)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics.renewed.Inc()
 	return EnrollReply{Node: node, JWT: userJWT}, nil
+}
+
+// assignedUnit is the unit of node's last NodeAssignment on the VIEWS
+// stream (what the topology service decided), if there is one.
+func (s *Service) assignedUnit(ctx context.Context, node string) (string, bool) {
+	subj, err := events.AssignmentSubject(node)
+	if err != nil {
+		return "", false
+	}
+	st, err := s.js.Stream(ctx, events.StreamViews)
+	if err != nil {
+		return "", false
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		return "", false
+	}
+	var a atollv1.NodeAssignment
+	if err := events.DecodeMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, &a); err != nil {
+		s.log.Warn("undecodable assignment", "edge", node, "err", err)
+		return "", false
+	}
+	return a.GetUnit(), true
 }
 
 // subjectNode is the node of an enrollment subject atoll.enroll.<node><suffix>.

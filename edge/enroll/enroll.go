@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -133,6 +134,29 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// due reports whether credentials c need renewing: past RenewAt of their
+// lifetime, or scoped to another unit than the node's.
+func (e *Enroller) due(c *jwt.UserClaims) bool {
+	if e.unit != nil && time.Since(e.lastRenew) >= unitRenewPause {
+		if want, ok := e.unit(); ok {
+			got := ""
+			for _, t := range c.Tags {
+				if v, ok := strings.CutPrefix(t, "unit:"); ok {
+					got = v
+				}
+			}
+			if strings.ToLower(want) != got {
+				return true
+			}
+		}
+	}
+	if c.Expires == 0 {
+		return false
+	}
+	life := time.Duration(c.Expires-c.IssuedAt) * time.Second
+	return !time.Now().Before(time.Unix(c.IssuedAt, 0).Add(time.Duration(e.cfg.RenewAt * float64(life))))
+}
+
 // bootstrapRetry is the pause between enrollment attempts.
 const bootstrapRetry = 2 * time.Second
 
@@ -143,7 +167,20 @@ type Enroller struct {
 	node *natsnode.Node
 	link *hublink.Link
 	log  *slog.Logger
+	// unit is the node's assigned unit and whether it has an assignment;
+	// nil: not followed.
+	unit      func() (string, bool)
+	lastRenew time.Time
 }
+
+// unitRenewPause spaces renewals driven by a unit change, for a cloud that
+// has not published the new assignment yet.
+const unitRenewPause = 10 * time.Second
+
+// FollowUnit makes the enroller renew the credentials as soon as the
+// node's assigned unit differs from the unit they are scoped to: a node
+// moved to another unit hears its new unit once renewed.
+func (e *Enroller) FollowUnit(unit func() (string, bool)) { e.unit = unit }
 
 // New returns the enroller of node; link is the agent's connection to the
 // node's own server.
@@ -157,11 +194,14 @@ func New(cfg Config, node *natsnode.Node, link *hublink.Link, log *slog.Logger) 
 // Run enrolls (when bootstrapping) and renews until ctx is done.
 func (e *Enroller) Run(ctx context.Context) error {
 	for {
-		wait := e.cfg.Check
+		// Checks are local and cheap: look often, so that enrollment and
+		// a unit change are quick; after a refusal, wait Check.
+		wait := min(e.cfg.Check, bootstrapRetry)
 		if err := e.step(ctx); err != nil && ctx.Err() == nil {
+			if errors.Is(err, ErrRefused) {
+				wait = e.cfg.Check
+			}
 			if _, ok := e.node.Bootstrapping(); ok {
-				// The leaf link may just be coming up: try again soon.
-				wait = min(wait, bootstrapRetry)
 				e.log.Warn("not enrolled yet; retrying", "err", err, "in", wait)
 			} else {
 				e.log.Warn("credentials not renewed; retrying", "err", err, "in", wait)
@@ -198,13 +238,13 @@ func (e *Enroller) step(ctx context.Context) error {
 		return nil // a bare nkey: nothing to renew
 	}
 	c, err := jwt.DecodeUserClaims(cur)
-	if err != nil || c.Expires == 0 {
+	if err != nil {
 		return err
 	}
-	due := time.Unix(c.IssuedAt, 0).Add(time.Duration(e.cfg.RenewAt * float64(time.Duration(c.Expires-c.IssuedAt)*time.Second)))
-	if time.Now().Before(due) {
+	if !e.due(c) {
 		return nil
 	}
+	e.lastRenew = time.Now()
 	fresh, err := Renew(ctx, nc, name, e.node.PublicKey())
 	if err != nil {
 		return err
