@@ -85,10 +85,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz, /metrics and /debug/pprof (no authentication: keep it on loopback unless probes need it)")
 	fs.Var((*cliflags.List)(&c.HubLink.URLs), "hub-url", "external hub: comma-separated nats:// or tls:// URLs of its servers (empty: run the embedded hub)")
 	fs.StringVar(&c.HubLink.Domain, "hub-domain", c.HubLink.Domain, "JetStream domain of the hub")
-	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file (JWT and nkey seed)")
-	fs.StringVar(&c.HubLink.NkeySeedFile, "hub-nkey-file", c.HubLink.NkeySeedFile, "external hub: file holding the service's nkey seed (SU...)")
-	fs.StringVar(&c.HubLink.User, "hub-user", c.HubLink.User, "external hub: user name")
-	fs.StringVar(&c.HubLink.Password, "hub-password", c.HubLink.Password, "external hub: password")
+	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file of the service (default: atoll-cloud issues its own with the --identity-dir keys)")
 	fs.StringVar(&c.HubLink.TLS.CAFile, "hub-tls-ca", c.HubLink.TLS.CAFile, "external hub: CA bundle that signs the hub's certificate (turns TLS on)")
 	fs.StringVar(&c.HubLink.TLS.CertFile, "hub-tls-cert", c.HubLink.TLS.CertFile, "external hub: client certificate (turns TLS on)")
 	fs.StringVar(&c.HubLink.TLS.KeyFile, "hub-tls-key", c.HubLink.TLS.KeyFile, "external hub: client certificate's key")
@@ -168,9 +165,6 @@ func (c Config) hubFlags() error {
 		l, dl := c.HubLink, d.HubLink
 		if f := firstSet([]setFlag{
 			{"--hub-creds-file", l.CredsFile != dl.CredsFile},
-			{"--hub-nkey-file", l.NkeySeedFile != dl.NkeySeedFile},
-			{"--hub-user", l.User != dl.User},
-			{"--hub-password", l.Password != dl.Password},
 			{"--hub-tls-ca", l.TLS.CAFile != dl.TLS.CAFile},
 			{"--hub-tls-cert", l.TLS.CertFile != dl.TLS.CertFile},
 			{"--hub-tls-key", l.TLS.KeyFile != dl.TLS.KeyFile},

@@ -77,7 +77,7 @@ func (c ClientConfig) Validate() error {
 			return fmt.Errorf("hub url %q: no host", s)
 		}
 		if u.User != nil {
-			return fmt.Errorf("hub url %q: credentials belong in --hub-user/--hub-password, --hub-nkey-file or --hub-creds-file, not the URL", s)
+			return fmt.Errorf("hub url %q: credentials belong in --hub-creds-file, not the URL", s)
 		}
 	}
 	if err := ValidDomain(c.Domain); err != nil {

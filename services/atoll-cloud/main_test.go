@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -51,7 +53,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--webhook-cert-dir="}, "cert dir"},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-store-dir=/data"}, "--hub-store-dir configures the embedded hub"},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-routes=nats-route://a:6222"}, "--hub-routes configures the embedded hub"},
-		{[]string{"--hub-nkey-file=/etc/atoll/cloud.nk"}, "--hub-nkey-file applies to an external hub and needs --hub-url"},
+		{[]string{"--hub-creds-file=/etc/atoll/cloud.creds"}, "--hub-creds-file applies to an external hub and needs --hub-url"},
 		{[]string{"--hub-url=http://hub:4222"}, "scheme must be nats or tls"},
 		{[]string{"--hub-url=nats://u:p@hub:4222"}, "credentials belong in"},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-tls-cert=c.pem"}, "certificate and key"},
@@ -150,5 +152,27 @@ func TestExternalHubCreds(t *testing.T) {
 	}
 	if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Errorf("start error %q does not say why", err)
+	}
+}
+
+// TestHubTrust: hub-trust creates the identity keys once and prints a
+// nats-server configuration that trusts them; a second run prints the
+// same trust.
+func TestHubTrust(t *testing.T) {
+	dir := t.TempDir()
+	var a, b bytes.Buffer
+	if err := run(t.Context(), []string{"hub-trust", "--identity-dir=" + dir, "--resolver-dir=/data/jwt"}, &a, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t.Context(), []string{"hub-trust", "--identity-dir=" + dir, "--resolver-dir=/data/jwt"}, &b, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != b.String() {
+		t.Error("a second run changed the trust")
+	}
+	for _, want := range []string{"operator:", "system_account:", "resolver: { type: full", "resolver_preload:"} {
+		if !strings.Contains(a.String(), want) {
+			t.Errorf("trust lacks %q:\n%s", want, a.String())
+		}
 	}
 }
