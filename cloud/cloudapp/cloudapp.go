@@ -49,8 +49,9 @@ type Config struct {
 	Webhook      webhook.Config
 	Registration webhook.RegistrationConfig
 	// IdentityDir holds the identity keys and trust (cloud/identity): the
-	// embedded hub creates them on its first start; with an external hub
-	// they must exist (the servers are configured to trust them).
+	// embedded hub creates them on its first start (default:
+	// <hub store dir>/identity); with an external hub they must exist
+	// (the servers are configured to trust them) and it is required.
 	IdentityDir string
 	Identity    identity.Config
 }
@@ -69,7 +70,6 @@ func Default() Config {
 		Health:      health.DefaultConfig(),
 		Webhook:     webhook.DefaultConfig(),
 		Identity:    identity.DefaultConfig(),
-		IdentityDir: "/var/lib/atoll/identity",
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -103,7 +103,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.List)(&c.Hub.Cluster.Routes), "hub-routes", "embedded hub: comma-separated nats-route:// URLs of the other hub servers")
 	fs.StringVar(&c.Hub.Cluster.User, "hub-cluster-user", c.Hub.Cluster.User, "embedded hub: user that authenticates routes")
 	fs.StringVar(&c.Hub.Cluster.Password, "hub-cluster-password", c.Hub.Cluster.Password, "embedded hub: password that authenticates routes")
-	fs.StringVar(&c.IdentityDir, "identity-dir", c.IdentityDir, "directory of the NATS identity keys (operator, accounts; created by the embedded hub on first start)")
+	fs.StringVar(&c.IdentityDir, "identity-dir", c.IdentityDir, "directory of the NATS identity keys (operator, accounts): created by the embedded hub on first start (default <hub-store-dir>/identity); required with --hub-url")
 	fs.DurationVar(&c.Identity.EdgeTTL, "edge-creds-ttl", c.Identity.EdgeTTL, "lifetime of an edge node's credentials; nodes renew them before they expire (0: no expiry)")
 	fs.DurationVar(&c.Identity.MaxTokenTTL, "max-bootstrap-ttl", c.Identity.MaxTokenTTL, "longest lifetime of a bootstrap token (atoll node enroll --ttl)")
 	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
@@ -200,9 +200,6 @@ func (c Config) Validate() error {
 	if err := c.hubFlags(); err != nil {
 		return err
 	}
-	if c.IdentityDir == "" {
-		return errors.New("--identity-dir is empty")
-	}
 	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology, c.Identity}
 	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
 		return err
@@ -223,6 +220,9 @@ func (c Config) Validate() error {
 		if err := v.Validate(); err != nil {
 			return err
 		}
+	}
+	if c.IdentityDir == "" && !c.EmbeddedHub() {
+		return errors.New("hub url: an external hub needs --identity-dir, the keys its servers trust")
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func setup(fs *flag.FlagSet, cfg *cloudapp.Config) error {
 // creating the identity keys in --identity-dir on first use.
 func hubTrust(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet(prog+" hub-trust", flag.ContinueOnError)
-	dir := fs.String("identity-dir", cloudapp.Default().IdentityDir, "directory of the identity keys (created when empty); give it to atoll-cloud as --identity-dir")
+	dir := fs.String("identity-dir", "identity", "directory of the identity keys (created when empty); give it to atoll-cloud as --identity-dir")
 	resolver := fs.String("resolver-dir", "/data/jwt", "the servers' resolver directory (writable, persistent)")
 	if err := cliflags.Parse(fs, args); err != nil {
 		if err == flag.ErrHelp {

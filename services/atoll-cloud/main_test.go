@@ -47,7 +47,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-leaf-port=70000"}, "leaf port"},
 		{[]string{"--stream-replicas=0"}, "stream replicas"},
 		{[]string{"--admin-addr=nonsense"}, "admin: addr"},
-		{[]string{"--identity-dir="}, "--identity-dir"},
+		{[]string{"--hub-url=nats://hub:4222"}, "needs --identity-dir"},
 		{[]string{"--edge-creds-ttl=1s"}, "edge credentials TTL"},
 		{[]string{"--membership-source=guess"}, "source"},
 		{[]string{"--webhook-cert-dir="}, "cert dir"},
