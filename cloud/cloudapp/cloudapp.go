@@ -59,17 +59,17 @@ type Config struct {
 // Default is the production configuration.
 func Default() Config {
 	return Config{
-		Log:         logging.Default(),
-		Admin:       admin.Config{Addr: "127.0.0.1:8080"},
-		HubLink:     hublink.ClientConfig{Domain: hublink.DefaultDomain},
-		Hub:         hub.Default(),
-		Streams:     events.DefaultStreamOptions(),
-		Topology:    topology.DefaultConfig(),
-		Kube:        kube.DefaultConfig(),
-		Manager:     manager.DefaultConfig(),
-		Health:      health.DefaultConfig(),
-		Webhook:     webhook.DefaultConfig(),
-		Identity:    identity.DefaultConfig(),
+		Log:      logging.Default(),
+		Admin:    admin.Config{Addr: "127.0.0.1:8080"},
+		HubLink:  hublink.ClientConfig{Domain: hublink.DefaultDomain},
+		Hub:      hub.Default(),
+		Streams:  events.DefaultStreamOptions(),
+		Topology: topology.DefaultConfig(),
+		Kube:     kube.DefaultConfig(),
+		Manager:  manager.DefaultConfig(),
+		Health:   health.DefaultConfig(),
+		Webhook:  webhook.DefaultConfig(),
+		Identity: identity.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},

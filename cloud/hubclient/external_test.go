@@ -50,7 +50,7 @@ func externalHub(t *testing.T, trust identity.Trust) *server.Server {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		filepath.Join(dir, "nats.conf"): cm.Data["nats.conf"],
+		filepath.Join(dir, "nats.conf"):   cm.Data["nats.conf"],
 		filepath.Join(auth, "trust.conf"): trust.ServerConfig(filepath.Join(dir, "data", "jwt")),
 		filepath.Join(auth, "cluster.conf"): `authorization { user: route, password: "pw" }
 routes: [nats-route://route:pw@127.0.0.1:1]
