@@ -28,13 +28,13 @@ type params struct {
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
 	Events    *events.Metrics
-	Gate      EdgeGate `optional:"true"` // the embedded hub's registry
+	Gate      EdgeGate `optional:"true"` // the identity service
 }
 
 // Module runs the topology service with the app. With the kubernetes
 // source it needs the *manager.Manager: it reads Nodes from the manager's
-// cache and is one of its controllers; given an EdgeGate (the embedded
-// hub), it suspends the hub link of an edge whose Node is deleted.
+// cache and is one of its controllers; given an EdgeGate (the identity
+// service), it suspends the hub link of an edge whose Node is deleted.
 var Module = fx.Module("topology",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),
