@@ -338,3 +338,56 @@ func TestRenewKeepsLinked(t *testing.T) {
 		t.Error("renewed for another key")
 	}
 }
+
+// TestConcurrentRevocations: two atoll-cloud replicas (two identity
+// services) that revoke different keys at the same moment both hold in the
+// end, though each pushes the whole account JWT.
+func TestConcurrentRevocations(t *testing.T) {
+	f := start(t, "cluster", identity.DefaultConfig())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	log := natstest.Logger(t, slog.LevelWarn)
+	sys, err := identity.DialSystem(ctx, f.client, f.issuer, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	cfg := identity.DefaultConfig()
+	cfg.Replicas = 3
+	other, err := identity.NewService(cfg, f.issuer, f.cloud, sys, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Stop() })
+	revokers := []*identity.Revoker{f.ids.Revoker(), other.Revoker()}
+	var keys []string
+	for range 8 {
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		keys = append(keys, pub)
+	}
+	errs := make(chan error, len(keys))
+	for i, k := range keys {
+		go func() { errs <- revokers[i%2].Revoke(ctx, k) }()
+	}
+	for range keys {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		for _, k := range keys {
+			revoked, err := revokers[0].Revoked(ctx, k, time.Now().Add(-time.Minute))
+			if err != nil {
+				return err
+			}
+			if !revoked {
+				return fmt.Errorf("revocation of %s lost", k)
+			}
+		}
+		return nil
+	})
+}

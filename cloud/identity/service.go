@@ -133,6 +133,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("identity: registry bucket: %w", err)
 	}
+	s.revoker.UseRegistry(s.kv)
 	w, err := s.kv.Watch(ctx, "node.>")
 	if err != nil {
 		return fmt.Errorf("identity: watch registry: %w", err)
@@ -146,9 +147,18 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s.stop, s.done = cancel, make(chan struct{})
+	revs, err := s.kv.Watch(ctx, revocationsKey, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("identity: watch revocations: %w", err)
+	}
 	go func() {
 		defer close(s.done)
-		defer func() { _ = w.Stop() }()
+		defer func() { _ = w.Stop(); _ = revs.Stop() }()
+		// Every replica pushes the registry's revocations when they
+		// change and now and then: the last push carries the newest list
+		// even when two replicas changed it at once.
+		sync := time.NewTicker(revocationSync)
+		defer sync.Stop()
 		for {
 			select {
 			case <-wctx.Done():
@@ -160,7 +170,15 @@ func (s *Service) Start(ctx context.Context) error {
 				if e != nil {
 					s.apply(e)
 				}
+				continue
+			case <-revs.Updates():
+			case <-sync.C:
 			}
+			sctx, cancel := context.WithTimeout(wctx, gateTimeout)
+			if err := s.revoker.Sync(sctx); err != nil && wctx.Err() == nil {
+				s.log.Warn("push revocations to the resolver", "err", err)
+			}
+			cancel()
 		}
 	}()
 	s.svc, err = micro.AddService(s.nc, micro.Config{Name: ServiceName, Version: "1.0.0",
@@ -288,6 +306,10 @@ func (s *Service) Revoke(ctx context.Context, node string) (Record, error) {
 	s.log.Warn("node revoked", "edge", node, "key", r.Key)
 	return r, nil
 }
+
+// revocationSync is how often each replica checks that the resolver holds
+// the registry's revocations.
+const revocationSync = 5 * time.Second
 
 // gateTimeout bounds Suspend and Resume, which take no context.
 const gateTimeout = 10 * time.Second
