@@ -120,12 +120,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Health.MaxVoteTTL, "max-vote-ttl", c.Health.MaxVoteTTL, "reject a vote that asks to count longer than this")
 	fs.DurationVar(&c.Health.MaxVoteSkew, "max-vote-skew", c.Health.MaxVoteSkew, "reject a vote whose time is further than this from the hub's clock")
 	fs.StringVar(&c.Webhook.Addr, "webhook-addr", c.Webhook.Addr, "listen address of the mutating admission webhook")
-	fs.StringVar(&c.Webhook.CertDir, "webhook-cert-dir", c.Webhook.CertDir, "directory with the webhook's tls.crt and tls.key")
+	fs.StringVar(&c.Webhook.Certs, "webhook-certs", c.Webhook.Certs, "where the webhook's certificate comes from: generate (atoll-cloud generates and rotates it in --webhook-cert-secret and keeps the caBundle in sync), dir (--webhook-cert-dir, caBundle from --webhook-ca-file) or cert-manager (--webhook-cert-dir; cert-manager's CA injector sets the caBundle)")
+	fs.StringVar(&c.Webhook.CertDir, "webhook-cert-dir", c.Webhook.CertDir, "directory with the webhook's tls.crt and tls.key (--webhook-certs dir or cert-manager)")
+	fs.StringVar(&c.Webhook.CertSecret.Name, "webhook-cert-secret", c.Webhook.CertSecret.Name, "Secret (in --webhook-service-namespace) of the generated webhook certificates (--webhook-certs generate)")
 	fs.BoolVar(&c.Registration.Enabled, "webhook-register", c.Registration.Enabled, "create or update the MutatingWebhookConfiguration at start")
 	fs.StringVar(&c.Registration.URL, "webhook-url", c.Registration.URL, "https URL the apiserver calls (instead of --webhook-service)")
 	fs.StringVar(&c.Registration.Service.Namespace, "webhook-service-namespace", c.Registration.Service.Namespace, "namespace of the webhook Service")
 	fs.StringVar(&c.Registration.Service.Name, "webhook-service", c.Registration.Service.Name, "name of the webhook Service (empty with --webhook-url)")
-	fs.StringVar(&c.Registration.CAFile, "webhook-ca-file", c.Registration.CAFile, "CA bundle that signs the webhook certificate, for the registration")
+	fs.StringVar(&c.Registration.CAFile, "webhook-ca-file", c.Registration.CAFile, "CA bundle that signs the webhook certificate, for the registration (--webhook-certs dir)")
 	fs.BoolVar(&c.Registration.FailOpen, "webhook-fail-open", c.Registration.FailOpen, "register no fail-closed guard: while atoll-cloud is down, protected nodes can be tainted for eviction")
 	fs.Var((*cliflags.List)(&c.Registration.GuardUsers), "webhook-guard-users", "comma-separated identities of the node lifecycle controller (default: its service account and system:kube-controller-manager)")
 }
@@ -213,7 +215,9 @@ func (c Config) Validate() error {
 	if c.Kubernetes() {
 		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook)
 		if c.Registration.Enabled {
-			checks = append(checks, c.Registration)
+			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
+				return err
+			}
 		}
 	}
 	for _, v := range checks {
@@ -233,6 +237,9 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	c.Health.Replicas = c.Streams.Replicas
 	c.Health.UnitLabel = c.Topology.UnitLabel
 	c.Registration.UnitLabel = c.Topology.UnitLabel
+	if c.Registration.Service.Namespace != "" {
+		c.Webhook.CertSecret.Namespace = c.Registration.Service.Namespace
+	}
 	k8s := fx.Options()
 	if c.Kubernetes() {
 		k8s = fx.Options(

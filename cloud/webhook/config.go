@@ -28,15 +28,59 @@ const (
 	// controller-runtime's webhook server).
 	CertFile = "tls.crt"
 	KeyFile  = "tls.key"
+	// DefaultCertSecret is the Secret of generated certificates, which
+	// deploy/atoll-cloud.yaml creates empty.
+	DefaultCertSecret = "atoll-cloud-webhook-certs"
+	// DefaultCALifetime and DefaultCertLifetime are the generated CA's and
+	// serving certificate's lifetimes; each is renewed in its last third.
+	DefaultCALifetime   = 365 * 24 * time.Hour
+	DefaultCertLifetime = 30 * 24 * time.Hour
+	// DefaultCertCheckInterval is how often every replica re-reads the
+	// certificate Secret (and renews what is due).
+	DefaultCertCheckInterval = time.Minute
 )
+
+// Where the serving certificate comes from (Config.Certs).
+const (
+	// CertsGenerate: atoll-cloud generates a CA and a serving
+	// certificate, keeps them in the Secret Config.CertSecret (shared by
+	// the replicas), renews both before they expire and keeps the
+	// caBundle of its MutatingWebhookConfiguration in sync.
+	CertsGenerate = "generate"
+	// CertsDir: tls.crt and tls.key are files in Config.CertDir (a
+	// mounted kubernetes.io/tls Secret, reloaded when it changes); the
+	// caBundle comes from RegistrationConfig.CABundle or CAFile.
+	CertsDir = "dir"
+	// CertsCertManager: as CertsDir, and the caBundle is left to
+	// cert-manager's CA injector (annotation
+	// cert-manager.io/inject-ca-from on the configuration): the
+	// registration writes none.
+	CertsCertManager = "cert-manager"
+)
+
+// SecretRef names a Secret.
+type SecretRef struct {
+	Namespace, Name string
+}
 
 // Config configures the webhook's HTTPS server.
 type Config struct {
 	// Addr is host:port to listen on (":0" for a random port).
 	Addr string
-	// CertDir holds tls.crt and tls.key. Rotated files are picked up
-	// without a restart.
+	// Certs is where the serving certificate comes from: CertsGenerate,
+	// CertsDir (also when empty) or CertsCertManager.
+	Certs string
+	// CertDir holds tls.crt and tls.key (CertsDir, CertsCertManager).
+	// Rotated files are picked up without a restart.
 	CertDir string
+	// CertSecret holds the generated certificates (CertsGenerate; default
+	// atoll-system/DefaultCertSecret).
+	CertSecret SecretRef
+	// CALifetime, CertLifetime and CertCheckInterval tune CertsGenerate
+	// (defaults DefaultCALifetime, DefaultCertLifetime,
+	// DefaultCertCheckInterval). The serving certificate must live at
+	// least nine check intervals and at most a third of the CA's life.
+	CALifetime, CertLifetime, CertCheckInterval time.Duration
 	// Path is where the admission handler is served.
 	Path string
 	// ShutdownTimeout bounds a graceful stop when the caller's context has
@@ -50,14 +94,32 @@ type Config struct {
 	MaxRequestBytes int64
 }
 
-// DefaultConfig is the production server configuration: the serving
-// certificate is a kubernetes.io/tls Secret mounted at DefaultCertDir.
+// DefaultConfig is the production server configuration: atoll-cloud
+// generates and rotates its certificates (CertsGenerate).
 func DefaultConfig() Config {
-	return Config{Addr: DefaultAddr, CertDir: DefaultCertDir, Path: DefaultPath, ShutdownTimeout: 10 * time.Second,
-		RequestTimeout: DefaultRequestTimeout, MaxRequestBytes: DefaultMaxRequestBytes}
+	return Config{Addr: DefaultAddr, Certs: CertsGenerate, CertDir: DefaultCertDir, Path: DefaultPath, ShutdownTimeout: 10 * time.Second,
+		RequestTimeout: DefaultRequestTimeout, MaxRequestBytes: DefaultMaxRequestBytes}.withDefaults()
 }
 
 func (c Config) withDefaults() Config {
+	if c.Certs == "" {
+		c.Certs = CertsDir
+	}
+	if c.CertSecret.Namespace == "" {
+		c.CertSecret.Namespace = "atoll-system"
+	}
+	if c.CertSecret.Name == "" {
+		c.CertSecret.Name = DefaultCertSecret
+	}
+	if c.CALifetime == 0 {
+		c.CALifetime = DefaultCALifetime
+	}
+	if c.CertLifetime == 0 {
+		c.CertLifetime = DefaultCertLifetime
+	}
+	if c.CertCheckInterval == 0 {
+		c.CertCheckInterval = DefaultCertCheckInterval
+	}
 	if c.Path == "" {
 		c.Path = DefaultPath
 	}
@@ -79,8 +141,25 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("webhook: addr %q: %w", c.Addr, err)
 	}
-	if c.CertDir == "" {
-		return errors.New("webhook: cert dir is empty")
+	d := c.withDefaults()
+	switch d.Certs {
+	case CertsDir, CertsCertManager:
+		if c.CertDir == "" {
+			return errors.New("webhook: cert dir is empty")
+		}
+	case CertsGenerate:
+		switch {
+		case d.CALifetime < 0 || d.CertLifetime < 0 || d.CertCheckInterval < 0:
+			return errors.New("webhook: certificate lifetimes and check interval must not be negative")
+		case 3*d.CertLifetime > d.CALifetime:
+			// The CA is renewed with a third of its life left: a serving
+			// certificate must fit in that, so it never outlives its CA.
+			return fmt.Errorf("webhook: cert lifetime %s is more than a third of the ca lifetime %s", d.CertLifetime, d.CALifetime)
+		case d.CertLifetime < 9*d.CertCheckInterval:
+			return fmt.Errorf("webhook: cert lifetime %s is shorter than nine cert check intervals (%s)", d.CertLifetime, d.CertCheckInterval)
+		}
+	default:
+		return fmt.Errorf("webhook: certs %q: want %s, %s or %s", c.Certs, CertsGenerate, CertsDir, CertsCertManager)
 	}
 	if c.Path != "" && !strings.HasPrefix(c.Path, "/") {
 		return fmt.Errorf("webhook: path %q must start with /", c.Path)
@@ -139,6 +218,11 @@ type RegistrationConfig struct {
 	CABundle []byte
 	// CAFile is read into CABundle when CABundle is empty.
 	CAFile string
+	// CAInjected leaves the caBundle to someone else (cert-manager's CA
+	// injector): Register writes none, and neither CABundle nor CAFile is
+	// needed. Module sets it with CertsCertManager, and fills CABundle
+	// itself with CertsGenerate.
+	CAInjected bool
 }
 
 // DefaultGuardUsers are the node lifecycle controller's identities: its
@@ -175,6 +259,16 @@ func (c RegistrationConfig) withDefaults() RegistrationConfig {
 	return c
 }
 
+// ValidateFor validates c for a server configured by server: with
+// CertsGenerate or CertsCertManager no CA is needed (it is generated, or
+// injected by cert-manager).
+func (c RegistrationConfig) ValidateFor(server Config) error {
+	if server.withDefaults().Certs != CertsDir {
+		c.CAInjected = true
+	}
+	return c.Validate()
+}
+
 // Validate names the first field that is wrong. Zero values that have a
 // default are allowed.
 func (c RegistrationConfig) Validate() error {
@@ -186,7 +280,7 @@ func (c RegistrationConfig) Validate() error {
 		return errors.New("webhook registration: url and service name are exclusive")
 	case c.TimeoutSeconds < 1 || c.TimeoutSeconds > 30:
 		return fmt.Errorf("webhook registration: timeout seconds %d is outside 1..30", c.TimeoutSeconds)
-	case len(c.CABundle) == 0 && c.CAFile == "":
+	case len(c.CABundle) == 0 && c.CAFile == "" && !c.CAInjected:
 		return errors.New("webhook registration: ca bundle and ca file are empty")
 	case !strings.HasPrefix(c.Path, "/"):
 		return fmt.Errorf("webhook registration: path %q must start with /", c.Path)

@@ -2,7 +2,10 @@ package webhook
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/atoll-edge/atoll/cloud/kube"
@@ -18,7 +21,10 @@ import (
 // (provided by the health service), a *slog.Logger and the *admin.Server
 // (readiness check "webhook", metrics). With a RegistrationConfig whose
 // Enabled is set, and a kubernetes.Interface, it also registers the webhook
-// once the server listens, retrying with backoff until it succeeds.
+// once the server listens, retrying with backoff until it succeeds. With
+// Config.Certs CertsGenerate (and a kubernetes.Interface) it generates and
+// renews the certificates (Rotator) and registers again whenever the CA
+// bundle changes.
 var Module = fx.Module("webhook",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Server) {}),
@@ -37,29 +43,98 @@ type appParams struct {
 }
 
 func newForApp(p appParams) (*Server, error) {
-	if p.Registration.Enabled {
-		if err := p.Registration.Validate(); err != nil {
+	cfg, reg := p.Config.withDefaults(), p.Registration
+	generate := cfg.Certs == CertsGenerate
+	if cfg.Certs == CertsCertManager {
+		reg.CAInjected = true
+	}
+	if reg.Enabled {
+		if err := reg.ValidateFor(cfg); err != nil {
 			return nil, err
 		}
-		if p.Client == nil {
-			return nil, errNoClient
-		}
+	}
+	if (reg.Enabled || generate) && p.Client == nil {
+		return nil, errNoClient
 	}
 	// Route client-go's and controller-runtime's logs to ours.
 	kube.RouteLogs(p.Log)
 
-	s, err := New(p.Config, p.Policy, p.Log, p.Admin.Registry())
+	s, err := New(cfg, p.Policy, p.Log, p.Admin.Registry())
 	if err != nil {
 		return nil, err
 	}
+	var rot *Rotator
+	if generate {
+		hosts, err := servingHosts(reg.withDefaults())
+		if err != nil {
+			return nil, err
+		}
+		if rot, err = NewRotator(p.Client, cfg, hosts, s.log, s.metrics); err != nil {
+			return nil, err
+		}
+		s.UseCertificates(rot)
+		// A certificate before the server starts; then renewals.
+		p.Lifecycle.Append(fx.StartHook(func(ctx context.Context) error { return syncUntilDone(ctx, rot, s.log) }))
+		fxrun.Background(p.Lifecycle, p.Log, "webhook-certificates", rot.Run)
+	}
 	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
 	p.Admin.AddReadiness("webhook", func(context.Context) error { return s.Ready() })
-	if p.Registration.Enabled {
+	if reg.Enabled {
 		fxrun.Background(p.Lifecycle, p.Log, "webhook-registration", func(ctx context.Context) error {
-			return registerUntilDone(ctx, p.Client, p.Registration, s.log)
+			if rot == nil {
+				return registerUntilDone(ctx, p.Client, reg, s.log)
+			}
+			// Register again whenever the generated bundle changes.
+			for {
+				bundle, changed := rot.CABundle()
+				reg.CABundle = bundle
+				if err := registerUntilDone(ctx, p.Client, reg, s.log); err != nil || ctx.Err() != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-changed:
+				}
+			}
 		})
 	}
 	return s, nil
+}
+
+// servingHosts are the names the apiserver reaches the webhook by: the
+// URL's host, or the Service's DNS names.
+func servingHosts(reg RegistrationConfig) ([]string, error) {
+	if reg.URL != "" {
+		u, err := url.Parse(reg.URL)
+		if err != nil || u.Hostname() == "" {
+			return nil, fmt.Errorf("webhook registration: url %q: no host", reg.URL)
+		}
+		return []string{u.Hostname()}, nil
+	}
+	if reg.Service.Name == "" || reg.Service.Namespace == "" {
+		return nil, errors.New("webhook certificates: no webhook url or service to issue the serving certificate for")
+	}
+	svc := reg.Service.Name + "." + reg.Service.Namespace
+	return []string{svc + ".svc", svc, svc + ".svc.cluster.local"}, nil
+}
+
+// syncUntilDone syncs the certificates until it succeeds or ctx ends.
+func syncUntilDone(ctx context.Context, rot *Rotator, log *slog.Logger) error {
+	delay := 250 * time.Millisecond
+	for {
+		err := rot.Sync(ctx)
+		if err == nil {
+			return nil
+		}
+		log.Warn("webhook certificates; retrying", "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("webhook certificates: %w", err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // registerUntilDone calls Register until it succeeds or ctx ends, backing

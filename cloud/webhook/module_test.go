@@ -22,6 +22,7 @@ import (
 // the cluster of TestAgainstAPIServer.
 func testModuleRegisters(t *testing.T, client kubernetes.Interface, certDir string, base RegistrationConfig) {
 	const name = "atoll-health-module"
+	unrouteLogsAfter(t)
 	var (
 		srv *Server
 		adm *admin.Server
@@ -109,6 +110,7 @@ func TestModuleConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			unrouteLogsAfter(t)
 			opts := append([]fx.Option{
 				fx.NopLogger,
 				fx.Supply(admin.Config{Addr: "127.0.0.1:0"}, testLogger(t)),

@@ -1,46 +1,51 @@
 package webhook
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
+	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
-// TestDeployRBAC applies deploy/atoll-cloud.yaml's RBAC and webhook
-// configuration to a real apiserver and checks, as atoll-cloud's service
-// account, that it may do what its code does and nothing wider: register
-// its own webhook configuration (and no other), patch Nodes and endpoints,
-// hold its leader Lease.
+// TestDeployRBAC applies deploy/atoll-cloud.yaml to a real apiserver and
+// checks, as atoll-cloud's ServiceAccount (a TokenRequest token), that it
+// may do what its code does and nothing wider: register its own webhook
+// configuration (and no other), patch Nodes and endpoints, hold its leader
+// Lease, keep its generated certificates in its one Secret. (The e2e runs
+// the whole of atoll-cloud as this account: internal/e2e's
+// TestLeastPrivilege.)
 func TestDeployRBAC(t *testing.T) {
 	cluster := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	admin := cluster.Client()
-	applyDeploy(t, ctx, admin, "../../deploy/atoll-cloud.yaml")
+	data, err := deploy.Read("atoll-cloud.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kubetest.DecodeManifests("atoll-cloud.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	const sa = "system:serviceaccount:atoll-system:atoll-cloud"
-	rc := rest.CopyConfig(cluster.RESTConfig())
-	rc.Impersonate = rest.ImpersonationConfig{UserName: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:atoll-system", "system:authenticated"}}
-	rc.WarningHandler = rest.NoWarnings{}
+	rc, err := cluster.ServiceAccountConfig(ctx, "atoll-system", "atoll-cloud", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:atoll-system", "system:authenticated"}
 	as, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -77,10 +82,18 @@ func TestDeployRBAC(t *testing.T) {
 		{"delete", "", "nodes", "", "edge-1", false},
 		{"update", "", "nodes", "", "edge-1", false},
 		{"patch", "", "pods", "shop", "web-1", false},
-		{"get", "", "secrets", "atoll-system", "atoll-cloud-webhook-tls", false},
+		{"get", "", "secrets", "atoll-system", "atoll-cloud-webhook-certs", true},
+		{"update", "", "secrets", "atoll-system", "atoll-cloud-webhook-certs", true},
+
+		{"get", "", "secrets", "atoll-system", "atoll-cloud", false},
+		{"list", "", "secrets", "atoll-system", "", false},
+		{"create", "", "secrets", "atoll-system", "", false},
+		{"delete", "", "secrets", "atoll-system", "atoll-cloud-webhook-certs", false},
+		{"list", "", "nodes", "", "", false},
+		{"get", "", "pods", "shop", "web-1", false},
 	} {
 		review, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: sa, Groups: rc.Impersonate.Groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: sa, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Verb: c.verb, Group: c.group, Resource: c.resource, Namespace: c.ns, Name: c.name,
 			}},
 		}, metav1.CreateOptions{})
@@ -92,75 +105,3 @@ func TestDeployRBAC(t *testing.T) {
 		}
 	}
 }
-
-// applyDeploy creates the objects of a deploy/ manifest that this test
-// needs (namespace, service account, RBAC, webhook configuration).
-func applyDeploy(t *testing.T, ctx context.Context, c kubernetes.Interface, path string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := utilyaml.NewYAMLReader(bufioReader(data))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			t.Fatal(err)
-		}
-		create := func(obj any, do func() error) {
-			if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-				t.Fatalf("%s: %s: %v", path, meta.Kind, err)
-			}
-			if err := do(); err != nil {
-				t.Fatalf("%s: create %s: %v", path, meta.Kind, err)
-			}
-		}
-		switch meta.Kind {
-		case "Namespace":
-			var o corev1.Namespace
-			create(&o, func() error { _, err := c.CoreV1().Namespaces().Create(ctx, &o, metav1.CreateOptions{}); return err })
-		case "ServiceAccount":
-			var o corev1.ServiceAccount
-			create(&o, func() error {
-				_, err := c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-				return err
-			})
-		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			create(&o, func() error { _, err := c.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{}); return err })
-		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			create(&o, func() error {
-				_, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
-				return err
-			})
-		case "Role":
-			var o rbacv1.Role
-			create(&o, func() error {
-				_, err := c.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-				return err
-			})
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			create(&o, func() error {
-				_, err := c.RbacV1().RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-				return err
-			})
-		case "MutatingWebhookConfiguration":
-			var o admissionregistrationv1.MutatingWebhookConfiguration
-			create(&o, func() error {
-				_, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &o, metav1.CreateOptions{})
-				return err
-			})
-		}
-	}
-}
-
-func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }

@@ -96,14 +96,17 @@ func Register(ctx context.Context, client kubernetes.Interface, cfg Registration
 
 // configuration builds the apply configuration of cfg (defaults applied).
 func configuration(cfg RegistrationConfig) (*arv1ac.MutatingWebhookConfigurationApplyConfiguration, error) {
-	ca := cfg.CABundle
-	if len(ca) == 0 {
-		var err error
-		if ca, err = os.ReadFile(filepath.Clean(cfg.CAFile)); err != nil {
-			return nil, fmt.Errorf("webhook registration: ca file: %w", err)
+	client := arv1ac.WebhookClientConfig()
+	if !cfg.CAInjected {
+		ca := cfg.CABundle
+		if len(ca) == 0 {
+			var err error
+			if ca, err = os.ReadFile(filepath.Clean(cfg.CAFile)); err != nil {
+				return nil, fmt.Errorf("webhook registration: ca file: %w", err)
+			}
 		}
+		client.WithCABundle(ca...)
 	}
-	client := arv1ac.WebhookClientConfig().WithCABundle(ca...)
 	if cfg.URL != "" {
 		client.WithURL(cfg.URL)
 	} else {

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -28,13 +29,29 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	handler http.Handler
+	metrics *metrics
 
 	mu     sync.Mutex
-	addr   string // bound host:port, after Start
+	source CertificateSource // set by UseCertificates; else files in CertDir
+	addr   string            // bound host:port, after Start
 	srv    ctrlwebhook.Server
-	certs  *certwatcher.CertWatcher
+	certs  CertificateSource
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// CertificateSource hands out the serving certificate for each TLS
+// handshake (a Rotator, or controller-runtime's certwatcher).
+type CertificateSource interface {
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
+}
+
+// UseCertificates serves src's certificates instead of the files in
+// Config.CertDir. Call it before Start.
+func (s *Server) UseCertificates(src CertificateSource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.source = src
 }
 
 // New returns a server applying p's protection. reg receives the
@@ -48,15 +65,16 @@ func New(cfg Config, p Policy, log *slog.Logger, reg prometheus.Registerer) (*Se
 	}
 	cfg = cfg.withDefaults()
 	log = log.With("component", "webhook")
+	m := newMetrics(reg)
 	hook, err := admission.StandaloneWebhook(
-		&admission.Webhook{Handler: &handler{policy: p, log: log, metrics: newMetrics(reg)}},
+		&admission.Webhook{Handler: &handler{policy: p, log: log, metrics: m}},
 		// Our logger, so controller-runtime's global one is never touched.
 		admission.StandaloneOptions{Logger: logr.FromSlogHandler(log.Handler())},
 	)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	return &Server{cfg: cfg, log: log, handler: hook}, nil
+	return &Server{cfg: cfg, log: log, handler: countInvalid(hook, m, log), metrics: m}, nil
 }
 
 // Handler is the admission handler alone (no TLS), for embedding and tests.
@@ -75,9 +93,15 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	certs, err := certwatcher.New(filepath.Join(s.cfg.CertDir, CertFile), filepath.Join(s.cfg.CertDir, KeyFile))
-	if err != nil {
-		return fmt.Errorf("webhook: load certificate from %s: %w", s.cfg.CertDir, err)
+	var (
+		certs   CertificateSource = s.source
+		watcher *certwatcher.CertWatcher
+	)
+	if certs == nil {
+		if watcher, err = certwatcher.New(filepath.Join(s.cfg.CertDir, CertFile), filepath.Join(s.cfg.CertDir, KeyFile)); err != nil {
+			return fmt.Errorf("webhook: load certificate from %s: %w", s.cfg.CertDir, err)
+		}
+		certs = watcher
 	}
 	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host: host, Port: port,
@@ -92,11 +116,13 @@ func (s *Server) Start(ctx context.Context) error {
 	done := make(chan struct{})
 	errc := make(chan error, 1)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := certs.Start(runCtx); err != nil && runCtx.Err() == nil {
-			s.log.Error("certificate watcher stopped; rotations are not picked up", "err", err)
-		}
-	})
+	if watcher != nil {
+		wg.Go(func() {
+			if err := watcher.Start(runCtx); err != nil && runCtx.Err() == nil {
+				s.log.Error("certificate watcher stopped; rotations are not picked up", "err", err)
+			}
+		})
+	}
 	wg.Go(func() {
 		if err := srv.Start(runCtx); err != nil {
 			errc <- err
@@ -128,7 +154,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	s.addr, s.srv, s.certs, s.cancel, s.done = net.JoinHostPort(host, strconv.Itoa(port)), srv, certs, cancel, done
-	s.log.Info("webhook listening", "addr", s.addr, "path", s.cfg.Path, "cert_dir", s.cfg.CertDir)
+	s.log.Info("webhook listening", "addr", s.addr, "path", s.cfg.Path, "certs", s.cfg.Certs)
 	return nil
 }
 
@@ -226,6 +252,38 @@ func bounded(h http.Handler, timeout time.Duration, limit int64) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// countInvalid counts and logs the requests controller-runtime refuses
+// before our handler sees them: an empty or unreadable body, a wrong
+// content type, a body that is not an AdmissionReview. It answers those
+// itself, with an AdmissionReview whose response is not allowed and whose
+// status (code 400) says what was wrong; our handler never denies, so a
+// response that is not allowed is one of those.
+func countInvalid(h http.Handler, m *metrics, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&invalidCounter{ResponseWriter: w, m: m, log: log, remote: r.RemoteAddr}, r)
+	})
+}
+
+type invalidCounter struct {
+	http.ResponseWriter
+	m       *metrics
+	log     *slog.Logger
+	remote  string
+	written bool
+}
+
+func (c *invalidCounter) Write(b []byte) (int, error) {
+	if !c.written {
+		c.written = true
+		// The response is encoded in one write; "allowed" comes first.
+		if bytes.Contains(b, []byte(`"allowed":false`)) {
+			c.m.invalid.Inc()
+			c.log.Warn("invalid admission request", "remote", c.remote, "response", string(b[:min(len(b), 512)]))
+		}
+	}
+	return c.ResponseWriter.Write(b)
 }
 
 func postOnly(h http.Handler) http.Handler {

@@ -96,6 +96,9 @@ func TestMain(m *testing.M) {
 type env struct {
 	bed    *testbed.Bed
 	client kubernetes.Interface
+	// logPath is the bed's log; auditDir holds the apiserver's audit log
+	// of every request atoll-cloud's ServiceAccount made.
+	logPath, auditDir string
 	// formed counts the matrix's scenarios whose sites are formed: the
 	// hub server is killed once every unit is formed, so the kill tests
 	// keeping formed units serving (forming a unit while a hub server
@@ -136,14 +139,24 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = logFile.Close() })
+	// atoll-cloud runs as the ServiceAccount of deploy/atoll-cloud.yaml,
+	// and the apiserver logs every request it makes (least privilege:
+	// checkLeastPrivilege).
+	auditDir := t.TempDir()
+	auditFlags, err := kubetest.Audit(auditDir, testbed.CloudUser)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := testbed.Options{
 		Dir:        t.TempDir(),
 		Net:        shape.net,
 		HubCluster: shape.cluster,
 		Logger:     slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Kube:       kubetest.Config{UnreachableTolerationSeconds: int(toleration.Seconds()), NotReadyTolerationSeconds: int(toleration.Seconds())},
-		Cloud:      func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
-		Agent:      throughFaults,
+		Kube: kubetest.Config{UnreachableTolerationSeconds: int(toleration.Seconds()), NotReadyTolerationSeconds: int(toleration.Seconds()),
+			ExtraAPIServerFlags: auditFlags},
+		ServiceAccount: true,
+		Cloud:          func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
+		Agent:          throughFaults,
 	}
 	for _, f := range adjust {
 		f(&opts)
@@ -158,7 +171,7 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 		}
 		bed.Stop()
 	})
-	return &env{bed: bed, client: bed.Cluster.Client()}
+	return &env{bed: bed, client: bed.Cluster.Client(), logPath: logFile.Name(), auditDir: auditDir}
 }
 
 // site creates a unit of n nodes with one pod per node behind a Service,
@@ -385,12 +398,19 @@ func (e *env) killHub(t *testing.T) func() {
 // TestDistributedHealth is the scenario matrix of distributed health, on
 // both hub shapes. On the hub cluster, one hub server (the one atoll-cloud
 // is connected to) is killed while scenario 1's node is protected, with
-// every other scenario running.
+// every other scenario running. atoll-cloud runs as the ServiceAccount of
+// deploy/atoll-cloud.yaml; once the scenarios are done, the apiserver's
+// audit log must show it was refused nothing and used every permission
+// the manifest grants it (checkLeastPrivilege).
 func TestDistributedHealth(t *testing.T) {
 	for _, shape := range []hubShape{embeddedHub, hubCluster} {
 		t.Run(shape.name, func(t *testing.T) {
 			inUnit.reset()
-			healthMatrix(t, startShape(t, shape))
+			e := startShape(t, shape)
+			// After the parallel scenarios, before the bed stops
+			// (cleanups run last registered first).
+			t.Cleanup(func() { e.checkLeastPrivilege(t) })
+			healthMatrix(t, e)
 		})
 	}
 }

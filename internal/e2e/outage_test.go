@@ -35,6 +35,9 @@ func TestCloudOutage(t *testing.T) {
 	e := startShape(t, hubCluster, func(o *testbed.Options) {
 		o.Cloud = func(c *cloudapp.Config) { c.Health.HoldTime = hold }
 	})
+	// Before the bed stops: nothing refused (and what was used counts
+	// for TestLeastPrivilege).
+	t.Cleanup(func() { e.checkLeastPrivilege(t) })
 	inUnit.reset()
 	var o1, o2, o3, o4 []string
 	t.Run("sites", func(t *testing.T) {

@@ -62,7 +62,8 @@ func wire(subject string, m proto.Message, id string) int {
 
 // model gives a node's bytes per second for a unit of n healthy nodes at
 // the default settings: each report goes to every peer over routes and to
-// the hub over the node's leaf; votes (n per refresh) go to the hub only.
+// the hub over the node's leaf; votes (one per other member per refresh,
+// none about the voter itself) go to the hub only.
 func model(unit string, n int) (report, vote int, routeOut, leafOut float64) {
 	p, v := prober.DefaultConfig(), voter.DefaultConfig()
 	r := &atollv1.ProbeReport{Checker: unit + "-1", Unit: unit, ReportTime: timestamppb.Now(), Sequence: 12345, Period: durationpb.New(p.Period)}
@@ -72,12 +73,12 @@ func model(unit string, n int) (report, vote int, routeOut, leafOut float64) {
 	subj, _ := events.ProbeSubject(unit, r.Checker)
 	report = wire(subj, r, r.Checker+"@lz8x1k2j3-12345")
 	vt := &atollv1.Vote{Voter: unit + "-1", Node: unit + "-2", Unit: unit, Verdict: atollv1.Verdict_VERDICT_HEALTHY,
-		Normal: uint32(n), Checkers: uint32(n), Members: uint32(n), Time: timestamppb.Now(), Since: timestamppb.Now(), Ttl: durationpb.New(3 * v.Refresh)}
+		Normal: uint32(n - 1), Checkers: uint32(n - 1), Members: uint32(n), Time: timestamppb.Now(), Since: timestamppb.Now(), Ttl: durationpb.New(3 * v.Refresh)}
 	vsubj, _ := events.VoteSubject(unit, vt.Node, vt.Voter)
 	vote = wire(vsubj, vt, vt.Voter+"@"+vt.Node+"-lz8x1k2j3")
 	period, refresh := p.Period.Seconds(), v.Refresh.Seconds()
 	routeOut = float64((n-1)*report) / period
-	leafOut = float64(report)/period + float64(n*vote)/refresh
+	leafOut = float64(report)/period + float64((n-1)*vote)/refresh
 	return report, vote, routeOut, leafOut
 }
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,4 +99,32 @@ func (c *Cluster) LogTails(n int) string {
 		fmt.Fprintf(&b, "--- last %d lines of %s ---\n%s\n", n, filepath.Base(p.logPath), p.tail(n))
 	}
 	return b.String()
+}
+
+// ServiceAccountConfig returns a client config that authenticates only as
+// the ServiceAccount namespace/name: a bearer token the apiserver issued
+// through the TokenRequest API (valid for expiry, at least 10 minutes) and
+// the cluster CA, nothing else, so every request is authorized as that
+// account exactly as in a pod. The ServiceAccount must exist.
+func (c *Cluster) ServiceAccountConfig(ctx context.Context, namespace, name string, expiry time.Duration) (*rest.Config, error) {
+	seconds := int64(expiry / time.Second)
+	tr, err := c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token request for serviceaccount %s/%s: %w", namespace, name, err)
+	}
+	return &rest.Config{
+		Host:            c.apiServerURL,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CABundle()},
+		QPS:             clientQPS,
+		Burst:           clientBurst,
+	}, nil
+}
+
+// ServiceAccountUser is the user name the apiserver gives the
+// ServiceAccount namespace/name (what audit events and RBAC subjects name).
+func ServiceAccountUser(namespace, name string) string {
+	return "system:serviceaccount:" + namespace + ":" + name
 }

@@ -9,13 +9,17 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // auditPolicy records every write to Nodes (with the stored object),
-// Endpoints and EndpointSlices once, when its response is complete.
+// Endpoints and EndpointSlices once, when its response is complete; %s is
+// where the rules for Audit's users go. Watches (long-running) are also
+// logged when their response starts, so a watch is seen while it runs.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
+omitStages: ["RequestReceived", "Panic"]
 rules:
 - level: RequestResponse
   verbs: ["create", "update", "patch", "delete"]
@@ -29,18 +33,30 @@ rules:
     resources: ["endpoints"]
   - group: "discovery.k8s.io"
     resources: ["endpointslices"]
-- level: None
+%s- level: None
 `
 
 // Audit writes an audit policy into dir and returns the kube-apiserver
 // flags that log the writes to Nodes, Endpoints and EndpointSlices to
-// AuditLog(dir), synchronously (pass them to WithAPIServerFlags).
-func Audit(dir string) ([]string, error) {
+// AuditLog(dir), synchronously (pass them to WithAPIServerFlags). Every
+// request of users (e.g. a ServiceAccount's
+// "system:serviceaccount:<ns>:<name>") is also logged, at Metadata level:
+// who did what to which object, and the response code, so a test can list
+// what an identity used and what it was refused.
+func Audit(dir string, users ...string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	var byUser string
+	if len(users) > 0 {
+		quoted := make([]string, len(users))
+		for i, u := range users {
+			quoted[i] = strconv.Quote(u)
+		}
+		byUser = fmt.Sprintf("- level: Metadata\n  users: [%s]\n", strings.Join(quoted, ", "))
+	}
 	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+	if err := os.WriteFile(policy, fmt.Appendf(nil, auditPolicy, byUser), 0o600); err != nil {
 		return nil, err
 	}
 	return []string{
@@ -59,10 +75,15 @@ type AuditEvent struct {
 	Verb       string `json:"verb"`
 	RequestURI string `json:"requestURI"`
 	UserAgent  string `json:"userAgent"`
-	ObjectRef  struct {
-		Resource  string `json:"resource"`
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		APIGroup    string `json:"apiGroup"`
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus struct {
 		Code int `json:"code"`

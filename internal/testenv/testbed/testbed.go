@@ -25,6 +25,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/webhook"
+	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
@@ -46,6 +47,13 @@ type Options struct {
 	// atoll-cloud, which dials them by URL with an nkey seed file, and
 	// makes the streams R3. Default: the hub embedded in atoll-cloud.
 	HubCluster bool
+	// ServiceAccount runs atoll-cloud authenticated only as the
+	// ServiceAccount deploy/atoll-cloud.yaml defines (CloudNamespace/
+	// CloudServiceAccount, user CloudUser): a token from the apiserver's
+	// TokenRequest API and the cluster CA, so every request it makes is
+	// authorized by the manifest's RBAC. Default: the admin's client
+	// certificate.
+	ServiceAccount bool
 	// Cloud and Agent adjust the cloud's and every agent's configuration.
 	Cloud func(*cloudapp.Config)
 	Agent func(*edgeapp.Config)
@@ -54,6 +62,17 @@ type Options struct {
 	// Logger receives every component's logs.
 	Logger *slog.Logger
 }
+
+// Where deploy/atoll-cloud.yaml puts atoll-cloud, and the user name its
+// ServiceAccount authenticates as.
+const (
+	CloudNamespace      = "atoll-system"
+	CloudServiceAccount = "atoll-cloud"
+	CloudManifest       = "atoll-cloud.yaml"
+)
+
+// CloudUser is atoll-cloud's user name with Options.ServiceAccount.
+var CloudUser = kubetest.ServiceAccountUser(CloudNamespace, CloudServiceAccount)
 
 // Bed is a running installation.
 type Bed struct {
@@ -149,12 +168,15 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	}
 	b.stops = append(b.stops, func() { _ = bed.Cluster.Stop() })
 
+	// What every atoll-cloud installation has: its namespace,
+	// ServiceAccount, RBAC, the webhook configuration it fills in and the
+	// Secret of its generated webhook certificates.
+	if err := applyManifest(ctx, b.Cluster, CloudManifest); err != nil {
+		return nil, err
+	}
+
 	// The webhook serves on a fixed loopback port so the registration can
 	// name it before the server starts.
-	certDir := filepath.Join(o.Dir, "webhook")
-	if err := b.Cluster.WriteServingCert(certDir, "127.0.0.1"); err != nil {
-		return nil, fmt.Errorf("webhook certificate: %w", err)
-	}
 	whPort, err := natstest.FreePort()
 	if err != nil {
 		return nil, err
@@ -182,16 +204,21 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 		cfg.Hub.StoreDir = filepath.Join(o.Dir, "hub")
 	}
 	cfg.Kube.REST = b.Cluster.RESTConfig()
-	// Elect a leader as in production; the Lease lives in a namespace
-	// every cluster has.
-	cfg.Manager.LeaderElectionNamespace = "kube-system"
+	if o.ServiceAccount {
+		// Longer than any bed lives; a pod's projected token is
+		// refreshed by the kubelet instead.
+		if cfg.Kube.REST, err = b.Cluster.ServiceAccountConfig(ctx, CloudNamespace, CloudServiceAccount, 24*time.Hour); err != nil {
+			return nil, err
+		}
+	}
 	cfg.Webhook.Addr = fmt.Sprintf("127.0.0.1:%d", whPort)
-	cfg.Webhook.CertDir = certDir
+	// As in production, atoll-cloud generates its certificates (into the
+	// Secret the manifest created) and the registration's caBundle.
+	cfg.Webhook.Certs = webhook.CertsGenerate
 	cfg.Registration.Enabled = true
 	cfg.Registration.Service = webhook.ServiceRef{}
 	cfg.Registration.URL = fmt.Sprintf("https://127.0.0.1:%d/mutate", whPort)
 	cfg.Registration.CAFile = ""
-	cfg.Registration.CABundle = b.Cluster.CABundle()
 	if o.Cloud != nil {
 		o.Cloud(&cfg)
 	}
@@ -285,6 +312,22 @@ func (b *Bed) Stop() {
 		b.stops[i]()
 	}
 	b.stops = nil
+}
+
+// applyManifest applies a manifest of deploy/ to the cluster.
+func applyManifest(ctx context.Context, c *kubetest.Cluster, name string) error {
+	data, err := deploy.Read(name)
+	if err != nil {
+		return fmt.Errorf("deploy/%s: %w", name, err)
+	}
+	objs, err := kubetest.DecodeManifests(name, data)
+	if err != nil {
+		return err
+	}
+	if err := c.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+		return fmt.Errorf("apply deploy/%s: %w", name, err)
+	}
+	return nil
 }
 
 func portFree(port int) bool {

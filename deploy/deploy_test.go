@@ -1,0 +1,207 @@
+package deploy_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+)
+
+// objects decodes every manifest of deploy/, by file.
+func objects(t *testing.T) map[string][]*unstructured.Unstructured {
+	t.Helper()
+	names, err := deploy.Names()
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no manifests (%v)", err)
+	}
+	out := map[string][]*unstructured.Unstructured{}
+	for _, n := range names {
+		data, err := deploy.Read(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kubetest.DecodeManifests(n, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(objs) == 0 {
+			t.Fatalf("%s holds no object", n)
+		}
+		out[n] = objs
+	}
+	return out
+}
+
+// TestManifestsApply applies every manifest of deploy/ to a real
+// apiserver with server-side dry-run (CustomResourceDefinitions and
+// Namespaces for real, first): every object must pass the apiserver's
+// decoding, schema validation, defaulting and admission.
+func TestManifestsApply(t *testing.T) {
+	files := objects(t)
+	cluster := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var all []*unstructured.Unstructured
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		all = append(all, files[name]...)
+	}
+	if err := cluster.Apply(ctx, all, kubetest.ApplyOptions{DryRun: true}); err != nil {
+		t.Fatalf("apiserver refused manifests of deploy/:\n%v", err)
+	}
+	t.Logf("%d objects from %d manifests accepted", len(all), len(files))
+
+	// The check can fail: an object the apiserver must refuse.
+	bad, err := kubetest.DecodeManifests("bad", []byte("apiVersion: v1\nkind: Service\nmetadata: {name: x, namespace: atoll-system}\nspec: {ports: [{port: 99999}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Apply(ctx, bad, kubetest.ApplyOptions{DryRun: true}); err == nil {
+		t.Error("a Service with port 99999 was accepted")
+	}
+}
+
+// secretPatterns are literal credentials in a manifest's values.
+var secretPatterns = []struct {
+	what string
+	re   *regexp.Regexp
+}{
+	{"PEM block (key or certificate)", regexp.MustCompile(`-----BEGIN [A-Z ]+-----`)},
+	{"nkey seed", regexp.MustCompile(`\bS[UAONCX][A-Z2-7]{56}\b`)},
+	{"JWT", regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.eyJ`)},
+	{"bcrypt hash", regexp.MustCompile(`\$2[aby]?\$\d\d\$`)},
+	{"password in a URL", regexp.MustCompile(`://[^/\s:@]+:[^/\s@]+@`)},
+	{"password, token or secret assigned a value", regexp.MustCompile(`(?i)(password|passwd|token|secret)["']?\s*[:=]\s*["']?[^\s"'$]`)},
+}
+
+// sensitiveName matches environment variable names that hold credentials.
+var sensitiveName = regexp.MustCompile(`(?i)pass|token|secret|seed|credential|private|_key$`)
+
+// literalSecrets lists where obj carries a credential in clear: a Secret
+// with data, an environment variable of a credential-like name with a
+// literal value, or a value matching secretPatterns.
+func literalSecrets(obj *unstructured.Unstructured) []string {
+	var found []string
+	where := fmt.Sprintf("%s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
+	if obj.GetKind() == "Secret" {
+		for _, f := range []string{"data", "stringData"} {
+			if m, _, _ := unstructured.NestedMap(obj.Object, f); len(m) > 0 {
+				found = append(found, where+": a Secret with "+f+" (create Secrets at install time, or let atoll-cloud generate them)")
+			}
+		}
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if name, ok := v["name"].(string); ok && sensitiveName.MatchString(name) {
+				if val, ok := v["value"].(string); ok && val != "" {
+					found = append(found, fmt.Sprintf("%s: %s: %s has a literal value (use valueFrom.secretKeyRef)", where, path, name))
+				}
+			}
+			for k, e := range v {
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		case string:
+			for _, p := range secretPatterns {
+				if p.re.MatchString(v) {
+					found = append(found, fmt.Sprintf("%s: %s: %s", where, path, p.what))
+				}
+			}
+		}
+	}
+	walk("", obj.Object)
+	return found
+}
+
+// TestNoLiteralSecrets scans every object of deploy/ (comments are not
+// objects: the examples in them are not applied) for credentials in clear.
+// Every credential comes from a Secret the operator creates, or that
+// atoll-cloud generates at start.
+func TestNoLiteralSecrets(t *testing.T) {
+	for name, objs := range objects(t) {
+		for _, o := range objs {
+			for _, f := range literalSecrets(o) {
+				t.Errorf("%s: %s", name, f)
+			}
+		}
+	}
+}
+
+// TestLiteralSecretsFound shows the scan finds what it must.
+func TestLiteralSecretsFound(t *testing.T) {
+	tests := []struct {
+		name, doc string
+	}{
+		{"secret with data", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {a: b}\n"},
+		{"env password", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, env: [{name: HUB_PASSWORD, value: hunter2}]}]}\n"},
+		{"flag password", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, args: [--hub-password=hunter2]}]}\n"},
+		{"url password", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {conf: 'routes: [nats-route://route:pw@h:6222]'}\n"},
+		{"nats conf password", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {conf: 'authorization { user: route, password: s3cret }'}\n"},
+		{"nkey seed", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY}\n"},
+		{"pem key", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: \"-----BEGIN EC PRIVATE KEY-----\\nMHc\"}\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, err := kubetest.DecodeManifests(tt.name, []byte(tt.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := literalSecrets(objs[0]); len(f) == 0 {
+				t.Errorf("not found in %q", tt.doc)
+			} else {
+				t.Log(strings.Join(f, "; "))
+			}
+		})
+	}
+	ok, _ := kubetest.DecodeManifests("ok", []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {volumes: [{name: v, secret: {secretName: atoll-cloud}}], containers: [{name: c, args: [--seed-file=/var/lib/atoll/node.nk, --hub-password-file=/etc/x]}]}\n"))
+	if f := literalSecrets(ok[0]); len(f) > 0 {
+		t.Errorf("false positives: %v", f)
+	}
+}
+
+// TestOnlyAtollCloudHoldsAToken: of every workload in deploy/, only
+// atoll-cloud's pods get a Kubernetes API token (its ServiceAccount's,
+// whose RBAC internal/e2e proves minimal); the edge agents and the hub
+// servers never talk to the apiserver and mount none.
+func TestOnlyAtollCloudHoldsAToken(t *testing.T) {
+	workloads := 0
+	for name, objs := range objects(t) {
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob":
+			default:
+				continue
+			}
+			workloads++
+			spec, ok, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+			if !ok {
+				t.Fatalf("%s: %s %s has no pod template", name, o.GetKind(), o.GetName())
+			}
+			sa, _ := spec["serviceAccountName"].(string)
+			automount, set := spec["automountServiceAccountToken"].(bool)
+			switch {
+			case sa == "atoll-cloud":
+			case set && !automount:
+			default:
+				t.Errorf("%s: %s %s runs as %q with an API token: set automountServiceAccountToken: false", name, o.GetKind(), o.GetName(), cmp.Or(sa, "default"))
+			}
+		}
+	}
+	if workloads == 0 {
+		t.Fatal("no workloads found")
+	}
+}
