@@ -32,8 +32,8 @@ const (
 // Keys are the signing keys of an Atoll installation.
 type Keys struct {
 	// Operator is the operator's identity key: it signs the operator JWT
-	// only (the servers trust that JWT), and can be kept offline once the
-	// installation is set up.
+	// only (the servers trust that JWT). Once trust.json exists it can be
+	// removed from keys.json and kept offline (nil then).
 	Operator nkeys.KeyPair
 	// OperatorSigning signs the account JWTs (revocations re-sign the
 	// application account).
@@ -49,7 +49,7 @@ type Keys struct {
 
 // keysFile is the on-disk form of Keys: nkey seeds.
 type keysFile struct {
-	Operator        string `json:"operator"`
+	Operator        string `json:"operator,omitempty"`
 	OperatorSigning string `json:"operator_signing"`
 	System          string `json:"system"`
 	Account         string `json:"account"`
@@ -101,6 +101,9 @@ func LoadKeys(dir string) (*Keys, error) {
 		{"account", f.Account, &k.Account, nkeys.PrefixByteAccount},
 		{"account_signing", f.AccountSigning, &k.AccountSigning, nkeys.PrefixByteAccount},
 	} {
+		if s.name == "operator" && s.seed == "" {
+			continue // kept offline: needed only to sign the trust once
+		}
 		kp, err := nkeys.FromSeed([]byte(s.seed))
 		if err != nil {
 			return nil, fmt.Errorf("identity keys %s: %s: %w", path, s.name, err)
@@ -119,7 +122,13 @@ func (k *Keys) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("identity keys: %w", err)
 	}
-	seed := func(kp nkeys.KeyPair) string { s, _ := kp.Seed(); return string(s) }
+	seed := func(kp nkeys.KeyPair) string {
+		if kp == nil {
+			return ""
+		}
+		s, _ := kp.Seed()
+		return string(s)
+	}
 	data, err := json.MarshalIndent(keysFile{
 		Operator: seed(k.Operator), OperatorSigning: seed(k.OperatorSigning),
 		System: seed(k.System), Account: seed(k.Account), AccountSigning: seed(k.AccountSigning),

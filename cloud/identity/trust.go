@@ -29,6 +29,9 @@ const TrustFileName = "trust.json"
 
 // NewTrust signs the operator and account JWTs of k.
 func NewTrust(k *Keys) (Trust, error) {
+	if k.Operator == nil {
+		return Trust{}, errors.New("identity: the operator key is needed to sign the trust")
+	}
 	op := jwt.NewOperatorClaims(pubOf(k.Operator))
 	op.Name = OperatorName
 	op.SystemAccount = k.SystemKey()
