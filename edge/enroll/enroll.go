@@ -136,25 +136,35 @@ func (c Config) Validate() error {
 
 // due reports whether credentials c need renewing: past RenewAt of their
 // lifetime, or scoped to another unit than the node's.
-func (e *Enroller) due(c *jwt.UserClaims) bool {
-	if e.unit != nil && time.Since(e.lastRenew) >= unitRenewPause {
-		if want, ok := e.unit(); ok {
-			got := ""
-			for _, t := range c.Tags {
-				if v, ok := strings.CutPrefix(t, "unit:"); ok {
-					got = v
-				}
-			}
-			if strings.ToLower(want) != got {
-				return true
-			}
-		}
-	}
+func (e *Enroller) due(c *jwt.UserClaims) bool { return e.expiring(c) || e.unitDue(c) }
+
+// expiring: past RenewAt of the credentials' lifetime.
+func (e *Enroller) expiring(c *jwt.UserClaims) bool {
 	if c.Expires == 0 {
 		return false
 	}
 	life := time.Duration(c.Expires-c.IssuedAt) * time.Second
 	return !time.Now().Before(time.Unix(c.IssuedAt, 0).Add(time.Duration(e.cfg.RenewAt * float64(life))))
+}
+
+// unitDue: the credentials are scoped to another unit than the node's
+// assignment (asked again at most every unitRenewPause).
+func (e *Enroller) unitDue(c *jwt.UserClaims) bool {
+	if e.unit == nil || time.Since(e.lastRenew) < unitRenewPause {
+		return false
+	}
+	want, ok := e.unit()
+	return ok && strings.ToLower(want) != unitOf(c)
+}
+
+// unitOf is the unit tag of credentials ("" for none).
+func unitOf(c *jwt.UserClaims) string {
+	for _, t := range c.Tags {
+		if v, ok := strings.CutPrefix(t, "unit:"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // bootstrapRetry is the pause between enrollment attempts.
@@ -244,10 +254,17 @@ func (e *Enroller) step(ctx context.Context) error {
 	if !e.due(c) {
 		return nil
 	}
+	expiring := e.expiring(c)
 	e.lastRenew = time.Now()
 	fresh, err := Renew(ctx, nc, name, e.node.PublicKey())
 	if err != nil {
 		return err
+	}
+	if fc, err := jwt.DecodeUserClaims(fresh); err == nil && !expiring && unitOf(fc) == unitOf(c) {
+		// The cloud does not see the unit change yet (or sees another
+		// one): keep the link as it is rather than bounce it for the
+		// same permissions.
+		return nil
 	}
 	if err := e.node.SetUserJWT(fresh); err != nil {
 		return err
