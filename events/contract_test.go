@@ -245,16 +245,16 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 func TestConsumeSurvivesHubRestart(t *testing.T) {
 	dir := t.TempDir()
 	operators := func(c *hub.Config) {
-		c.Operators = map[string]string{"ops": "pw"}
 		c.StoreDir = dir
 	}
 	h := natstest.Hub(t, operators)
+	creds := natstest.OperatorCreds(t, h.Issuer())
 	u, err := url.Parse(h.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	port, _ := strconv.Atoi(u.Port())
-	nc, err := nats.Connect(h.ClientURL(), nats.UserInfo("ops", "pw"), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(h.ClientURL(), nats.UserCredentials(creds), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

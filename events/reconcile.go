@@ -116,6 +116,7 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 		add("Duplicates", have.Duplicates, want.Duplicates)
 	}
 	add("AllowRollup", have.AllowRollup, want.AllowRollup)
+	add("AllowDirect", have.AllowDirect, want.AllowDirect)
 	add("DenyDelete", have.DenyDelete, want.DenyDelete)
 	add("DenyPurge", have.DenyPurge, want.DenyPurge)
 	return out

@@ -62,6 +62,10 @@ type StreamDef struct {
 	MaxAge time.Duration
 	// AllowRollup lets a publisher replace a subject's history.
 	AllowRollup bool
+	// AllowDirect serves reads of a subject's last value from any replica
+	// on a subject that names it ($JS.API.DIRECT.GET.<stream>.<subject>),
+	// so a permission can grant an edge the reads of its own views only.
+	AllowDirect bool
 }
 
 // streamDefs are the hub streams.
@@ -70,11 +74,15 @@ type StreamDef struct {
 //     state, not history, and voters republish periodically.
 //   - TOPOLOGY keeps the last report of each node.
 //   - VIEWS keeps the last value of each view (a KV in all but name), so an
-//     edge agent resumes from where it left off.
+//     edge agent resumes from where it left off; agents compare what they
+//     hold with it by direct gets (a replica may answer slightly behind the
+//     leader; the next check, 2 s later, corrects that, and the cloud's
+//     publishes expect the last sequence they read, so a stale read costs
+//     a retry, never a lost view).
 var streamDefs = []StreamDef{
 	{Name: StreamHealth, Description: "Probe reports and votes from edge units", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
 	{Name: StreamTopology, Description: "Edge agents' reports of themselves", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
-	{Name: StreamViews, Description: "The cloud's per-unit views for edge agents", MaxMsgsPerSubject: 1, AllowRollup: true},
+	{Name: StreamViews, Description: "The cloud's per-unit views for edge agents", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true},
 }
 
 // StreamDefs returns the hub streams as the catalog declares them.
@@ -143,6 +151,7 @@ func Streams(o StreamOptions) []jetstream.StreamConfig {
 			Discard:           jetstream.DiscardOld,
 			Duplicates:        2 * time.Minute,
 			AllowRollup:       d.AllowRollup,
+			AllowDirect:       d.AllowDirect,
 			Storage:           o.Storage,
 			Replicas:          o.Replicas,
 			MaxBytes:          o.maxBytes(),

@@ -4,18 +4,18 @@
 package cloudapp
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 
+	"github.com/nats-io/nkeys"
 	"go.uber.org/fx"
-	"sigs.k8s.io/yaml"
 
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/hubclient"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
@@ -48,9 +48,12 @@ type Config struct {
 	Health       health.Config
 	Webhook      webhook.Config
 	Registration webhook.RegistrationConfig
-	// OperatorsFile is a YAML map of operator user → password (or bcrypt
-	// hash), merged into Hub.Operators.
-	OperatorsFile string
+	// IdentityDir holds the identity keys and trust (cloud/identity): the
+	// embedded hub creates them on its first start (default:
+	// <hub store dir>/identity); with an external hub they must exist
+	// (the servers are configured to trust them) and it is required.
+	IdentityDir string
+	Identity    identity.Config
 }
 
 // Default is the production configuration.
@@ -66,6 +69,7 @@ func Default() Config {
 		Manager:  manager.DefaultConfig(),
 		Health:   health.DefaultConfig(),
 		Webhook:  webhook.DefaultConfig(),
+		Identity: identity.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -81,10 +85,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz, /metrics and /debug/pprof (no authentication: keep it on loopback unless probes need it)")
 	fs.Var((*cliflags.List)(&c.HubLink.URLs), "hub-url", "external hub: comma-separated nats:// or tls:// URLs of its servers (empty: run the embedded hub)")
 	fs.StringVar(&c.HubLink.Domain, "hub-domain", c.HubLink.Domain, "JetStream domain of the hub")
-	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file (JWT and nkey seed)")
-	fs.StringVar(&c.HubLink.NkeySeedFile, "hub-nkey-file", c.HubLink.NkeySeedFile, "external hub: file holding the service's nkey seed (SU...)")
-	fs.StringVar(&c.HubLink.User, "hub-user", c.HubLink.User, "external hub: user name")
-	fs.StringVar(&c.HubLink.Password, "hub-password", c.HubLink.Password, "external hub: password")
+	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file of the service (default: atoll-cloud issues its own with the --identity-dir keys)")
 	fs.StringVar(&c.HubLink.TLS.CAFile, "hub-tls-ca", c.HubLink.TLS.CAFile, "external hub: CA bundle that signs the hub's certificate (turns TLS on)")
 	fs.StringVar(&c.HubLink.TLS.CertFile, "hub-tls-cert", c.HubLink.TLS.CertFile, "external hub: client certificate (turns TLS on)")
 	fs.StringVar(&c.HubLink.TLS.KeyFile, "hub-tls-key", c.HubLink.TLS.KeyFile, "external hub: client certificate's key")
@@ -102,8 +103,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.List)(&c.Hub.Cluster.Routes), "hub-routes", "embedded hub: comma-separated nats-route:// URLs of the other hub servers")
 	fs.StringVar(&c.Hub.Cluster.User, "hub-cluster-user", c.Hub.Cluster.User, "embedded hub: user that authenticates routes")
 	fs.StringVar(&c.Hub.Cluster.Password, "hub-cluster-password", c.Hub.Cluster.Password, "embedded hub: password that authenticates routes")
-	fs.StringVar(&c.Hub.EdgeKeysFile, "edge-keys-file", c.Hub.EdgeKeysFile, "YAML map of node name to its nkey public key")
-	fs.StringVar(&c.OperatorsFile, "operators-file", c.OperatorsFile, "YAML map of operator user to password or bcrypt hash")
+	fs.StringVar(&c.IdentityDir, "identity-dir", c.IdentityDir, "directory of the NATS identity keys (operator, accounts): created by the embedded hub on first start (default <hub-store-dir>/identity); required with --hub-url")
+	fs.DurationVar(&c.Identity.EdgeTTL, "edge-creds-ttl", c.Identity.EdgeTTL, "lifetime of an edge node's credentials; nodes renew them before they expire (0: no expiry)")
+	fs.DurationVar(&c.Identity.MaxTokenTTL, "max-bootstrap-ttl", c.Identity.MaxTokenTTL, "longest lifetime of a bootstrap token (atoll node enroll --ttl)")
 	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
 	fs.Int64Var(&c.Streams.MaxBytes, "stream-max-bytes", c.Streams.MaxBytes, "storage cap of each hub stream in bytes (0: none)")
 	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
@@ -130,27 +132,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.List)(&c.Registration.GuardUsers), "webhook-guard-users", "comma-separated identities of the node lifecycle controller (default: its service account and system:kube-controller-manager)")
 }
 
-// Load finishes the configuration: reads the operators file.
-func (c *Config) Load() error {
-	if c.OperatorsFile == "" {
-		return nil
-	}
-	data, err := os.ReadFile(filepath.Clean(c.OperatorsFile))
-	if err != nil {
-		return fmt.Errorf("operators file: %w", err)
-	}
-	ops := map[string]string{}
-	if err := yaml.UnmarshalStrict(data, &ops); err != nil {
-		return fmt.Errorf("operators file %s: %w", c.OperatorsFile, err)
-	}
-	if c.Hub.Operators == nil {
-		c.Hub.Operators = map[string]string{}
-	}
-	for u, p := range ops {
-		c.Hub.Operators[u] = p
-	}
-	return nil
-}
+// Load finishes the configuration (nothing to read today).
+func (c *Config) Load() error { return nil }
 
 // Kubernetes reports whether the app runs its Kubernetes side (health
 // service and webhook).
@@ -184,9 +167,6 @@ func (c Config) hubFlags() error {
 		l, dl := c.HubLink, d.HubLink
 		if f := firstSet([]setFlag{
 			{"--hub-creds-file", l.CredsFile != dl.CredsFile},
-			{"--hub-nkey-file", l.NkeySeedFile != dl.NkeySeedFile},
-			{"--hub-user", l.User != dl.User},
-			{"--hub-password", l.Password != dl.Password},
 			{"--hub-tls-ca", l.TLS.CAFile != dl.TLS.CAFile},
 			{"--hub-tls-cert", l.TLS.CertFile != dl.TLS.CertFile},
 			{"--hub-tls-key", l.TLS.KeyFile != dl.TLS.KeyFile},
@@ -205,8 +185,6 @@ func (c Config) hubFlags() error {
 		{"--hub-store-dir", h.StoreDir != dh.StoreDir},
 		{"--hub-max-memory", h.MaxMemory != dh.MaxMemory},
 		{"--hub-max-store", h.MaxStore != dh.MaxStore},
-		{"--edge-keys-file", h.EdgeKeysFile != dh.EdgeKeysFile},
-		{"--operators-file", c.OperatorsFile != "" || len(h.Operators) > 0},
 		{"--hub-cluster-port", h.Cluster.Port != dh.Cluster.Port},
 		{"--hub-cluster-host", h.Cluster.Host != dh.Cluster.Host},
 		{"--hub-cluster-advertise", h.Cluster.Advertise != dh.Cluster.Advertise},
@@ -224,7 +202,7 @@ func (c Config) Validate() error {
 	if err := c.hubFlags(); err != nil {
 		return err
 	}
-	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology}
+	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology, c.Identity}
 	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
 		return err
 	}
@@ -246,6 +224,9 @@ func (c Config) Validate() error {
 		if err := v.Validate(); err != nil {
 			return err
 		}
+	}
+	if c.IdentityDir == "" && !c.EmbeddedHub() {
+		return errors.New("hub url: an external hub needs --identity-dir, the keys its servers trust")
 	}
 	return nil
 }
@@ -270,21 +251,22 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			status.Module,
 		)
 	}
+	c.Identity.Replicas = c.Streams.Replicas
 	// The services dial the hub the same way in both shapes; only the
-	// endpoint differs.
+	// endpoint differs. With an external hub, atoll-cloud holds the
+	// identity keys the servers trust, and logs in with a service JWT it
+	// issues itself unless credentials are given.
 	hubShape := fx.Options(
-		fx.Supply(fx.Annotate(hubclient.Static(c.HubLink), fx.As(new(hubclient.Endpoint)))),
+		fx.Provide(func() (*identity.Issuer, hubclient.Endpoint, error) { return externalHub(c) }),
 	)
 	if c.EmbeddedHub() {
 		c.Hub.Domain = c.HubLink.Domain
+		c.Hub.IdentityDir = c.IdentityDir
 		hubShape = fx.Options(
 			fx.Supply(c.Hub),
 			hub.Module,
 			fx.Provide(func(h *hub.Hub) hubclient.Endpoint { return h }),
-			// Deleting a Node closes its edge's link to the embedded hub.
-			fx.Provide(func(h *hub.Hub) topology.EdgeGate { return h.Identities() }),
-			// Unit views carry the edge keys the hub enrolled.
-			fx.Provide(func(h *hub.Hub) topology.NodeKeys { return h.Identities() }),
+			fx.Provide(func(h *hub.Hub) *identity.Issuer { return h.Issuer() }),
 		)
 	}
 	return fx.Options(
@@ -293,7 +275,37 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		admin.Module,
 		hubShape,
 		hubclient.Module,
+		fx.Supply(c.Identity),
+		identity.Module,
+		// Deleting a Node revokes its edge's credentials until it is back.
+		fx.Provide(func(s *identity.Service) topology.EdgeGate { return s }),
+		// Unit views carry the keys of the nodes' credentials, for peers
+		// to verify what they sign.
+		fx.Provide(func(s *identity.Service) topology.NodeKeys { return s }),
 		topology.Module,
 		k8s,
 	)
+}
+
+// externalHub loads the identity keys for an external hub and the service
+// credentials atoll-cloud dials it with.
+func externalHub(c Config) (*identity.Issuer, hubclient.Endpoint, error) {
+	keys, err := identity.LoadKeys(c.IdentityDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("external hub: %w (the hub servers must trust these keys: see deploy/hub-external.yaml)", err)
+	}
+	issuer := identity.NewIssuer(keys, c.HubLink.Domain)
+	l := c.HubLink
+	if l.CredsFile == "" && l.NkeySeedFile == "" && l.Nkey == nil && l.User == "" {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, nil, err
+		}
+		pub, _ := kp.PublicKey()
+		if l.UserJWT, err = issuer.Service("atoll-cloud", pub); err != nil {
+			return nil, nil, err
+		}
+		l.Nkey = kp
+	}
+	return issuer, hubclient.Static(l), nil
 }

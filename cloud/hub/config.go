@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
-	"time"
 
-	"sigs.k8s.io/yaml"
+	"github.com/atoll-edge/atoll/cloud/identity"
 )
 
 // Config configures the embedded hub server.
@@ -34,17 +32,13 @@ type Config struct {
 	// MaxMemory and MaxStore cap JetStream (0: server defaults).
 	MaxMemory int64
 	MaxStore  int64
-	// EdgeKeysFile is a YAML map of node name to the node's NATS nkey
-	// public key ("U..."); only these nodes may open leaf connections.
-	// The hub re-reads it every EdgeKeysReload: a node removed from it (or
-	// given another key) loses its live leaf connection within seconds and
-	// is refused when it reconnects.
-	EdgeKeysFile string
-	// EdgeKeysReload is how often EdgeKeysFile is re-read.
-	EdgeKeysReload time.Duration
-	// Operators are user/password logins for operator tools (atoll events
-	// tail, nats CLI). Passwords may be bcrypt hashes.
-	Operators map[string]string
+	// IdentityDir holds the identity keys and the trust (cloud/identity),
+	// generated on the first start (default: <StoreDir>/identity). Keep
+	// it: edges' credentials are signed with its keys.
+	IdentityDir string
+	// Trust, when set, is what the server trusts, and it holds no keys:
+	// a hub server that atoll-cloud (holding the keys) dials by URL.
+	Trust *identity.Trust
 	// Cluster makes this server one of a hub cluster (zero: a single
 	// server). Every server of the cluster has the same Domain and a
 	// unique ServerName; streams then want Replicas 3.
@@ -124,8 +118,6 @@ func Default() Config {
 		StoreDir:   "/var/lib/atoll/hub",
 		Domain:     "hub",
 		Cluster:    ClusterConfig{Host: "0.0.0.0"},
-
-		EdgeKeysReload: 5 * time.Second,
 	}
 }
 
@@ -146,33 +138,19 @@ func (c Config) Validate() error {
 		return errors.New("hub: JetStream domain is empty")
 	case c.MaxMemory < 0 || c.MaxStore < 0:
 		return errors.New("hub: JetStream limits must not be negative")
-	case c.EdgeKeysFile != "" && c.EdgeKeysReload < 100*time.Millisecond:
-		return fmt.Errorf("hub: edge keys reload %v must be at least 100ms", c.EdgeKeysReload)
+	case c.Trust != nil && c.IdentityDir != "":
+		return errors.New("hub: identity dir and trust are exclusive")
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
 	}
-	for user, pw := range c.Operators {
-		if user == "" || pw == "" {
-			return fmt.Errorf("hub: operator %q: user and password must both be set", user)
-		}
-	}
 	return nil
 }
 
-// LoadEdgeKeys reads a YAML map of node name → nkey public key.
-func LoadEdgeKeys(path string) (map[string]string, error) {
-	data, err := os.ReadFile(filepath.Clean(path))
-	if err != nil {
-		return nil, fmt.Errorf("edge keys: %w", err)
+// identityDir is IdentityDir or its default.
+func (c Config) identityDir() string {
+	if c.IdentityDir != "" {
+		return c.IdentityDir
 	}
-	return parseEdgeKeys(path, data)
-}
-
-func parseEdgeKeys(path string, data []byte) (map[string]string, error) {
-	keys := map[string]string{}
-	if err := yaml.UnmarshalStrict(data, &keys); err != nil {
-		return nil, fmt.Errorf("edge keys %s: %w", path, err)
-	}
-	return keys, nil
+	return filepath.Join(c.StoreDir, "identity")
 }

@@ -6,22 +6,26 @@
 // servers route to each other and share a clustered JetStream in one
 // domain, with streams replicated three times.
 //
-// Accounts: SYS (system) and ATOLL (application, JetStream enabled). Every
-// connection authenticates through Identities and is bound to ATOLL; no
-// anonymous access.
+// Authentication is NATS' decentralized JWT auth (cloud/identity): the
+// server runs in operator mode with a full account resolver in its store
+// directory, trusting the operator of the identity directory; accounts SYS
+// (system) and ATOLL (application, JetStream enabled). Every connection
+// presents a user JWT signed by the ATOLL account's signing key and the
+// server enforces the permissions it carries; no anonymous access. A
+// server can run with the keys (the embedded hub: it mints the cloud
+// services' credentials) or with the trust alone (Config.Trust: a hub
+// server that atoll-cloud dials like an external one).
 package hub
 
 import (
 	"context"
-	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,6 +33,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/natsembed"
@@ -37,8 +42,8 @@ import (
 
 // Account names on the hub.
 const (
-	AppAccount    = "ATOLL"
-	SystemAccount = "SYS"
+	AppAccount    = identity.AppAccount
+	SystemAccount = identity.SystemAccount
 )
 
 // Hub is a running hub server.
@@ -47,57 +52,37 @@ type Hub struct {
 	log    *slog.Logger
 	srv    *server.Server
 	slog   *natslog.Logger // the server's logger; reports a listener that cannot bind
-	ids    *Identities
-	svc    nkeys.KeyPair // the embedded cloud services' identity
+	trust  identity.Trust
+	issuer *identity.Issuer // nil on a server that holds no keys
+	svc    nkeys.KeyPair    // the embedded cloud services' identity
+	svcJWT string
 	leaf   *url.URL
 	client *url.URL
-
-	// Revocation (revoke.go): the edge keys last read from the file and
-	// the file's checksum; the enforce loop's stop and its end.
-	fileKeys    map[string]string
-	keysSum     [32]byte
-	revocations atomic.Int64
-	stop        context.CancelFunc
-	stopped     chan struct{}
 }
 
-// New prepares a hub server; Start runs it.
+// New prepares a hub server; Start runs it. Without Config.Trust it loads
+// the keys of Config.IdentityDir, generating them on the first start.
 func New(cfg Config, log *slog.Logger) (*Hub, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	h := &Hub{cfg: cfg, log: log.With("component", "hub")}
-	h.ids = NewIdentities(h.appAccount)
-	for user, pw := range cfg.Operators {
-		if err := h.ids.AddOperator(user, pw); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.EdgeKeysFile != "" {
-		data, err := os.ReadFile(filepath.Clean(cfg.EdgeKeysFile))
+	if cfg.Trust != nil {
+		h.trust = *cfg.Trust
+	} else {
+		keys, trust, err := identity.Setup(cfg.identityDir())
 		if err != nil {
-			return nil, fmt.Errorf("edge keys: %w", err)
+			return nil, fmt.Errorf("hub: %w", err)
 		}
-		keys, err := parseEdgeKeys(cfg.EdgeKeysFile, data)
-		if err != nil {
-			return nil, err
+		h.trust, h.issuer = trust, identity.NewIssuer(keys, cfg.Domain)
+		if h.svc, err = nkeys.CreateUser(); err != nil {
+			return nil, fmt.Errorf("hub: service key: %w", err)
 		}
-		for node, pub := range keys {
-			if err := h.ids.AddEdge(node, pub); err != nil {
-				return nil, fmt.Errorf("%s: %w", cfg.EdgeKeysFile, err)
-			}
+		pub, _ := h.svc.PublicKey()
+		if h.svcJWT, err = h.issuer.Service("atoll-cloud", pub); err != nil {
+			return nil, fmt.Errorf("hub: %w", err)
 		}
-		h.fileKeys, h.keysSum = keys, sha256.Sum256(data)
 	}
-	svc, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, fmt.Errorf("hub: service key: %w", err)
-	}
-	pub, _ := svc.PublicKey()
-	if err := h.ids.AddService("atoll-cloud", pub); err != nil {
-		return nil, err
-	}
-	h.svc = svc
 
 	opts, err := h.options()
 	if err != nil {
@@ -114,13 +99,12 @@ func New(cfg Config, log *slog.Logger) (*Hub, error) {
 }
 
 func (h *Hub) options() (*server.Options, error) {
-	// Accounts with JetStream can only be declared in configuration text.
+	// Resolver preloads can only be declared in configuration text.
 	conf := fmt.Sprintf(`
 server_name: %q
-accounts { %s: {}, %s: { jetstream: enabled } }
-system_account: %s
+%s
 jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d }
-`, h.cfg.ServerName, SystemAccount, AppAccount, SystemAccount, h.cfg.Domain, h.cfg.StoreDir,
+`, h.cfg.ServerName, h.trust.ServerConfig(filepath.Join(h.cfg.StoreDir, "jwt")), h.cfg.Domain, h.cfg.StoreDir,
 		jsLimit(h.cfg.MaxMemory), jsLimit(h.cfg.MaxStore))
 	opts := &server.Options{}
 	if err := opts.ProcessConfigString(conf); err != nil {
@@ -130,8 +114,6 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	opts.Port = h.cfg.ClientPort
 	opts.NoSigs = true
 	opts.MaxPayload = 1 << 20
-	opts.CustomClientAuthentication = h.ids
-	opts.AlwaysEnableNonce = true
 	opts.LeafNode.Host = h.cfg.Host
 	opts.LeafNode.Port = h.cfg.LeafPort
 	opts.LeafNode.Advertise = h.cfg.LeafAdvertise
@@ -158,29 +140,12 @@ func jsLimit(v int64) int64 {
 	return v
 }
 
-func (h *Hub) appAccount() *server.Account {
-	if h.srv == nil {
-		return nil
-	}
-	acc, err := h.srv.LookupAccount(AppAccount)
-	if err != nil {
-		return nil
-	}
-	return acc
-}
-
 // Start runs the server and waits until it accepts connections and
 // JetStream is ready.
 func (h *Hub) Start(ctx context.Context) error {
 	if err := natsembed.Start(ctx, h.srv, h.slog.Fatal); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
-	ectx, stop := context.WithCancel(context.Background())
-	h.stop, h.stopped = stop, make(chan struct{})
-	go func() {
-		defer close(h.stopped)
-		h.enforce(ectx)
-	}()
 	varz, err := h.srv.Varz(nil)
 	if err != nil {
 		return fmt.Errorf("hub: varz: %w", err)
@@ -207,6 +172,10 @@ func (h *Hub) Start(ctx context.Context) error {
 		return nil
 	}
 
+	if h.issuer == nil {
+		h.log.Info("hub server ready", "client_url", h.client.String(), "leaf_url", h.leaf.String(), "domain", h.cfg.Domain, "store", h.cfg.StoreDir)
+		return nil
+	}
 	// JetStream is usable once the account answers an info request.
 	nc, err := h.Connect("hub-ready")
 	if err != nil {
@@ -234,21 +203,21 @@ func (h *Hub) Start(ctx context.Context) error {
 
 // Shutdown stops the server, waiting at most until ctx is done.
 func (h *Hub) Shutdown(ctx context.Context) error {
-	if h.stop != nil {
-		h.stop()
-		select {
-		case <-h.stopped:
-		case <-ctx.Done():
-		}
-	}
 	return natsembed.Shutdown(ctx, h.srv)
 }
 
 // Server is the embedded server, for tests and monitoring.
 func (h *Hub) Server() *server.Server { return h.srv }
 
-// Identities is the registry of who may connect.
-func (h *Hub) Identities() *Identities { return h.ids }
+// Issuer signs user JWTs with the identity directory's keys (nil on a
+// server started with Config.Trust alone).
+func (h *Hub) Issuer() *identity.Issuer { return h.issuer }
+
+// Trust is the operator and accounts the server trusts.
+func (h *Hub) Trust() identity.Trust { return h.trust }
+
+// Violations counts the permission violations the server refused.
+func (h *Hub) Violations() int64 { return h.slog.Violations() }
 
 // Domain is the hub's JetStream domain.
 func (h *Hub) Domain() string { return h.cfg.Domain }
@@ -261,7 +230,7 @@ func (h *Hub) ClientURL() string { return h.client.String() }
 // its client URL with the service identity the hub made for them at New
 // (valid after Start; the domain before).
 func (h *Hub) ClientConfig() hublink.ClientConfig {
-	cfg := hublink.ClientConfig{Domain: h.cfg.Domain, Nkey: h.svc}
+	cfg := hublink.ClientConfig{Domain: h.cfg.Domain, Nkey: h.svc, UserJWT: h.svcJWT}
 	if h.client != nil {
 		cfg.URLs = []string{h.client.String()}
 	}
@@ -295,11 +264,21 @@ func (h *Hub) LeafURL() *url.URL { u := *h.leaf; return &u }
 // cluster.
 func (h *Hub) LeafURLs() []string { return []string{h.LeafURL().String()} }
 
-// AddEdge enrolls node's nkey public key (see Identities.AddEdge).
-func (h *Hub) AddEdge(node, pub string) error { return h.ids.AddEdge(node, pub) }
+// IssueEdge issues the user JWT of node in unit for the nkey public key
+// pub, without expiry: how tests and tools enroll a node directly (the
+// cloud enrolls through cloud/identity's service).
+func (h *Hub) IssueEdge(node, unit, pub string) (string, error) {
+	if h.issuer == nil {
+		return "", errors.New("hub: this server holds no identity keys")
+	}
+	return h.issuer.Edge(node, unit, pub, 0)
+}
 
 // Connect opens an in-process connection as the cloud service identity,
 // for tests and tools; the cloud services themselves dial ClientConfig.
 func (h *Hub) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
-	return natsembed.Connect(h.srv, h.svc, name, opts...)
+	if h.issuer == nil {
+		return nil, errors.New("hub: this server holds no identity keys")
+	}
+	return natsembed.ConnectJWT(h.srv, h.svc, h.svcJWT, name, opts...)
 }

@@ -11,7 +11,7 @@ type collector struct {
 	clients, leafs, subs               *prometheus.Desc
 	inMsgs, outMsgs, inBytes, outBytes *prometheus.Desc
 	jsBytes, jsAPIErrors               *prometheus.Desc
-	revocations                        *prometheus.Desc
+	violations                         *prometheus.Desc
 }
 
 func newCollector(h *Hub) *collector {
@@ -29,12 +29,12 @@ func newCollector(h *Hub) *collector {
 		outBytes:    d("out_bytes_total", "Bytes sent by the hub."),
 		jsBytes:     d("jetstream_store_bytes", "Bytes stored by JetStream on disk."),
 		jsAPIErrors: d("jetstream_api_errors_total", "JetStream API requests that failed."),
-		revocations: d("revoked_leafnodes_closed_total", "Leaf connections closed because their edge key was revoked."),
+		violations:  d("permission_violations_total", "Publications and subscriptions the server refused because the connection's permissions do not allow them."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.clients, c.leafs, c.subs, c.inMsgs, c.outMsgs, c.inBytes, c.outBytes, c.jsBytes, c.jsAPIErrors, c.revocations} {
+	for _, d := range []*prometheus.Desc{c.clients, c.leafs, c.subs, c.inMsgs, c.outMsgs, c.inBytes, c.outBytes, c.jsBytes, c.jsAPIErrors, c.violations} {
 		ch <- d
 	}
 }
@@ -55,7 +55,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	count(c.outMsgs, float64(v.OutMsgs))
 	count(c.inBytes, float64(v.InBytes))
 	count(c.outBytes, float64(v.OutBytes))
-	count(c.revocations, float64(c.h.revocations.Load()))
+	count(c.violations, float64(c.h.Violations()))
 	if st := v.JetStream.Stats; st != nil {
 		gauge(c.jsBytes, float64(st.Store))
 		count(c.jsAPIErrors, float64(st.API.Errors))

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -27,9 +28,10 @@ import (
 
 // externalHub starts one stock nats-server from the nats.conf of
 // deploy/hub-external.yaml (listeners moved to random loopback ports, no
-// routes) with an accounts.conf that enrolls the cloud service, an
-// operator and one edge node as the manifest's header describes.
-func externalHub(t *testing.T, cloudPub, edgePub string) *server.Server {
+// routes) with the trust.conf of `atoll-cloud hub-trust` as the
+// manifest's header describes: the servers trust the identity keys of
+// issuer.
+func externalHub(t *testing.T, trust identity.Trust) *server.Server {
 	t.Helper()
 	raw, err := os.ReadFile("../../deploy/hub-external.yaml")
 	if err != nil {
@@ -48,20 +50,8 @@ func externalHub(t *testing.T, cloudPub, edgePub string) *server.Server {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		filepath.Join(dir, "nats.conf"): cm.Data["nats.conf"],
-		filepath.Join(auth, "accounts.conf"): fmt.Sprintf(`system_account: SYS
-accounts {
-  SYS: {}
-  ATOLL: {
-    jetstream: enabled
-    users: [
-      {nkey: %q}
-      {user: "ops", password: "pw"}
-      {nkey: %q, allowed_connection_types: ["LEAFNODE"]}
-    ]
-  }
-}
-`, cloudPub, edgePub),
+		filepath.Join(dir, "nats.conf"):   cm.Data["nats.conf"],
+		filepath.Join(auth, "trust.conf"): trust.ServerConfig(filepath.Join(dir, "data", "jwt")),
 		filepath.Join(auth, "cluster.conf"): `authorization { user: route, password: "pw" }
 routes: [nats-route://route:pw@127.0.0.1:1]
 `,
@@ -99,23 +89,26 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 }
 
 // TestExternalHubManifest: the hub of deploy/hub-external.yaml, stock
-// nats-server, takes atoll-cloud (its nkey seed file, streams reconciled
-// in domain hub) and an edge node's leaf link, whose key cannot be used as
-// a plain client; the edge publishes into the hub's streams.
+// nats-server trusting atoll-cloud's identity keys, takes atoll-cloud (a
+// service JWT it issued itself, streams reconciled in domain hub) and an
+// edge node's leaf link, whose credentials cannot be used as a plain
+// client; the edge publishes into the hub's streams.
 func TestExternalHubManifest(t *testing.T) {
-	cloudKey, _ := nkeys.CreateUser()
-	edgeKey, _ := nkeys.CreateUser()
-	cloudPub, _ := cloudKey.PublicKey()
-	edgePub, _ := edgeKey.PublicKey()
-	srv := externalHub(t, cloudPub, edgePub)
-	log := natstest.Logger(t, slog.LevelWarn)
-
-	seedFile := filepath.Join(t.TempDir(), "cloud.nk")
-	seed, _ := cloudKey.Seed()
-	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+	keys, trust, err := identity.Setup(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := hublink.ClientConfig{URLs: []string{srv.ClientURL()}, Domain: hublink.DefaultDomain, NkeySeedFile: seedFile}
+	issuer := identity.NewIssuer(keys, hublink.DefaultDomain)
+	srv := externalHub(t, trust)
+	log := natstest.Logger(t, slog.LevelWarn)
+
+	cloudKey, _ := nkeys.CreateUser()
+	cloudPub, _ := cloudKey.PublicKey()
+	cloudJWT, err := issuer.Service("atoll-cloud", cloudPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := hublink.ClientConfig{URLs: []string{srv.ClientURL()}, Domain: hublink.DefaultDomain, Nkey: cloudKey, UserJWT: cloudJWT}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	link := hublink.New(cfg.Domain, cfg.Dialer("atoll-cloud", log), log)
@@ -127,8 +120,14 @@ func TestExternalHubManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	edgeKey, _ := nkeys.CreateUser()
+	edgePub, _ := edgeKey.PublicKey()
+	edgeJWT, err := issuer.Edge("e1", "u1", edgePub, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The edge key is leaf-only.
-	if nc, err := nats.Connect(srv.ClientURL(), nats.Nkey(edgePub, edgeKey.Sign), nats.MaxReconnects(0)); err == nil {
+	if nc, err := nats.Connect(srv.ClientURL(), nats.UserJWT(func() (string, error) { return edgeJWT, nil }, edgeKey.Sign), nats.MaxReconnects(0)); err == nil {
 		nc.Close()
 		t.Fatal("an edge key connected as a client")
 	}
@@ -136,7 +135,7 @@ func TestExternalHubManifest(t *testing.T) {
 	ncfg := natsnode.Default()
 	ncfg.NodeName = "e1"
 	ncfg.ClientPort, ncfg.RoutePort, ncfg.RouteHost = -1, -1, "127.0.0.1"
-	ncfg.Seed = string(edgeSeed)
+	ncfg.Seed, ncfg.UserJWT = string(edgeSeed), edgeJWT
 	varz, err := srv.Varz(nil)
 	if err != nil {
 		t.Fatal(err)

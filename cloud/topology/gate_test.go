@@ -12,6 +12,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -25,9 +27,6 @@ import (
 // Other edges keep their links throughout.
 func TestDeletedNodeLosesHubLink(t *testing.T) {
 	h := natstest.Hub(t)
-	e1 := natstest.Edge(t, h, "e1", natstest.EdgeOptions{})
-	natstest.Edge(t, h, "e2", natstest.EdgeOptions{})
-
 	nc, err := h.Connect("topology-test")
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +40,23 @@ func TestDeletedNodeLosesHubLink(t *testing.T) {
 	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
+	log := natstest.Logger(t, slog.LevelInfo)
+	sys, err := identity.DialSystem(ctx, h.ClientConfig(), h.Issuer(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	ids, err := identity.NewService(identity.DefaultConfig(), h.Issuer(), nc, sys, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ids.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ids.Stop() })
+	enrolled := enrolledHub{h, ids}
+	e1 := natstest.Edge(t, enrolled, "e1", natstest.EdgeOptions{Unit: "u1"})
+	natstest.Edge(t, enrolled, "e2", natstest.EdgeOptions{Unit: "u1"})
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	n1 := kubeNode("e1", map[string]string{wellknown.LabelUnit: "u1"}, "10.0.0.1")
 	for _, n := range []any{n1, kubeNode("e2", map[string]string{wellknown.LabelUnit: "u1"}, "10.0.0.2")} {
@@ -54,7 +70,7 @@ func TestDeletedNodeLosesHubLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetEdgeGate(h.Identities())
+	s.SetEdgeGate(ids)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -115,4 +131,15 @@ func TestDeletedNodeLosesHubLink(t *testing.T) {
 	}
 	s.Changed()
 	linked(map[string]bool{"e1": true, "e2": true})
+}
+
+// enrolledHub issues the edges' credentials through the identity service,
+// which records their keys (what Suspend revokes).
+type enrolledHub struct {
+	*hub.Hub
+	ids *identity.Service
+}
+
+func (e enrolledHub) IssueEdge(node, unit, pub string) (string, error) {
+	return e.ids.IssueEdge(context.Background(), node, unit, pub)
 }

@@ -28,15 +28,16 @@ type params struct {
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
 	Events    *events.Metrics
-	Gate      EdgeGate `optional:"true"` // the embedded hub's registry
-	Keys      NodeKeys `optional:"true"` // the embedded hub's registry, or an enrollment store
+	Gate      EdgeGate `optional:"true"` // the identity service
+	Keys      NodeKeys `optional:"true"` // the identity service
 }
 
 // Module runs the topology service with the app. With the kubernetes
 // source it needs the *manager.Manager: it reads Nodes from the manager's
-// cache and is one of its controllers; given an EdgeGate (the embedded
-// hub), it suspends the hub link of an edge whose Node is deleted; given
-// NodeKeys, it publishes each member's identity key in its unit view.
+// cache and is one of its controllers; given an EdgeGate (the identity
+// service), it suspends the hub link of an edge whose Node is deleted;
+// given NodeKeys (the identity service), it publishes each member's
+// identity key in its unit view.
 var Module = fx.Module("topology",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),

@@ -37,8 +37,9 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// EdgeGate lets edges onto the hub or keeps them off: the embedded hub's
-// identity registry (cloud/hub.Identities) implements it.
+// EdgeGate lets edges onto the hub or keeps them off: the identity
+// service (cloud/identity.Service, revocation in the account JWT, on
+// either hub shape) implements it.
 type EdgeGate interface {
 	// Suspend refuses node's connections and closes its live link.
 	Suspend(node string)

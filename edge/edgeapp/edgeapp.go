@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/atoll-edge/atoll/edge/enroll"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/prober"
@@ -33,6 +34,7 @@ type Config struct {
 	Membership membership.Config
 	Prober     prober.Config
 	Voter      voter.Config
+	Enroll     enroll.Config
 	// Kubelet is the default probe target of the prober's plugins.
 	Kubelet Kubelet
 }
@@ -58,6 +60,7 @@ func Default() Config {
 		Membership: membership.Config{StateDir: "/var/lib/atoll", CheckPeriod: membership.DefaultConfig().CheckPeriod},
 		Prober:     prober.DefaultConfig(),
 		Voter:      voter.DefaultConfig(),
+		Enroll:     enroll.DefaultConfig(),
 		Kubelet:    Kubelet{Port: 10250, Scheme: "https", InsecureSkipVerify: true},
 	}
 	c.NATS.NodeName = os.Getenv("NODE_NAME")
@@ -72,7 +75,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATS.NodeName, "node-name", c.NATS.NodeName, "Kubernetes node name (default $NODE_NAME)")
 	fs.Var((*cliflags.List)(&c.NATS.HubURLs), "hub-url", "hub leafnode URL, nats-leaf://host:7422 (repeatable)")
 	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")
-	fs.StringVar(&c.NATS.SeedFile, "seed-file", c.NATS.SeedFile, "file holding the node's nkey seed (its identity on the hub)")
+	fs.StringVar(&c.NATS.CredsFile, "creds-file", c.NATS.CredsFile, "the node's NATS credentials (its identity on the hub; written on enrollment and renewal)")
+	fs.StringVar(&c.NATS.BootstrapFile, "bootstrap-token-file", c.NATS.BootstrapFile, "one-time bootstrap token (atoll node enroll), used while --creds-file does not exist")
+	fs.DurationVar(&c.Enroll.Check, "creds-check", c.Enroll.Check, "how often the credentials' expiry is checked (they are renewed after 2/3 of their lifetime)")
 	fs.StringVar(&c.NATS.ClientHost, "client-host", c.NATS.ClientHost, "loopback address for local NATS clients")
 	fs.IntVar(&c.NATS.ClientPort, "client-port", c.NATS.ClientPort, "port for local NATS clients on loopback (-1: random); a port in use fails the start")
 	fs.StringVar(&c.NATS.RouteHost, "route-host", c.NATS.RouteHost, "interface unit peers route to")
@@ -126,7 +131,7 @@ func (c Config) Validate() error {
 	if len(c.NATS.HubURLs) == 0 {
 		return errors.New("--hub-url is required: the hub's leafnode URL, nats-leaf://host:7422 (or $ATOLL_HUB_URL)")
 	}
-	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter} {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -146,10 +151,11 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	// components' loggers inherit it and must not add it again.
 	log = log.With("node", c.NATS.NodeName)
 	return fx.Options(
-		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, log),
+		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, log),
 		fx.WithLogger(fxrun.Logger(log)),
 		admin.Module,
 		natsnode.Module,
+		enroll.Module,
 		membership.Module,
 		reporter.Module,
 		prober.Module,

@@ -74,13 +74,14 @@ func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string, mut
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	if err := h.Identities().AddEdge(name, pub); err != nil {
+	userJWT, err := h.IssueEdge(name, unit, pub)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := edgeapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.NATS.NodeName = name
-	cfg.NATS.Seed = string(seed)
+	cfg.NATS.Seed, cfg.NATS.UserJWT = string(seed), userJWT
 	cfg.NATS.HubURLs = []string{h.LeafURL().String()}
 	cfg.NATS.ClientPort, cfg.NATS.RoutePort = -1, -1
 	cfg.NATS.RouteHost = "127.0.0.1"

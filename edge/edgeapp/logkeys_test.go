@@ -70,13 +70,14 @@ func TestLogLinesNameEachKeyOnce(t *testing.T) {
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	if err := h.Identities().AddEdge("a", pub); err != nil {
+	userJWT, err := h.IssueEdge("a", "u1", pub)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := edgeapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.NATS.NodeName = "a"
-	cfg.NATS.Seed = string(seed)
+	cfg.NATS.Seed, cfg.NATS.UserJWT = string(seed), userJWT
 	cfg.NATS.HubURLs = []string{h.LeafURL().String()}
 	cfg.NATS.ClientPort, cfg.NATS.RoutePort = -1, -1
 	cfg.NATS.RouteHost = "127.0.0.1"

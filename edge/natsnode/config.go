@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/events"
@@ -36,10 +37,19 @@ type Config struct {
 	HubURLs []string
 	// HubDomain is the hub's JetStream domain.
 	HubDomain string
-	// Seed is the node's nkey seed ("SU..."), its identity on the hub.
-	// SeedFile is read when Seed is empty.
-	Seed     string
-	SeedFile string
+	// Seed is the node's nkey seed ("SU..."), its identity on the hub,
+	// and UserJWT the user JWT atoll-cloud issued for its public key
+	// (cloud/identity). CredsFile, a NATS credentials file holding both,
+	// is read when Seed is empty; renewed credentials are written back to
+	// it. When it does not exist yet, BootstrapFile (a one-time bootstrap
+	// token from `atoll node enroll`) opens the leaf link until the node
+	// has enrolled (edge/enroll). SeedFile (a bare seed) is read when
+	// neither is set, for a hub that takes plain nkeys.
+	Seed          string
+	UserJWT       string
+	CredsFile     string
+	BootstrapFile string
+	SeedFile      string
 }
 
 // Default is the configuration of an edge node's server.
@@ -50,7 +60,7 @@ func Default() Config {
 		RouteHost:  "0.0.0.0",
 		RoutePort:  6222,
 		HubDomain:  "hub",
-		SeedFile:   "/var/lib/atoll/node.nk",
+		CredsFile:  "/var/lib/atoll/node.creds",
 	}
 }
 
@@ -87,8 +97,14 @@ func (c Config) Validate() error {
 	if c.HubDomain == "" {
 		return errors.New("natsnode: hub domain is empty")
 	}
-	if c.Seed == "" && c.SeedFile == "" {
-		return errors.New("natsnode: neither seed nor seed file is set")
+	if c.Seed == "" && c.SeedFile == "" && c.CredsFile == "" {
+		return errors.New("natsnode: no credentials: set the creds file")
+	}
+	if c.BootstrapFile != "" && c.CredsFile == "" {
+		return errors.New("natsnode: a bootstrap token needs a creds file to keep the enrolled credentials in")
+	}
+	if c.UserJWT != "" && c.Seed == "" {
+		return errors.New("natsnode: a user JWT without its seed")
 	}
 	return nil
 }
@@ -109,23 +125,56 @@ func parseLeafURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// seed returns the node's nkey seed, validated.
-func (c Config) seed() (string, error) {
-	seed := c.Seed
-	if seed == "" {
+// readCreds reads a NATS credentials file.
+func readCreds(path string) (seed, userJWT string, err error) {
+	b, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return "", "", fmt.Errorf("natsnode: %w", err)
+	}
+	if userJWT, err = jwt.ParseDecoratedJWT(b); err != nil {
+		return "", "", fmt.Errorf("natsnode: creds file %s: %w", path, err)
+	}
+	kp, err := jwt.ParseDecoratedNKey(b)
+	if err != nil {
+		return "", "", fmt.Errorf("natsnode: creds file %s: %w", path, err)
+	}
+	s, _ := kp.Seed()
+	return string(s), userJWT, nil
+}
+
+// credentials returns the node's nkey seed, validated, and its user JWT
+// (empty for plain nkey authentication); bootstrap is set when they are a
+// bootstrap token's.
+func (c Config) credentials() (seed, userJWT string, bootstrap bool, err error) {
+	seed, userJWT = c.Seed, c.UserJWT
+	switch {
+	case seed != "":
+	case c.CredsFile != "":
+		_, statErr := os.Stat(c.CredsFile)
+		if errors.Is(statErr, os.ErrNotExist) && c.BootstrapFile != "" {
+			if seed, userJWT, err = readCreds(c.BootstrapFile); err != nil {
+				return "", "", false, fmt.Errorf("natsnode: bootstrap token: %w", err)
+			}
+			bootstrap = true
+			break
+		}
+		if seed, userJWT, err = readCreds(c.CredsFile); err != nil {
+			return "", "", false, err
+		}
+	default:
 		b, err := os.ReadFile(filepath.Clean(c.SeedFile))
 		if err != nil {
-			return "", fmt.Errorf("natsnode: seed file: %w", err)
+			return "", "", false, fmt.Errorf("natsnode: seed file: %w", err)
 		}
 		seed = strings.TrimSpace(string(b))
 	}
 	kp, err := nkeys.FromSeed([]byte(seed))
 	if err != nil {
-		return "", fmt.Errorf("natsnode: seed: %w", err)
+		return "", "", false, fmt.Errorf("natsnode: seed: %w", err)
 	}
 	defer kp.Wipe()
 	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicUserKey(pub) {
-		return "", errors.New("natsnode: seed is not a user nkey seed (SU...)")
+		return "", "", false, errors.New("natsnode: seed is not a user nkey seed (SU...)")
 	}
-	return seed, nil
+	return seed, userJWT, bootstrap, nil
 }

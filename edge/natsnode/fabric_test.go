@@ -251,15 +251,14 @@ func TestLeafCut(t *testing.T) {
 }
 
 // TestHubRestart: with the hub stopped, unit-local pub/sub keeps working;
-// a hub started again on the same port and store is rejoined without
-// restarting the edge servers.
+// a hub started again on the same port and store (and so the same
+// identity keys) is rejoined without restarting the edge servers.
 func TestHubRestart(t *testing.T) {
 	store := t.TempDir()
 	h1 := natstest.Hub(t, func(c *hub.Config) { c.StoreDir = store })
 	port := h1.LeafURL().Port()
 	unit := natstest.Unit(t, h1, "u1", natstest.EdgeOptions{}, "a", "b", "c")
 	waitLinks(t, true, unit)
-	keys := h1.Identities().Edges()
 
 	if err := h1.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -280,11 +279,6 @@ func TestHubRestart(t *testing.T) {
 		c.StoreDir = store
 		fmt.Sscan(port, &c.LeafPort)
 	})
-	for node, key := range keys {
-		if err := h2.Identities().AddEdge(node, key); err != nil {
-			t.Fatal(err)
-		}
-	}
 	_, js := connectHub(t, h2)
 	waitLinks(t, true, unit)
 	poll.Eventually(t, settle, func() error {
@@ -328,39 +322,32 @@ func TestMeshMembership(t *testing.T) {
 }
 
 // TestNoAnonymousAccess: the hub refuses connections without credentials
-// and leaf connections with unknown keys.
+// and leaf connections whose JWT another installation signed.
 func TestNoAnonymousAccess(t *testing.T) {
-	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
+	h := natstest.Hub(t)
 	if nc, err := nats.Connect(h.ClientURL(), nats.MaxReconnects(0)); err == nil {
 		nc.Close()
 		t.Fatal("anonymous client connected to the hub")
 	}
-	if nc, err := nats.Connect(h.ClientURL(), nats.UserInfo("ops", "wrong"), nats.MaxReconnects(0)); err == nil {
+	foreign := natstest.Hub(t)
+	if nc, err := nats.Connect(h.ClientURL(), nats.UserCredentials(natstest.OperatorCreds(t, foreign.Issuer())), nats.MaxReconnects(0)); err == nil {
 		nc.Close()
-		t.Fatal("operator with a wrong password connected")
+		t.Fatal("operator of another installation connected")
 	}
-	nc, err := nats.Connect(h.ClientURL(), nats.UserInfo("ops", "pw"))
+	nc, err := nats.Connect(h.ClientURL(), nats.UserCredentials(natstest.OperatorCreds(t, h.Issuer())))
 	if err != nil {
 		t.Fatalf("operator: %v", err)
 	}
 	nc.Close()
 
-	// An edge whose key the hub forgot never gets its leaf link up.
-	n := natstest.Edge(t, h, "rogue", natstest.EdgeOptions{})
-	waitLinks(t, true, []*natsnode.Node{n})
-	h.Identities().RemoveEdge("rogue")
-	if err := n.SetLeafEnabled(false); err != nil {
-		t.Fatal(err)
-	}
-	waitLinks(t, false, []*natsnode.Node{n})
-	if err := n.SetLeafEnabled(true); err != nil {
-		t.Fatal(err)
-	}
+	// An edge with credentials of another installation never gets its
+	// leaf link up.
+	n := natstest.Edge(t, foreign, "rogue", natstest.EdgeOptions{HubURL: h.LeafURL().String()})
 	// Give the remote several reconnect intervals; it must stay out.
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if n.Status().HubConnected {
-			t.Fatal("edge with a revoked key reconnected")
+			t.Fatal("edge with foreign credentials linked")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

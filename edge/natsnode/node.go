@@ -15,12 +15,15 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -76,12 +79,20 @@ func (m Mesh) Validate() error {
 
 // Node is a running edge NATS server.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	slog  *natslog.Logger // the server's logger; reports a listener that cannot bind
-	seed  string
-	agent nkeys.KeyPair
-	users []*server.NkeyUser
+	cfg  Config
+	log  *slog.Logger
+	slog *natslog.Logger // the server's logger; reports a listener that cannot bind
+	seed string
+	key  nkeys.KeyPair // from seed
+	// creds is the private credentials file the leaf remote reads at
+	// every connect (empty: plain nkey authentication), a copy of the
+	// credentials in use; bootstrap is set while they are a bootstrap
+	// token's.
+	creds     string
+	userJWT   string
+	bootstrap bool
+	agent     nkeys.KeyPair
+	users     []*server.NkeyUser
 	// solo authenticates routes while the node is in no unit: nobody
 	// knows it, so nobody can route in.
 	solo string
@@ -99,9 +110,13 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	seed, err := cfg.seed()
+	seed, userJWT, bootstrap, err := cfg.credentials()
 	if err != nil {
 		return nil, err
+	}
+	key, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: seed: %w", err)
 	}
 	agent, err := nkeys.CreateUser()
 	if err != nil {
@@ -116,10 +131,22 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		cfg:         cfg,
 		log:         log.With("component", "natsnode"),
 		seed:        seed,
+		key:         key,
 		agent:       agent,
 		users:       []*server.NkeyUser{{Nkey: pub}},
 		solo:        hex.EncodeToString(secret[:]),
 		leafEnabled: true,
+	}
+	n.userJWT, n.bootstrap = userJWT, bootstrap
+	if userJWT != "" {
+		dir, err := os.MkdirTemp("", "atoll-natsnode-")
+		if err != nil {
+			return nil, fmt.Errorf("natsnode: credentials: %w", err)
+		}
+		n.creds = filepath.Join(dir, "leaf.creds")
+		if err := writeCreds(n.creds, userJWT, key); err != nil {
+			return nil, err
+		}
 	}
 	srv, err := server.NewServer(n.options())
 	if err != nil {
@@ -174,13 +201,141 @@ func (n *Node) options() *server.Options {
 		Routes:     routes,
 		LeafNode: server.LeafNodeOpts{
 			ReconnectInterval: time.Second,
-			Remotes: []*server.RemoteLeafOpts{{
-				URLs:     hubs,
-				Nkey:     n.seed,
-				Disabled: !n.leafEnabled,
-			}},
+			Remotes:           []*server.RemoteLeafOpts{n.remote(hubs)},
 		},
 	}
+}
+
+// remote is the leaf remote to the hub: with credentials, every connect
+// reads the current user JWT from the creds file (SetUserJWT) and signs
+// the nonce with the node's key; without, it authenticates with the bare
+// nkey.
+func (n *Node) remote(hubs []*url.URL) *server.RemoteLeafOpts {
+	r := &server.RemoteLeafOpts{URLs: hubs, Disabled: !n.leafEnabled}
+	if n.creds == "" {
+		r.Nkey = n.seed
+	} else {
+		r.Credentials = n.creds
+	}
+	return r
+}
+
+// writeCreds writes a NATS credentials file atomically, readable only by
+// its owner.
+func writeCreds(path, userJWT string, key nkeys.KeyPair) error {
+	seed, err := key.Seed()
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	data, err := jwt.FormatUserConfig(userJWT, seed)
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".creds-")
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	return nil
+}
+
+// SetUserJWT replaces the user JWT the leaf link presents (a renewed or
+// re-scoped one for the node's key); see SetCredentials.
+func (n *Node) SetUserJWT(userJWT string) error {
+	n.mu.Lock()
+	key := n.key
+	n.mu.Unlock()
+	return n.SetCredentials(userJWT, key)
+}
+
+// SetCredentials makes userJWT and key the node's credentials: they are
+// written to the configured creds file (the node's identity from now on)
+// and the leaf link reconnects with them at once, so the hub applies the
+// new permissions; the unit's routes stay up meanwhile.
+func (n *Node) SetCredentials(userJWT string, key nkeys.KeyPair) error {
+	if userJWT == "" {
+		return errors.New("natsnode: empty user JWT")
+	}
+	claims, err := jwt.DecodeUserClaims(userJWT)
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	pub, err := key.PublicKey()
+	if err != nil || claims.Subject != pub {
+		return errors.New("natsnode: credentials: the JWT is for another key")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.creds == "" {
+		return errors.New("natsnode: credentials: the node authenticates with a bare nkey")
+	}
+	if n.userJWT == userJWT {
+		return nil
+	}
+	if n.cfg.CredsFile != "" && n.cfg.Seed == "" {
+		if err := writeCreds(n.cfg.CredsFile, userJWT, key); err != nil {
+			return err
+		}
+	}
+	if err := writeCreds(n.creds, userJWT, key); err != nil {
+		return err
+	}
+	n.userJWT, n.key, n.bootstrap = userJWT, key, false
+	if seed, err := key.Seed(); err == nil {
+		n.seed = string(seed)
+	}
+	if !n.leafEnabled {
+		return nil
+	}
+	// A disabled remote drops its connection; enabled again, it dials
+	// with the new file.
+	n.leafEnabled = false
+	if err := n.srv.ReloadOptions(n.options()); err != nil {
+		n.leafEnabled = true
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	n.leafEnabled = true
+	if err := n.srv.ReloadOptions(n.options()); err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	return nil
+}
+
+// Bootstrapping returns the bootstrap token's JWT while the node links
+// with it (it has not enrolled yet).
+func (n *Node) Bootstrapping() (token string, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.bootstrap {
+		return "", false
+	}
+	return n.userJWT, true
+}
+
+// UserJWT is the user JWT the leaf link presents (empty: bare nkey).
+func (n *Node) UserJWT() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.userJWT
+}
+
+// PublicKey is the public key of the nkey the node links with (its
+// identity on the hub; a bootstrap token's until it enrolled).
+func (n *Node) PublicKey() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p, _ := n.key.PublicKey()
+	return p
 }
 
 // Start runs the server and waits until it accepts connections. The leaf
@@ -210,7 +365,13 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // Shutdown stops the server, waiting at most until ctx is done.
-func (n *Node) Shutdown(ctx context.Context) error { return natsembed.Shutdown(ctx, n.srv) }
+func (n *Node) Shutdown(ctx context.Context) error {
+	err := natsembed.Shutdown(ctx, n.srv)
+	if n.creds != "" {
+		_ = os.RemoveAll(filepath.Dir(n.creds))
+	}
+	return err
+}
 
 // SetMesh makes the server route to exactly the members of m's unit. It
 // takes effect without a restart: routes to departed members close, routes
@@ -290,7 +451,10 @@ func (n *Node) Name() string { return n.cfg.NodeName }
 func (n *Node) Server() *server.Server { return n.srv }
 
 // Connect opens an in-process connection to the node's server.
+// Its replies come to the node's own inbox prefix, the only inbox the
+// node's hub credentials may hear.
 func (n *Node) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.CustomInboxPrefix(events.InboxPrefix(n.cfg.NodeName))}, opts...)
 	return natsembed.Connect(n.srv, n.agent, name, opts...)
 }
 

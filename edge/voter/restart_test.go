@@ -57,11 +57,6 @@ func (r *restartableHub) start() {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for node, pub := range r.edges {
-		if err := h.AddEdge(node, pub); err != nil {
-			r.t.Fatal(err)
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := h.Start(ctx); err != nil {
@@ -80,11 +75,12 @@ func (r *restartableHub) stop() {
 	}
 }
 
-func (r *restartableHub) AddEdge(node, pub string) error {
+// IssueEdge issues node's credentials; they stay valid across restarts
+// (the identity keys live in the store directory).
+func (r *restartableHub) IssueEdge(node, unit, pub string) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.edges[node] = pub
-	return r.h.AddEdge(node, pub)
+	return r.h.IssueEdge(node, unit, pub)
 }
 
 func (r *restartableHub) LeafURLs() []string {

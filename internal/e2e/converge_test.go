@@ -190,12 +190,16 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 		seed, _ := kp.Seed()
 		pub, _ := kp.PublicKey()
 		name := fmt.Sprintf("site-%d", i)
-		if err := hub.AddEdge(name, pub); err != nil {
+		// A site server carries ten agents' subjects, more than one
+		// node's credentials allow (those are tested in cloud/hub): it
+		// links with a service identity.
+		userJWT, err := hub.Issuer().Service(name, pub)
+		if err != nil {
 			tb.Fatal(err)
 		}
 		cfg := natsnode.Default()
 		cfg.NodeName, cfg.ClientPort, cfg.RoutePort, cfg.RouteHost = name, -1, -1, "127.0.0.1"
-		cfg.Seed, cfg.HubURLs = string(seed), hub.LeafURLs()
+		cfg.Seed, cfg.UserJWT, cfg.HubURLs = string(seed), userJWT, hub.LeafURLs()
 		n, err := natsnode.New(cfg, log)
 		if err != nil {
 			tb.Fatal(err)

@@ -29,6 +29,9 @@ type ClientConfig struct {
 	// Nkey is an in-memory nkey identity, for an embedded hub whose
 	// service key never leaves the process. Not settable by flag.
 	Nkey nkeys.KeyPair
+	// UserJWT is Nkey's user JWT, for a hub in operator mode. Not
+	// settable by flag.
+	UserJWT string
 	// User and Password log in with a password.
 	User, Password string
 	// TLS verifies the hub (CAFile) and authenticates the client to it
@@ -74,7 +77,7 @@ func (c ClientConfig) Validate() error {
 			return fmt.Errorf("hub url %q: no host", s)
 		}
 		if u.User != nil {
-			return fmt.Errorf("hub url %q: credentials belong in --hub-user/--hub-password, --hub-nkey-file or --hub-creds-file, not the URL", s)
+			return fmt.Errorf("hub url %q: credentials belong in --hub-creds-file, not the URL", s)
 		}
 	}
 	if err := ValidDomain(c.Domain); err != nil {
@@ -83,6 +86,8 @@ func (c ClientConfig) Validate() error {
 	switch {
 	case c.CredsFile != "" && (c.NkeySeedFile != "" || c.Nkey != nil):
 		return errors.New("hub creds file: a credentials file carries its own nkey; do not also set an nkey")
+	case c.UserJWT != "" && c.Nkey == nil:
+		return errors.New("hub user JWT: no in-memory nkey signs for it")
 	case c.NkeySeedFile != "" && c.Nkey != nil:
 		return errors.New("hub nkey file: an in-memory nkey is set already")
 	case (c.User == "") != (c.Password == ""):
@@ -111,7 +116,12 @@ func (c ClientConfig) options() ([]nats.Option, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hub nkey: %w", err)
 		}
-		opts = append(opts, nats.Nkey(pub, c.Nkey.Sign))
+		if c.UserJWT != "" {
+			userJWT := c.UserJWT
+			opts = append(opts, nats.UserJWT(func() (string, error) { return userJWT, nil }, c.Nkey.Sign))
+		} else {
+			opts = append(opts, nats.Nkey(pub, c.Nkey.Sign))
+		}
 	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))

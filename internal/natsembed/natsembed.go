@@ -33,14 +33,24 @@ func Shutdown(ctx context.Context, srv *server.Server) error {
 // Connect opens an in-process connection to srv as the nkey user kp.
 // It reconnects forever: the server outlives its clients.
 func Connect(srv *server.Server, kp nkeys.KeyPair, name string, opts ...nats.Option) (*nats.Conn, error) {
+	return ConnectJWT(srv, kp, "", name, opts...)
+}
+
+// ConnectJWT is Connect for a server in operator mode: userJWT is the
+// user JWT of kp's public key (empty: plain nkey authentication).
+func ConnectJWT(srv *server.Server, kp nkeys.KeyPair, userJWT, name string, opts ...nats.Option) (*nats.Conn, error) {
 	pub, err := kp.PublicKey()
 	if err != nil {
 		return nil, err
 	}
+	auth := nats.Nkey(pub, kp.Sign)
+	if userJWT != "" {
+		auth = nats.UserJWT(func() (string, error) { return userJWT, nil }, kp.Sign)
+	}
 	all := append([]nats.Option{
 		nats.Name(name),
 		nats.InProcessServer(srv),
-		nats.Nkey(pub, kp.Sign),
+		auth,
 		nats.MaxReconnects(-1),
 	}, opts...)
 	nc, err := nats.Connect("", all...)

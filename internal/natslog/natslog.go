@@ -7,14 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 )
 
 // Logger implements nats-server's server.Logger on top of slog. Server
 // notices are logged at Info, traces at Debug-4 (visible only when asked).
 type Logger struct {
-	log   *slog.Logger
-	fatal atomic.Pointer[string]
+	log        *slog.Logger
+	fatal      atomic.Pointer[string]
+	violations atomic.Int64
 }
 
 // New returns a nats-server logger writing to log with the given server name.
@@ -56,7 +58,17 @@ func (l *Logger) Fatal() error {
 }
 
 // Errorf logs a server error.
-func (l *Logger) Errorf(format string, v ...any) { l.emit(slog.LevelError, format, v) }
+func (l *Logger) Errorf(format string, v ...any) {
+	if strings.Contains(format, "Violation") {
+		l.violations.Add(1)
+	}
+	l.emit(slog.LevelError, format, v)
+}
+
+// Violations counts the permission violations the server reported: a
+// connection that published or subscribed beyond its permissions (the
+// server refused it, and closed a leaf connection that did).
+func (l *Logger) Violations() int64 { return l.violations.Load() }
 
 // Debugf logs server debug output.
 func (l *Logger) Debugf(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }

@@ -1,5 +1,7 @@
 // Command atoll-cloud runs Atoll's cloud side: the NATS hub with JetStream
 // and the cloud services that turn edge events into Kubernetes writes.
+// `atoll-cloud hub-trust` prints the configuration an external hub's
+// servers need to trust its identity keys.
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/logging"
@@ -28,6 +31,9 @@ func main() {
 // is done (SIGINT or SIGTERM). A wrong command line is a
 // cliflags.UsageError; a failed start is one line naming its cause.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "hub-trust" {
+		return hubTrust(args[1:], stdout)
+	}
 	cfg := cloudapp.Default()
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
@@ -58,4 +64,28 @@ func setup(fs *flag.FlagSet, cfg *cloudapp.Config) error {
 		return err
 	}
 	return cfg.Validate()
+}
+
+// hubTrust prints the configuration a stock nats-server of an external hub
+// needs to trust atoll-cloud's identity (operator mode, full resolver),
+// creating the identity keys in --identity-dir on first use.
+func hubTrust(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(prog+" hub-trust", flag.ContinueOnError)
+	dir := fs.String("identity-dir", "identity", "directory of the identity keys (created when empty); give it to atoll-cloud as --identity-dir")
+	resolver := fs.String("resolver-dir", "/data/jwt", "the servers' resolver directory (writable, persistent)")
+	if err := cliflags.Parse(fs, args); err != nil {
+		if err == flag.ErrHelp {
+			cliflags.PrintUsage(stdout, fs, prog+" hub-trust [--identity-dir D] [--resolver-dir R] > trust.conf")
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return cliflags.Usagef("hub-trust: unexpected argument %q", fs.Arg(0))
+	}
+	_, trust, err := identity.Setup(*dir)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, "# atoll-cloud hub-trust: include this in every hub server's nats.conf\n"+trust.ServerConfig(*resolver))
+	return err
 }

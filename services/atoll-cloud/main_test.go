@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
+	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +15,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
-	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -47,13 +47,14 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-leaf-port=70000"}, "leaf port"},
 		{[]string{"--stream-replicas=0"}, "stream replicas"},
 		{[]string{"--admin-addr=nonsense"}, "admin: addr"},
-		{[]string{"--operators-file=/nonexistent"}, "operators file"},
+		{[]string{"--hub-url=nats://hub:4222"}, "needs --identity-dir"},
+		{[]string{"--edge-creds-ttl=1s"}, "edge credentials TTL"},
 		{[]string{"--membership-source=guess"}, "source"},
 		{[]string{"--webhook-certs=dir", "--webhook-cert-dir="}, "cert dir"},
 		{[]string{"--webhook-certs=self-signed"}, "webhook: certs"},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-store-dir=/data"}, "--hub-store-dir configures the embedded hub"},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-routes=nats-route://a:6222"}, "--hub-routes configures the embedded hub"},
-		{[]string{"--hub-nkey-file=/etc/atoll/cloud.nk"}, "--hub-nkey-file applies to an external hub and needs --hub-url"},
+		{[]string{"--hub-creds-file=/etc/atoll/cloud.creds"}, "--hub-creds-file applies to an external hub and needs --hub-url"},
 		{[]string{"--hub-url=http://hub:4222"}, "scheme must be nats or tls"},
 		{[]string{"--hub-url=nats://u:p@hub:4222"}, "credentials belong in"},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-tls-cert=c.pem"}, "certificate and key"},
@@ -93,16 +94,12 @@ func startApp(t *testing.T, args ...string) *fxtest.App {
 }
 
 // TestExternalHubCluster: atoll-cloud dials a hub cluster it does not run
-// (--hub-url with every server, an nkey seed file), and a restart with
+// (--hub-url with every server, the identity keys it trusts), and a restart with
 // other stream settings updates the streams in place: R1 → R3 and a new
 // size cap.
 func TestExternalHubCluster(t *testing.T) {
 	c := natstest.NewHubCluster(t)
-	seed := filepath.Join(t.TempDir(), "cloud.nk")
-	if err := os.WriteFile(seed, c.ServiceSeed(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hubArgs := []string{"--hub-url=" + strings.Join(c.ClientURLs(), ","), "--hub-nkey-file=" + seed}
+	hubArgs := []string{"--hub-url=" + strings.Join(c.ClientURLs(), ","), "--identity-dir=" + c.IdentityDir()}
 	startApp(t, append(hubArgs, "--stream-replicas=1")...).RequireStop()
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -129,28 +126,54 @@ func TestExternalHubCluster(t *testing.T) {
 	}
 }
 
-// TestExternalHubPassword: a user/password login works as well, and a
-// wrong password fails the start naming the hub's answer.
-func TestExternalHubPassword(t *testing.T) {
-	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"cloud": "pw"} })
-	startApp(t, "--hub-url="+h.ClientURL(), "--hub-user=cloud", "--hub-password=pw").RequireStop()
+// TestExternalHubCreds: a credentials file login works as well, and one
+// another installation issued fails the start naming the hub's answer.
+func TestExternalHubCreds(t *testing.T) {
+	c := natstest.NewHubCluster(t)
+	svc := func(i *identity.Issuer, pub string) (string, error) { return i.Service("cloud", pub) }
+	good := natstest.Creds(t, c.Issuer(), svc)
+	hubArgs := []string{"--hub-url=" + strings.Join(c.ClientURLs(), ","), "--identity-dir=" + c.IdentityDir()}
+	startApp(t, append(hubArgs, "--hub-creds-file="+good)...).RequireStop()
 
+	bad := natstest.Creds(t, natstest.Hub(t).Issuer(), svc)
 	cfg := cloudapp.Default()
 	fs := flag.NewFlagSet("atoll-cloud", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	_ = fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--membership-source=declared", "--hub-url=" + h.ClientURL(), "--hub-user=cloud", "--hub-password=wrong"})
+	_ = fs.Parse(append(hubArgs, "--admin-addr=127.0.0.1:0", "--membership-source=declared", "--hub-creds-file="+bad))
 	if err := setup(fs, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	app := fx.New(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.StartTimeout(2*time.Second))
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	app := fx.New(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.StartTimeout(5*time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	err := app.Start(ctx)
 	if err == nil {
 		_ = app.Stop(context.Background())
-		t.Fatal("started with a wrong password")
+		t.Fatal("started with foreign credentials")
 	}
 	if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Errorf("start error %q does not say why", err)
+	}
+}
+
+// TestHubTrust: hub-trust creates the identity keys once and prints a
+// nats-server configuration that trusts them; a second run prints the
+// same trust.
+func TestHubTrust(t *testing.T) {
+	dir := t.TempDir()
+	var a, b bytes.Buffer
+	if err := run(t.Context(), []string{"hub-trust", "--identity-dir=" + dir, "--resolver-dir=/data/jwt"}, &a, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t.Context(), []string{"hub-trust", "--identity-dir=" + dir, "--resolver-dir=/data/jwt"}, &b, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != b.String() {
+		t.Error("a second run changed the trust")
+	}
+	for _, want := range []string{"operator:", "system_account:", "resolver: { type: full", "resolver_preload:"} {
+		if !strings.Contains(a.String(), want) {
+			t.Errorf("trust lacks %q:\n%s", want, a.String())
+		}
 	}
 }

@@ -146,7 +146,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		bed.Stop()
 	}()
 	say("ready in %v; kubeconfig: %s", time.Since(start).Round(100*time.Millisecond), bed.Cluster.KubeconfigPath())
-	login := fmt.Sprintf("ATOLL_NATS_URL=%s ATOLL_NATS_USER=operator ATOLL_NATS_PASSWORD=%s", bed.HubURL(), bed.Operator)
+	login := fmt.Sprintf("ATOLL_NATS_URL=%s ATOLL_NATS_CREDS=%s", bed.HubURL(), bed.OperatorCreds)
 	say("  watch events:   %s go run ./services/atoll events tail", login)
 	say("  nats CLI:       %s go run ./services/atoll nats context   (writes the context \"atoll\")", login)
 	say("                  then, with atoll on PATH (go install ./services/atoll):")

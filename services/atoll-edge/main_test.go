@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx/fxtest"
 
@@ -37,17 +38,12 @@ func TestDependencyFence(t *testing.T) {
 }
 
 func TestAppStartsAndStops(t *testing.T) {
-	kp, _ := nkeys.CreateUser()
-	seed, _ := kp.Seed()
-	seedFile := filepath.Join(t.TempDir(), "node.nk")
-	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	seedFile := credsFile(t)
 	t.Setenv("NODE_NAME", "edge-1")
 	cfg := edgeapp.Default()
 	fs := flag.NewFlagSet("atoll-edge", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	err := fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--hub-url=nats-leaf://127.0.0.1:1", "--seed-file=" + seedFile,
+	err := fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--hub-url=nats-leaf://127.0.0.1:1", "--creds-file=" + seedFile,
 		"--client-port=-1", "--route-host=127.0.0.1", "--route-port=-1", "--state-dir=" + t.TempDir(), "--unit=u1"})
 	if err != nil {
 		t.Fatal(err)
@@ -105,19 +101,14 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // a failed start is one line, exit code 1; nothing dumps fx's graph.
 func TestCommandLineErrors(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
-	seedFile := filepath.Join(t.TempDir(), "node.nk")
-	kp, _ := nkeys.CreateUser()
-	seed, _ := kp.Seed()
-	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	seedFile := credsFile(t)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
 	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
-	base := []string{"--admin-addr=127.0.0.1:0", "--hub-url=nats-leaf://127.0.0.1:1", "--seed-file=" + seedFile,
+	base := []string{"--admin-addr=127.0.0.1:0", "--hub-url=nats-leaf://127.0.0.1:1", "--creds-file=" + seedFile,
 		"--route-host=127.0.0.1", "--route-port=-1", "--state-dir=" + t.TempDir()}
 	tests := []struct {
 		name string
@@ -171,4 +162,27 @@ func TestHelp(t *testing.T) {
 			t.Fatalf("%s: exit %d, stdout %q, stderr %q", arg, code, stdout, stderr)
 		}
 	}
+}
+
+// credsFile writes a NATS credentials file: a user JWT (of an account no
+// hub trusts: these tests need no hub) and its seed.
+func credsFile(t *testing.T) string {
+	t.Helper()
+	acc, _ := nkeys.CreateAccount()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	tok, err := jwt.NewUserClaims(pub).Encode(acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	data, err := jwt.FormatUserConfig(tok, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "node.creds")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

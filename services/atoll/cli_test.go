@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
@@ -49,7 +48,7 @@ func TestUsageErrors(t *testing.T) {
 		args       []string
 		want, hint string
 	}{
-		{nil, "atoll: no command given (decode, events tail, events catalog, nats context, status)", "atoll"},
+		{nil, "atoll: no command given (decode, events tail, events catalog, nats context, node enroll, node revoke, status)", "atoll"},
 		{[]string{"stats"}, `atoll: unknown command "stats"`, "atoll"},
 		{[]string{"status", "--bogus"}, "atoll: flag provided but not defined: -bogus", "atoll status"},
 		{[]string{"status", "--timeout=soon"}, `atoll: invalid value "soon" for flag -timeout: parse error`, "atoll status"},
@@ -58,6 +57,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"events", "nope"}, `atoll: events: unknown subcommand "nope" (want one of [tail catalog])`, "atoll events"},
 		{[]string{"events", "catalog", "extra"}, `atoll: events catalog: unexpected argument "extra"`, "atoll events catalog"},
 		{[]string{"decode"}, "atoll: decode: give --type or --subject", "atoll"},
+		{[]string{"node", "revoke"}, "atoll: node revoke: give exactly one node name", "atoll node revoke"},
+		{[]string{"node", "enroll", "a", "b"}, "atoll: node enroll: give exactly one node name", "atoll node enroll"},
 		{[]string{"nats", "context", "--name=../x"}, `atoll: nats context: --name "../x" must be a plain file name`, "atoll nats context"},
 	}
 	for _, tt := range tests {
@@ -72,25 +73,25 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // TestNatsContext: atoll nats context checks the login and writes a nats
-// CLI context (owner-only, it holds the password) that names the hub, the
+// CLI context (owner-only) that names the hub, the
 // operator and the JetStream domain.
 func TestNatsContext(t *testing.T) {
-	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
+	h := natstest.Hub(t)
 	cfg := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", cfg)
 	t.Setenv("ATOLL_NATS_URL", h.ClientURL())
-	t.Setenv("ATOLL_NATS_USER", "ops")
 
-	t.Setenv("ATOLL_NATS_PASSWORD", "wrong")
+	t.Setenv("ATOLL_NATS_CREDS", natstest.OperatorCreds(t, natstest.Hub(t).Issuer()))
 	if code, _, stderr := cli(t, "nats", "context"); code != 1 || !strings.Contains(stderr, "is the hub running?") {
-		t.Fatalf("wrong password: exit %d, %s", code, stderr)
+		t.Fatalf("foreign credentials: exit %d, %s", code, stderr)
 	}
 	path := filepath.Join(cfg, "nats", "context", "demo.json")
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("wrote a context that cannot log in: %v", err)
 	}
 
-	t.Setenv("ATOLL_NATS_PASSWORD", "pw")
+	creds := natstest.OperatorCreds(t, h.Issuer())
+	t.Setenv("ATOLL_NATS_CREDS", creds)
 	code, stdout, stderr := cli(t, "nats", "context", "--name", "demo")
 	if code != 0 || !strings.Contains(stdout, "nats --context demo sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
@@ -104,7 +105,7 @@ func TestNatsContext(t *testing.T) {
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got["url"] != h.ClientURL() || got["user"] != "ops" || got["password"] != "pw" || got["jetstream_domain"] != "hub" {
+	if got["url"] != h.ClientURL() || got["creds"] != creds || got["jetstream_domain"] != "hub" {
 		t.Fatalf("context %s", data)
 	}
 }

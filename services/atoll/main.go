@@ -5,6 +5,8 @@
 //	atoll events catalog                    print the subject catalog as Markdown
 //	atoll nats context [--name N]           write a nats CLI context for the hub
 //	atoll status [--unit U] [--json]        the cloud's view of every edge unit and node
+//	atoll node enroll [--ttl D] NODE        a one-time bootstrap token for NODE
+//	atoll node revoke NODE                  cut NODE off the hub for good
 //
 // With the nats CLI: atoll nats context, then
 // nats --context atoll sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'
@@ -31,9 +33,11 @@ commands:
   events catalog  print the subject catalog and the hub streams as Markdown
   nats context    write a nats CLI context (~/.config/nats/context/atoll.json) for the hub
   status          print each edge unit's disruption state and its nodes' health
+  node enroll     issue a one-time bootstrap token for a node (atoll-edge --bootstrap-token-file)
+  node revoke     revoke a node's credentials: its hub link closes and it cannot reconnect
 
 Run 'atoll <command> -h' for a command's flags. The commands that talk to the
-hub read $ATOLL_NATS_URL, $ATOLL_NATS_USER and $ATOLL_NATS_PASSWORD.
+hub read $ATOLL_NATS_URL and $ATOLL_NATS_CREDS (an operator's credentials file).
 `
 
 func main() {
@@ -50,7 +54,7 @@ func help(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-h
 // cliflags.UsageError.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return cliflags.UsageError{Err: fmt.Errorf("no command given (decode, events tail, events catalog, nats context, status)")}
+		return cliflags.UsageError{Err: fmt.Errorf("no command given (decode, events tail, events catalog, nats context, node enroll, node revoke, status)")}
 	}
 	switch cmd := args[0]; {
 	case help(cmd):
@@ -67,6 +71,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 		return group(ctx, "nats", args[1:], stdout, map[string]func() error{
 			"context": func() error { return natsContext(args[2:], stdout) },
 		})
+	case cmd == "node":
+		return group(ctx, "node", args[1:], stdout, map[string]func() error{
+			"enroll": func() error { return nodeEnroll(ctx, args[2:], stdout) },
+			"revoke": func() error { return nodeRevoke(ctx, args[2:], stdout) },
+		})
 	case cmd == "status":
 		return statusCmd(ctx, args[1:], stdout)
 	default:
@@ -77,7 +86,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 // group runs the subcommand args[0] of the command group name.
 func group(_ context.Context, name string, args []string, stdout io.Writer, subs map[string]func() error) error {
 	names := make([]string, 0, len(subs))
-	for _, n := range []string{"tail", "catalog", "context"} {
+	for _, n := range []string{"tail", "catalog", "context", "enroll", "revoke"} {
 		if _, ok := subs[n]; ok {
 			names = append(names, n)
 		}

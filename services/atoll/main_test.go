@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -55,7 +54,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestEventsTail(t *testing.T) {
-	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
+	h := natstest.Hub(t)
 	nc, err := h.Connect("test")
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +66,7 @@ func TestEventsTail(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"events", "tail", "--server", h.ClientURL(), "--user", "ops", "--password", "pw", "atoll.health.>"}, nil, &out)
+		done <- run(ctx, []string{"events", "tail", "--server", h.ClientURL(), "--creds", natstest.OperatorCreds(t, h.Issuer()), "atoll.health.>"}, nil, &out)
 	}()
 	subj, _ := events.VoteSubject("u1", "b", "a")
 	poll.Eventually(t, 10*time.Second, func() error {

@@ -22,8 +22,7 @@ import (
 type natsCLIContext struct {
 	Description     string `json:"description"`
 	URL             string `json:"url"`
-	User            string `json:"user,omitempty"`
-	Password        string `json:"password,omitempty"`
+	Creds           string `json:"creds,omitempty"`
 	JetStreamDomain string `json:"jetstream_domain,omitempty"`
 }
 
@@ -63,7 +62,7 @@ func natsContext(args []string, stdout io.Writer) error {
 	if *check {
 		nc, err := hf.connect("atoll nats context", nats.Timeout(3*time.Second), nats.MaxReconnects(0))
 		if err != nil {
-			return fmt.Errorf("nats context: %w (is the hub running? give --server, --user, --password or $ATOLL_NATS_*)", err)
+			return fmt.Errorf("nats context: %w (is the hub running? give --server, --creds or $ATOLL_NATS_*)", err)
 		}
 		nc.Close()
 	}
@@ -77,18 +76,28 @@ func natsContext(args []string, stdout io.Writer) error {
 	data, err := json.MarshalIndent(natsCLIContext{
 		Description:     "Atoll hub (written by atoll nats context)",
 		URL:             hf.server,
-		User:            hf.user,
-		Password:        hf.password,
+		Creds:           credsPath(hf.creds),
 		JetStreamDomain: *domain,
 	}, "", "  ")
 	if err != nil {
 		return err
 	}
 	path := filepath.Join(dir, *name+".json")
-	// The file holds a password: owner only.
+	// The file names the credentials: owner only.
 	if err := os.WriteFile(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("nats context: %w", err)
 	}
 	fmt.Fprintf(stdout, "wrote %s\nuse it with: nats --context %s sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'\n", path, *name)
 	return nil
+}
+
+// credsPath is p made absolute: the nats CLI reads it from anywhere.
+func credsPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }

@@ -126,8 +126,8 @@ func startResponder(t *testing.T, h *hub.Hub) {
 }
 
 func TestStatusCommand(t *testing.T) {
-	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
-	login := []string{"--server", h.ClientURL(), "--user", "ops", "--password", "pw"}
+	h := natstest.Hub(t)
+	login := []string{"--server", h.ClientURL(), "--creds", natstest.OperatorCreds(t, h.Issuer())}
 	runStatus := func(args ...string) (string, error) {
 		var out bytes.Buffer
 		err := run(context.Background(), append(append([]string{"status"}, login...), args...), nil, &out)
@@ -207,7 +207,7 @@ func TestStatusCommand(t *testing.T) {
 }
 
 func TestStatusCommandReplies(t *testing.T) {
-	h := natstest.Hub(t, func(c *hub.Config) { c.Operators = map[string]string{"ops": "pw"} })
+	h := natstest.Hub(t)
 	nc, err := h.Connect("fake-cloud")
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +246,7 @@ func TestStatusCommandReplies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.unit, func(t *testing.T) {
-			err := run(context.Background(), []string{"status", "--server", h.ClientURL(), "--user", "ops", "--password", "pw", "--timeout", "200ms", "--unit", tt.unit}, nil, &bytes.Buffer{})
+			err := run(context.Background(), []string{"status", "--server", h.ClientURL(), "--creds", natstest.OperatorCreds(t, h.Issuer()), "--timeout", "200ms", "--unit", tt.unit}, nil, &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}

@@ -10,28 +10,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/natsembed"
 	"github.com/atoll-edge/atoll/internal/testenv/freeport"
 )
 
 // HubCluster is a hub of clustered servers in one process, each on its
 // own loopback ports and store directory, that a test can kill and restart
-// one at a time. Enrollments (edges, services) reach every server,
-// including one restarted later.
+// one at a time. The servers are what an operator runs outside atoll-cloud:
+// in operator mode with a full resolver, trusting the operator of an
+// identity directory (IdentityDir) they hold no keys of. The cluster
+// issues credentials with those keys, as atoll-cloud would.
 type HubCluster struct {
-	log  *slog.Logger
-	cfgs []hub.Config
+	log    *slog.Logger
+	cfgs   []hub.Config
+	dir    string
+	issuer *identity.Issuer
 
-	mu       sync.Mutex
-	servers  []*hub.Hub // nil while killed
-	edges    map[string]string
-	services map[string]string
-	svc      nkeys.KeyPair
-	onKeys   []func()
+	mu      sync.Mutex
+	servers []*hub.Hub // nil while killed
+	svc     nkeys.KeyPair
+	svcJWT  string
 }
 
 // ClusterSize is the number of servers HubCluster starts.
@@ -64,13 +69,19 @@ func StartHubCluster(ctx context.Context, dir string, log *slog.Logger, mutate .
 }
 
 func startHubCluster(ctx context.Context, dir string, log *slog.Logger, mutate ...func(*hub.Config)) (*HubCluster, error) {
-	c := &HubCluster{log: log, edges: map[string]string{}, services: map[string]string{}}
-	var err error
+	c := &HubCluster{log: log, dir: filepath.Join(dir, "identity")}
+	keys, trust, err := identity.Setup(c.dir)
+	if err != nil {
+		return nil, err
+	}
+	c.issuer = identity.NewIssuer(keys, hub.Default().Domain)
 	if c.svc, err = nkeys.CreateUser(); err != nil {
 		return nil, err
 	}
 	pub, _ := c.svc.PublicKey()
-	c.services["atoll-cloud-test"] = pub
+	if c.svcJWT, err = c.issuer.Service("atoll-cloud-test", pub); err != nil {
+		return nil, err
+	}
 	ports := make([][3]int, ClusterSize) // client, leaf, route
 	var routes []string
 	for i := range ports {
@@ -88,6 +99,7 @@ func startHubCluster(ctx context.Context, dir string, log *slog.Logger, mutate .
 		cfg.ClientPort, cfg.LeafPort = ports[i][0], ports[i][1]
 		cfg.StoreDir = filepath.Join(dir, cfg.ServerName)
 		cfg.Cluster = hub.ClusterConfig{Host: "127.0.0.1", Port: ports[i][2], Routes: routes, User: "hub-route", Password: "hub-route-secret"}
+		cfg.Trust = &trust
 		for _, m := range mutate {
 			m(&cfg)
 		}
@@ -119,20 +131,6 @@ func (c *HubCluster) start(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("hub server %d: %w", i, err)
 	}
-	c.mu.Lock()
-	for node, pub := range c.edges {
-		if err := h.Identities().AddEdge(node, pub); err != nil {
-			c.mu.Unlock()
-			return err
-		}
-	}
-	for name, pub := range c.services {
-		if err := h.Identities().AddService(name, pub); err != nil {
-			c.mu.Unlock()
-			return err
-		}
-	}
-	c.mu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if err := h.Start(sctx); err != nil {
@@ -150,7 +148,7 @@ func (c *HubCluster) waitJetStream(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, h := range c.running() {
-		nc, err := h.Connect("cluster-ready")
+		nc, err := c.Connect(h, "cluster-ready")
 		if err != nil {
 			return err
 		}
@@ -230,52 +228,21 @@ func (c *HubCluster) Close() {
 	}
 }
 
-// AddEdge enrolls node's key with every server, now and after restarts.
-func (c *HubCluster) AddEdge(node, pub string) error {
-	c.mu.Lock()
-	c.edges[node] = pub
-	notify := c.onKeys
-	c.mu.Unlock()
-	defer func() {
-		for _, f := range notify {
-			f()
-		}
-	}()
-	for _, h := range c.running() {
-		if err := h.Identities().AddEdge(node, pub); err != nil {
-			return err
-		}
-	}
-	return nil
+// IssueEdge issues node's user JWT in unit for the nkey public key pub.
+func (c *HubCluster) IssueEdge(node, unit, pub string) (string, error) {
+	return c.issuer.Edge(node, unit, pub, 0)
 }
 
-// NodeKey is the key node was enrolled with (a topology.NodeKeys, as an
-// external hub's enrollment would provide).
-func (c *HubCluster) NodeKey(node string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	pub, ok := c.edges[node]
-	return pub, ok
-}
+// Issuer signs credentials with the cluster's identity keys.
+func (c *HubCluster) Issuer() *identity.Issuer { return c.issuer }
 
-// NotifyKeys has f called after every AddEdge.
-func (c *HubCluster) NotifyKeys(f func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.onKeys = append(c.onKeys, f)
-}
+// IdentityDir holds the keys and trust the servers were configured with,
+// for atoll-cloud's --identity-dir.
+func (c *HubCluster) IdentityDir() string { return c.dir }
 
-// AddService enrolls a cloud service's key with every server.
-func (c *HubCluster) AddService(name, pub string) error {
-	c.mu.Lock()
-	c.services[name] = pub
-	c.mu.Unlock()
-	for _, h := range c.running() {
-		if err := h.Identities().AddService(name, pub); err != nil {
-			return err
-		}
-	}
-	return nil
+// Connect opens an in-process connection to server h as the test service.
+func (c *HubCluster) Connect(h *hub.Hub, name string, opts ...nats.Option) (*nats.Conn, error) {
+	return natsembed.ConnectJWT(h.Server(), c.svc, c.svcJWT, name, opts...)
 }
 
 // LeafURLs are every server's leaf URL, for edge leaf remotes.
@@ -299,16 +266,10 @@ func (c *HubCluster) ClientURLs() []string {
 // Domain is the hub's JetStream domain.
 func (c *HubCluster) Domain() string { return c.cfgs[0].Domain }
 
-// ServiceSeed is the nkey seed of a service identity every server knows.
-func (c *HubCluster) ServiceSeed() []byte {
-	seed, _ := c.svc.Seed()
-	return seed
-}
-
 // ClientConfig dials the cluster (every server's URL) as the test
 // service identity.
 func (c *HubCluster) ClientConfig() hublink.ClientConfig {
-	return hublink.ClientConfig{URLs: c.ClientURLs(), Domain: c.Domain(), Nkey: c.svc}
+	return hublink.ClientConfig{URLs: c.ClientURLs(), Domain: c.Domain(), Nkey: c.svc, UserJWT: c.svcJWT}
 }
 
 // FreePort returns a loopback TCP port free at the time of the call,

@@ -9,6 +9,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 )
 
@@ -69,8 +72,9 @@ func Hub(t testing.TB, mutate ...func(*hub.Config)) *hub.Hub {
 // HubServers is a hub an edge server can join: one server (*hub.Hub) or
 // a cluster (*HubCluster).
 type HubServers interface {
-	// AddEdge enrolls node's nkey public key on every server.
-	AddEdge(node, pub string) error
+	// IssueEdge issues the user JWT of node in unit (empty: none yet)
+	// for its nkey public key pub.
+	IssueEdge(node, unit, pub string) (string, error)
 	// LeafURLs are the servers' leaf URLs.
 	LeafURLs() []string
 }
@@ -79,29 +83,38 @@ type HubServers interface {
 type EdgeOptions struct {
 	// HubURL overrides the hub's leaf URL (e.g. a Proxy in front of it).
 	HubURL string
+	// Unit is the unit the node's credentials are scoped to (Unit sets
+	// it; empty: none).
+	Unit string
+	// Seed and UserJWT, when set, are the node's credentials (nothing is
+	// issued).
+	Seed, UserJWT string
 	// Logger receives the server's log (default: t.Log at warn and above).
 	Logger *slog.Logger
 }
 
-// Edge enrolls node with h and starts its edge server on random loopback
+// Edge issues node's credentials with h and starts its edge server on random loopback
 // ports, with a leaf remote to every server of h. The server is in no unit
 // until SetMesh (see Unit).
 func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node {
 	t.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := kp.Seed()
-	pub, _ := kp.PublicKey()
-	if err := h.AddEdge(node, pub); err != nil {
-		t.Fatalf("enroll %s: %v", node, err)
+	seed, userJWT := []byte(o.Seed), o.UserJWT
+	if o.Seed == "" {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, _ = kp.Seed()
+		pub, _ := kp.PublicKey()
+		if userJWT, err = h.IssueEdge(node, o.Unit, pub); err != nil {
+			t.Fatalf("enroll %s: %v", node, err)
+		}
 	}
 	cfg := natsnode.Default()
 	cfg.NodeName = node
 	cfg.ClientPort, cfg.RoutePort = -1, -1
 	cfg.RouteHost = "127.0.0.1"
-	cfg.Seed = string(seed)
+	cfg.Seed, cfg.UserJWT = string(seed), userJWT
 	cfg.HubURLs = h.LeafURLs()
 	if o.HubURL != "" {
 		cfg.HubURLs = []string{o.HubURL}
@@ -127,6 +140,7 @@ func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node
 func Unit(t testing.TB, h HubServers, unit string, o EdgeOptions, nodes ...string) []*natsnode.Node {
 	t.Helper()
 	out := make([]*natsnode.Node, 0, len(nodes))
+	o.Unit = unit
 	for _, name := range nodes {
 		out = append(out, Edge(t, h, name, o))
 	}
@@ -175,3 +189,41 @@ func (s *Buffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock()
 
 // String returns everything written so far.
 func (s *Buffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// Creds writes a NATS credentials file for a new user of h's keys issued
+// by issue (e.g. an operator's), in t.TempDir(), and returns its path.
+func Creds(t testing.TB, issuer *identity.Issuer, issue func(i *identity.Issuer, pub string) (string, error)) string {
+	t.Helper()
+	path, err := WriteCreds(t.TempDir(), issuer, issue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// OperatorCreds writes the credentials of a human operator of h.
+func OperatorCreds(t testing.TB, issuer *identity.Issuer) string {
+	return Creds(t, issuer, func(i *identity.Issuer, pub string) (string, error) { return i.Operator("ops", pub, 0) })
+}
+
+// WriteCreds is Creds without a test: the file user.creds in dir.
+func WriteCreds(dir string, issuer *identity.Issuer, issue func(i *identity.Issuer, pub string) (string, error)) (string, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", err
+	}
+	pub, _ := kp.PublicKey()
+	userJWT, err := issue(issuer, pub)
+	if err != nil {
+		return "", err
+	}
+	data, err := identity.FormatCreds(userJWT, kp)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "user.creds")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}

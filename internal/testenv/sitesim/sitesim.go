@@ -40,8 +40,9 @@ const (
 // Hub is where agents connect: the embedded hub (*hub.Hub) or a hub
 // cluster (natstest.HubCluster).
 type Hub interface {
-	// AddEdge enrolls node's nkey public key on every hub server.
-	AddEdge(node, pub string) error
+	// IssueEdge issues node's credentials in unit for its nkey public
+	// key pub: the user JWT the hub servers accept.
+	IssueEdge(node, unit, pub string) (string, error)
 	// LeafURLs are the servers' leaf URLs; every agent gets them all.
 	LeafURLs() []string
 	// Domain is the hub's JetStream domain.
@@ -72,6 +73,7 @@ type Node struct {
 	Name, Unit, IP string
 
 	seed    string
+	userJWT string
 	app     *fx.App
 	nats    *natsnode.Node
 	members *membership.Membership
@@ -153,7 +155,7 @@ func (s *Sim) addSite(ctx context.Context, unit string, n int, agents bool) ([]*
 		seed, _ := kp.Seed()
 		pub, _ := kp.PublicKey()
 		node.seed = string(seed)
-		if err := s.cfg.Hub.AddEdge(node.Name, pub); err != nil {
+		if node.userJWT, err = s.cfg.Hub.IssueEdge(node.Name, unit, pub); err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
@@ -221,7 +223,7 @@ func (s *Sim) StartAgent(ctx context.Context, name string) error {
 	cfg := edgeapp.Default()
 	cfg.Admin.Addr = net.JoinHostPort(n.IP, fmt.Sprint(AdminPort))
 	cfg.NATS.NodeName = n.Name
-	cfg.NATS.Seed = n.seed
+	cfg.NATS.Seed, cfg.NATS.UserJWT = n.seed, n.userJWT
 	cfg.NATS.HubURLs = s.cfg.Hub.LeafURLs()
 	cfg.NATS.HubDomain = s.cfg.Hub.Domain()
 	cfg.NATS.ClientPort = -1

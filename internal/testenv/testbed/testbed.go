@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -24,7 +23,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
-	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
@@ -87,8 +86,10 @@ type Bed struct {
 	Health  *health.Service
 	Kubelet *edgesim.Simulator
 	Sites   *sitesim.Sim
-	// Operator is the password of the hub's "operator" user.
-	Operator string
+	// Identity is atoll-cloud's identity service (enrollment, revocation).
+	Identity *identity.Service
+	// OperatorCreds is a NATS credentials file of a human operator.
+	OperatorCreds string
 
 	cloudCfg cloudapp.Config
 	cloudLog *slog.Logger
@@ -103,7 +104,7 @@ func (b *Bed) StartCloud(ctx context.Context) error {
 	if b.cloud != nil {
 		return errors.New("testbed: atoll-cloud is running")
 	}
-	populate := fx.Populate(&b.HubLink, &b.Health)
+	populate := fx.Populate(&b.HubLink, &b.Health, &b.Identity)
 	if b.cloudCfg.EmbeddedHub() {
 		if b.Hub != nil {
 			// The agents and tools know the hub by its first ports and
@@ -113,13 +114,7 @@ func (b *Bed) StartCloud(ctx context.Context) error {
 		}
 		populate = fx.Options(populate, fx.Populate(&b.Hub))
 	}
-	extra := fx.Options()
-	if b.HubCluster != nil {
-		// An external hub: the edge keys come from its enrollment, as
-		// they would from an enrollment store.
-		extra = fx.Supply(fx.Annotate(b.HubCluster, fx.As(new(topology.NodeKeys))))
-	}
-	app := fx.New(cloudapp.Options(b.cloudCfg, b.cloudLog), populate, extra)
+	app := fx.New(cloudapp.Options(b.cloudCfg, b.cloudLog), populate)
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("atoll-cloud: %w", err)
 	}
@@ -186,21 +181,18 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b.Operator = randomHex(8)
 	cfg := cloudapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.IdentityDir = filepath.Join(o.Dir, "identity")
 	if o.HubCluster {
-		operators := func(c *hub.Config) { c.Operators = map[string]string{"operator": b.Operator} }
-		if b.HubCluster, err = natstest.StartHubCluster(ctx, filepath.Join(o.Dir, "hub"), o.Logger.With("service", "hub"), operators); err != nil {
+		if b.HubCluster, err = natstest.StartHubCluster(ctx, filepath.Join(o.Dir, "hub"), o.Logger.With("service", "hub")); err != nil {
 			return nil, fmt.Errorf("hub cluster: %w", err)
 		}
 		b.stops = append(b.stops, b.HubCluster.Close)
-		seedFile := filepath.Join(o.Dir, "atoll-cloud.nk")
-		if err := os.WriteFile(seedFile, b.HubCluster.ServiceSeed(), 0o600); err != nil {
-			return nil, err
-		}
+		// atoll-cloud holds the keys the servers trust and issues its
+		// own service credentials.
+		cfg.IdentityDir = b.HubCluster.IdentityDir()
 		cfg.HubLink.URLs = b.HubCluster.ClientURLs()
-		cfg.HubLink.NkeySeedFile = seedFile
 		cfg.Streams.Replicas = 3
 	} else {
 		cfg.Hub.Host = "127.0.0.1"
@@ -210,7 +202,6 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 		}
 		cfg.Hub.LeafPort = -1
 		cfg.Hub.StoreDir = filepath.Join(o.Dir, "hub")
-		cfg.Hub.Operators = map[string]string{"operator": b.Operator}
 	}
 	cfg.Kube.REST = b.Cluster.RESTConfig()
 	if o.ServiceAccount {
@@ -238,6 +229,15 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	if err := b.StartCloud(ctx); err != nil {
 		return nil, err
 	}
+	keys, err := identity.LoadKeys(cfg.IdentityDir)
+	if err != nil {
+		return nil, err
+	}
+	if b.OperatorCreds, err = natstest.WriteCreds(o.Dir, identity.NewIssuer(keys, cfg.HubLink.Domain), func(i *identity.Issuer, pub string) (string, error) {
+		return i.Operator("operator", pub, 0)
+	}); err != nil {
+		return nil, err
+	}
 	b.stops = append(b.stops, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -260,16 +260,41 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 			o.Agent(c)
 		}
 	}
-	var hubs sitesim.Hub = b.Hub
-	if b.HubCluster != nil {
-		hubs = b.HubCluster
-	}
+	hubs := enroller{b: bed, leafs: b.LeafURLs(), domain: cfg.HubLink.Domain}
 	if b.Sites, err = sitesim.New(sitesim.Config{Hub: hubs, Kube: b.Kubelet, StateDir: filepath.Join(o.Dir, "edge"), Net: o.Net,
 		UnitLabel: cfg.Topology.UnitLabel, Agent: agent, Logger: o.Logger.With("service", "atoll-edge")}); err != nil {
 		return nil, err
 	}
 	b.stops = append(b.stops, func() { _ = bed.Sites.Close(context.Background()) })
 	return b, nil
+}
+
+// enroller issues the simulated nodes' credentials through atoll-cloud's
+// identity service, as enrollment would: the cloud knows every node's key.
+type enroller struct {
+	b      *Bed
+	leafs  []string
+	domain string
+}
+
+func (e enroller) IssueEdge(node, unit, pub string) (string, error) {
+	if e.b.Identity == nil {
+		return "", errors.New("testbed: atoll-cloud is stopped")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return e.b.Identity.IssueEdge(ctx, node, unit, pub)
+}
+
+func (e enroller) LeafURLs() []string { return e.leafs }
+func (e enroller) Domain() string     { return e.domain }
+
+// LeafURLs are where the agents' leaf remotes dial.
+func (b *Bed) LeafURLs() []string {
+	if b.HubCluster != nil {
+		return b.HubCluster.LeafURLs()
+	}
+	return b.Hub.LeafURLs()
 }
 
 // HubURL is where operators' tools reach the hub (one server of a

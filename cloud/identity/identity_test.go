@@ -1,0 +1,393 @@
+package identity_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nkeys"
+
+	"github.com/atoll-edge/atoll/cloud/identity"
+	"github.com/atoll-edge/atoll/edge/enroll"
+	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+)
+
+// fabric is a hub shape with atoll-cloud's identity service on it.
+type fabric struct {
+	ids      *identity.Service
+	issuer   *identity.Issuer
+	leafURLs []string
+	client   hublink.ClientConfig
+	cloud    *nats.Conn
+}
+
+// IssueEdge enrolls through the identity service, which records the key.
+func (f fabric) IssueEdge(node, unit, pub string) (string, error) {
+	return f.ids.IssueEdge(context.Background(), node, unit, pub)
+}
+
+func (f fabric) LeafURLs() []string { return f.leafURLs }
+
+func start(t *testing.T, shape string, cfg identity.Config) fabric {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	log := natstest.Logger(t, slog.LevelWarn)
+	var f fabric
+	switch shape {
+	case "embedded":
+		h := natstest.Hub(t)
+		f.issuer, f.leafURLs, f.client = h.Issuer(), h.LeafURLs(), h.ClientConfig()
+	case "cluster":
+		c := natstest.NewHubCluster(t)
+		f.issuer, f.leafURLs, f.client = c.Issuer(), c.LeafURLs(), c.ClientConfig()
+		cfg.Replicas = 3
+	}
+	var err error
+	if f.cloud, err = f.client.Dialer("cloud", log)(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.cloud.Close)
+	sys, err := identity.DialSystem(ctx, f.client, f.issuer, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	if f.ids, err = identity.NewService(cfg, f.issuer, f.cloud, sys, log, nil); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 30*time.Second, func() error { return f.ids.Start(ctx) })
+	t.Cleanup(func() { _ = f.ids.Stop() })
+	return f
+}
+
+func linked(t *testing.T, want bool, n *natsnode.Node, within time.Duration) {
+	t.Helper()
+	poll.Eventually(t, within, func() error {
+		if got := n.Status().HubConnected; got != want {
+			return fmt.Errorf("%s linked %v, want %v", n.Name(), got, want)
+		}
+		return nil
+	})
+}
+
+// staysOff fails when n links within d.
+func staysOff(t *testing.T, n *natsnode.Node, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if n.Status().HubConnected {
+			t.Fatalf("%s linked again", n.Name())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var shapes = []string{"embedded", "cluster"}
+
+// TestRevoke: atoll node revoke (the revoke endpoint, called with an
+// operator's credentials) closes the node's live leaf within seconds on
+// every hub shape, and the node cannot link again; its unit peer keeps
+// its link.
+func TestRevoke(t *testing.T) {
+	for _, shape := range shapes {
+		t.Run(shape, func(t *testing.T) {
+			f := start(t, shape, identity.DefaultConfig())
+			nodes := natstest.Unit(t, f, "u1", natstest.EdgeOptions{}, "a", "b")
+			linked(t, true, nodes[0], 20*time.Second)
+			linked(t, true, nodes[1], 20*time.Second)
+			if _, ok := f.ids.NodeKey("a"); !ok {
+				t.Fatal("no key recorded for a")
+			}
+
+			ops, err := nats.Connect(f.client.URLs[0], nats.UserCredentials(natstest.OperatorCreds(t, f.issuer)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(ops.Close)
+			req, _ := json.Marshal(identity.RevokeRequest{Node: "a"})
+			start := time.Now()
+			msg, err := ops.Request(identity.RevokeSubject, req, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := msg.Header.Get(micro.ErrorHeader); e != "" {
+				t.Fatalf("revoke refused: %s", e)
+			}
+			linked(t, false, nodes[0], 5*time.Second)
+			t.Logf("leaf closed %v after the revocation", time.Since(start).Round(time.Millisecond))
+			staysOff(t, nodes[0], 3*time.Second)
+			if !nodes[1].Status().HubConnected {
+				t.Error("b lost its link")
+			}
+			if _, ok := f.ids.NodeKey("a"); ok {
+				t.Error("a revoked node still has a key")
+			}
+			// Unknown nodes are refused with a clear error.
+			req, _ = json.Marshal(identity.RevokeRequest{Node: "ghost"})
+			msg, err = ops.Request(identity.RevokeSubject, req, 10*time.Second)
+			if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "400" {
+				t.Fatalf("revoke of an unknown node: %v %v", err, msg.Header)
+			}
+		})
+	}
+}
+
+// TestSuspendResume: a suspended node (its Kubernetes Node deleted) is cut
+// off and stays off; resumed, it links again with the same credentials.
+func TestSuspendResume(t *testing.T) {
+	f := start(t, "embedded", identity.DefaultConfig())
+	n := natstest.Edge(t, f, "a", natstest.EdgeOptions{Unit: "u1"})
+	linked(t, true, n, 20*time.Second)
+	f.ids.Suspend("a")
+	linked(t, false, n, 5*time.Second)
+	staysOff(t, n, 2*time.Second)
+	f.ids.Resume("a")
+	linked(t, true, n, 20*time.Second)
+}
+
+// token asks the token endpoint for a bootstrap token of node.
+func token(t *testing.T, f fabric, node, unit string, ttl time.Duration) string {
+	t.Helper()
+	req, _ := json.Marshal(identity.TokenRequest{Node: node, Unit: unit, TTL: ttl})
+	msg, err := f.cloud.Request(identity.TokenSubject, req, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := msg.Header.Get(micro.ErrorHeader); e != "" {
+		t.Fatalf("token refused: %s", e)
+	}
+	var rep identity.TokenReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep.Creds
+}
+
+// bootstrap connects with the bootstrap token creds as node's enrollment
+// client and enrolls.
+func bootstrap(ctx context.Context, f fabric, creds []byte, node string) (string, nkeys.KeyPair, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return "", nil, err
+	}
+	kp, err := jwt.ParseDecoratedNKey(creds)
+	if err != nil {
+		return "", nil, err
+	}
+	seed, _ := kp.Seed()
+	nc, err := nats.Connect(strings.Join(f.client.URLs, ","), nats.UserJWTAndSeed(tok, string(seed)),
+		nats.CustomInboxPrefix(events.InboxPrefix(node)), nats.MaxReconnects(0))
+	if err != nil {
+		return "", nil, err
+	}
+	defer nc.Close()
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return enroll.Bootstrap(rctx, nc, node, tok)
+}
+
+// asService sends an enrollment request with token for node as a cloud
+// service could (the only other identities allowed on the subject), to
+// check the service's own checks.
+func asService(t *testing.T, f fabric, node string, creds []byte) error {
+	t.Helper()
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	subj, _ := events.EnrollSubject(node)
+	data, _ := json.Marshal(events.EnrollRequest{Token: tok, Key: pub})
+	msg, err := f.cloud.Request(subj, data, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := msg.Header.Get(micro.ErrorHeader); e != "" {
+		return errors.New(e)
+	}
+	return nil
+}
+
+// TestEnrollment: a node enrolls once with its bootstrap token and gets
+// credentials for the key it generated, which link it; the same token is
+// refused the second time (its user is revoked, and the service refuses a
+// spent token), a token of another node is refused, an expired token is
+// refused.
+func TestEnrollment(t *testing.T) {
+	for _, shape := range shapes {
+		t.Run(shape, func(t *testing.T) {
+			f := start(t, shape, identity.DefaultConfig())
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+
+			creds := []byte(token(t, f, "a", "u1", time.Hour))
+			userJWT, kp, err := bootstrap(ctx, f, creds, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, _ := kp.PublicKey()
+			if key, ok := f.ids.NodeKey("a"); !ok || key != pub {
+				t.Fatalf("recorded key %q, enrolled %q", key, pub)
+			}
+			seed, _ := kp.Seed()
+			n := natstest.Edge(t, f, "a", natstest.EdgeOptions{Seed: string(seed), UserJWT: userJWT})
+			linked(t, true, n, 20*time.Second)
+
+			if _, _, err := bootstrap(ctx, f, creds, "a"); err == nil {
+				t.Error("a token enrolled twice")
+			}
+			if err := asService(t, f, "a", creds); err == nil || !strings.Contains(err.Error(), "used already") {
+				t.Errorf("spent token: %v", err)
+			}
+			// Another node's token, for a.
+			other := []byte(token(t, f, "b", "u1", time.Hour))
+			if _, _, err := bootstrap(ctx, f, other, "a"); err == nil {
+				t.Error("b's token enrolled a")
+			}
+			if err := asService(t, f, "a", other); err == nil || !strings.Contains(err.Error(), "another node") {
+				t.Errorf("b's token for a: %v", err)
+			}
+			// Expired.
+			short := []byte(token(t, f, "c", "u1", time.Second))
+			time.Sleep(2100 * time.Millisecond) // the token's expiry has a resolution of seconds
+			if _, _, err := bootstrap(ctx, f, short, "c"); err == nil {
+				t.Error("an expired token enrolled")
+			}
+			if err := asService(t, f, "c", short); err == nil || !strings.Contains(err.Error(), "expired") {
+				t.Errorf("expired token: %v", err)
+			}
+			if _, ok := f.ids.NodeKey("c"); ok {
+				t.Error("c enrolled")
+			}
+		})
+	}
+}
+
+// TestRenewKeepsLinked: a node renews its credentials with its current
+// ones; the leaf reconnects with the new JWT at once and the node keeps
+// publishing; its key stays the same.
+func TestRenewKeepsLinked(t *testing.T) {
+	f := start(t, "embedded", identity.DefaultConfig())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	n := natstest.Edge(t, f, "a", natstest.EdgeOptions{Unit: "u1"})
+	linked(t, true, n, 20*time.Second)
+	agent, err := n.Connect("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Close)
+	old := n.UserJWT()
+	time.Sleep(1100 * time.Millisecond) // a new JWT has a new issue time
+	fresh, err := enroll.Renew(ctx, agent, "a", n.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh == old {
+		t.Fatal("renewal returned the old JWT")
+	}
+	if err := n.SetUserJWT(fresh); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.NewWithDomain(f.cloud, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan struct{}, 1)
+	sub, err := f.cloud.Subscribe("atoll.topo.node.a", func(*nats.Msg) {
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	poll.Eventually(t, 10*time.Second, func() error {
+		_ = agent.Publish("atoll.topo.node.a", []byte("x"))
+		select {
+		case <-seen:
+			return nil
+		default:
+			return errors.New("nothing arrived")
+		}
+	})
+	// A key that is not the node's cannot renew.
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	if _, err := enroll.Renew(ctx, agent, "a", pub); err == nil {
+		t.Error("renewed for another key")
+	}
+}
+
+// TestConcurrentRevocations: two atoll-cloud replicas (two identity
+// services) that revoke different keys at the same moment both hold in the
+// end, though each pushes the whole account JWT.
+func TestConcurrentRevocations(t *testing.T) {
+	f := start(t, "cluster", identity.DefaultConfig())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	log := natstest.Logger(t, slog.LevelWarn)
+	sys, err := identity.DialSystem(ctx, f.client, f.issuer, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	cfg := identity.DefaultConfig()
+	cfg.Replicas = 3
+	other, err := identity.NewService(cfg, f.issuer, f.cloud, sys, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Stop() })
+	revokers := []*identity.Revoker{f.ids.Revoker(), other.Revoker()}
+	var keys []string
+	for range 8 {
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		keys = append(keys, pub)
+	}
+	errs := make(chan error, len(keys))
+	for i, k := range keys {
+		go func() { errs <- revokers[i%2].Revoke(ctx, k) }()
+	}
+	for range keys {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		for _, k := range keys {
+			revoked, err := revokers[0].Revoked(ctx, k, time.Now().Add(-time.Minute))
+			if err != nil {
+				return err
+			}
+			if !revoked {
+				return fmt.Errorf("revocation of %s lost", k)
+			}
+		}
+		return nil
+	})
+}
