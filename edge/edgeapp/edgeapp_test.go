@@ -157,6 +157,23 @@ func TestEdgesJoinTheirUnit(t *testing.T) {
 		return nil
 	})
 
+	// With its own node's credentials, each agent may read back its
+	// assignment and unit view from the stream (direct gets) to compare
+	// them with what it holds.
+	poll.Eventually(t, 10*time.Second, func() error {
+		for _, e := range edges {
+			if n := e.metric(t, "atoll_membership_checks_total", ""); n < 2 {
+				return fmt.Errorf("%s compared its views with the stream %v times", e.node.Name(), n)
+			}
+		}
+		return nil
+	})
+	for _, e := range edges {
+		if n := e.metric(t, "atoll_membership_check_errors_total", ""); n != 0 {
+			t.Errorf("%s failed to read the stream %v times", e.node.Name(), n)
+		}
+	}
+
 	// c restarts while the cloud is gone: it rejoins u1 from its kept state.
 	apps[2].RequireStop()
 	cloudApp.RequireStop()

@@ -137,6 +137,7 @@ func (m *Membership) checkFailed(kind string, err error) {
 }
 
 func (m *Membership) checkOK() {
+	m.metrics.checks.Inc()
 	m.mu.Lock()
 	warned := m.checkWarned
 	m.failedChecks, m.checkWarned = 0, false

@@ -20,8 +20,9 @@ type metrics struct {
 	behind   *prometheus.GaugeVec
 	catchups *prometheus.CounterVec
 	lag      *prometheus.HistogramVec
-	// checkErrors counts reads of the stream that failed.
-	checkErrors prometheus.Counter
+	// checks counts comparisons with the stream that read it; checkErrors
+	// the reads of the stream that failed.
+	checks, checkErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "How long the stream had held the value the agent caught up to.",
 			Buckets: []float64{0.5, 1, 2, 5, 10, 30, 60, 300, 1800},
 		}, []string{"view"}),
+		checks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "membership", Name: "checks_total",
+			Help: "Comparisons of the views held with the stream that could read the stream.",
+		}),
 		checkErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "membership", Name: "check_errors_total",
 			Help: "Comparisons of a view held with the stream that could not read the stream (hub unreachable, no permission).",
@@ -49,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.catchups.WithLabelValues(labelOf(kind))
 	}
 	if reg != nil {
-		reg.MustRegister(m.behind, m.catchups, m.lag, m.checkErrors)
+		reg.MustRegister(m.behind, m.catchups, m.lag, m.checks, m.checkErrors)
 	}
 	return m
 }
