@@ -1,12 +1,14 @@
 package edgeapp_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/membership"
@@ -27,7 +30,48 @@ import (
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
-func cloud(t *testing.T, mutate ...func(*cloudapp.Config)) (*hub.Hub, *fxtest.App) {
+// testCloud is an in-process atoll-cloud with its embedded hub. It issues
+// edge credentials through its identity service, as enrollment does, so
+// the node's key is registered and published in its unit view.
+type testCloud struct {
+	*hub.Hub
+	id *identity.Service
+
+	mu    sync.Mutex
+	creds map[string][2]string // node → its seed and user JWT, as its creds file keeps them
+}
+
+// IssueEdge issues and records node's credentials in unit for key pub.
+func (c *testCloud) IssueEdge(node, unit, pub string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.id.IssueEdge(ctx, node, unit, pub)
+}
+
+// nodeCreds returns node's seed and user JWT in unit: issued at its first
+// start, kept for its restarts (which may come while atoll-cloud is down).
+func (c *testCloud) nodeCreds(t *testing.T, node, unit string) (seed, userJWT string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if kept, ok := c.creds[node]; ok {
+		return kept[0], kept[1]
+	}
+	kp, _ := nkeys.CreateUser()
+	raw, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	userJWT, err := c.IssueEdge(node, unit, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.creds == nil {
+		c.creds = map[string][2]string{}
+	}
+	c.creds[node] = [2]string{string(raw), userJWT}
+	return string(raw), userJWT
+}
+
+func cloud(t *testing.T, mutate ...func(*cloudapp.Config)) (*testCloud, *fxtest.App) {
 	t.Helper()
 	cfg := cloudapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
@@ -41,8 +85,8 @@ func cloud(t *testing.T, mutate ...func(*cloudapp.Config)) (*hub.Hub, *fxtest.Ap
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var h *hub.Hub
-	opts := fx.Options(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.Populate(&h))
+	h := &testCloud{}
+	opts := fx.Options(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.Populate(&h.Hub, &h.id))
 	if err := fx.ValidateApp(opts); err != nil {
 		t.Fatalf("atoll-cloud graph: %v", err)
 	}
@@ -69,19 +113,13 @@ func (e edge) readyz(t *testing.T) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func startEdge(t *testing.T, h *hub.Hub, name, unit string, stateDir string, mutate ...func(*edgeapp.Config)) (edge, *fxtest.App) {
+func startEdge(t *testing.T, h *testCloud, name, unit string, stateDir string, mutate ...func(*edgeapp.Config)) (edge, *fxtest.App) {
 	t.Helper()
-	kp, _ := nkeys.CreateUser()
-	seed, _ := kp.Seed()
-	pub, _ := kp.PublicKey()
-	userJWT, err := h.IssueEdge(name, unit, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed, userJWT := h.nodeCreds(t, name, unit)
 	cfg := edgeapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.NATS.NodeName = name
-	cfg.NATS.Seed, cfg.NATS.UserJWT = string(seed), userJWT
+	cfg.NATS.Seed, cfg.NATS.UserJWT = seed, userJWT
 	cfg.NATS.HubURLs = []string{h.LeafURL().String()}
 	cfg.NATS.ClientPort, cfg.NATS.RoutePort = -1, -1
 	cfg.NATS.RouteHost = "127.0.0.1"

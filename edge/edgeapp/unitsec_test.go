@@ -175,7 +175,7 @@ func TestForgedReportsOnTheUnitMesh(t *testing.T) {
 	}
 	a, b, c := edges[0], edges[1], edges[2]
 	waitMeshed(t, "u1", edges...)
-	votes := recordVotes(t, h)
+	votes := recordVotes(t, h.Hub)
 	// Every node's key is in the view.
 	poll.Eventually(t, 10*time.Second, func() error {
 		for _, m := range b.mem.Current().Members {
@@ -305,7 +305,7 @@ func TestDepartedMemberIsLockedOut(t *testing.T) {
 	}()
 	a, b := edges[0], edges[1]
 	waitMeshed(t, "u1", edges...)
-	votes := recordVotes(t, h)
+	votes := recordVotes(t, h.Hub)
 	old := edges[2].node.Mesh()
 	if err := routeConnect(t, a, "u1", old.User, old.Password); err != nil {
 		t.Fatalf("a refuses the unit's own credentials: %v", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -49,7 +50,18 @@ func newAgent(t *testing.T, logs ...*slog.Logger) *agentFixture {
 	if err := events.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
-	edge := natstest.Edge(t, h, "n1", natstest.EdgeOptions{})
+	// The agent moves between units here, which a node's own credentials
+	// follow only through renewal (edge/enroll): the edge server links
+	// with a service identity. That an agent with its own node's
+	// credentials reads back its views is shown in edge/edgeapp.
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	userJWT, err := h.Issuer().Service("n1", pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := natstest.Edge(t, h, "n1", natstest.EdgeOptions{Seed: string(seed), UserJWT: userJWT})
 	nc, err := edge.Connect("agent")
 	if err != nil {
 		t.Fatal(err)
