@@ -49,8 +49,8 @@ type EdgeGate interface {
 
 // NodeKeys tells the service each edge node's identity key (its nkey user
 // public key), which it publishes in the node's unit view so that peers
-// can verify what the node signs (events.Verify). The embedded hub's
-// identity registry (cloud/hub.Identities) implements it.
+// can verify what the node signs (events.Verify). The identity service
+// (cloud/identity.Service) implements it.
 type NodeKeys interface {
 	// NodeKey returns node's nkey user public key ("U...").
 	NodeKey(node string) (pub string, ok bool)
