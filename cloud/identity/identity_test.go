@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,6 +113,9 @@ func TestRevoke(t *testing.T) {
 			if _, ok := f.ids.NodeKey("a"); !ok {
 				t.Fatal("no key recorded for a")
 			}
+			// Unit views follow key changes (topology.NodeKeys).
+			var notified atomic.Int32
+			f.ids.NotifyKeys(func() { notified.Add(1) })
 
 			ops, err := nats.Connect(f.client.URLs[0], nats.UserCredentials(natstest.OperatorCreds(t, f.issuer)))
 			if err != nil {
@@ -136,6 +140,9 @@ func TestRevoke(t *testing.T) {
 			if _, ok := f.ids.NodeKey("a"); ok {
 				t.Error("a revoked node still has a key")
 			}
+			if notified.Load() == 0 {
+				t.Error("the revocation did not notify the key watchers")
+			}
 			// Unknown nodes are refused with a clear error.
 			req, _ = json.Marshal(identity.RevokeRequest{Node: "ghost"})
 			msg, err = ops.Request(identity.RevokeSubject, req, 10*time.Second)
@@ -152,11 +159,19 @@ func TestSuspendResume(t *testing.T) {
 	f := start(t, "embedded", identity.DefaultConfig())
 	n := natstest.Edge(t, f, "a", natstest.EdgeOptions{Unit: "u1"})
 	linked(t, true, n, 20*time.Second)
+	var notified atomic.Int32
+	f.ids.NotifyKeys(func() { notified.Add(1) })
 	f.ids.Suspend("a")
 	linked(t, false, n, 5*time.Second)
 	staysOff(t, n, 2*time.Second)
+	if _, ok := f.ids.NodeKey("a"); ok || notified.Load() != 1 {
+		t.Errorf("suspended: key still published (%v) or %d notifications, want 1", ok, notified.Load())
+	}
 	f.ids.Resume("a")
 	linked(t, true, n, 20*time.Second)
+	if _, ok := f.ids.NodeKey("a"); !ok || notified.Load() != 2 {
+		t.Errorf("resumed: key published %v, %d notifications, want 2", ok, notified.Load())
+	}
 }
 
 // token asks the token endpoint for a bootstrap token of node.
