@@ -94,6 +94,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Hub.ClientPort, "hub-client-port", c.Hub.ClientPort, "hub client port for services and operators (-1: random)")
 	fs.IntVar(&c.Hub.LeafPort, "hub-leaf-port", c.Hub.LeafPort, "hub leafnode port for edge nodes (-1: random)")
 	fs.StringVar(&c.Hub.LeafAdvertise, "hub-leaf-advertise", c.Hub.LeafAdvertise, "leaf address gossiped to edges (empty: none)")
+	fs.StringVar(&c.Hub.LeafTLS.CertFile, "hub-leaf-tls-cert", c.Hub.LeafTLS.CertFile, "embedded hub: PEM certificate (with chain) the leaf listener requires TLS with; re-read when it changes (empty: plain leaf links)")
+	fs.StringVar(&c.Hub.LeafTLS.KeyFile, "hub-leaf-tls-key", c.Hub.LeafTLS.KeyFile, "embedded hub: the leaf certificate's PEM key")
 	fs.StringVar(&c.Hub.StoreDir, "hub-store-dir", c.Hub.StoreDir, "JetStream storage directory")
 	fs.Int64Var(&c.Hub.MaxMemory, "hub-max-memory", c.Hub.MaxMemory, "JetStream memory limit in bytes (0: server default)")
 	fs.Int64Var(&c.Hub.MaxStore, "hub-max-store", c.Hub.MaxStore, "JetStream storage limit in bytes (0: server default)")
@@ -182,6 +184,8 @@ func (c Config) hubFlags() error {
 		{"--hub-client-port", h.ClientPort != dh.ClientPort},
 		{"--hub-leaf-port", h.LeafPort != dh.LeafPort},
 		{"--hub-leaf-advertise", h.LeafAdvertise != dh.LeafAdvertise},
+		{"--hub-leaf-tls-cert", h.LeafTLS.CertFile != dh.LeafTLS.CertFile},
+		{"--hub-leaf-tls-key", h.LeafTLS.KeyFile != dh.LeafTLS.KeyFile},
 		{"--hub-store-dir", h.StoreDir != dh.StoreDir},
 		{"--hub-max-memory", h.MaxMemory != dh.MaxMemory},
 		{"--hub-max-store", h.MaxStore != dh.MaxStore},

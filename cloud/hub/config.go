@@ -25,6 +25,10 @@ type Config struct {
 	// nothing is gossiped: edges keep using the URLs they were configured
 	// with, so a load balancer or proxy in front of the hub is never bypassed.
 	LeafAdvertise string
+	// LeafTLS, when set, makes the leaf listener require TLS with this
+	// certificate, read again when its files change; edges verify it
+	// against their hub CA (atoll-edge --hub-ca-file).
+	LeafTLS TLSFiles
 	// StoreDir holds the JetStream streams.
 	StoreDir string
 	// Domain is the JetStream domain edge clients address the hub by.
@@ -140,6 +144,9 @@ func (c Config) Validate() error {
 		return errors.New("hub: JetStream limits must not be negative")
 	case c.Trust != nil && c.IdentityDir != "":
 		return errors.New("hub: identity dir and trust are exclusive")
+	}
+	if err := c.LeafTLS.Validate(); err != nil {
+		return err
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err

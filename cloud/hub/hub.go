@@ -118,6 +118,14 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	opts.LeafNode.Port = h.cfg.LeafPort
 	opts.LeafNode.Advertise = h.cfg.LeafAdvertise
 	opts.LeafNode.NoAdvertise = h.cfg.LeafAdvertise == ""
+	if h.cfg.LeafTLS.Enabled() {
+		certs, err := newCertFiles(h.cfg.LeafTLS)
+		if err != nil {
+			return nil, err
+		}
+		opts.LeafNode.TLSConfig = certs.serverConfig()
+		opts.LeafNode.TLSTimeout = 5
+	}
 	if c := h.cfg.Cluster; c.Enabled() {
 		opts.Cluster = server.ClusterOpts{
 			Name:      events.HubCluster,

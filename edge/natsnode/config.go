@@ -1,6 +1,8 @@
 package natsnode
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +39,11 @@ type Config struct {
 	HubURLs []string
 	// HubDomain is the hub's JetStream domain.
 	HubDomain string
+	// HubCAFile, when set, is the PEM bundle of CAs the hub's leaf
+	// certificate must chain to: the leaf link then runs over TLS and a
+	// hub that cannot show such a certificate is refused. Empty: plain
+	// NATS unless the hub asks for TLS (then the system's roots verify).
+	HubCAFile string
 	// Seed is the node's nkey seed ("SU..."), its identity on the hub,
 	// and UserJWT the user JWT atoll-cloud issued for its public key
 	// (cloud/identity). CredsFile, a NATS credentials file holding both,
@@ -177,4 +184,20 @@ func (c Config) credentials() (seed, userJWT string, bootstrap bool, err error) 
 		return "", "", false, errors.New("natsnode: seed is not a user nkey seed (SU...)")
 	}
 	return seed, userJWT, bootstrap, nil
+}
+
+// hubTLS is the leaf link's TLS configuration when HubCAFile is set.
+func (c Config) hubTLS() (*tls.Config, error) {
+	if c.HubCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(filepath.Clean(c.HubCAFile))
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: hub CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("natsnode: hub CA file %s: no PEM certificate in it", c.HubCAFile)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, nil
 }

@@ -9,6 +9,7 @@ package natsnode
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -79,11 +80,13 @@ func (m Mesh) Validate() error {
 
 // Node is a running edge NATS server.
 type Node struct {
-	cfg  Config
-	log  *slog.Logger
-	slog *natslog.Logger // the server's logger; reports a listener that cannot bind
-	seed string
-	key  nkeys.KeyPair // from seed
+	cfg Config
+	// hubTLS verifies the hub's leaf certificate (nil: no CA configured).
+	hubTLS *tls.Config
+	log    *slog.Logger
+	slog   *natslog.Logger // the server's logger; reports a listener that cannot bind
+	seed   string
+	key    nkeys.KeyPair // from seed
 	// creds is the private credentials file the leaf remote reads at
 	// every connect (empty: plain nkey authentication), a copy of the
 	// credentials in use; bootstrap is set while they are a bootstrap
@@ -118,6 +121,10 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsnode: seed: %w", err)
 	}
+	hubTLS, err := cfg.hubTLS()
+	if err != nil {
+		return nil, err
+	}
 	agent, err := nkeys.CreateUser()
 	if err != nil {
 		return nil, fmt.Errorf("natsnode: agent key: %w", err)
@@ -132,6 +139,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		log:         log.With("component", "natsnode"),
 		seed:        seed,
 		key:         key,
+		hubTLS:      hubTLS,
 		agent:       agent,
 		users:       []*server.NkeyUser{{Nkey: pub}},
 		solo:        hex.EncodeToString(secret[:]),
@@ -212,6 +220,9 @@ func (n *Node) options() *server.Options {
 // nkey.
 func (n *Node) remote(hubs []*url.URL) *server.RemoteLeafOpts {
 	r := &server.RemoteLeafOpts{URLs: hubs, Disabled: !n.leafEnabled}
+	if n.hubTLS != nil {
+		r.TLS, r.TLSConfig, r.TLSTimeout = true, n.hubTLS.Clone(), 5
+	}
 	if n.creds == "" {
 		r.Nkey = n.seed
 	} else {

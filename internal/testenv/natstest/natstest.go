@@ -83,6 +83,8 @@ type HubServers interface {
 type EdgeOptions struct {
 	// HubURL overrides the hub's leaf URL (e.g. a Proxy in front of it).
 	HubURL string
+	// HubCAFile makes the leaf link TLS, verified against these CAs.
+	HubCAFile string
 	// Unit is the unit the node's credentials are scoped to (Unit sets
 	// it; empty: none).
 	Unit string
@@ -116,6 +118,7 @@ func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node
 	cfg.RouteHost = "127.0.0.1"
 	cfg.Seed, cfg.UserJWT = string(seed), userJWT
 	cfg.HubURLs = h.LeafURLs()
+	cfg.HubCAFile = o.HubCAFile
 	if o.HubURL != "" {
 		cfg.HubURLs = []string{o.HubURL}
 	}
