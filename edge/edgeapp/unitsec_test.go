@@ -1,14 +1,12 @@
 package edgeapp_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,45 +241,6 @@ func TestForgedReportsOnTheUnitMesh(t *testing.T) {
 	}
 }
 
-// errRefused is a route connection refused for its credentials.
-var errRefused = errors.New("route refused: authorization violation")
-
-// routeConnect opens a route connection to e's server with user and
-// password, as a server of unit would, and reports whether it is accepted
-// (nil: the server answered PING).
-func routeConnect(t *testing.T, e edge, unit, user, password string) error {
-	t.Helper()
-	u, err := url.Parse(e.node.RouteURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	r := bufio.NewReader(conn)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
-		t.Fatalf("route listener greeted with %q (%v)", line, err)
-	}
-	fmt.Fprintf(conn, `CONNECT {"verbose":false,"pedantic":false,"user":%q,"pass":%q,"name":"intruder-%d","cluster":%q,"headers":true}`+"\r\nPING\r\n",
-		user, password, time.Now().UnixNano(), unit)
-	for {
-		line, err := r.ReadString('\n')
-		switch {
-		case err != nil:
-			return fmt.Errorf("route closed without an answer: %w", err)
-		case strings.Contains(line, "Authorization Violation"):
-			return errRefused
-		case strings.HasPrefix(line, "-ERR"):
-			return errors.New(strings.TrimSpace(line))
-		case strings.HasPrefix(line, "PONG"):
-			return nil
-		}
-	}
-}
-
 // TestDepartedMemberIsLockedOut: real agents a, b and c of one unit, with
 // traffic flowing between a and b. c leaves the unit (its agent stops and
 // the cloud drops it); the cloud rotates the unit's route password, a and
@@ -307,7 +266,7 @@ func TestDepartedMemberIsLockedOut(t *testing.T) {
 	waitMeshed(t, "u1", edges...)
 	votes := recordVotes(t, h.Hub)
 	old := edges[2].node.Mesh()
-	if err := routeConnect(t, a, "u1", old.User, old.Password); err != nil {
+	if err := natstest.RouteConnect(t, a.node, "u1", old.User, old.Password); err != nil {
 		t.Fatalf("a refuses the unit's own credentials: %v", err)
 	}
 
@@ -383,10 +342,10 @@ func TestDepartedMemberIsLockedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range []edge{a, b} {
-		if err := routeConnect(t, e, "u1", old.User, old.Password); !errors.Is(err, errRefused) {
+		if err := natstest.RouteConnect(t, e.node, "u1", old.User, old.Password); !errors.Is(err, natstest.ErrRouteRefused) {
 			t.Fatalf("%s accepts the departed node's credentials: %v", e.node.Name(), err)
 		}
-		if err := routeConnect(t, e, "u1", rotated.User, rotated.Password); err != nil {
+		if err := natstest.RouteConnect(t, e.node, "u1", rotated.User, rotated.Password); err != nil {
 			t.Fatalf("%s refuses the rotated credentials: %v", e.node.Name(), err)
 		}
 	}

@@ -1,61 +1,13 @@
 package natsnode_test
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
-	"net"
-	"net/url"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
-
-// errRefused is a route connection the server refused for its credentials.
-var errRefused = errors.New("route refused: authorization violation")
-
-// routeConnect opens a route connection to n's route listener with user
-// and password, as a server of cluster would, and reports whether n
-// accepts it (nil: it answered PING).
-func routeConnect(t *testing.T, n *natsnode.Node, cluster, user, password string) error {
-	t.Helper()
-	u, err := url.Parse(n.RouteURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	r := bufio.NewReader(conn)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
-		t.Fatalf("route listener of %s greeted with %q (%v)", n.Name(), line, err)
-	}
-	connect := fmt.Sprintf(`CONNECT {"verbose":false,"pedantic":false,"user":%q,"pass":%q,"tls_required":false,"name":"intruder-%d","cluster":%q,"headers":true}`+"\r\nPING\r\n",
-		user, password, time.Now().UnixNano(), cluster)
-	if _, err := conn.Write([]byte(connect)); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		line, err := r.ReadString('\n')
-		switch {
-		case err != nil:
-			return fmt.Errorf("route closed without an answer: %w", err)
-		case strings.Contains(line, "Authorization Violation"):
-			return errRefused
-		case strings.HasPrefix(line, "-ERR"):
-			return errors.New(strings.TrimSpace(line))
-		case strings.HasPrefix(line, "PONG"):
-			return nil
-		}
-	}
-}
 
 // TestRotatedRouteCredentials: when a unit's members get new route
 // credentials (the cloud rotates them when c leaves), they route to each
@@ -68,7 +20,7 @@ func TestRotatedRouteCredentials(t *testing.T) {
 	a, b, c := unit[0], unit[1], unit[2]
 	waitLinks(t, true, unit)
 	old := natstest.MeshOf("u1", a, b, c)
-	if err := routeConnect(t, a, "u1", old.User, old.Password); err != nil {
+	if err := natstest.RouteConnect(t, a, "u1", old.User, old.Password); err != nil {
 		t.Fatalf("before the rotation a refuses the unit's credentials: %v", err)
 	}
 
@@ -82,10 +34,10 @@ func TestRotatedRouteCredentials(t *testing.T) {
 	// c keeps the old password and its old peers, and keeps trying.
 	waitLinks(t, true, []*natsnode.Node{a, b}, []*natsnode.Node{c})
 	for _, n := range []*natsnode.Node{a, b} {
-		if err := routeConnect(t, n, "u1", old.User, old.Password); !errors.Is(err, errRefused) {
+		if err := natstest.RouteConnect(t, n, "u1", old.User, old.Password); !errors.Is(err, natstest.ErrRouteRefused) {
 			t.Fatalf("%s with the old password: %v, want refused", n.Name(), err)
 		}
-		if err := routeConnect(t, n, "u1", rotated.User, rotated.Password); err != nil {
+		if err := natstest.RouteConnect(t, n, "u1", rotated.User, rotated.Password); err != nil {
 			t.Fatalf("%s with the new password: %v", n.Name(), err)
 		}
 		if got := n.Status().RouteRotations; got != 1 {
