@@ -150,7 +150,8 @@ type GridStatus struct {
 
 // RolloutStatus is the position of a rollout.
 type RolloutStatus struct {
-	// Revision is the hash of the grid's template the rollout brings.
+	// Revision is the hash of the grid's spec (all but rollout) the
+	// rollout brings.
 	Revision string `json:"revision"`
 	// Updated lists the units whose child has this revision.
 	// +optional
@@ -159,9 +160,14 @@ type RolloutStatus struct {
 	// they will change.
 	// +optional
 	Pending []string `json:"pending,omitempty"`
-	// Stalled lists the units that missed their progress deadline.
+	// Stalled lists the units that missed their progress deadline: the
+	// rollout stopped there (Progressing=False) until it is resumed.
 	// +optional
 	Stalled []string `json:"stalled,omitempty"`
+	// Skipped lists the stalled units a resume let the rollout pass: they
+	// count as done for this revision.
+	// +optional
+	Skipped []string `json:"skipped,omitempty"`
 	// Resumed is the spec.rollout.resume value last acted on.
 	// +optional
 	Resumed string `json:"resumed,omitempty"`
