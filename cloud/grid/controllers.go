@@ -198,14 +198,8 @@ func setupWorkload[S any](c *Controllers, m ctrlmanager.Manager, name string, k 
 		For(grid, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Children it controls: status (readiness), hand edits and deletes.
 		Owns(child).
-		// Orphans labeled for a grid: adopted.
-		Watches(child, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			g := o.GetLabels()["apps.atoll.io/grid"]
-			if g == "" || metav1.GetControllerOf(o) != nil {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: g}}}
-		})).
+		// Orphans labeled for a grid (adopted), objects in a child's way.
+		Watches(child, handler.EnqueueRequestsFromMapFunc(r.orphanRequests)).
 		// Units: nodes that join or leave a unit of a grid's key.
 		Watches(&corev1.Node{}, nodeHandler(m.GetClient(), k, c.cfg.UnitLabel, r.log)).
 		// Unit lifecycle events from the hub (EnqueueUnit).

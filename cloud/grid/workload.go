@@ -69,6 +69,22 @@ type reconciler[S any] struct {
 	// revision was changed by hand and is applied again. Empty after a
 	// restart, which then trusts the revision annotation (no writes).
 	applied map[types.UID]int64
+	// blocked maps the key of an object that holds a child's name
+	// without being the grid's to the grid's key.
+	blocked sync.Map
+}
+
+// orphanRequests maps a child event to its grid: an orphan labeled for a
+// grid (to adopt), or an object that blocked a grid's child name.
+func (r *reconciler[S]) orphanRequests(_ context.Context, o client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	if g, ok := r.blocked.Load(client.ObjectKeyFromObject(o)); ok {
+		out = append(out, reconcile.Request{NamespacedName: g.(types.NamespacedName)})
+	}
+	if g := o.GetLabels()[wellknown.LabelGrid]; g != "" && metav1.GetControllerOf(o) == nil {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: g}})
+	}
+	return out
 }
 
 func (r *reconciler[S]) gvk() schema.GroupVersionKind {
@@ -136,6 +152,25 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 			// An orphan of a unit that is gone: not ours to delete.
 		default:
 			current[unit] = c // ours, or an orphan to adopt
+		}
+	}
+
+	// A missing child's name may be taken by an object that is not this
+	// grid's (say, one released above): never overwrite it.
+	for _, u := range slices.Sorted(maps.Keys(desired)) {
+		if _, ok := current[u]; ok {
+			continue
+		}
+		o := r.k.NewChild()
+		err := r.c.Get(ctx, client.ObjectKey{Namespace: g.GetNamespace(), Name: desired[u].Name}, o)
+		switch {
+		case err == nil:
+			problems = append(problems, fmt.Sprintf("unit %s: %s %s exists and is not labeled for this grid", u, r.k.Kind, o.GetName()))
+			delete(desired, u)
+			// Its deletion or relabeling enqueues this grid.
+			r.blocked.Store(client.ObjectKeyFromObject(o), client.ObjectKeyFromObject(g))
+		case !apierrors.IsNotFound(err):
+			return reconcile.Result{}, err
 		}
 	}
 
