@@ -128,7 +128,21 @@ var (
 	// VoteFollower gives every cloud replica every vote (the tallies).
 	VoteFollower = FollowSpec("votes", StreamHealth, VoteSubjects)
 	// TopologyFollower gives every cloud replica every node's report.
-	TopologyFollower = FollowSpec("topology", StreamTopology, TopoSubjects)
+	TopologyFollower = FollowSpec("topology", StreamTopology, TopologyFamily.Wildcard())
+	// UnitEventConsumer hands each unit lifecycle event to one replica's
+	// grid controllers (the leader's: they enqueue the grids of the unit
+	// label there). The last event of each unit is delivered when the
+	// consumer is first created.
+	UnitEventConsumer = ConsumerSpec{
+		Name:           "grid-units",
+		Mode:           Shared,
+		Stream:         StreamTopology,
+		FilterSubjects: []string{UnitEventFamily.Wildcard()},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		AckWait:        30 * time.Second,
+		MaxDeliver:     20,
+		MaxAckPending:  1000,
+	}
 )
 
 // AssignmentFollower is the consumer of node's assignment, on its edge agent.

@@ -173,6 +173,18 @@ func ParseTopologySubject(subject string) (node string, err error) {
 	return t[0], nil
 }
 
+// UnitEventSubject is where the cloud publishes unit's lifecycle events.
+func UnitEventSubject(unit string) (string, error) { return UnitEventFamily.Subject(unit) }
+
+// ParseUnitEventSubject returns the unit of a unit event subject.
+func ParseUnitEventSubject(subject string) (unit string, err error) {
+	t, err := UnitEventFamily.Parse(subject)
+	if err != nil {
+		return "", err
+	}
+	return t[0], nil
+}
+
 // ViewSubject is where the cloud publishes its view of one object for unit.
 // Use ClusterScoped as namespace for cluster-scoped objects.
 func ViewSubject(unit, kind, namespace, name string) (string, error) {
