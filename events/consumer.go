@@ -128,7 +128,7 @@ var (
 	// VoteFollower gives every cloud replica every vote (the tallies).
 	VoteFollower = FollowSpec("votes", StreamHealth, VoteSubjects)
 	// TopologyFollower gives every cloud replica every node's report.
-	TopologyFollower = FollowSpec("topology", StreamTopology, TopologyFamily.Wildcard())
+	TopologyFollower = FollowSpec("topology", StreamTopology, NodeTopologySubjects)
 	// UnitEventConsumer hands each unit lifecycle event to one replica's
 	// grid controllers (the leader's: they enqueue the grids of the unit
 	// label there). The last event of each unit is delivered when the
@@ -137,7 +137,7 @@ var (
 		Name:           "grid-units",
 		Mode:           Shared,
 		Stream:         StreamTopology,
-		FilterSubjects: []string{UnitEventFamily.Wildcard()},
+		FilterSubjects: []string{UnitEventSubjects},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		AckWait:        30 * time.Second,
 		MaxDeliver:     20,

@@ -41,8 +41,13 @@ const (
 	ProbeSubjects  = Root + ".health.probe.>"
 	VoteSubjects   = Root + ".health.vote.>"
 	TopoSubjects   = Root + ".topo.>"
-	ViewSubjects   = Root + ".view.>"
-	TunnelSubjects = Root + ".tunnel.>"
+	// NodeTopologySubjects are the nodes' reports (TopologyFamily), and
+	// UnitEventSubjects the unit lifecycle events (UnitEventFamily), both
+	// in the TOPOLOGY stream.
+	NodeTopologySubjects = Root + ".topo.node.*"
+	UnitEventSubjects    = Root + ".topo.unit.*"
+	ViewSubjects         = Root + ".view.>"
+	TunnelSubjects       = Root + ".tunnel.>"
 )
 
 // StatusSubject is where operators (`atoll status`) ask the cloud for the

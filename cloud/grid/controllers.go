@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,6 +134,9 @@ type Controllers struct {
 	// units receives the grids to reconcile because their units changed
 	// (see EnqueueUnit).
 	units map[string]chan event.GenericEvent
+	// unitEventsOn: unit events drive the grids of the unit label, so
+	// Node events do not (see ConsumeUnitEvents).
+	unitEventsOn atomic.Bool
 }
 
 // New registers the DeploymentGrid, StatefulSetGrid and ServiceGrid
@@ -201,7 +205,7 @@ func setupWorkload[S any](c *Controllers, m ctrlmanager.Manager, name string, k 
 		// Orphans labeled for a grid (adopted), objects in a child's way.
 		Watches(child, handler.EnqueueRequestsFromMapFunc(r.orphanRequests)).
 		// Units: nodes that join or leave a unit of a grid's key.
-		Watches(&corev1.Node{}, nodeHandler(m.GetClient(), k, c.cfg.UnitLabel, r.log)).
+		Watches(&corev1.Node{}, nodeHandler(m.GetClient(), k, c.cfg.UnitLabel, &c.unitEventsOn, r.log)).
 		// Unit lifecycle events from the hub (EnqueueUnit).
 		WatchesRawSource(source.Channel(c.units[name], &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
@@ -215,8 +219,14 @@ func setupWorkload[S any](c *Controllers, m ctrlmanager.Manager, name string, k 
 // nodeHandler enqueues the grids of kind k whose units a node event may
 // change: a node that appears or goes with a grid's key, or whose value
 // of the key changes.
-func nodeHandler[S any](cl client.Reader, k gridKind[S], def string, log *slog.Logger) handler.EventHandler {
-	enqueue := func(ctx context.Context, q queue, changed func(key string) bool) {
+func nodeHandler[S any](cl client.Reader, k gridKind[S], def string, unitEvents *atomic.Bool, log *slog.Logger) handler.EventHandler {
+	enqueue := func(ctx context.Context, q queue, changed0 func(key string) bool) {
+		changed := func(key string) bool {
+			if key == def && unitEvents.Load() {
+				return false // the unit events bring these
+			}
+			return changed0(key)
+		}
 		list := k.NewGridList()
 		if err := cl.List(ctx, list); err != nil {
 			log.Warn("node event: list grids", "kind", k.GridKind, "err", err)

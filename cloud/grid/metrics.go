@@ -6,9 +6,10 @@ import (
 
 // metrics of the grid controllers (subsystem "grid").
 type metrics struct {
-	writes  *prometheus.CounterVec // by kind and op: apply, delete, release, status
-	invalid *prometheus.CounterVec // by kind: reconciles that found the spec invalid
-	stalls  *prometheus.CounterVec // by kind: rollouts that stopped at their deadline
+	writes     *prometheus.CounterVec // by kind and op: apply, delete, release, status
+	invalid    *prometheus.CounterVec // by kind: reconciles that found the spec invalid
+	stalls     *prometheus.CounterVec // by kind: rollouts that stopped at their deadline
+	unitEvents *prometheus.CounterVec // by event kind: unit events handled
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -25,9 +26,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "atoll", Subsystem: "grid", Name: "rollout_stalls_total",
 			Help: "Rollouts stopped by a unit past its progress deadline, by kind.",
 		}, []string{"kind"}),
+		unitEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "grid", Name: "unit_events_total",
+			Help: "Unit lifecycle events from the hub handled (their grids enqueued), by kind.",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.writes, m.invalid, m.stalls} {
+		for _, c := range []prometheus.Collector{m.writes, m.invalid, m.stalls, m.unitEvents} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -11,20 +11,23 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
 // Module runs the grid controllers on the manager of cloud/manager when
 // Config.Mode allows: "auto" asks the apiserver whether apps.atoll.io is
 // served (deploy/crds installed) and, if not, logs that grids are off
-// (install the CRDs and restart atoll-cloud to turn them on). It provides
-// *Controllers, nil when they do not run.
+// (install the CRDs and restart atoll-cloud to turn them on). The unit
+// lifecycle events of the hub drive the grids of the unit label
+// (ConsumeUnitEvents). It provides *Controllers, nil when they do not run.
 var Module = fx.Module("grid",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Controllers) {}),
 )
 
-func newForApp(cfg Config, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer) (*Controllers, error) {
+func newForApp(cfg Config, m *manager.Manager, link *hublink.Link, evm *events.Metrics, log *slog.Logger, reg prometheus.Registerer) (*Controllers, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -41,7 +44,14 @@ func newForApp(cfg Config, m *manager.Manager, log *slog.Logger, reg prometheus.
 			return nil, nil
 		}
 	}
-	return New(cfg, m, log, reg)
+	c, err := New(cfg, m, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ConsumeUnitEvents(m, link.JetStream(), evm); err != nil {
+		return nil, fmt.Errorf("grid: unit events: %w", err)
+	}
+	return c, nil
 }
 
 // Served reports whether the apiserver serves apps.atoll.io/v1alpha1.
