@@ -48,7 +48,7 @@ func newForApp(cfg Config, m *manager.Manager, link *hublink.Link, evm *events.M
 	if err != nil {
 		return nil, err
 	}
-	if err := c.ConsumeUnitEvents(m, link.JetStream(), evm); err != nil {
+	if err := c.ConsumeUnitEvents(m, link, evm); err != nil {
 		return nil, fmt.Errorf("grid: unit events: %w", err)
 	}
 	return c, nil

@@ -14,6 +14,7 @@ import (
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -30,10 +31,11 @@ const (
 // of the unit label: each event enqueues them, and Node events no longer
 // do for that key (they still do for other keys). It runs on the leader,
 // with the controllers. Call it before the manager starts.
-func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, js jetstream.JetStream, evm *events.Metrics) error {
+func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, link *hublink.Link, evm *events.Metrics) error {
 	c.unitEventsOn.Store(true)
 	cl := m.GetClient()
 	return m.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
+		js := link.JetStream() // connected by the time the manager runs
 		err := events.Consume(ctx, js, events.UnitEventConsumer, func(ctx context.Context, ev events.Event[*atollv1.UnitEvent]) error {
 			return c.handleUnitEvent(ctx, cl, js, ev)
 		}, events.ConsumeOptions{Workers: 2, Logger: c.log, Metrics: evm})

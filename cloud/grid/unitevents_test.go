@@ -18,6 +18,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/grid"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -60,7 +61,7 @@ func TestUnitEventsDriveGrids(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctrls.ConsumeUnitEvents(m, js, events.NewMetrics(nil)); err != nil {
+	if err := ctrls.ConsumeUnitEvents(m, hublink.Of(nc, js), events.NewMetrics(nil)); err != nil {
 		t.Fatal(err)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
