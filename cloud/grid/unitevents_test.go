@@ -92,11 +92,19 @@ func TestUnitEventsDriveGrids(t *testing.T) {
 	if err := c.Create(ctx, node("n1", map[string]string{wellknown.LabelUnit: "a"})); err != nil {
 		t.Fatal(err)
 	}
-	// The grid's creation reconciles it: unit a's copy.
+	// The grid's creation reconciles it: unit a's copy; the copy's
+	// creation reconciles it once more. Then nothing moves.
+	before := reconciles(t)
 	if err := c.Create(ctx, webGrid("default")); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 30*time.Second, func() error { return exists("web-a") })
+	poll.Eventually(t, 30*time.Second, func() error {
+		if n := reconciles(t) - before; n < 2 {
+			return fmt.Errorf("%v reconciles of the grid", n)
+		}
+		return nil
+	})
 
 	// A node of a new unit: the controllers' cache has it, no copy comes.
 	if err := c.Create(ctx, node("n2", map[string]string{wellknown.LabelUnit: "b"})); err != nil {
