@@ -130,6 +130,34 @@ func TestGridCRDsValidate(t *testing.T) {
 	}
 }
 
+// TestExamplesApply: the example grids of examples/ pass the apiserver's
+// validation (server-side dry-run) once the CRDs are installed.
+func TestExamplesApply(t *testing.T) {
+	names, err := deploy.ExampleNames()
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no examples (%v)", err)
+	}
+	cluster := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := cluster.Apply(ctx, crdObjects(t), kubetest.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		data, err := deploy.Read(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kubetest.DecodeManifests(n, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{DryRun: true}); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}
+
 // TestGridCRDDefaults: gridUniqKey defaults to the unit label of
 // internal/wellknown (schemas cannot import it; this keeps them equal).
 func TestGridCRDDefaults(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"io/fs"
 )
 
-//go:embed *.yaml crds/*.yaml
+//go:embed *.yaml crds/*.yaml examples/*.yaml
 var manifests embed.FS
 
 // Manifests is the manifests' file system: one YAML file per shape or
@@ -33,6 +33,10 @@ func Names() ([]string, error) {
 	}
 	return append(crds, top...), nil
 }
+
+// ExampleNames lists the example grids (examples/...), sorted: objects
+// to apply after crds/, not part of an installation.
+func ExampleNames() ([]string, error) { return fs.Glob(manifests, "examples/*.yaml") }
 
 // CRDNames lists the generated CustomResourceDefinitions of the
 // apps.atoll.io API (schemas/apps/v1alpha1), e.g.
