@@ -50,7 +50,7 @@ type gridEnv struct {
 // startGrids brings up a bed with the grid CRDs and RBAC, atoll-cloud as
 // its ServiceAccount (audited) on a hub cluster (so it can restart), and
 // the grids' periodic resync off: only events drive them.
-func startGrids(t *testing.T) *gridEnv {
+func startGrids(t testing.TB) *gridEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -102,7 +102,7 @@ func startGrids(t *testing.T) *gridEnv {
 }
 
 // addUnit registers n simulated nodes of unit (cpu CPUs each; 0: 4).
-func (e *gridEnv) addUnit(t *testing.T, unit string, n int, cpu string) []string {
+func (e *gridEnv) addUnit(t testing.TB, unit string, n int, cpu string) []string {
 	t.Helper()
 	var specs []edgesim.NodeSpec
 	var names []string
