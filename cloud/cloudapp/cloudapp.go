@@ -10,6 +10,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/cloud/grid"
@@ -261,6 +262,15 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			manager.Module,
 			health.Module,
 			grid.Module,
+			// With the grid controllers, topology keeps the NodeUnits
+			// (their disruption state from the health service).
+			fx.Invoke(func(g *grid.Controllers, m *manager.Manager, h *health.Service, log *slog.Logger, reg prometheus.Registerer) error {
+				if g == nil {
+					return nil
+				}
+				states := topology.UnitStatesFunc(func(u string) string { st, _ := h.UnitState(u); return string(st) })
+				return topology.SetupNodeUnits(m, c.Topology.UnitLabel, states, log, reg)
+			}),
 			webhook.Module,
 			status.Module,
 		)

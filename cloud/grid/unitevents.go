@@ -54,9 +54,11 @@ func (c *Controllers) handleUnitEvent(ctx context.Context, cl client.Reader, js 
 	if e.GetUnitLabel() != "" && e.GetUnitLabel() != c.cfg.UnitLabel {
 		return events.Reject(fmt.Errorf("unit event of %s for label %q; this cloud groups by %q", e.GetUnit(), e.GetUnitLabel(), c.cfg.UnitLabel))
 	}
-	if err := c.enqueueUnitGrids(ctx, cl); err != nil {
+	n, err := c.enqueueUnitGrids(ctx, cl)
+	if err != nil {
 		return err
 	}
+	c.log.Info("unit event", "unit", e.GetUnit(), "kind", e.GetKind().String(), "members", len(e.GetMembers()), "grids", n, "delivered", ev.Delivered)
 	var nodes corev1.NodeList
 	if err := cl.List(ctx, &nodes, client.MatchingLabels{c.cfg.UnitLabel: e.GetUnit()}); err != nil {
 		return fmt.Errorf("list nodes of unit %s: %w", e.GetUnit(), err)
@@ -92,14 +94,15 @@ func superseded(ctx context.Context, js jetstream.JetStream, ev events.Event[*at
 
 // enqueueUnitGrids sends every DeploymentGrid and StatefulSetGrid of the
 // unit label to its controller.
-func (c *Controllers) enqueueUnitGrids(ctx context.Context, cl client.Reader) error {
+func (c *Controllers) enqueueUnitGrids(ctx context.Context, cl client.Reader) (int, error) {
+	n := 0
 	lists := map[string]client.ObjectList{
 		DeploymentGridController:  &appsv1alpha1.DeploymentGridList{},
 		StatefulSetGridController: &appsv1alpha1.StatefulSetGridList{},
 	}
 	for name, list := range lists {
 		if err := cl.List(ctx, list); err != nil {
-			return fmt.Errorf("list grids: %w", err)
+			return n, fmt.Errorf("list grids: %w", err)
 		}
 		var grids []client.Object
 		switch l := list.(type) {
@@ -119,10 +122,11 @@ func (c *Controllers) enqueueUnitGrids(ctx context.Context, cl client.Reader) er
 		for _, g := range grids {
 			select {
 			case c.units[name] <- event.GenericEvent{Object: g}:
+				n++
 			case <-ctx.Done():
-				return ctx.Err()
+				return n, ctx.Err()
 			}
 		}
 	}
-	return nil
+	return n, nil
 }

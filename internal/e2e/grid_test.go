@@ -294,6 +294,18 @@ func TestGrids(t *testing.T) {
 		return nil
 	})
 
+	// Topology keeps a NodeUnit per unit.
+	poll.Eventually(t, 30*time.Second, func() error {
+		var nu appsv1alpha1.NodeUnit
+		if err := e.c.Get(ctx, client.ObjectKey{Name: "a"}, &nu); err != nil {
+			return err
+		}
+		if !slices.Equal(nu.Status.Members, nodes["a"]) || nu.Status.ReadyNodes != 2 || nu.Spec.UnitLabel != wellknown.LabelUnit {
+			return fmt.Errorf("NodeUnit a: %+v %+v", nu.Spec, nu.Status)
+		}
+		return nil
+	})
+
 	// A 4th unit's first node: its copy comes from the unit event.
 	start := time.Now()
 	nodes["d"] = e.addUnit(t, "d", 1, "")
@@ -304,6 +316,13 @@ func TestGrids(t *testing.T) {
 	e.relabel(t, nodes["c"][0], "a")
 	e.relabel(t, nodes["c"][1], "a")
 	poll.Eventually(t, 20*time.Second, e.wantUnits(ns, "web", "a", "b", "d"))
+	poll.Eventually(t, 20*time.Second, func() error {
+		err := e.c.Get(ctx, client.ObjectKey{Name: "c"}, &appsv1alpha1.NodeUnit{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("NodeUnit c still there (%v)", err)
+	})
 	nodes["a"] = append(nodes["a"], nodes["c"]...)
 	delete(nodes, "c")
 
@@ -525,6 +544,7 @@ var gridsNotInE2E = map[grant]string{
 	{verb: "list", group: "apps", resource: "statefulsets"}:              listFallback,
 	{verb: "list", group: "", resource: "services"}:                      listFallback,
 	{verb: "create", group: "apps", resource: "deployments"}:             applyCreates,
+	{verb: "create", group: "apps.atoll.io", resource: "nodeunits"}:      applyCreates,
 	{verb: "create", group: "apps", resource: "statefulsets"}:            applyCreates,
 	{verb: "create", group: "", resource: "services"}:                    applyCreates,
 	{verb: "delete", group: "apps", resource: "statefulsets"}:            "a StatefulSetGrid's unit vanishing is the same code as a DeploymentGrid's (cloud/grid/workload.go)",
