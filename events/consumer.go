@@ -131,14 +131,17 @@ var (
 	TopologyFollower = FollowSpec("topology", StreamTopology, NodeTopologySubjects)
 	// UnitEventConsumer hands each unit lifecycle event to one replica's
 	// grid controllers (the leader's: they enqueue the grids of the unit
-	// label there). The last event of each unit is delivered when the
-	// consumer is first created.
+	// label there). Created anew, it delivers what the stream holds: the
+	// last event of each unit (TOPOLOGY keeps one per subject), so
+	// deliver-all starts where last-per-subject would, without depending
+	// on how the server places the start of a filter that matches nothing
+	// yet (a new installation).
 	UnitEventConsumer = ConsumerSpec{
 		Name:           "grid-units",
 		Mode:           Shared,
 		Stream:         StreamTopology,
 		FilterSubjects: []string{UnitEventSubjects},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckWait:        30 * time.Second,
 		MaxDeliver:     20,
 		MaxAckPending:  1000,
