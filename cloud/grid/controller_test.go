@@ -151,7 +151,8 @@ func reconciles(t *testing.T) float64 {
 // TestDeploymentGridLifecycle runs the controllers against a real
 // apiserver and KCM (its garbage collector): one Deployment per unit with
 // its overrides, a new unit's copy, a vanished unit's copy deleted, a
-// hand-deleted copy recreated, an orphan adopted, a relabeled copy
+// hand-deleted copy recreated, a hand-scaled copy scaled back, an orphan
+// adopted, a relabeled copy
 // released (and its name then reported taken), the grid's deletion
 // collecting its children, and a restart that writes nothing.
 func TestDeploymentGridLifecycle(t *testing.T) {
@@ -287,6 +288,22 @@ func TestDeploymentGridLifecycle(t *testing.T) {
 		}
 		if d, ok := got["web-c"]; !ok || d.DeletionTimestamp != nil || metav1.GetControllerOf(&d) == nil {
 			return errors.New("web-c not recreated")
+		}
+		return nil
+	})
+
+	// A copy scaled by hand is scaled back (this process applied it).
+	scale := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":5}}`))
+	if err := c.Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-a"}}, scale); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		var d appsv1.Deployment
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-a"}, &d); err != nil {
+			return err
+		}
+		if *d.Spec.Replicas != 1 {
+			return fmt.Errorf("web-a has %d replicas", *d.Spec.Replicas)
 		}
 		return nil
 	})
