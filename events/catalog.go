@@ -97,6 +97,17 @@ var (
 		Producer: "edge reporter", Consumer: "cloud topology (every replica follows)",
 		Example: []string{"edge-1"},
 	}
+	// UnitEventFamily: the unit lifecycle events of the grid controllers
+	// (issue 11), in the TOPOLOGY stream beside the nodes' reports.
+	UnitEventFamily = &Family{
+		Name: "unit event", Pattern: Root + ".topo.unit.<unit>",
+		Transport: TransportStream, Stream: StreamTopology,
+		Message:  &atollv1.UnitEvent{},
+		Identity: map[string]string{"unit": "unit"},
+		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`, published expecting that last subject sequence",
+		Producer: "cloud topology (when a unit appears, its members change or it is gone)", Consumer: "cloud grid controllers: replicas share one durable consumer (`grid-units`)",
+		Example: []string{"site-a"},
+	}
 	AssignmentFamily = &Family{
 		Name: "assignment", Pattern: Root + ".view." + NoUnit + "." + KindAssignment + "." + ClusterScoped + ".<node>",
 		Transport: TransportStream, Stream: StreamViews,
@@ -155,7 +166,7 @@ var (
 
 // catalog is every family, in the README's order.
 var catalog = []*Family{
-	ProbeFamily, VoteFamily, TopologyFamily,
+	ProbeFamily, VoteFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
 	TunnelFamily, StatusFamily,
 }

@@ -128,7 +128,24 @@ var (
 	// VoteFollower gives every cloud replica every vote (the tallies).
 	VoteFollower = FollowSpec("votes", StreamHealth, VoteSubjects)
 	// TopologyFollower gives every cloud replica every node's report.
-	TopologyFollower = FollowSpec("topology", StreamTopology, TopoSubjects)
+	TopologyFollower = FollowSpec("topology", StreamTopology, NodeTopologySubjects)
+	// UnitEventConsumer hands each unit lifecycle event to one replica's
+	// grid controllers (the leader's: they enqueue the grids of the unit
+	// label there). Created anew, it delivers what the stream holds: the
+	// last event of each unit (TOPOLOGY keeps one per subject), so
+	// deliver-all starts where last-per-subject would, without depending
+	// on how the server places the start of a filter that matches nothing
+	// yet (a new installation).
+	UnitEventConsumer = ConsumerSpec{
+		Name:           "grid-units",
+		Mode:           Shared,
+		Stream:         StreamTopology,
+		FilterSubjects: []string{UnitEventSubjects},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckWait:        30 * time.Second,
+		MaxDeliver:     20,
+		MaxAckPending:  1000,
+	}
 )
 
 // AssignmentFollower is the consumer of node's assignment, on its edge agent.

@@ -41,8 +41,13 @@ const (
 	ProbeSubjects  = Root + ".health.probe.>"
 	VoteSubjects   = Root + ".health.vote.>"
 	TopoSubjects   = Root + ".topo.>"
-	ViewSubjects   = Root + ".view.>"
-	TunnelSubjects = Root + ".tunnel.>"
+	// NodeTopologySubjects are the nodes' reports (TopologyFamily), and
+	// UnitEventSubjects the unit lifecycle events (UnitEventFamily), both
+	// in the TOPOLOGY stream.
+	NodeTopologySubjects = Root + ".topo.node.*"
+	UnitEventSubjects    = Root + ".topo.unit.*"
+	ViewSubjects         = Root + ".view.>"
+	TunnelSubjects       = Root + ".tunnel.>"
 )
 
 // StatusSubject is where operators (`atoll status`) ask the cloud for the
@@ -167,6 +172,18 @@ func TopologySubject(node string) (string, error) { return TopologyFamily.Subjec
 // ParseTopologySubject returns the node of a topology subject.
 func ParseTopologySubject(subject string) (node string, err error) {
 	t, err := TopologyFamily.Parse(subject)
+	if err != nil {
+		return "", err
+	}
+	return t[0], nil
+}
+
+// UnitEventSubject is where the cloud publishes unit's lifecycle events.
+func UnitEventSubject(unit string) (string, error) { return UnitEventFamily.Subject(unit) }
+
+// ParseUnitEventSubject returns the unit of a unit event subject.
+func ParseUnitEventSubject(subject string) (unit string, err error) {
+	t, err := UnitEventFamily.Parse(subject)
 	if err != nil {
 		return "", err
 	}

@@ -188,3 +188,19 @@ func TestEmptyNameSaysWhichName(t *testing.T) {
 		})
 	}
 }
+
+// TestTopologyWildcards: the constants the consumers filter on (package
+// variables cannot use the compiled catalog) are the families' wildcards.
+func TestTopologyWildcards(t *testing.T) {
+	if got, want := NodeTopologySubjects, TopologyFamily.Wildcard(); got != want {
+		t.Errorf("NodeTopologySubjects %q, family wildcard %q", got, want)
+	}
+	if got, want := UnitEventSubjects, UnitEventFamily.Wildcard(); got != want {
+		t.Errorf("UnitEventSubjects %q, family wildcard %q", got, want)
+	}
+	for _, spec := range []ConsumerSpec{TopologyFollower, UnitEventConsumer} {
+		if err := spec.Validate(); err != nil || len(spec.FilterSubjects) != 1 || spec.FilterSubjects[0] == "" {
+			t.Errorf("%s: filters %q (%v)", spec.Name, spec.FilterSubjects, err)
+		}
+	}
+}

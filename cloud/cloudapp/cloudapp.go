@@ -10,8 +10,10 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
+	"github.com/atoll-edge/atoll/cloud/grid"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/hubclient"
@@ -48,6 +50,9 @@ type Config struct {
 	Health       health.Config
 	Webhook      webhook.Config
 	Registration webhook.RegistrationConfig
+	// Grid runs the grid workload controllers (cloud/grid) on the
+	// manager, with the kubernetes membership source.
+	Grid grid.Config
 	// IdentityDir holds the identity keys and trust (cloud/identity): the
 	// embedded hub creates them on its first start (default:
 	// <hub store dir>/identity); with an external hub they must exist
@@ -70,6 +75,7 @@ func Default() Config {
 		Health:   health.DefaultConfig(),
 		Webhook:  webhook.DefaultConfig(),
 		Identity: identity.DefaultConfig(),
+		Grid:     grid.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -131,6 +137,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Registration.Service.Name, "webhook-service", c.Registration.Service.Name, "name of the webhook Service (empty with --webhook-url)")
 	fs.StringVar(&c.Registration.CAFile, "webhook-ca-file", c.Registration.CAFile, "CA bundle that signs the webhook certificate, for the registration (--webhook-certs dir)")
 	fs.BoolVar(&c.Registration.FailOpen, "webhook-fail-open", c.Registration.FailOpen, "register no fail-closed guard: while atoll-cloud is down, protected nodes can be tainted for eviction")
+	fs.StringVar(&c.Grid.Mode, "grids", c.Grid.Mode, "grid workload controllers (DeploymentGrid, StatefulSetGrid, ServiceGrid): auto (when the apps.atoll.io CRDs are installed), on or off")
+	fs.DurationVar(&c.Grid.Resync, "grid-resync", c.Grid.Resync, "re-reconcile every grid this often (0: never; children, nodes and unit events drive them)")
+	fs.IntVar(&c.Grid.Workers, "grid-workers", c.Grid.Workers, "concurrent reconciles of each grid controller")
 	fs.Var((*cliflags.List)(&c.Registration.GuardUsers), "webhook-guard-users", "comma-separated identities of the node lifecycle controller (default: its service account and system:kube-controller-manager)")
 }
 
@@ -217,7 +226,7 @@ func (c Config) Validate() error {
 		checks = append(checks, c.HubLink)
 	}
 	if c.Kubernetes() {
-		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook)
+		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid)
 		if c.Registration.Enabled {
 			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
 				return err
@@ -241,16 +250,27 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	c.Health.Replicas = c.Streams.Replicas
 	c.Health.UnitLabel = c.Topology.UnitLabel
 	c.Registration.UnitLabel = c.Topology.UnitLabel
+	c.Grid.UnitLabel = c.Topology.UnitLabel
 	if c.Registration.Service.Namespace != "" {
 		c.Webhook.CertSecret.Namespace = c.Registration.Service.Namespace
 	}
 	k8s := fx.Options()
 	if c.Kubernetes() {
 		k8s = fx.Options(
-			fx.Supply(c.Kube, c.Manager, c.Health, c.Webhook, c.Registration),
+			fx.Supply(c.Kube, c.Manager, c.Health, c.Webhook, c.Registration, c.Grid),
 			kube.Module,
 			manager.Module,
 			health.Module,
+			grid.Module,
+			// With the grid controllers, topology keeps the NodeUnits
+			// (their disruption state from the health service).
+			fx.Invoke(func(g *grid.Controllers, m *manager.Manager, h *health.Service, log *slog.Logger, reg prometheus.Registerer) error {
+				if g == nil {
+					return nil
+				}
+				states := topology.UnitStatesFunc(func(u string) string { st, _ := h.UnitState(u); return string(st) })
+				return topology.SetupNodeUnits(m, c.Topology.UnitLabel, states, log, reg)
+			}),
 			webhook.Module,
 			status.Module,
 		)

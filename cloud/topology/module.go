@@ -68,6 +68,7 @@ func newForApp(p params) (*Service, error) {
 		s = svc
 	}
 	p.Registry.MustRegister(s.AgentsBehind())
+	p.Registry.MustRegister(s.UnitEventCollectors()...)
 	if p.Keys != nil {
 		s.SetNodeKeys(p.Keys)
 	}

@@ -93,6 +93,9 @@ type Service struct {
 
 	secrets map[string]cachedSecret // unit → its route secret (routes.go), as last read or written; under mu
 	keys    NodeKeys                // nil: members are published without keys
+
+	unitEvents     *unitEvents // unitevents.go
+	unitEventsOnce sync.Once
 }
 
 // New returns a topology service publishing through b (connected by the
@@ -450,10 +453,11 @@ func (s *Service) publish(ctx context.Context) error {
 		units[unit] = true
 		slices.Sort(names[unit])
 	}
+	unitEventsErr := s.publishUnitEvents(ctx, units, names)
 	s.metrics.nodes.Set(float64(len(assignments)))
 	s.metrics.units.Set(float64(len(members)))
 
-	var errs []error
+	errs := []error{unitEventsErr}
 	fail := func(reason, what string, err error) {
 		s.metrics.rejected.WithLabelValues(reason).Inc()
 		if ctx.Err() == nil {

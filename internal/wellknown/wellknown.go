@@ -43,3 +43,28 @@ const (
 // Kubernetes (patches, server-side applies, the webhook registration), and
 // its client's user agent.
 const FieldManager = "atoll-cloud"
+
+// Grid workloads (cloud/grid): labels and annotations of the children of
+// DeploymentGrids, StatefulSetGrids and ServiceGrids (apps.atoll.io).
+const (
+	// LabelGrid names the grid a child (Deployment, StatefulSet, Service)
+	// and its pods belong to.
+	LabelGrid = "apps.atoll.io/grid"
+	// LabelGridUnit names the unit a grid's child and its pods run in.
+	LabelGridUnit = "apps.atoll.io/unit"
+	// AnnotationGridRevision is the hash of what the grid controller
+	// applied to a child: equal to the desired one, nothing is written.
+	AnnotationGridRevision = "apps.atoll.io/revision"
+	// AnnotationGridRevisionSince is when the child got its revision
+	// (RFC 3339): the start of its progress deadline in a rollout.
+	AnnotationGridRevisionSince = "apps.atoll.io/revision-since"
+)
+
+// Topology-aware Services (issue 12's site-local traffic).
+const (
+	// TopologyKeysAnnotation on a Service lists, as a JSON array of node
+	// label keys, the keys whose value a client's node and an endpoint's
+	// node must share: ["atoll.io/unit"] keeps the traffic inside the
+	// client's unit. ServiceGrids write it.
+	TopologyKeysAnnotation = "topology.atoll.io/keys"
+)

@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}()
 	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and atoll-cloud ...")
 	start := time.Now()
-	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, HubCluster: o.cluster, Logger: log})
+	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, HubCluster: o.cluster, Grids: true, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -167,12 +167,22 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		say("site %s: %d nodes with real atoll-edge agents, a web pod on each behind Service %s/web", unit, o.nodes, unit)
 	}
 
+	grids, err := newGridClient(bed.Cluster.RESTConfig())
+	if err != nil {
+		return err
+	}
+	if err := createGrid(ctx, grids); err != nil {
+		return err
+	}
+	say("grid %s/hello: a DeploymentGrid (one copy per site, two replicas in site-b) and a ServiceGrid (hello-svc)", gridNamespace)
+
 	scenario := newScenario(o, bed, say)
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {
 		scenario.step(ctx)
 		printStatus(ctx, out, bed)
+		printGrids(ctx, out, grids)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -62,6 +62,24 @@ func TestDemo(t *testing.T) {
 		}
 		return nil
 	})
+	// The grid's copies: one per site, ready, two pods in site-b.
+	copies := []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^site-a\s+hello-site-a\s+yes\s+1/1\s*$`),
+		regexp.MustCompile(`(?m)^site-b\s+hello-site-b\s+yes\s+2/2\s*$`),
+	}
+	poll.Eventually(t, 60*time.Second, func() error {
+		s := out.String()
+		i := strings.LastIndex(s, "GRID demo/hello")
+		if i < 0 {
+			return poll.Errorf("no grid table yet")
+		}
+		for _, re := range copies {
+			if !re.MatchString(s[i:]) {
+				return poll.Errorf("grid table lacks %s: %q", re, s[i:])
+			}
+		}
+		return nil
+	})
 	cancel()
 	select {
 	case err := <-done:

@@ -31,6 +31,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{"decode", "-h"}, {"status", "-h"}, {"status", "--help"},
 		{"events", "-h"}, {"events", "tail", "-h"}, {"events", "catalog", "-h"},
 		{"nats", "-h"}, {"nats", "context", "-h"},
+		{"grid", "-h"}, {"grid", "status", "-h"}, {"grid", "resume", "-h"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, stdout, stderr := cli(t, args...)
@@ -48,7 +49,10 @@ func TestUsageErrors(t *testing.T) {
 		args       []string
 		want, hint string
 	}{
-		{nil, "atoll: no command given (decode, events tail, events catalog, nats context, node enroll, node revoke, status)", "atoll"},
+		{nil, "atoll: no command given (decode, events tail, events catalog, nats context, node enroll, node revoke, status, grid status, grid resume)", "atoll"},
+		{[]string{"grid"}, "atoll: grid: give a subcommand: [status resume]", "atoll grid"},
+		{[]string{"grid", "resume"}, "atoll: grid resume: give exactly one grid name", "atoll grid resume"},
+		{[]string{"grid", "status", "a", "b"}, "atoll: grid status: give exactly one grid name", "atoll grid status"},
 		{[]string{"stats"}, `atoll: unknown command "stats"`, "atoll"},
 		{[]string{"status", "--bogus"}, "atoll: flag provided but not defined: -bogus", "atoll status"},
 		{[]string{"status", "--timeout=soon"}, `atoll: invalid value "soon" for flag -timeout: parse error`, "atoll status"},

@@ -7,6 +7,8 @@
 //	atoll status [--unit U] [--json]        the cloud's view of every edge unit and node
 //	atoll node enroll [--ttl D] NODE        a one-time bootstrap token for NODE
 //	atoll node revoke NODE                  cut NODE off the hub for good
+//	atoll grid status [-n NS] NAME          a grid's units and rollout (kubeconfig)
+//	atoll grid resume [-n NS] NAME          continue a grid's stopped rollout (kubeconfig)
 //
 // With the nats CLI: atoll nats context, then
 // nats --context atoll sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'
@@ -35,9 +37,12 @@ commands:
   status          print each edge unit's disruption state and its nodes' health
   node enroll     issue a one-time bootstrap token for a node (atoll-edge --bootstrap-token-file)
   node revoke     revoke a node's credentials: its hub link closes and it cannot reconnect
+  grid status     print a DeploymentGrid's or StatefulSetGrid's units and rollout position
+  grid resume     continue a grid's rollout stopped at a unit's progress deadline
 
 Run 'atoll <command> -h' for a command's flags. The commands that talk to the
-hub read $ATOLL_NATS_URL and $ATOLL_NATS_CREDS (an operator's credentials file).
+hub read $ATOLL_NATS_URL and $ATOLL_NATS_CREDS (an operator's credentials file);
+the grid commands read the kubeconfig ($KUBECONFIG or --kubeconfig).
 `
 
 func main() {
@@ -54,7 +59,7 @@ func help(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-h
 // cliflags.UsageError.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return cliflags.UsageError{Err: fmt.Errorf("no command given (decode, events tail, events catalog, nats context, node enroll, node revoke, status)")}
+		return cliflags.UsageError{Err: fmt.Errorf("no command given (decode, events tail, events catalog, nats context, node enroll, node revoke, status, grid status, grid resume)")}
 	}
 	switch cmd := args[0]; {
 	case help(cmd):
@@ -78,6 +83,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 		})
 	case cmd == "status":
 		return statusCmd(ctx, args[1:], stdout)
+	case cmd == "grid":
+		return group(ctx, "grid", args[1:], stdout, map[string]func() error{
+			"status": func() error { return gridStatus(ctx, args[2:], stdout) },
+			"resume": func() error { return gridResume(ctx, args[2:], stdout) },
+		})
 	default:
 		return cliflags.Usagef("unknown command %q", cmd)
 	}
@@ -86,7 +96,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 // group runs the subcommand args[0] of the command group name.
 func group(_ context.Context, name string, args []string, stdout io.Writer, subs map[string]func() error) error {
 	names := make([]string, 0, len(subs))
-	for _, n := range []string{"tail", "catalog", "context", "enroll", "revoke"} {
+	for _, n := range []string{"tail", "catalog", "context", "enroll", "revoke", "status", "resume"} {
 		if _, ok := subs[n]; ok {
 			names = append(names, n)
 		}

@@ -54,6 +54,10 @@ type Options struct {
 	// authorized by the manifest's RBAC. Default: the admin's client
 	// certificate.
 	ServiceAccount bool
+	// Grids installs the apps.atoll.io CRDs (deploy/crds) and the grid
+	// controllers' RBAC (deploy/grids.yaml) before atoll-cloud starts, so
+	// its grid controllers run (--grids auto).
+	Grids bool
 	// Cloud and Agent adjust the cloud's and every agent's configuration.
 	Cloud func(*cloudapp.Config)
 	Agent func(*edgeapp.Config)
@@ -69,6 +73,8 @@ const (
 	CloudNamespace      = "atoll-system"
 	CloudServiceAccount = "atoll-cloud"
 	CloudManifest       = "atoll-cloud.yaml"
+	// GridsManifest holds the grid controllers' RBAC.
+	GridsManifest = "grids.yaml"
 )
 
 // CloudUser is atoll-cloud's user name with Options.ServiceAccount.
@@ -173,6 +179,17 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	// Secret of its generated webhook certificates.
 	if err := applyManifest(ctx, b.Cluster, CloudManifest); err != nil {
 		return nil, err
+	}
+	if o.Grids {
+		names, err := deploy.CRDNames()
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range append(names, GridsManifest) {
+			if err := applyManifest(ctx, b.Cluster, n); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	// The webhook serves on a fixed loopback port so the registration can

@@ -1,0 +1,56 @@
+package grid
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/atoll-edge/atoll/internal/wellknown"
+)
+
+// Modes of Config.Mode.
+const (
+	// ModeAuto runs the grid controllers when the apps.atoll.io CRDs are
+	// served at start, and logs that grids are off otherwise.
+	ModeAuto = "auto"
+	// ModeOn requires the CRDs: atoll-cloud fails to start without them.
+	ModeOn = "on"
+	// ModeOff never runs the grid controllers.
+	ModeOff = "off"
+)
+
+// Config configures the grid controllers.
+type Config struct {
+	// Mode is auto, on or off (see ModeAuto).
+	Mode string
+	// UnitLabel is the node label of the topology's units: the default
+	// gridUniqKey, the NodeUnits' key, and the key whose unit changes
+	// come as hub events (cloud/topology's unit lifecycle events).
+	UnitLabel string
+	// Workers is the number of concurrent reconciles per controller.
+	Workers int
+	// Resync re-reconciles every grid this often (0: never; the children
+	// and unit events drive the controllers).
+	Resync time.Duration
+}
+
+// DefaultConfig runs the controllers when the CRDs exist, resyncs every
+// 10 minutes.
+func DefaultConfig() Config {
+	return Config{Mode: ModeAuto, UnitLabel: wellknown.LabelUnit, Workers: 4, Resync: 10 * time.Minute}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Mode != ModeAuto && c.Mode != ModeOn && c.Mode != ModeOff:
+		return fmt.Errorf("grid: mode %q: want auto, on or off", c.Mode)
+	case c.UnitLabel == "":
+		return errors.New("grid: unit label is empty")
+	case c.Workers < 1:
+		return fmt.Errorf("grid: workers %d: want at least 1", c.Workers)
+	case c.Resync < 0:
+		return fmt.Errorf("grid: resync %s must not be negative", c.Resync)
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package grid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// cacheLagRetry is how soon an event the node cache does not show yet is
+// tried again; maxCacheLagTries bounds how often.
+const (
+	cacheLagRetry    = 500 * time.Millisecond
+	maxCacheLagTries = 10
+)
+
+// ConsumeUnitEvents makes the unit lifecycle events of cloud/topology
+// (the shared durable consumer events.UnitEventConsumer) drive the grids
+// of the unit label: each event enqueues them, and Node events no longer
+// do for that key (they still do for other keys). It runs on the leader,
+// with the controllers. Call it before the manager starts.
+func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, link *hublink.Link, evm *events.Metrics) error {
+	c.unitEventsOn.Store(true)
+	cl := m.GetClient()
+	return m.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
+		js := link.JetStream() // connected by the time the manager runs
+		err := events.Consume(ctx, js, events.UnitEventConsumer, func(ctx context.Context, ev events.Event[*atollv1.UnitEvent]) error {
+			return c.handleUnitEvent(ctx, cl, js, ev)
+		}, events.ConsumeOptions{Workers: 2, Logger: c.log, Metrics: evm})
+		if err != nil && ctx.Err() == nil {
+			c.log.Error("consuming unit events stopped", "err", err)
+		}
+		return nil
+	}))
+}
+
+// handleUnitEvent enqueues the grids of the unit label, and acks once
+// this replica's node cache shows the event's members (so the reconciles
+// see the unit as the event tells it), or the event is superseded.
+func (c *Controllers) handleUnitEvent(ctx context.Context, cl client.Reader, js jetstream.JetStream, ev events.Event[*atollv1.UnitEvent]) error {
+	e := ev.Msg
+	if e.GetUnitLabel() != "" && e.GetUnitLabel() != c.cfg.UnitLabel {
+		return events.Reject(fmt.Errorf("unit event of %s for label %q; this cloud groups by %q", e.GetUnit(), e.GetUnitLabel(), c.cfg.UnitLabel))
+	}
+	n, err := c.enqueueUnitGrids(ctx, cl)
+	if err != nil {
+		return err
+	}
+	c.log.Info("unit event", "unit", e.GetUnit(), "kind", e.GetKind().String(), "members", len(e.GetMembers()), "grids", n, "delivered", ev.Delivered)
+	var nodes corev1.NodeList
+	if err := cl.List(ctx, &nodes, client.MatchingLabels{c.cfg.UnitLabel: e.GetUnit()}); err != nil {
+		return fmt.Errorf("list nodes of unit %s: %w", e.GetUnit(), err)
+	}
+	var have []string
+	for _, n := range nodes.Items {
+		have = append(have, n.Name)
+	}
+	slices.Sort(have)
+	if slices.Equal(have, e.GetMembers()) || len(have) == 0 && len(e.GetMembers()) == 0 {
+		c.metrics.unitEvents.WithLabelValues(e.GetKind().String()).Inc()
+		return nil
+	}
+	if superseded(ctx, js, ev) || ev.Delivered >= maxCacheLagTries {
+		c.metrics.unitEvents.WithLabelValues(e.GetKind().String()).Inc()
+		return nil
+	}
+	return events.Retry(fmt.Errorf("unit %s: the node cache shows %v, the event %v", e.GetUnit(), have, e.GetMembers()), cacheLagRetry)
+}
+
+// superseded reports whether the stream holds a later event of ev's unit.
+func superseded(ctx context.Context, js jetstream.JetStream, ev events.Event[*atollv1.UnitEvent]) bool {
+	st, err := js.Stream(ctx, events.StreamTopology)
+	if err != nil {
+		return false
+	}
+	last, err := st.GetLastMsgForSubject(ctx, ev.Subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true
+	}
+	return err == nil && last.Sequence > ev.Sequence
+}
+
+// enqueueUnitGrids sends every DeploymentGrid and StatefulSetGrid of the
+// unit label to its controller.
+func (c *Controllers) enqueueUnitGrids(ctx context.Context, cl client.Reader) (int, error) {
+	n := 0
+	lists := map[string]client.ObjectList{
+		DeploymentGridController:  &appsv1alpha1.DeploymentGridList{},
+		StatefulSetGridController: &appsv1alpha1.StatefulSetGridList{},
+	}
+	for name, list := range lists {
+		if err := cl.List(ctx, list); err != nil {
+			return n, fmt.Errorf("list grids: %w", err)
+		}
+		var grids []client.Object
+		switch l := list.(type) {
+		case *appsv1alpha1.DeploymentGridList:
+			for i := range l.Items {
+				if keyOr(l.Items[i].Spec.GridUniqKey, c.cfg.UnitLabel) == c.cfg.UnitLabel {
+					grids = append(grids, &l.Items[i])
+				}
+			}
+		case *appsv1alpha1.StatefulSetGridList:
+			for i := range l.Items {
+				if keyOr(l.Items[i].Spec.GridUniqKey, c.cfg.UnitLabel) == c.cfg.UnitLabel {
+					grids = append(grids, &l.Items[i])
+				}
+			}
+		}
+		for _, g := range grids {
+			select {
+			case c.units[name] <- event.GenericEvent{Object: g}:
+				n++
+			case <-ctx.Done():
+				return n, ctx.Err()
+			}
+		}
+	}
+	return n, nil
+}

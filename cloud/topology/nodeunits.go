@@ -1,0 +1,171 @@
+package topology
+
+// NodeUnits (apps.atoll.io/v1alpha1, issue 11): one cluster-scoped object
+// per unit of the unit label, kept by a controller of the manager. Kept
+// apart from the views: it reads the manager's Node cache only.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
+)
+
+// NodeUnitController names the NodeUnit controller.
+const NodeUnitController = "nodeunit"
+
+// labelManagedBy marks the NodeUnits atoll-cloud keeps (and may delete).
+const labelManagedBy = "app.kubernetes.io/managed-by"
+
+// UnitStates gives a unit's disruption state (the health service's).
+type UnitStates interface {
+	UnitDisruption(unit string) string
+}
+
+// UnitStatesFunc adapts a function to UnitStates.
+type UnitStatesFunc func(unit string) string
+
+// UnitDisruption calls f.
+func (f UnitStatesFunc) UnitDisruption(unit string) string { return f(unit) }
+
+// nodeUnits keeps the NodeUnits.
+type nodeUnits struct {
+	c      client.Client
+	label  string
+	states UnitStates // nil: no disruption state
+	log    *slog.Logger
+	writes prometheus.Counter
+}
+
+// SetupNodeUnits keeps one NodeUnit per unit of the unit label with m
+// (leader only): created for a unit's first node, its status (members,
+// Ready and not Ready counts, the disruption state of states, if any)
+// written when it changes, deleted with the unit's last node. Only
+// NodeUnits labeled app.kubernetes.io/managed-by=atoll-cloud are deleted;
+// labels set by hand on them are kept (the apply owns none), so grid
+// overrides can select units by them.
+func SetupNodeUnits(m ctrlmanager.Manager, unitLabel string, states UnitStates, log *slog.Logger, reg prometheus.Registerer) error {
+	if err := appsv1alpha1.AddToScheme(m.GetScheme()); err != nil {
+		return fmt.Errorf("topology: nodeunits: scheme: %w", err)
+	}
+	r := &nodeUnits{c: m.GetClient(), label: unitLabel, states: states, log: log.With("component", "topology", "controller", NodeUnitController),
+		writes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "nodeunit_writes_total",
+			Help: "Writes of NodeUnit objects (apply, status, delete).",
+		})}
+	if reg != nil {
+		if err := reg.Register(r.writes); err != nil {
+			return fmt.Errorf("topology: nodeunits: metrics: %w", err)
+		}
+	}
+	err := builder.ControllerManagedBy(m).
+		Named(NodeUnitController).
+		For(&appsv1alpha1.NodeUnit{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if u := o.GetLabels()[unitLabel]; u != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: u}}}
+			}
+			return nil
+		})).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("topology: nodeunits: %w", err)
+	}
+	return nil
+}
+
+// Reconcile brings one NodeUnit in line with its unit's nodes.
+func (r *nodeUnits) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	unit := req.Name
+	var nodes corev1.NodeList
+	if err := r.c.List(ctx, &nodes, client.MatchingLabels{r.label: unit}); err != nil {
+		return reconcile.Result{}, err
+	}
+	var cur appsv1alpha1.NodeUnit
+	err := r.c.Get(ctx, req.NamespacedName, &cur)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	if len(nodes.Items) == 0 {
+		if exists && cur.Labels[labelManagedBy] == wellknown.FieldManager && cur.DeletionTimestamp == nil {
+			uid := cur.UID
+			if err := r.c.Delete(ctx, &cur, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, err
+			}
+			r.writes.Inc()
+			r.log.Info("nodeunit deleted: no node left", "unit", unit)
+		}
+		return reconcile.Result{}, nil
+	}
+	if !exists || cur.Spec.UnitLabel != r.label || cur.Labels[labelManagedBy] != wellknown.FieldManager {
+		nu := &appsv1alpha1.NodeUnit{
+			TypeMeta:   metav1.TypeMeta{APIVersion: appsv1alpha1.GroupVersion.String(), Kind: "NodeUnit"},
+			ObjectMeta: metav1.ObjectMeta{Name: unit, Labels: map[string]string{labelManagedBy: wellknown.FieldManager}},
+			Spec:       appsv1alpha1.NodeUnitSpec{UnitLabel: r.label},
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(nu)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		delete(u.Object, "status")
+		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+		if err := r.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(wellknown.FieldManager), client.ForceOwnership); err != nil {
+			return reconcile.Result{}, fmt.Errorf("apply nodeunit %s: %w", unit, err)
+		}
+		r.writes.Inc()
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &cur); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	next := appsv1alpha1.NodeUnitStatus{}
+	for _, n := range nodes.Items {
+		next.Members = append(next.Members, n.Name)
+		if nodeReady(&n) {
+			next.ReadyNodes++
+		} else {
+			next.NotReadyNodes++
+		}
+	}
+	slices.Sort(next.Members)
+	if r.states != nil {
+		next.Disruption = r.states.UnitDisruption(unit)
+	}
+	if equality.Semantic.DeepEqual(cur.Status, next) {
+		return reconcile.Result{}, nil
+	}
+	base := cur.DeepCopy()
+	cur.Status = next
+	if err := r.c.Status().Patch(ctx, &cur, client.MergeFrom(base), client.FieldOwner(wellknown.FieldManager)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("status of nodeunit %s: %w", unit, err)
+	}
+	r.writes.Inc()
+	return reconcile.Result{}, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

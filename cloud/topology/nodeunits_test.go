@@ -1,0 +1,132 @@
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
+)
+
+// TestNodeUnits: a unit's first node makes its NodeUnit, members and
+// counts follow the nodes, a label set by hand stays, the last node's
+// departure deletes it; and a NodeUnit nobody manages is never deleted.
+func TestNodeUnits(t *testing.T) {
+	cluster := kubetest.Start(t)
+	names, err := deploy.CRDNames()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, n := range names {
+		data, _ := deploy.Read(n)
+		o, err := kubetest.DecodeManifests(n, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o...)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	log := natstest.Logger(t, slog.LevelWarn)
+	mcfg := atollmanager.DefaultConfig()
+	mcfg.LeaderElect = false
+	m, err := atollmanager.New(mcfg, cluster.RESTConfig(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := topology.UnitStatesFunc(func(string) string { return "Normal" })
+	if err := topology.SetupNodeUnits(m, wellknown.LabelUnit, states, log, prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	c, err := client.New(cluster.RESTConfig(), client.Options{Scheme: m.GetScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkNode := func(name, unit string, ready corev1.ConditionStatus) {
+		t.Helper()
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{wellknown.LabelUnit: unit}}}
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}
+		if err := c.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unit := func(name string, members []string, ready, notReady int32) func() error {
+		return func() error {
+			var nu appsv1alpha1.NodeUnit
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &nu); err != nil {
+				return err
+			}
+			if !slices.Equal(nu.Status.Members, members) || nu.Status.ReadyNodes != ready || nu.Status.NotReadyNodes != notReady || nu.Status.Disruption != "Normal" || nu.Spec.UnitLabel != wellknown.LabelUnit {
+				return fmt.Errorf("NodeUnit %s: %+v %+v", name, nu.Spec, nu.Status)
+			}
+			return nil
+		}
+	}
+	mkNode("a-1", "a", corev1.ConditionTrue)
+	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1"}, 1, 0))
+	mkNode("a-2", "a", corev1.ConditionFalse)
+	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2"}, 1, 1))
+
+	// A label set by hand stays (for unitSelector).
+	patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"tier":"gold"}}}`))
+	if err := c.Patch(ctx, &appsv1alpha1.NodeUnit{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, patch); err != nil {
+		t.Fatal(err)
+	}
+	mkNode("a-3", "a", corev1.ConditionTrue)
+	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2", "a-3"}, 2, 1))
+	var nu appsv1alpha1.NodeUnit
+	if err := c.Get(ctx, client.ObjectKey{Name: "a"}, &nu); err != nil || nu.Labels["tier"] != "gold" {
+		t.Fatalf("hand label lost: %v %v", nu.Labels, err)
+	}
+
+	// A NodeUnit atoll-cloud does not manage stays without nodes.
+	if err := c.Create(ctx, &appsv1alpha1.NodeUnit{ObjectMeta: metav1.ObjectMeta{Name: "mine"}, Spec: appsv1alpha1.NodeUnitSpec{UnitLabel: "other"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The last nodes go: the NodeUnit goes.
+	for _, n := range []string{"a-1", "a-2", "a-3"} {
+		if err := c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		err := c.Get(ctx, client.ObjectKey{Name: "a"}, &appsv1alpha1.NodeUnit{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return errors.New("NodeUnit a still there")
+	})
+	if err := c.Get(ctx, client.ObjectKey{Name: "mine"}, &appsv1alpha1.NodeUnit{}); err != nil {
+		t.Errorf("the unmanaged NodeUnit: %v", err)
+	}
+}
