@@ -240,7 +240,7 @@ func TestDeploymentGridLifecycle(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-svc"}, &svc); err != nil {
 			return err
 		}
-		if got := svc.Annotations[wellknown.TopologyKeysAnnotation]; got != `["atoll.io/unit"]` {
+		if got := svc.Annotations[wellknown.TopologyKeysAnnotation]; got != "atoll.io/unit" {
 			return fmt.Errorf("topology keys %q", got)
 		}
 		return nil

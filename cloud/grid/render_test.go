@@ -348,7 +348,7 @@ func TestRenderService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.GetName() != "web-svc" || u.GetAnnotations()[wellknown.TopologyKeysAnnotation] != `["zone"]` || u.GetAnnotations()[wellknown.AnnotationGridRevision] != rev {
+	if u.GetName() != "web-svc" || u.GetAnnotations()[wellknown.TopologyKeysAnnotation] != "zone" || u.GetAnnotations()[wellknown.AnnotationGridRevision] != rev {
 		t.Errorf("service %s, annotations %v", u.GetName(), u.GetAnnotations())
 	}
 	g.Name = strings.Repeat("s", 60)

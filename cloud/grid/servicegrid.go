@@ -2,7 +2,6 @@ package grid
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,16 +28,12 @@ func renderService(g *appsv1alpha1.ServiceGrid, key string) (*unstructured.Unstr
 	if len(name) > maxServiceName {
 		return nil, "", invalid("Service name %q is longer than %d characters", name, maxServiceName)
 	}
-	keys, err := json.Marshal([]string{key})
-	if err != nil {
-		return nil, "", err
-	}
 	svc := &corev1.Service{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: g.Namespace,
 			Labels:          map[string]string{wellknown.LabelGrid: g.Name},
-			Annotations:     map[string]string{wellknown.TopologyKeysAnnotation: string(keys)},
+			Annotations:     map[string]string{wellknown.TopologyKeysAnnotation: key},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(g, appsv1alpha1.GroupVersion.WithKind("ServiceGrid"))},
 		},
 		Spec: *g.Spec.Template.DeepCopy(),

@@ -392,7 +392,7 @@ func TestGrids(t *testing.T) {
 		if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "db-svc"}, &svc); err != nil {
 			return err
 		}
-		if svc.Annotations[wellknown.TopologyKeysAnnotation] != `["atoll.io/unit"]` {
+		if svc.Annotations[wellknown.TopologyKeysAnnotation] != "atoll.io/unit" {
 			return fmt.Errorf("db-svc topology keys %q", svc.Annotations[wellknown.TopologyKeysAnnotation])
 		}
 		var list appsv1.StatefulSetList
