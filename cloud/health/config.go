@@ -16,8 +16,8 @@ type Config struct {
 	HoldTime time.Duration
 	// VoteTTL is how long a vote counts when the voter gave no TTL.
 	VoteTTL time.Duration
-	// MaxVoteTTL rejects a vote that asks to count longer (voters ask
-	// three refresh periods, 15 s by default).
+	// MaxVoteTTL rejects a vote or ballot that asks to count longer
+	// (voters ask 2.5 keep-alives, 75 s by default).
 	MaxVoteTTL time.Duration
 	// MaxVoteSkew rejects a vote whose own time is further than this from
 	// the time the hub stored it (a voter's clock that is off, or a vote
@@ -34,7 +34,7 @@ type Config struct {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
+	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
 }
 
 // Validate names the first bad field.

@@ -91,6 +91,7 @@ type Service struct {
 	work    chan event.GenericEvent         // → the reconciler's workqueue
 	elected <-chan struct{}                 // closed once this replica leads
 	votes   atomic.Pointer[events.Consumer] // follows every vote, on every replica; set by Run
+	ballots atomic.Pointer[events.Consumer] // follows every ballot, on every replica; set by Run
 
 	mu       sync.RWMutex
 	units    map[string]unitStatus
@@ -244,11 +245,52 @@ func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 // Ready passes once this replica's vote state has caught up with the
 // HEALTH stream as it was at start (readiness check "health-votes").
 func (s *Service) Ready(context.Context) error {
-	votes := s.votes.Load()
-	if votes == nil {
+	votes, ballots := s.votes.Load(), s.ballots.Load()
+	if votes == nil || ballots == nil {
 		return errors.New("vote follower not started")
 	}
+	if err := ballots.Ready(); err != nil {
+		return err
+	}
 	return votes.Ready()
+}
+
+// validBallot checks a ballot's TTL and timestamp as validVote does a
+// vote's.
+func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
+	return s.validVote(&atollv1.Vote{Voter: b.GetVoter(), Time: b.GetTime(), Ttl: b.GetTtl()}, published)
+}
+
+// observeBallot records a ballot; it returns the nodes whose verdict
+// changed.
+func (s *Service) observeBallot(b *atollv1.Ballot, published time.Time) []string {
+	votes := events.BallotVotes(b)
+	before := map[string]atollv1.Verdict{}
+	for _, v := range votes {
+		before[v.GetNode()] = s.Judge(v.GetNode()).Verdict
+	}
+	touched := s.tracker.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), votes)
+	var changed []string
+	for _, node := range touched {
+		if v, ok := before[node]; !ok || s.Judge(node).Verdict != v {
+			changed = append(changed, node)
+		}
+	}
+	return changed
+}
+
+// LinkLost tells the service that the hub closed voter's leaf connection
+// at at (its system events, FollowLeafLosses): every vote the voter sent
+// before stops counting now, and the nodes it voted on are reconciled.
+func (s *Service) LinkLost(ctx context.Context, voter string, at time.Time) {
+	nodes := s.tracker.Cut(voter, at)
+	s.metrics.linksLost.Inc()
+	if len(nodes) > 0 {
+		s.log.Info("voter's leaf link closed: its votes stop counting", "voter", voter, "at", at, "nodes", len(nodes))
+	}
+	for _, n := range nodes {
+		s.enqueue(ctx, n)
+	}
 }
 
 // Run follows the votes and keeps the units' states until ctx is done. It
@@ -291,6 +333,19 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("health: %w", err)
 	}
 	s.votes.Store(votes)
+	ballots, err := events.NewConsumer(js, events.BallotFollower, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
+		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
+			return events.Reject(err)
+		}
+		for _, n := range s.observeBallot(ev.Msg, ev.Published) {
+			s.enqueue(ctx, n)
+		}
+		return nil
+	}, events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	s.ballots.Store(ballots)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -298,6 +353,12 @@ func (s *Service) Run(ctx context.Context) error {
 		err := votes.Run(ctx)
 		if err != nil {
 			s.log.Error("following votes stopped", "err", err)
+		}
+	})
+	wg.Go(func() {
+		err := ballots.Run(ctx)
+		if err != nil {
+			s.log.Error("following ballots stopped", "err", err)
 		}
 	})
 

@@ -99,8 +99,30 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	// The shared durable consumer feeds the leader's workqueue.
+	// The shared durable consumers feed the leader's workqueue.
+	if err := m.Add(ctrlmanager.RunnableFunc(s.consumeBallots)); err != nil {
+		return err
+	}
 	return m.Add(ctrlmanager.RunnableFunc(s.consumeVotes))
+}
+
+// consumeBallots is consumeVotes for ballots: it records each ballot and
+// enqueues the nodes it names. It runs on the leader only.
+func (s *Service) consumeBallots(ctx context.Context) error {
+	err := events.Consume(ctx, s.bus.JetStream(), events.BallotConsumer, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
+		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
+			return events.Reject(err)
+		}
+		s.observeBallot(ev.Msg, ev.Published)
+		for _, e := range ev.Msg.GetEntries() {
+			s.enqueue(ctx, e.GetNode())
+		}
+		return nil
+	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("consuming ballots stopped", "err", err)
+	}
+	return nil
 }
 
 // consumeVotes handles each vote once across replicas (at least once): it

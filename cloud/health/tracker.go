@@ -43,11 +43,91 @@ type Tracker struct {
 
 	mu     sync.RWMutex
 	byNode map[string]map[string]entry // node → voter → latest vote
+	// ballots: voter → its latest ballot recorded (its time, the voter's
+	// clock; the nodes it names), so an older or repeated ballot delivered
+	// late changes nothing.
+	ballots map[string]ballotRecord
+}
+
+type ballotRecord struct {
+	made      time.Time
+	published time.Time
+	nodes     []string
+	ttl       time.Duration
 }
 
 // NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
 func NewTracker(defaultTTL time.Duration) *Tracker {
-	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}}
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, ballots: map[string]ballotRecord{}}
+}
+
+// ObserveBallot records the votes of one ballot of voter (events.BallotVotes),
+// made at made by the voter's clock and stored by the hub at published. A
+// ballot replaces the voter's whole previous ballot: a node it no longer
+// names loses the voter's vote. A ballot not newer than the voter's last
+// one recorded (a duplicate, or one delivered out of order) is ignored. It
+// returns the nodes whose vote from voter was set or dropped (nil: ignored).
+func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl time.Duration, votes []*atollv1.Vote) []string {
+	if published.IsZero() {
+		published = time.Now()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	prev, had := t.ballots[voter]
+	if had && !made.After(prev.made) {
+		return nil
+	}
+	named := make(map[string]bool, len(votes))
+	nodes := make([]string, 0, len(votes))
+	for _, v := range votes {
+		named[v.GetNode()] = true
+		nodes = append(nodes, v.GetNode())
+	}
+	touched := append([]string(nil), nodes...)
+	for _, node := range prev.nodes {
+		if !named[node] {
+			t.drop(node, voter)
+			touched = append(touched, node)
+		}
+	}
+	for _, v := range votes {
+		voters := t.byNode[v.GetNode()]
+		if voters == nil {
+			voters = map[string]entry{}
+			t.byNode[v.GetNode()] = voters
+		}
+		voters[voter] = entry{vote: v, published: published}
+	}
+	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: nodes, ttl: ttl}
+	return touched
+}
+
+// drop removes voter's vote about node; callers hold mu.
+func (t *Tracker) drop(node, voter string) {
+	if voters := t.byNode[node]; voters != nil {
+		delete(voters, voter)
+		if len(voters) == 0 {
+			delete(t.byNode, node)
+		}
+	}
+}
+
+// Cut drops every vote of voter stored by the hub at or before at: the
+// hub reported the voter's leaf connection closed then, so what it said
+// before no longer stands. A ballot stored after at (the voter back on
+// another link) keeps counting. It returns the nodes that lost the
+// voter's vote.
+func (t *Tracker) Cut(voter string, at time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for node, voters := range t.byNode {
+		if e, ok := voters[voter]; ok && !e.published.After(at) {
+			t.drop(node, voter)
+			out = append(out, node)
+		}
+	}
+	return out
 }
 
 // Observe records v, published (stored by the hub) at published. An older
@@ -124,6 +204,7 @@ func (t *Tracker) Forget(node string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.byNode, node)
+	delete(t.ballots, node)
 	for target, voters := range t.byNode {
 		delete(voters, node)
 		if len(voters) == 0 {
@@ -148,6 +229,14 @@ func (t *Tracker) Prune(now time.Time) int {
 		}
 		if len(voters) == 0 {
 			delete(t.byNode, target)
+		}
+	}
+	// A voter's ballot record outlives its votes by a little, so a late
+	// duplicate of its last ballot cannot count again; after that the
+	// voter is forgotten.
+	for voter, b := range t.ballots {
+		if now.After(b.published.Add(2 * max(b.ttl, t.defaultTTL))) {
+			delete(t.ballots, voter)
 		}
 	}
 	return n

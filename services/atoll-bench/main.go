@@ -114,8 +114,8 @@ func env(out io.Writer, o options) {
 	p, v := prober.DefaultConfig(), voter.DefaultConfig()
 	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s, nats-server %s, kube %s\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), server.VERSION, "v1.36.3")
-	fmt.Fprintf(out, "settings: probe period %v, report timeout %v, vote refresh %v, node-monitor-grace-period %v, node-monitor-period 1s\n",
-		p.Period, v.Timeout, v.Refresh, o.grace)
+	fmt.Fprintf(out, "settings: probe period %v, report timeout %v, ballot keep-alive %v, node-monitor-grace-period %v, node-monitor-period 1s\n",
+		p.Period, v.Timeout, v.KeepAlive, o.grace)
 }
 
 type stats []time.Duration
