@@ -102,7 +102,7 @@ var (
 		Identity: map[string]string{"unit": "unit", "voter": "voter"},
 		MsgID:    "`<voter>@<unix ns, base 36>`",
 		Producer: "edge voter", Consumer: "cloud health: every replica follows, one handles each (`health-ballots`)",
-		Example:  []string{"site-a", "edge-1"},
+		Example: []string{"site-a", "edge-1"},
 	}
 	TopologyFamily = &Family{
 		Name: "topology", Pattern: Root + ".topo.node.<node>",
