@@ -79,6 +79,39 @@ func TestBallotOnChangeAtOnce(t *testing.T) {
 	}
 }
 
+// TestBallotOnCountChange: in a unit of five, a checker whose reports go
+// stale leaves the verdicts as they were (three of four others still
+// report) but changes their counts, and that is sent at once too.
+func TestBallotOnCountChange(t *testing.T) {
+	now := time.Unix(100000, 0)
+	names := []string{"n1", "n2", "n3", "n4", "n5"}
+	v := offline(t, now, names...)
+	v.now = func() time.Time { return now }
+	all := map[string]bool{"n1": true, "n2": true, "n3": true, "n4": true, "n5": true}
+	for _, n := range names {
+		v.Observe(report(n, now, all))
+	}
+	if b := v.Evaluate(); b == nil {
+		t.Fatal("no first ballot")
+	}
+	// Everyone but n5 reports again; n5's last report goes stale.
+	now = now.Add(v.cfg.Timeout + v.cfg.Skew - time.Second)
+	for _, n := range names[:4] {
+		v.Observe(report(n, now, all))
+	}
+	if b := v.Evaluate(); b != nil {
+		t.Fatalf("unchanged evaluation sent %v", b)
+	}
+	now = now.Add(2 * time.Second)
+	b := v.Evaluate()
+	if b == nil || b.GetKeepalive() {
+		t.Fatalf("count change sent %v, want a change ballot", b)
+	}
+	if e := entry(b, "n2"); e.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || e.GetNormal() != 3 {
+		t.Fatalf("n2 after n5 went stale = %v, want healthy 3/0", e)
+	}
+}
+
 // TestBallotKeepAlive: over ten minutes of steady reports (every 2 s,
 // evaluated every tick) the voter sends one ballot per keep-alive, each
 // marked keep-alive and carrying the unchanged verdicts: at most 0.1

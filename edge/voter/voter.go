@@ -14,12 +14,13 @@
 // every other member of the unit. The freshness rules:
 //
 //   - change: a ballot goes out at the first evaluation (every Tick) after a
-//     verdict changes, the membership changes, or the node's leaf link to
-//     the hub comes back up; a verdict change therefore reaches the hub
-//     within one Tick of the report that caused it;
+//     verdict or its counts change (a checker's reports went stale or came
+//     back), the membership changes, or the node's leaf link to the hub
+//     comes back up; a verdict change therefore reaches the hub within one
+//     Tick of the report that caused it. In a steady unit nothing of this
+//     moves: every checker reports every 2 s, well within the timeout;
 //   - keep-alive: otherwise the same verdicts are sent again every
-//     KeepAlive (30 s), marked keepalive; the vote counts alone move with
-//     every report and send nothing;
+//     KeepAlive (30 s), marked keepalive;
 //   - acknowledged: each ballot is published with a JetStream
 //     acknowledgement and retried until the stream stores it or a newer
 //     ballot replaces it (sender.go); retries keep the Nats-Msg-Id;
@@ -413,9 +414,9 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	fresh := func(r *atollv1.ProbeReport) bool { return v.cfg.Fresh(r.GetReportTime().AsTime(), now) }
 	counts := map[atollv1.Verdict]int{}
 	tally := Tally(v.reports, fresh)
-	prev := map[string]atollv1.Verdict{}
+	prev := map[string]*atollv1.BallotEntry{}
 	for _, e := range v.ballot.GetEntries() {
-		prev[e.GetNode()] = e.GetVerdict()
+		prev[e.GetNode()] = e
 	}
 	changed := v.ballot == nil || (up && !v.wasUp)
 	v.wasUp = up
@@ -433,7 +434,7 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 		if node == v.self {
 			continue // kept for Verdict and the metrics; the cloud counts no vote about its own voter
 		}
-		if p, ok := prev[node]; !ok || p != verdict {
+		if p, ok := prev[node]; !ok || p.GetVerdict() != verdict || p.GetNormal() != uint32(normal) || p.GetAbnormal() != uint32(abnormal) {
 			changed = true
 		}
 		entries = append(entries, &atollv1.BallotEntry{Node: node, Verdict: verdict, Normal: uint32(normal), Abnormal: uint32(abnormal), Since: timestamppb.New(since)})
