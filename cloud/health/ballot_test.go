@@ -119,6 +119,14 @@ func TestTrackerCut(t *testing.T) {
 	if got := observeBallot(tr, before, cut.Add(time.Second)); got != nil {
 		t.Fatalf("a late copy of the ballot before the cut recorded: %v", got)
 	}
+	// A replica that starts after the cut learns of it (from the links
+	// bucket) before it reads the voter's last ballot from the stream:
+	// that ballot, stored before the cut, never counts.
+	fresh := NewTracker(30 * time.Second)
+	fresh.Cut("a", cut)
+	if got := observeBallot(fresh, before, now); got != nil {
+		t.Fatalf("a ballot stored before a known cut recorded: %v", got)
+	}
 	observeBallot(tr, ballot("a", cut.Add(time.Second), ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), cut.Add(2*time.Second))
 	if j := judge("y", cut.Add(2*time.Second)); j.Healthy != 1 {
 		t.Fatalf("y after a is back = %+v", j)

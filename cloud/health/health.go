@@ -57,6 +57,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -69,6 +70,12 @@ import (
 // HoldBucket is the KV bucket recording since when each unit is fully
 // disrupted, so every replica (and a restarted one) holds it equally long.
 const HoldBucket = "atoll_unit_holds"
+
+// LinksBucket records, per edge node, when the hub last reported its leaf
+// link closed (FollowLinks writes, every replica follows), so every
+// replica, and one started later, stops counting the ballots the voter
+// had stored by then.
+const LinksBucket = "atoll_voter_links"
 
 type unitStatus struct {
 	state     UnitState
@@ -86,12 +93,17 @@ type Service struct {
 	tracker *Tracker
 	now     func() time.Time
 
-	cache   client.Reader // the manager's cache
-	patch   *patcher
-	work    chan event.GenericEvent         // → the reconciler's workqueue
-	elected <-chan struct{}                 // closed once this replica leads
-	votes   atomic.Pointer[events.Consumer] // follows every vote, on every replica; set by Run
-	ballots atomic.Pointer[events.Consumer] // follows every ballot, on every replica; set by Run
+	cache   client.Reader                                // the manager's cache
+	patch   *patcher                                     // protection writes
+	infoW   *patcher                                     // informational writes
+	info    workqueue.TypedRateLimitingInterface[string] // nodes whose annotations to write
+	work    chan event.GenericEvent                      // → the reconciler's workqueue
+	elected <-chan struct{}                              // closed once this replica leads
+	votes   atomic.Pointer[events.Consumer]              // follows every vote, on every replica; set by Run
+	ballots atomic.Pointer[events.Consumer]              // follows every ballot, on every replica; set by Run
+
+	links      atomic.Pointer[jetstream.KeyValue] // LinksBucket; set by Run
+	linksReady atomic.Bool                        // LinksBucket read up to its end at start
 
 	mu       sync.RWMutex
 	units    map[string]unitStatus
@@ -116,7 +128,15 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 		work:    make(chan event.GenericEvent),
 		elected: m.Elected(),
 	}
-	s.patch = &patcher{client: m.GetClient(), fresh: m.GetAPIReader(), metrics: s.metrics}
+	var err error
+	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {
+		return nil, fmt.Errorf("health: protection client: %w", err)
+	}
+	if s.infoW, err = newPatcher(m, cfg.Info, s.metrics); err != nil {
+		return nil, fmt.Errorf("health: informational client: %w", err)
+	}
+	s.info = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "health-annotations"})
 	if err := s.setupWithManager(m); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
@@ -249,6 +269,9 @@ func (s *Service) Ready(context.Context) error {
 	if votes == nil || ballots == nil {
 		return errors.New("vote follower not started")
 	}
+	if !s.linksReady.Load() {
+		return errors.New("voter link losses not read yet")
+	}
 	if err := ballots.Ready(); err != nil {
 		return err
 	}
@@ -284,7 +307,6 @@ func (s *Service) observeBallot(b *atollv1.Ballot, published time.Time) []string
 // before stops counting now, and the nodes it voted on are reconciled.
 func (s *Service) LinkLost(ctx context.Context, voter string, at time.Time) {
 	nodes := s.tracker.Cut(voter, at)
-	s.metrics.linksLost.Inc()
 	if len(nodes) > 0 {
 		s.log.Info("voter's leaf link closed: its votes stop counting", "voter", voter, "at", at, "nodes", len(nodes))
 	}
@@ -319,6 +341,22 @@ func (s *Service) Run(ctx context.Context) error {
 	s.holds, s.recorded = holds, recorded
 	s.mu.Unlock()
 
+	// Link losses first: a ballot stored before its voter's link closed
+	// must not count when the followers below deliver it.
+	links, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: LinksBucket, Description: "When each edge node's leaf link to the hub last closed", History: 1,
+		Replicas: s.cfg.Replicas, TTL: maxCutAge,
+	})
+	if err != nil {
+		return fmt.Errorf("health: links bucket: %w", err)
+	}
+	lw, err := links.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("health: watch links bucket: %w", err)
+	}
+	defer func() { _ = lw.Stop() }()
+	s.links.Store(&links)
+
 	// Every replica knows every vote.
 	votes, err := events.NewConsumer(js, events.VoteFollower, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
 		if err := s.validVote(ev.Msg, ev.Published); err != nil {
@@ -349,6 +387,23 @@ func (s *Service) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Go(func() {
+		for e := range lw.Updates() {
+			if e == nil {
+				s.linksReady.Store(true)
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, string(e.Value()))
+			if err != nil {
+				s.log.Warn("undecodable link loss", "key", e.Key(), "err", err)
+				continue
+			}
+			s.LinkLost(ctx, e.Key(), at)
+		}
+	})
 	wg.Go(func() {
 		err := votes.Run(ctx)
 		if err != nil {

@@ -82,11 +82,24 @@ func leafLoss(ev server.DisconnectEventMsg) (LeafLoss, bool) {
 
 // FollowLinks has the service stop counting a voter's votes as soon as the
 // hub reports its leaf link closed (FollowLeafLosses over sys), until ctx
-// is done.
+// is done. Each loss is recorded in LinksBucket, which every replica
+// follows (Run), so the replicas agree and one that starts later knows
+// it too; every replica records the same loss, which is harmless. Losses
+// while no replica runs are not seen: their ballots expire by their TTL.
 func (s *Service) FollowLinks(ctx context.Context, sys *nats.Conn, account string) error {
 	sub, err := FollowLeafLosses(sys, account, s.log, func(l LeafLoss) {
 		s.log.Debug("edge leaf link closed", "node", l.Node, "server", l.Server, "reason", l.Reason, "at", l.At)
-		s.LinkLost(ctx, l.Node, l.At)
+		s.metrics.linksLost.Inc()
+		s.LinkLost(ctx, l.Node, l.At) // at once on this replica
+		kv := s.links.Load()
+		if kv == nil {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := (*kv).Put(pctx, l.Node, []byte(l.At.UTC().Format(time.RFC3339Nano))); err != nil {
+			s.log.Warn("cannot record a voter's link loss", "node", l.Node, "err", err)
+		}
 	})
 	if err != nil {
 		return err

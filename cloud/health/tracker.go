@@ -47,6 +47,10 @@ type Tracker struct {
 	// clock; the nodes it names), so an older or repeated ballot delivered
 	// late changes nothing.
 	ballots map[string]ballotRecord
+	// cuts: voter → the latest time the hub reported its leaf link
+	// closed; what the voter had stored by then never counts, even when
+	// delivered after the cut (a replica catching up on the stream).
+	cuts map[string]time.Time
 }
 
 type ballotRecord struct {
@@ -58,7 +62,7 @@ type ballotRecord struct {
 
 // NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
 func NewTracker(defaultTTL time.Duration) *Tracker {
-	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, ballots: map[string]ballotRecord{}}
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}}
 }
 
 // ObserveBallot records the votes of one ballot of voter (events.BallotVotes),
@@ -75,6 +79,9 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	defer t.mu.Unlock()
 	prev, had := t.ballots[voter]
 	if had && !made.After(prev.made) {
+		return nil
+	}
+	if cut, ok := t.cuts[voter]; ok && !published.After(cut) {
 		return nil
 	}
 	named := make(map[string]bool, len(votes))
@@ -120,6 +127,9 @@ func (t *Tracker) drop(node, voter string) {
 func (t *Tracker) Cut(voter string, at time.Time) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if at.After(t.cuts[voter]) {
+		t.cuts[voter] = at
+	}
 	var out []string
 	for node, voters := range t.byNode {
 		if e, ok := voters[voter]; ok && !e.published.After(at) {
@@ -198,6 +208,9 @@ func (t *Tracker) Judge(node string, now time.Time, members int, counts func(*at
 	return j
 }
 
+// maxCutAge is how long a cut is kept: longer than any ballot's TTL.
+const maxCutAge = 10 * time.Minute
+
 // Forget drops every vote about node and every vote node cast (it left
 // the cluster).
 func (t *Tracker) Forget(node string) {
@@ -237,6 +250,13 @@ func (t *Tracker) Prune(now time.Time) int {
 	for voter, b := range t.ballots {
 		if now.After(b.published.Add(2 * max(b.ttl, t.defaultTTL))) {
 			delete(t.ballots, voter)
+		}
+	}
+	// A cut only matters for ballots stored before it, which have expired
+	// by now.
+	for voter, at := range t.cuts {
+		if now.After(at.Add(maxCutAge)) {
+			delete(t.cuts, voter)
 		}
 	}
 	return n
