@@ -43,6 +43,10 @@ type Tracker struct {
 
 	mu     sync.RWMutex
 	byNode map[string]map[string]entry // node → voter → latest vote
+	// byVoter indexes byNode the other way (voter → the nodes it has a
+	// vote about), so a cut or a departed voter costs its own votes, not
+	// a scan of every node.
+	byVoter map[string]map[string]bool
 	// ballots: voter → its latest ballot recorded (its time, the voter's
 	// clock; the nodes it names), so an older or repeated ballot delivered
 	// late changes nothing.
@@ -62,7 +66,7 @@ type ballotRecord struct {
 
 // NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
 func NewTracker(defaultTTL time.Duration) *Tracker {
-	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}}
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}}
 }
 
 // ObserveBallot records the votes of one ballot of voter (events.BallotVotes),
@@ -98,15 +102,26 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 		}
 	}
 	for _, v := range votes {
-		voters := t.byNode[v.GetNode()]
-		if voters == nil {
-			voters = map[string]entry{}
-			t.byNode[v.GetNode()] = voters
-		}
-		voters[voter] = entry{vote: v, published: published}
+		t.set(v.GetNode(), voter, entry{vote: v, published: published})
 	}
 	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: nodes, ttl: ttl}
 	return touched
+}
+
+// set records voter's vote about node; callers hold mu.
+func (t *Tracker) set(node, voter string, e entry) {
+	voters := t.byNode[node]
+	if voters == nil {
+		voters = map[string]entry{}
+		t.byNode[node] = voters
+	}
+	voters[voter] = e
+	nodes := t.byVoter[voter]
+	if nodes == nil {
+		nodes = map[string]bool{}
+		t.byVoter[voter] = nodes
+	}
+	nodes[node] = true
 }
 
 // drop removes voter's vote about node; callers hold mu.
@@ -115,6 +130,12 @@ func (t *Tracker) drop(node, voter string) {
 		delete(voters, voter)
 		if len(voters) == 0 {
 			delete(t.byNode, node)
+		}
+	}
+	if nodes := t.byVoter[voter]; nodes != nil {
+		delete(nodes, node)
+		if len(nodes) == 0 {
+			delete(t.byVoter, voter)
 		}
 	}
 }
@@ -131,8 +152,8 @@ func (t *Tracker) Cut(voter string, at time.Time) []string {
 		t.cuts[voter] = at
 	}
 	var out []string
-	for node, voters := range t.byNode {
-		if e, ok := voters[voter]; ok && !e.published.After(at) {
+	for node := range t.byVoter[voter] {
+		if e, ok := t.byNode[node][voter]; ok && !e.published.After(at) {
 			t.drop(node, voter)
 			out = append(out, node)
 		}
@@ -149,15 +170,10 @@ func (t *Tracker) Observe(v *atollv1.Vote, published time.Time) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	voters := t.byNode[v.GetNode()]
-	if voters == nil {
-		voters = map[string]entry{}
-		t.byNode[v.GetNode()] = voters
-	}
-	if old, ok := voters[v.GetVoter()]; ok && !v.GetTime().AsTime().After(old.vote.GetTime().AsTime()) {
+	if old, ok := t.byNode[v.GetNode()][v.GetVoter()]; ok && !v.GetTime().AsTime().After(old.vote.GetTime().AsTime()) {
 		return false
 	}
-	voters[v.GetVoter()] = entry{vote: v, published: published}
+	t.set(v.GetNode(), v.GetVoter(), entry{vote: v, published: published})
 	return true
 }
 
@@ -216,14 +232,13 @@ const maxCutAge = 10 * time.Minute
 func (t *Tracker) Forget(node string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.byNode, node)
-	delete(t.ballots, node)
-	for target, voters := range t.byNode {
-		delete(voters, node)
-		if len(voters) == 0 {
-			delete(t.byNode, target)
-		}
+	for voter := range t.byNode[node] {
+		t.drop(node, voter)
 	}
+	for target := range t.byVoter[node] {
+		t.drop(target, node)
+	}
+	delete(t.ballots, node)
 }
 
 // Prune drops the votes expired at now: they no longer count, and
@@ -236,12 +251,9 @@ func (t *Tracker) Prune(now time.Time) int {
 	for target, voters := range t.byNode {
 		for voter, e := range voters {
 			if t.expired(e, now) {
-				delete(voters, voter)
+				t.drop(target, voter)
 				n++
 			}
-		}
-		if len(voters) == 0 {
-			delete(t.byNode, target)
 		}
 	}
 	// A voter's ballot record outlives its votes by a little, so a late
