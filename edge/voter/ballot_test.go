@@ -7,6 +7,7 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 
 	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
 // clocked is an offline voter of unit {n1, n2, n3} on a clock the test
@@ -207,5 +208,43 @@ func TestBallotOnMembershipChange(t *testing.T) {
 	b = c.v.Evaluate()
 	if b == nil || len(b.GetEntries()) != 3 || entry(b, "n4") == nil {
 		t.Fatalf("after n3 and n4 joined: %v, want a ballot about n2, n3, n4", b)
+	}
+}
+
+// TestBallotRestampedWhileWaiting: a ballot the hub has not stored 10 s
+// after it was made is made again with the current time (the cloud
+// refuses ballots whose time is far from when the hub stored them);
+// before that, nothing new is made.
+func TestBallotRestampedWhileWaiting(t *testing.T) {
+	c := newClocked(t)
+	h := natstest.Hub(t)
+	nc, err := h.Connect("voter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// A sender that never runs: what it is given waits, as with no stream.
+	out, err := newSender(c.v.cfg, nc, c.v.log, c.v.metrics, c.v.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.v.out = out
+	c.report()
+	first := c.v.Evaluate()
+	if first == nil {
+		t.Fatal("no first ballot")
+	}
+	c.now = c.now.Add(restampAfter - time.Second)
+	c.report()
+	if b := c.v.Evaluate(); b != nil {
+		t.Fatalf("ballot remade %v after it was made", restampAfter-time.Second)
+	}
+	c.now = c.now.Add(time.Second)
+	b := c.v.Evaluate()
+	if b == nil || !b.GetTime().AsTime().Equal(c.now) {
+		t.Fatalf("waiting ballot not remade with a fresh time after %v: %v", restampAfter, b)
+	}
+	if waiting, made := out.waitingSince(); !waiting || !made.Equal(c.now) {
+		t.Fatalf("the sender waits with the ballot made at %v (waiting %v), want the fresh one", made, waiting)
 	}
 }

@@ -146,6 +146,17 @@ func (s *sender) run(ctx context.Context) {
 	}
 }
 
+// waitingSince reports whether a ballot waits to be stored, and when it
+// was made.
+func (s *sender) waitingSince() (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting == nil {
+		return false, time.Time{}
+	}
+	return true, s.waiting.made
+}
+
 // pending reports whether a ballot waits to be acknowledged, and when the
 // last acknowledged one was made.
 func (s *sender) pending() (waiting bool, acked time.Time) {

@@ -442,6 +442,14 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	if len(entries) != len(prev) {
 		changed = true // a member left
 	}
+	// A ballot still not stored restampAfter after it was made is made
+	// again with the current time: the cloud refuses a ballot whose time
+	// is too far from when the hub stored it (--max-vote-skew).
+	if box := v.out; box != nil && !changed {
+		if waiting, made := box.waitingSince(); waiting && now.Sub(made) >= restampAfter {
+			changed = true
+		}
+	}
 	due := changed || now.Sub(v.ballot.GetTime().AsTime()) >= v.cfg.KeepAlive
 	var b *atollv1.Ballot
 	if due {
@@ -487,6 +495,11 @@ func (v *Voter) Tracked() (reports, votes, waiting int) {
 	}
 	return reports, votes, waiting
 }
+
+// restampAfter is how old a ballot still waiting to be stored may get
+// before the voter makes it again with a fresh time: well within the
+// cloud's default --max-vote-skew (30 s).
+const restampAfter = 10 * time.Second
 
 // Verdict returns the voter's current verdict on node.
 func (v *Voter) Verdict(node string) (atollv1.Verdict, bool) {
