@@ -191,3 +191,49 @@ func TestLeafLossesFromTheHub(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 }
+
+// TestLeafLossSilentCut: a leaf link that dies without closing (every
+// byte dropped, both ends still up) is closed by the hub after its pings
+// go unanswered, and reported, within the 15 s a vote used to live.
+func TestLeafLossSilentCut(t *testing.T) {
+	h := natstest.Hub(t)
+	log := natstest.Logger(t, slog.LevelError)
+	sys, err := identity.DialSystem(t.Context(), h.ClientConfig(), h.Issuer(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	losses := make(chan LeafLoss, 16)
+	sub, err := FollowLeafLosses(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLoss) { losses <- l })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	proxy := natstest.NewProxy(t, h.LeafURL().Host)
+	e := natstest.Edge(t, h, "e1", natstest.EdgeOptions{HubURL: "nats-leaf://" + proxy.Addr()})
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !e.Status().HubConnected {
+			return fmt.Errorf("e1 not linked")
+		}
+		return nil
+	})
+	start := time.Now()
+	proxy.Stall()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case l := <-losses:
+			if l.At.Before(start) || l.Node != "e1" {
+				continue
+			}
+			took := time.Since(start)
+			t.Logf("silent cut reported after %v (%s)", took.Round(time.Millisecond), l.Reason)
+			if took > 15*time.Second {
+				t.Fatalf("silent cut reported after %v, want within 15 s", took)
+			}
+			return
+		case <-timeout:
+			t.Fatal("silent cut not reported within 20 s")
+		}
+	}
+}
