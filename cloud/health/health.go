@@ -31,6 +31,29 @@
 // reconcile writes at most one patch per object: annotations and taints
 // in one Node patch, one patch per EndpointSlice or Endpoints.
 //
+// # Ballots and their freshness
+//
+// Edge voters send ballots (one message with a voter's verdicts on every
+// other member of its unit) when something changes and as a 30 s
+// keep-alive (edge/voter). Each entry counts as the voter's vote about
+// that node (events.BallotVotes) until the first of: the ballot's TTL
+// after the hub stored it, the voter's next ballot (which replaces the
+// whole previous one; duplicates and older ballots are ignored), or the
+// hub reporting the voter's leaf connection closed after storing it
+// (FollowLinks: the hub servers' DISCONNECT system events, recorded in
+// LinksBucket so every replica, and one started later, applies them).
+// Single votes (the Vote family) are still counted, by their own TTL.
+//
+// # Write priorities
+//
+// Protection writes (a node's unreachable taint, its pods' endpoint
+// readiness, the hold annotation the guard webhook reads) are made by the
+// reconciler on a client with its own rate limiter (Config.Protect); a
+// reconcile that would only change verdict annotations hands the node to
+// a separate workqueue written on another client (Config.Info), so a
+// backlog of annotations never holds a reconcile worker nor takes the
+// protection writes' tokens.
+//
 // # Ack semantics
 //
 // A vote is acked once it is recorded in the tracker and its node is in
