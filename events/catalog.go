@@ -72,11 +72,14 @@ type token struct {
 var (
 	ProbeFamily = &Family{
 		Name: "probe", Pattern: Root + ".health.probe.<unit>.<checker>",
-		Transport: TransportStream, Stream: StreamHealth,
-		Message:  &atollv1.ProbeReport{},
-		Identity: map[string]string{"unit": "unit", "checker": "checker"},
-		MsgID:    "`<checker>@<epoch>-<sequence>`",
-		Producer: "edge prober", Consumer: "unit voters (core, over the unit's routes); stored on the hub",
+		// Probe reports stay inside the unit: the unit's routes carry
+		// them to its voters, and the edge credentials may not send them
+		// over the leaf link, so the hub never sees them (see Ballot).
+		Transport: TransportCore,
+		Message:   &atollv1.ProbeReport{},
+		Identity:  map[string]string{"unit": "unit", "checker": "checker"},
+		MsgID:     "`<checker>@<epoch>-<sequence>`",
+		Producer:  "edge prober", Consumer: "unit voters (core, over the unit's routes); never sent to the hub",
 		Example: []string{"site-a", "edge-1"},
 	}
 	VoteFamily = &Family{
@@ -85,8 +88,21 @@ var (
 		Message:  &atollv1.Vote{},
 		Identity: map[string]string{"unit": "unit", "node": "node", "voter": "voter"},
 		MsgID:    "`<voter>@<node>-<unix ns, base 36>`",
-		Producer: "edge voter", Consumer: "cloud health: every replica follows, one handles each (`health-votes`)",
+		Producer: "agents before ballots, `atoll-bench`", Consumer: "cloud health: every replica follows, one handles each (`health-votes`)",
 		Example: []string{"site-a", "edge-2", "edge-1"},
+	}
+	// BallotFamily carries one voter's verdicts on all its unit's other
+	// members: sent on change (acknowledged by the stream, retried until
+	// it is) and as a slow keep-alive. It replaces one vote per member per
+	// refresh period.
+	BallotFamily = &Family{
+		Name: "ballot", Pattern: Root + ".health.ballot.<unit>.<voter>",
+		Transport: TransportStream, Stream: StreamHealth,
+		Message:  &atollv1.Ballot{},
+		Identity: map[string]string{"unit": "unit", "voter": "voter"},
+		MsgID:    "`<voter>@<unix ns, base 36>`",
+		Producer: "edge voter", Consumer: "cloud health: every replica follows, one handles each (`health-ballots`)",
+		Example: []string{"site-a", "edge-1"},
 	}
 	TopologyFamily = &Family{
 		Name: "topology", Pattern: Root + ".topo.node.<node>",
@@ -166,7 +182,7 @@ var (
 
 // catalog is every family, in the README's order.
 var catalog = []*Family{
-	ProbeFamily, VoteFamily, TopologyFamily, UnitEventFamily,
+	ProbeFamily, VoteFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
 	TunnelFamily, StatusFamily,
 }

@@ -127,6 +127,20 @@ var (
 	}
 	// VoteFollower gives every cloud replica every vote (the tallies).
 	VoteFollower = FollowSpec("votes", StreamHealth, VoteSubjects)
+	// BallotConsumer feeds the cloud health service with every ballot,
+	// each handled by one replica (the leader's reconciles).
+	BallotConsumer = ConsumerSpec{
+		Name:           "health-ballots",
+		Mode:           Shared,
+		Stream:         StreamHealth,
+		FilterSubjects: []string{BallotSubjects},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		AckWait:        30 * time.Second,
+		MaxDeliver:     10,
+		MaxAckPending:  10000,
+	}
+	// BallotFollower gives every cloud replica every ballot (the tallies).
+	BallotFollower = FollowSpec("ballots", StreamHealth, BallotSubjects)
 	// TopologyFollower gives every cloud replica every node's report.
 	TopologyFollower = FollowSpec("topology", StreamTopology, NodeTopologySubjects)
 	// UnitEventConsumer hands each unit lifecycle event to one replica's

@@ -70,8 +70,9 @@ type StreamDef struct {
 
 // streamDefs are the hub streams.
 //
-//   - HEALTH keeps the last few probe reports and votes per subject: health is
-//     state, not history, and voters republish periodically.
+//   - HEALTH keeps the last few ballots (and votes) per subject: health is
+//     state, not history. Probe reports are not in it: they stay inside
+//     their unit.
 //   - TOPOLOGY keeps the last report of each node.
 //   - VIEWS keeps the last value of each view (a KV in all but name), so an
 //     edge agent resumes from where it left off; agents compare what they
@@ -80,8 +81,8 @@ type StreamDef struct {
 //     publishes expect the last sequence they read, so a stale read costs
 //     a retry, never a lost view).
 var streamDefs = []StreamDef{
-	{Name: StreamHealth, Description: "Probe reports and votes from edge units", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
-	{Name: StreamTopology, Description: "Edge agents' reports of themselves", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
+	{Name: StreamHealth, Description: "Edge voters' ballots (and single votes)", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
+	{Name: StreamTopology, Description: "Edge agents' reports of themselves and the units' lifecycle events", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
 	{Name: StreamViews, Description: "The cloud's per-unit views for edge agents", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true},
 }
 

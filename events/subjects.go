@@ -40,6 +40,7 @@ const (
 	HealthSubjects = Root + ".health.>"
 	ProbeSubjects  = Root + ".health.probe.>"
 	VoteSubjects   = Root + ".health.vote.>"
+	BallotSubjects = Root + ".health.ballot.>"
 	TopoSubjects   = Root + ".topo.>"
 	// NodeTopologySubjects are the nodes' reports (TopologyFamily), and
 	// UnitEventSubjects the unit lifecycle events (UnitEventFamily), both
@@ -164,6 +165,18 @@ func ParseVoteSubject(subject string) (unit, node, voter string, err error) {
 		return "", "", "", err
 	}
 	return t[0], t[1], t[2], nil
+}
+
+// BallotSubject is where voter publishes its ballot on the members of unit.
+func BallotSubject(unit, voter string) (string, error) { return BallotFamily.Subject(unit, voter) }
+
+// ParseBallotSubject returns the unit and voter of a ballot subject.
+func ParseBallotSubject(subject string) (unit, voter string, err error) {
+	t, err := BallotFamily.Parse(subject)
+	if err != nil {
+		return "", "", err
+	}
+	return t[0], t[1], nil
 }
 
 // TopologySubject is where node's edge agent reports itself.

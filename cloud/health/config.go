@@ -2,6 +2,7 @@ package health
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -16,8 +17,8 @@ type Config struct {
 	HoldTime time.Duration
 	// VoteTTL is how long a vote counts when the voter gave no TTL.
 	VoteTTL time.Duration
-	// MaxVoteTTL rejects a vote that asks to count longer (voters ask
-	// three refresh periods, 15 s by default).
+	// MaxVoteTTL rejects a vote or ballot that asks to count longer
+	// (voters ask 2.5 keep-alives, 75 s by default).
 	MaxVoteTTL time.Duration
 	// MaxVoteSkew rejects a vote whose own time is further than this from
 	// the time the hub stored it (a voter's clock that is off, or a vote
@@ -30,11 +31,34 @@ type Config struct {
 	Workers int
 	// Replicas of the hold bucket (match the hub's stream replicas).
 	Replicas int
+	// Protect limits the protection writes (a Node's unreachable taint,
+	// its pods' endpoint readiness, a held unit's hold annotation) and
+	// Info the informational ones (the verdict annotations), each with a
+	// client and rate limiter of its own: protection never waits for
+	// tokens an annotation took. Informational writes go through their own
+	// workqueue, with InfoWorkers workers, so a backlog of them never holds
+	// a reconcile (and the protection writes it makes) either.
+	Protect, Info Limits
+	InfoWorkers   int
+}
+
+// Limits are a Kubernetes client's rate limit: QPS sustained, Burst at once.
+type Limits struct {
+	QPS   float32
+	Burst int
+}
+
+func (l Limits) validate(name string) error {
+	if l.QPS <= 0 || l.Burst < 1 {
+		return fmt.Errorf("health: %s QPS and burst must be positive", name)
+	}
+	return nil
 }
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1}
+	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
+		Protect: Limits{QPS: 200, Burst: 400}, Info: Limits{QPS: 20, Burst: 40}, InfoWorkers: 2}
 }
 
 // Validate names the first bad field.
@@ -56,6 +80,11 @@ func (c Config) Validate() error {
 		return errors.New("health: workers must be at least 1")
 	case c.Replicas < 1:
 		return errors.New("health: replicas must be at least 1")
+	case c.InfoWorkers < 1:
+		return errors.New("health: info workers must be at least 1")
 	}
-	return nil
+	if err := c.Protect.validate("protect"); err != nil {
+		return err
+	}
+	return c.Info.validate("info")
 }

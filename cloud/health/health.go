@@ -31,6 +31,29 @@
 // reconcile writes at most one patch per object: annotations and taints
 // in one Node patch, one patch per EndpointSlice or Endpoints.
 //
+// # Ballots and their freshness
+//
+// Edge voters send ballots (one message with a voter's verdicts on every
+// other member of its unit) when something changes and as a 30 s
+// keep-alive (edge/voter). Each entry counts as the voter's vote about
+// that node (events.BallotVotes) until the first of: the ballot's TTL
+// after the hub stored it, the voter's next ballot (which replaces the
+// whole previous one; duplicates and older ballots are ignored), or the
+// hub reporting the voter's leaf connection closed after storing it
+// (FollowLinks: the hub servers' DISCONNECT system events, recorded in
+// LinksBucket so every replica, and one started later, applies them).
+// Single votes (the Vote family) are still counted, by their own TTL.
+//
+// # Write priorities
+//
+// Protection writes (a node's unreachable taint, its pods' endpoint
+// readiness, the hold annotation the guard webhook reads) are made by the
+// reconciler on a client with its own rate limiter (Config.Protect); a
+// reconcile that would only change verdict annotations hands the node to
+// a separate workqueue written on another client (Config.Info), so a
+// backlog of annotations never holds a reconcile worker nor takes the
+// protection writes' tokens.
+//
 // # Ack semantics
 //
 // A vote is acked once it is recorded in the tracker and its node is in
@@ -57,6 +80,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -69,6 +93,12 @@ import (
 // HoldBucket is the KV bucket recording since when each unit is fully
 // disrupted, so every replica (and a restarted one) holds it equally long.
 const HoldBucket = "atoll_unit_holds"
+
+// LinksBucket records, per edge node, when the hub last reported its leaf
+// link closed (FollowLinks writes, every replica follows), so every
+// replica, and one started later, stops counting the ballots the voter
+// had stored by then.
+const LinksBucket = "atoll_voter_links"
 
 type unitStatus struct {
 	state     UnitState
@@ -86,11 +116,17 @@ type Service struct {
 	tracker *Tracker
 	now     func() time.Time
 
-	cache   client.Reader // the manager's cache
-	patch   *patcher
-	work    chan event.GenericEvent         // → the reconciler's workqueue
-	elected <-chan struct{}                 // closed once this replica leads
-	votes   atomic.Pointer[events.Consumer] // follows every vote, on every replica; set by Run
+	cache   client.Reader                                // the manager's cache
+	patch   *patcher                                     // protection writes
+	infoW   *patcher                                     // informational writes
+	info    workqueue.TypedRateLimitingInterface[string] // nodes whose annotations to write
+	work    chan event.GenericEvent                      // → the reconciler's workqueue
+	elected <-chan struct{}                              // closed once this replica leads
+	votes   atomic.Pointer[events.Consumer]              // follows every vote, on every replica; set by Run
+	ballots atomic.Pointer[events.Consumer]              // follows every ballot, on every replica; set by Run
+
+	links      atomic.Pointer[jetstream.KeyValue] // LinksBucket; set by Run
+	linksReady atomic.Bool                        // LinksBucket read up to its end at start
 
 	mu       sync.RWMutex
 	units    map[string]unitStatus
@@ -115,7 +151,15 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 		work:    make(chan event.GenericEvent),
 		elected: m.Elected(),
 	}
-	s.patch = &patcher{client: m.GetClient(), fresh: m.GetAPIReader(), metrics: s.metrics}
+	var err error
+	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {
+		return nil, fmt.Errorf("health: protection client: %w", err)
+	}
+	if s.infoW, err = newPatcher(m, cfg.Info, s.metrics); err != nil {
+		return nil, fmt.Errorf("health: informational client: %w", err)
+	}
+	s.info = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "health-annotations"})
 	if err := s.setupWithManager(m); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
@@ -244,11 +288,54 @@ func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 // Ready passes once this replica's vote state has caught up with the
 // HEALTH stream as it was at start (readiness check "health-votes").
 func (s *Service) Ready(context.Context) error {
-	votes := s.votes.Load()
-	if votes == nil {
+	votes, ballots := s.votes.Load(), s.ballots.Load()
+	if votes == nil || ballots == nil {
 		return errors.New("vote follower not started")
 	}
+	if !s.linksReady.Load() {
+		return errors.New("voter link losses not read yet")
+	}
+	if err := ballots.Ready(); err != nil {
+		return err
+	}
 	return votes.Ready()
+}
+
+// validBallot checks a ballot's TTL and timestamp as validVote does a
+// vote's.
+func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
+	return s.validVote(&atollv1.Vote{Voter: b.GetVoter(), Time: b.GetTime(), Ttl: b.GetTtl()}, published)
+}
+
+// observeBallot records a ballot; it returns the nodes whose verdict
+// changed.
+func (s *Service) observeBallot(b *atollv1.Ballot, published time.Time) []string {
+	votes := events.BallotVotes(b)
+	before := map[string]atollv1.Verdict{}
+	for _, v := range votes {
+		before[v.GetNode()] = s.Judge(v.GetNode()).Verdict
+	}
+	touched := s.tracker.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), votes)
+	var changed []string
+	for _, node := range touched {
+		if v, ok := before[node]; !ok || s.Judge(node).Verdict != v {
+			changed = append(changed, node)
+		}
+	}
+	return changed
+}
+
+// LinkLost tells the service that the hub closed voter's leaf connection
+// at at (its system events, FollowLeafLosses): every vote the voter sent
+// before stops counting now, and the nodes it voted on are reconciled.
+func (s *Service) LinkLost(ctx context.Context, voter string, at time.Time) {
+	nodes := s.tracker.Cut(voter, at)
+	if len(nodes) > 0 {
+		s.log.Info("voter's leaf link closed: its votes stop counting", "voter", voter, "at", at, "nodes", len(nodes))
+	}
+	for _, n := range nodes {
+		s.enqueue(ctx, n)
+	}
 }
 
 // Run follows the votes and keeps the units' states until ctx is done. It
@@ -277,6 +364,22 @@ func (s *Service) Run(ctx context.Context) error {
 	s.holds, s.recorded = holds, recorded
 	s.mu.Unlock()
 
+	// Link losses first: a ballot stored before its voter's link closed
+	// must not count when the followers below deliver it.
+	links, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: LinksBucket, Description: "When each edge node's leaf link to the hub last closed", History: 1,
+		Replicas: s.cfg.Replicas, TTL: maxCutAge,
+	})
+	if err != nil {
+		return fmt.Errorf("health: links bucket: %w", err)
+	}
+	lw, err := links.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("health: watch links bucket: %w", err)
+	}
+	defer func() { _ = lw.Stop() }()
+	s.links.Store(&links)
+
 	// Every replica knows every vote.
 	votes, err := events.NewConsumer(js, events.VoteFollower, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
 		if err := s.validVote(ev.Msg, ev.Published); err != nil {
@@ -291,13 +394,49 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("health: %w", err)
 	}
 	s.votes.Store(votes)
+	ballots, err := events.NewConsumer(js, events.BallotFollower, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
+		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
+			return events.Reject(err)
+		}
+		for _, n := range s.observeBallot(ev.Msg, ev.Published) {
+			s.enqueue(ctx, n)
+		}
+		return nil
+	}, events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	s.ballots.Store(ballots)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
+		for e := range lw.Updates() {
+			if e == nil {
+				s.linksReady.Store(true)
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, string(e.Value()))
+			if err != nil {
+				s.log.Warn("undecodable link loss", "key", e.Key(), "err", err)
+				continue
+			}
+			s.LinkLost(ctx, e.Key(), at)
+		}
+	})
+	wg.Go(func() {
 		err := votes.Run(ctx)
 		if err != nil {
 			s.log.Error("following votes stopped", "err", err)
+		}
+	})
+	wg.Go(func() {
+		err := ballots.Run(ctx)
+		if err != nil {
+			s.log.Error("following ballots stopped", "err", err)
 		}
 	})
 

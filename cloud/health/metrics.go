@@ -8,6 +8,7 @@ type metrics struct {
 	protected prometheus.Gauge
 	deferred  prometheus.Counter
 	votes     prometheus.Gauge
+	linksLost prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,9 +33,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "health", Name: "tracked_votes",
 			Help: "Votes this replica keeps (expired ones are dropped at each resync).",
 		}),
+		linksLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "voter_links_lost_total",
+			Help: "Edge leaf connections the hub reported closed; each stops its voter's votes from counting until its next ballot.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes)
+		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes, m.linksLost)
 	}
 	return m
 }

@@ -15,7 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/atoll-edge/atoll/cloud/manager"
 
 	"github.com/atoll-edge/atoll/internal/protect"
 )
@@ -40,8 +43,19 @@ func testOp(path string, value any) op { return op{Op: "test", Path: path, Value
 // of dropping a taint added meanwhile or writing the same annotations
 // twice. Nil when the node already is as wanted.
 func NodePatch(n *corev1.Node, want map[string]string, protected bool) ([]byte, error) {
+	return nodePatch(n, want, protected, true)
+}
+
+// AnnotationPatch is NodePatch for the managed annotations alone: the
+// taints are left as they are (the informational writes, see
+// Service.annotate).
+func AnnotationPatch(n *corev1.Node, want map[string]string) ([]byte, error) {
+	return nodePatch(n, want, false, false)
+}
+
+func nodePatch(n *corev1.Node, want map[string]string, protected, taints bool) ([]byte, error) {
 	var ops []op
-	if kept, changed := protect.NodeTaints(n, protected); changed {
+	if kept, changed := protect.NodeTaints(n, protected); taints && changed {
 		ops = append(ops,
 			testOp("/spec/taints", n.Spec.Taints),
 			op{Op: "replace", Path: "/spec/taints", Value: kept.Spec.Taints})
@@ -134,11 +148,26 @@ func EndpointsPatch(e *corev1.Endpoints, p protect.Policy) ([]byte, error) {
 }
 
 // patcher applies patches and retries a patch that failed because its
-// read was stale, with a fresh read from the apiserver.
+// read was stale, with a fresh read from the apiserver. The service has
+// two, each on a client with its own rate limiter: one for protection
+// writes, one for informational ones, so neither waits for the other's
+// tokens.
 type patcher struct {
 	client  client.Client // writes
 	fresh   client.Reader // reads that bypass the cache
 	metrics *metrics
+}
+
+// newPatcher builds a patcher on a client of its own, on m's
+// configuration with limits: its own rate limiter, reads uncached.
+func newPatcher(m *manager.Manager, l Limits, met *metrics) (*patcher, error) {
+	rc := rest.CopyConfig(m.GetConfig())
+	rc.QPS, rc.Burst, rc.RateLimiter = l.QPS, l.Burst, nil
+	c, err := client.New(rc, client.Options{Scheme: m.GetScheme(), Mapper: m.GetRESTMapper()})
+	if err != nil {
+		return nil, err
+	}
+	return &patcher{client: c, fresh: c, metrics: met}, nil
 }
 
 var retryBackoff = wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.2}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -99,8 +100,33 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	// The shared durable consumer feeds the leader's workqueue.
+	// The shared durable consumers feed the leader's workqueue.
+	if err := m.Add(ctrlmanager.RunnableFunc(s.writeInfo)); err != nil {
+		return err
+	}
+	if err := m.Add(ctrlmanager.RunnableFunc(s.consumeBallots)); err != nil {
+		return err
+	}
 	return m.Add(ctrlmanager.RunnableFunc(s.consumeVotes))
+}
+
+// consumeBallots is consumeVotes for ballots: it records each ballot and
+// enqueues the nodes it names. It runs on the leader only.
+func (s *Service) consumeBallots(ctx context.Context) error {
+	err := events.Consume(ctx, s.bus.JetStream(), events.BallotConsumer, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
+		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
+			return events.Reject(err)
+		}
+		s.observeBallot(ev.Msg, ev.Published)
+		for _, e := range ev.Msg.GetEntries() {
+			s.enqueue(ctx, e.GetNode())
+		}
+		return nil
+	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("consuming ballots stopped", "err", err)
+	}
+	return nil
 }
 
 // consumeVotes handles each vote once across replicas (at least once): it
@@ -189,9 +215,18 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		hold = time.Time{}
 	}
 	var errs []error
-	errs = append(errs, s.patch.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
-		return NodePatch(cur, Annotations(j, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
-	}))
+	if protectionWrite(&n, j, hold, s.ProtectedNode(&n)) {
+		// The taint or the hold changes: a protection write, made now on
+		// the protection client, carrying the annotations along (one
+		// patch per object).
+		errs = append(errs, s.patch.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
+			return NodePatch(cur, Annotations(j, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
+		}))
+	} else if p, err := AnnotationPatch(&n, Annotations(j, hold, n.Annotations, s.now())); err != nil || p != nil {
+		// Only the verdict annotations change: the informational queue
+		// writes them, apart from this reconcile.
+		s.info.Add(name)
+	}
 	if !Protect(&n, j, s.held(unit)) {
 		return reconcile.Result{}, errors.Join(errs...)
 	}
@@ -210,6 +245,76 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		errs = append(errs, s.patch.endpoints(ctx, &eps.Items[i], s))
 	}
 	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// protectionWrite reports whether n's patch changes what protects it: its
+// unreachable taint, or the hold annotation the guard webhook reads.
+func protectionWrite(n *corev1.Node, j Judgement, hold time.Time, protected bool) bool {
+	if _, changed := protect.NodeTaints(n, protected); changed {
+		return true
+	}
+	want := ""
+	if !hold.IsZero() {
+		want = hold.UTC().Format(time.RFC3339)
+	}
+	return n.Annotations[wellknown.AnnotationHoldUntil] != want
+}
+
+// writeInfo runs the informational writes until ctx is done (leader only,
+// like the reconciler).
+func (s *Service) writeInfo(ctx context.Context) error {
+	go func() { <-ctx.Done(); s.info.ShutDown() }()
+	var wg sync.WaitGroup
+	for range s.cfg.InfoWorkers {
+		wg.Go(func() {
+			for {
+				name, quit := s.info.Get()
+				if quit {
+					return
+				}
+				if err := s.annotate(ctx, name); err != nil {
+					s.log.Debug("annotation write failed; retrying", "node", name, "err", err)
+					s.info.AddRateLimited(name)
+				} else {
+					s.info.Forget(name)
+				}
+				s.info.Done(name)
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// annotate writes node's verdict annotations as they are now (not as they
+// were when it was queued), leaving its taints alone: those are the
+// reconciler's.
+func (s *Service) annotate(ctx context.Context, name string) error {
+	if err := s.Ready(ctx); err != nil {
+		s.info.AddAfter(name, catchUpRetry)
+		return nil
+	}
+	var n corev1.Node
+	err := s.cache.Get(ctx, types.NamespacedName{Name: name}, &n)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	unit := n.Labels[s.cfg.UnitLabel]
+	j := s.judge(&n, s.now())
+	_, hold := s.UnitState(unit)
+	if !s.held(unit) {
+		hold = time.Time{}
+	}
+	if protectionWrite(&n, j, hold, s.ProtectedNode(&n)) {
+		s.enqueue(ctx, name) // the reconciler writes it, with the annotations
+		return nil
+	}
+	return s.infoW.node(ctx, &n, func(cur *corev1.Node) ([]byte, error) {
+		return AnnotationPatch(cur, Annotations(j, hold, cur.Annotations, s.now()))
+	})
 }
 
 var _ protect.Policy = (*Service)(nil)

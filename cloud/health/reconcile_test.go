@@ -260,6 +260,12 @@ type replica struct {
 // startReplica runs a replica until the test ends or stop.
 func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *hublink.Link, log *slog.Logger, elect bool) *replica {
 	t.Helper()
+	return startReplicaWith(t, ctx, rc, b, log, elect, nil)
+}
+
+// startReplicaWith is startReplica with the health config changed by mutate.
+func startReplicaWith(t *testing.T, ctx context.Context, rc *rest.Config, b *hublink.Link, log *slog.Logger, elect bool, mutate func(*health.Config)) *replica {
+	t.Helper()
 	mcfg := manager.DefaultConfig()
 	mcfg.LeaderElect = elect
 	mcfg.LeaderElectionNamespace = "kube-system"
@@ -270,6 +276,9 @@ func startReplica(t *testing.T, ctx context.Context, rc *rest.Config, b *hublink
 	}
 	cfg := health.DefaultConfig()
 	cfg.Resync = 200 * time.Millisecond // many resyncs: none may write again
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	s, err := health.New(cfg, b, m, log, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +339,13 @@ func addNode(t *testing.T, ctx context.Context, client kubernetes.Interface, nam
 // addNodeReason is addNode with the Ready condition's reason.
 func addNodeReason(t *testing.T, ctx context.Context, client kubernetes.Interface, name string, ready corev1.ConditionStatus, reason string) {
 	t.Helper()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{wellknown.LabelUnit: "u1"}}}
+	addUnitNode(t, ctx, client, "u1", name, ready, reason)
+}
+
+// addUnitNode is addNodeReason in unit.
+func addUnitNode(t *testing.T, ctx context.Context, client kubernetes.Interface, unit, name string, ready corev1.ConditionStatus, reason string) {
+	t.Helper()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{wellknown.LabelUnit: unit}}}
 	if ready == corev1.ConditionUnknown {
 		node.Spec.Taints = []corev1.Taint{
 			{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},

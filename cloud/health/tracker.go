@@ -43,11 +43,122 @@ type Tracker struct {
 
 	mu     sync.RWMutex
 	byNode map[string]map[string]entry // node → voter → latest vote
+	// byVoter indexes byNode the other way (voter → the nodes it has a
+	// vote about), so a cut or a departed voter costs its own votes, not
+	// a scan of every node.
+	byVoter map[string]map[string]bool
+	// ballots: voter → its latest ballot recorded (its time, the voter's
+	// clock; the nodes it names), so an older or repeated ballot delivered
+	// late changes nothing.
+	ballots map[string]ballotRecord
+	// cuts: voter → the latest time the hub reported its leaf link
+	// closed; what the voter had stored by then never counts, even when
+	// delivered after the cut (a replica catching up on the stream).
+	cuts map[string]time.Time
+}
+
+type ballotRecord struct {
+	made      time.Time
+	published time.Time
+	nodes     []string
+	ttl       time.Duration
 }
 
 // NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
 func NewTracker(defaultTTL time.Duration) *Tracker {
-	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}}
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}}
+}
+
+// ObserveBallot records the votes of one ballot of voter (events.BallotVotes),
+// made at made by the voter's clock and stored by the hub at published. A
+// ballot replaces the voter's whole previous ballot: a node it no longer
+// names loses the voter's vote. A ballot not newer than the voter's last
+// one recorded (a duplicate, or one delivered out of order) is ignored. It
+// returns the nodes whose vote from voter was set or dropped (nil: ignored).
+func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl time.Duration, votes []*atollv1.Vote) []string {
+	if published.IsZero() {
+		published = time.Now()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	prev, had := t.ballots[voter]
+	if had && !made.After(prev.made) {
+		return nil
+	}
+	if cut, ok := t.cuts[voter]; ok && !published.After(cut) {
+		return nil
+	}
+	named := make(map[string]bool, len(votes))
+	nodes := make([]string, 0, len(votes))
+	for _, v := range votes {
+		named[v.GetNode()] = true
+		nodes = append(nodes, v.GetNode())
+	}
+	touched := append([]string(nil), nodes...)
+	for _, node := range prev.nodes {
+		if !named[node] {
+			t.drop(node, voter)
+			touched = append(touched, node)
+		}
+	}
+	for _, v := range votes {
+		t.set(v.GetNode(), voter, entry{vote: v, published: published})
+	}
+	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: nodes, ttl: ttl}
+	return touched
+}
+
+// set records voter's vote about node; callers hold mu.
+func (t *Tracker) set(node, voter string, e entry) {
+	voters := t.byNode[node]
+	if voters == nil {
+		voters = map[string]entry{}
+		t.byNode[node] = voters
+	}
+	voters[voter] = e
+	nodes := t.byVoter[voter]
+	if nodes == nil {
+		nodes = map[string]bool{}
+		t.byVoter[voter] = nodes
+	}
+	nodes[node] = true
+}
+
+// drop removes voter's vote about node; callers hold mu.
+func (t *Tracker) drop(node, voter string) {
+	if voters := t.byNode[node]; voters != nil {
+		delete(voters, voter)
+		if len(voters) == 0 {
+			delete(t.byNode, node)
+		}
+	}
+	if nodes := t.byVoter[voter]; nodes != nil {
+		delete(nodes, node)
+		if len(nodes) == 0 {
+			delete(t.byVoter, voter)
+		}
+	}
+}
+
+// Cut drops every vote of voter stored by the hub at or before at: the
+// hub reported the voter's leaf connection closed then, so what it said
+// before no longer stands. A ballot stored after at (the voter back on
+// another link) keeps counting. It returns the nodes that lost the
+// voter's vote.
+func (t *Tracker) Cut(voter string, at time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if at.After(t.cuts[voter]) {
+		t.cuts[voter] = at
+	}
+	var out []string
+	for node := range t.byVoter[voter] {
+		if e, ok := t.byNode[node][voter]; ok && !e.published.After(at) {
+			t.drop(node, voter)
+			out = append(out, node)
+		}
+	}
+	return out
 }
 
 // Observe records v, published (stored by the hub) at published. An older
@@ -59,15 +170,10 @@ func (t *Tracker) Observe(v *atollv1.Vote, published time.Time) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	voters := t.byNode[v.GetNode()]
-	if voters == nil {
-		voters = map[string]entry{}
-		t.byNode[v.GetNode()] = voters
-	}
-	if old, ok := voters[v.GetVoter()]; ok && !v.GetTime().AsTime().After(old.vote.GetTime().AsTime()) {
+	if old, ok := t.byNode[v.GetNode()][v.GetVoter()]; ok && !v.GetTime().AsTime().After(old.vote.GetTime().AsTime()) {
 		return false
 	}
-	voters[v.GetVoter()] = entry{vote: v, published: published}
+	t.set(v.GetNode(), v.GetVoter(), entry{vote: v, published: published})
 	return true
 }
 
@@ -118,18 +224,21 @@ func (t *Tracker) Judge(node string, now time.Time, members int, counts func(*at
 	return j
 }
 
+// maxCutAge is how long a cut is kept: longer than any ballot's TTL.
+const maxCutAge = 10 * time.Minute
+
 // Forget drops every vote about node and every vote node cast (it left
 // the cluster).
 func (t *Tracker) Forget(node string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.byNode, node)
-	for target, voters := range t.byNode {
-		delete(voters, node)
-		if len(voters) == 0 {
-			delete(t.byNode, target)
-		}
+	for voter := range t.byNode[node] {
+		t.drop(node, voter)
 	}
+	for target := range t.byVoter[node] {
+		t.drop(target, node)
+	}
+	delete(t.ballots, node)
 }
 
 // Prune drops the votes expired at now: they no longer count, and
@@ -142,12 +251,24 @@ func (t *Tracker) Prune(now time.Time) int {
 	for target, voters := range t.byNode {
 		for voter, e := range voters {
 			if t.expired(e, now) {
-				delete(voters, voter)
+				t.drop(target, voter)
 				n++
 			}
 		}
-		if len(voters) == 0 {
-			delete(t.byNode, target)
+	}
+	// A voter's ballot record outlives its votes by a little, so a late
+	// duplicate of its last ballot cannot count again; after that the
+	// voter is forgotten.
+	for voter, b := range t.ballots {
+		if now.After(b.published.Add(2 * max(b.ttl, t.defaultTTL))) {
+			delete(t.ballots, voter)
+		}
+	}
+	// A cut only matters for ballots stored before it, which have expired
+	// by now.
+	for voter, at := range t.cuts {
+		if now.After(at.Add(maxCutAge)) {
+			delete(t.cuts, voter)
 		}
 	}
 	return n

@@ -12,7 +12,7 @@ import (
 )
 
 func TestValidVote(t *testing.T) {
-	s := &Service{cfg: DefaultConfig()} // max TTL 1m, max skew 30s
+	s := &Service{cfg: DefaultConfig()} // max TTL 3m, max skew 30s
 	hub := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name string
@@ -22,8 +22,9 @@ func TestValidVote(t *testing.T) {
 	}{
 		{"on time", hub, 15 * time.Second, true},
 		{"no TTL (the default applies)", hub, 0, true},
-		{"TTL at the maximum", hub, time.Minute, true},
-		{"TTL above the maximum", hub, time.Minute + time.Second, false},
+		{"a ballot's default TTL", hub, 75 * time.Second, true},
+		{"TTL at the maximum", hub, 3 * time.Minute, true},
+		{"TTL above the maximum", hub, 3*time.Minute + time.Second, false},
 		{"voter clock behind within skew", hub.Add(-29 * time.Second), 15 * time.Second, true},
 		{"voter clock ahead within skew", hub.Add(29 * time.Second), 15 * time.Second, true},
 		{"dated in the future", hub.Add(31 * time.Second), 15 * time.Second, false},

@@ -43,7 +43,7 @@ func TestClusterSurvivesOneServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject := "atoll.health.probe.u1.e1"
+	subject := "atoll.health.ballot.u1.e1"
 	publish := func(i int) error {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

@@ -114,6 +114,10 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	opts.Port = h.cfg.ClientPort
 	opts.NoSigs = true
 	opts.MaxPayload = 1 << 20
+	opts.PingInterval, opts.MaxPingsOut = h.cfg.PingInterval, MaxPingsOut
+	if opts.PingInterval == 0 {
+		opts.PingInterval = DefaultPingInterval
+	}
 	opts.LeafNode.Host = h.cfg.Host
 	opts.LeafNode.Port = h.cfg.LeafPort
 	opts.LeafNode.Advertise = h.cfg.LeafAdvertise

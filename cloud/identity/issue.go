@@ -195,8 +195,7 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		vals map[string]string
 		pub  bool
 	}{
-		{events.ProbeFamily, withUnit(map[string]string{"checker": node}), true},
-		{events.VoteFamily, withUnit(map[string]string{"voter": node}), true},
+		{events.BallotFamily, withUnit(map[string]string{"voter": node}), true},
 		{events.TopologyFamily, self, true},
 		{events.TunnelFamily, map[string]string{"node": node, "dir": string(events.ToCloud)}, true},
 		{events.AssignmentFamily, self, false},
@@ -218,13 +217,6 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		}
 	}
 	if unit != "" {
-		for _, f := range []*events.Family{events.ProbeFamily, events.VoteFamily} {
-			s, err := f.Filter(map[string]string{"unit": unit})
-			if err != nil {
-				return p, err
-			}
-			p.Sub.Allow.Add(s)
-		}
 		views, err := events.UnitViewSubjects(unit)
 		if err != nil {
 			return p, err

@@ -10,6 +10,7 @@ type metrics struct {
 	nodes, units                    prometheus.Gauge
 	published, repaired, duplicates prometheus.Counter
 	conflicts, rotations            prometheus.Counter
+	incremental                     prometheus.Counter
 	rejected                        *prometheus.CounterVec
 }
 
@@ -22,6 +23,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		units: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "topology", Name: "units",
 			Help: "Units with at least one member.",
+		}),
+		incremental: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "topology", Name: "incremental_passes_total",
+			Help: "Recomputes of only the views the changed nodes touch (their assignments and units), instead of every view.",
 		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "topology", Name: "views_published_total",
@@ -49,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.conflicts, m.rejected, m.rotations)
+		reg.MustRegister(m.nodes, m.units, m.published, m.repaired, m.duplicates, m.conflicts, m.rejected, m.rotations, m.incremental)
 	}
 	return m
 }

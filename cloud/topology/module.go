@@ -80,7 +80,8 @@ func newForApp(p params) (*Service, error) {
 const ControllerName = "topology"
 
 // SetupWithManager makes the service a controller of m: every Node change
-// recomputes and republishes the views that changed. It runs on every
+// recomputes that node's assignment and its units' views (NodeChanged),
+// and republishes those that changed. It runs on every
 // replica, not only the leader: views are content-addressed (their message
 // id is their fingerprint), so replicas publishing the same view are
 // deduplicated by the hub, and each replica keeps serving the edge while
@@ -90,8 +91,8 @@ func (s *Service) SetupWithManager(m *manager.Manager) error {
 		Named(ControllerName).
 		For(&corev1.Node{}).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
-		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
-			s.Changed()
+		Complete(reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+			s.NodeChanged(req.Name)
 			return reconcile.Result{}, nil
 		}))
 	if err != nil {

@@ -96,6 +96,17 @@ type Service struct {
 
 	unitEvents     *unitEvents // unitevents.go
 	unitEventsOnce sync.Once
+
+	// The recompute path (incremental.go): dirty holds the nodes whose
+	// inputs changed since the last pass (a Node event, a topology
+	// report); unitMembers indexes the members of each unit as last
+	// published. A pass recomputes only the dirty nodes' assignments and
+	// their units' views, unless full is set (start, resync, a key or
+	// source change without a node, a failed pass), when it recomputes
+	// everything. Under mu.
+	dirty       map[string]bool
+	full        bool
+	unitMembers map[string]map[string]bool
 }
 
 // New returns a topology service publishing through b (connected by the
@@ -121,6 +132,8 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 		rejected:  map[string]string{},
 		oversized: map[string]int{},
 		changed:   make(chan struct{}, 1),
+		dirty:     map[string]bool{},
+		full:      true,
 	}, nil
 }
 
@@ -183,6 +196,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		case <-s.changed:
 		case <-expire.C:
+			s.expireNodes(time.Now())
 		case <-resync.C:
 			s.requestResync()
 		case <-linkCheck.C:
@@ -201,10 +215,10 @@ func (s *Service) Run(ctx context.Context) error {
 			case <-time.After(s.cfg.Debounce):
 			}
 		}
-		if err := s.publish(ctx); errors.Is(err, errRetry) && ctx.Err() == nil {
+		if err := s.pass(ctx); errors.Is(err, errRetry) && ctx.Err() == nil {
 			// Each failed view was logged and counted; the others are
 			// out. Rejected inputs wait for a change instead.
-			time.AfterFunc(time.Second, s.poke)
+			time.AfterFunc(time.Second, s.Changed)
 		}
 	}
 }
@@ -222,7 +236,7 @@ func (s *Service) SetEdgeGate(g EdgeGate) { s.gate = g }
 // peers then drop its probe reports. Call it before Run.
 func (s *Service) SetNodeKeys(keys NodeKeys) {
 	s.keys = keys
-	keys.NotifyKeys(s.poke)
+	keys.NotifyKeys(s.Changed)
 }
 
 // reconnectCheck is how often Run looks for a reconnect of the hub link.
@@ -237,12 +251,28 @@ func (s *Service) reconnects() uint64 {
 
 func (s *Service) requestResync() {
 	s.mu.Lock()
-	s.resync = true
+	s.resync, s.full = true, true
 	s.mu.Unlock()
 }
 
-// Changed tells the service that the membership source changed.
-func (s *Service) Changed() { s.poke() }
+// Changed tells the service that the membership source changed, without
+// saying where: the next pass recomputes every view.
+func (s *Service) Changed() {
+	s.mu.Lock()
+	s.full = true
+	s.mu.Unlock()
+	s.poke()
+}
+
+// NodeChanged tells the service that the Node name changed (or was
+// deleted): the next pass recomputes only its assignment and the views of
+// the units it left and joined.
+func (s *Service) NodeChanged(name string) {
+	s.mu.Lock()
+	s.dirty[name] = true
+	s.mu.Unlock()
+	s.poke()
+}
 
 func (s *Service) poke() {
 	select {
@@ -265,6 +295,7 @@ func (s *Service) observe(u *atollv1.TopologyUpdate, published time.Time) {
 	}
 	s.mu.Lock()
 	s.nodes[u.GetNode()] = node{report: u, seen: seen}
+	s.dirty[u.GetNode()] = true
 	s.mu.Unlock()
 	s.poke()
 }
@@ -300,23 +331,7 @@ func (s *Service) membership() map[string]member {
 		if s.excluded(n) {
 			continue
 		}
-		m := member{unit: n.Labels[s.cfg.UnitLabel], labels: n.Labels}
-		if m.unit != "" {
-			if err := events.ValidUnit(m.unit); err != nil {
-				s.log.Warn("node in no unit: its unit label is not a valid unit name", "node", n.Name, "label", s.cfg.UnitLabel, "err", err)
-				m.unit = ""
-			}
-		}
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				m.ip = a.Address
-				break
-			}
-		}
-		if r, ok := s.nodes[n.Name]; ok {
-			m.routeURL = r.report.GetRouteUrl()
-		}
-		m.key = s.nodeKey(n.Name)
+		m := s.kubeMember(n)
 		out[n.Name] = s.checked(n.Name, m)
 	}
 	return out
@@ -425,6 +440,14 @@ func (s *Service) publish(ctx context.Context) error {
 	}
 	units := maps.Clone(s.units)
 	s.assigned = maps.Clone(assignments)
+	s.unitMembers = make(map[string]map[string]bool, len(names))
+	for unit, ns := range names {
+		set := make(map[string]bool, len(ns))
+		for _, n := range ns {
+			set[n] = true
+		}
+		s.unitMembers[unit] = set
+	}
 	var deleted, back []string
 	if s.gate != nil && s.kubeNodes != nil {
 		for name := range s.listed {
@@ -453,70 +476,91 @@ func (s *Service) publish(ctx context.Context) error {
 		units[unit] = true
 		slices.Sort(names[unit])
 	}
-	unitEventsErr := s.publishUnitEvents(ctx, units, names)
+	unitEventsErr := s.publishUnitEvents(ctx, units, names, true)
 	s.metrics.nodes.Set(float64(len(assignments)))
 	s.metrics.units.Set(float64(len(members)))
 
 	errs := []error{unitEventsErr}
-	fail := func(reason, what string, err error) {
+	fail := s.failer(ctx, &errs)
+	for _, unit := range slices.Sorted(maps.Keys(units)) {
+		if err := s.publishUnit(ctx, unit, members[unit], now, fail); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(assignments)) {
+		s.publishAssignment(ctx, name, assignments[name], names[assignments[name]], now, fail)
+	}
+	return errors.Join(errs...)
+}
+
+// failer returns the function that logs, counts and collects into errs a
+// view that could not be published.
+func (s *Service) failer(ctx context.Context, errs *[]error) func(reason, what string, err error) {
+	return func(reason, what string, err error) {
 		s.metrics.rejected.WithLabelValues(reason).Inc()
 		if ctx.Err() == nil {
 			s.log.Warn("view not published; the others are", "view", what, "reason", reason, "err", err)
 		}
-		errs = append(errs, fmt.Errorf("%w: %w", errRetry, err))
+		*errs = append(*errs, fmt.Errorf("%w: %w", errRetry, err))
 	}
-	for _, unit := range slices.Sorted(maps.Keys(units)) {
-		ms := members[unit]
-		slices.SortFunc(ms, func(a, b *atollv1.UnitMember) int { return strings.Compare(a.GetName(), b.GetName()) })
-		view := &atollv1.UnitView{Unit: unit, Members: ms}
-		subj, err := events.UnitViewSubject(unit)
+}
+
+// publishUnit publishes unit's view of members ms (sorted here); an empty
+// view is published once and the unit then forgotten.
+// It returns the error of a view rejected as too large (not retried: it
+// waits for a change); publish failures go to fail.
+func (s *Service) publishUnit(ctx context.Context, unit string, ms []*atollv1.UnitMember, now time.Time, fail func(reason, what string, err error)) error {
+	slices.SortFunc(ms, func(a, b *atollv1.UnitMember) int { return strings.Compare(a.GetName(), b.GetName()) })
+	view := &atollv1.UnitView{Unit: unit, Members: ms}
+	subj, err := events.UnitViewSubject(unit)
+	if err != nil {
+		fail(reasonPublish, "unit "+unit, err)
+		return nil
+	}
+	if size := proto.Size(view); size > s.cfg.MaxViewBytes {
+		err := fmt.Errorf("topology: view of unit %s: %d bytes, more than the maximum %d", unit, size, s.cfg.MaxViewBytes)
+		if s.oversized[unit] != size { // only the publishing goroutine uses oversized
+			s.oversized[unit] = size
+			s.metrics.rejected.WithLabelValues(reasonTooLarge).Inc()
+			s.log.Warn("view rejected; the others are published", "unit", unit, "reason", reasonTooLarge, "err", err)
+		}
+		return err
+	}
+	delete(s.oversized, unit)
+	if err := s.put(ctx, subj, view, func(fp string) { view.Fingerprint, view.Time = fp, timestamppb.New(now) }); err != nil {
+		fail(reasonPublish, "unit "+unit, err)
+		return nil
+	}
+	s.mu.Lock()
+	if len(ms) == 0 {
+		delete(s.units, unit) // announced empty; forget it
+	} else {
+		s.units[unit] = true
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// publishAssignment publishes node name's assignment to unit ("" for
+// none), whose members are names (sorted), with the unit's route secret.
+func (s *Service) publishAssignment(ctx context.Context, name, unit string, names []string, now time.Time, fail func(reason, what string, err error)) {
+	a := &atollv1.NodeAssignment{Node: name, Unit: unit}
+	if a.Unit != "" {
+		pw, err := s.secret(ctx, a.Unit, names)
 		if err != nil {
-			fail(reasonPublish, "unit "+unit, err)
-			continue
+			fail(reasonSecret, "assignment of "+name, err)
+			return
 		}
-		if size := proto.Size(view); size > s.cfg.MaxViewBytes {
-			err := fmt.Errorf("topology: view of unit %s: %d bytes, more than the maximum %d", unit, size, s.cfg.MaxViewBytes)
-			if s.oversized[unit] != size { // only the publishing goroutine uses oversized
-				s.oversized[unit] = size
-				s.metrics.rejected.WithLabelValues(reasonTooLarge).Inc()
-				s.log.Warn("view rejected; the others are published", "unit", unit, "reason", reasonTooLarge, "err", err)
-			}
-			errs = append(errs, err)
-			continue
-		}
-		delete(s.oversized, unit)
-		if err := s.put(ctx, subj, view, func(fp string) { view.Fingerprint, view.Time = fp, timestamppb.New(now) }); err != nil {
-			fail(reasonPublish, "unit "+unit, err)
-			continue
-		}
-		s.mu.Lock()
-		if len(ms) == 0 {
-			delete(s.units, unit) // announced empty; forget it
-		} else {
-			s.units[unit] = true
-		}
-		s.mu.Unlock()
+		a.RouteUser, a.RoutePassword = routeUser(a.Unit), pw
 	}
-	for _, name := range slices.Sorted(maps.Keys(assignments)) {
-		a := &atollv1.NodeAssignment{Node: name, Unit: assignments[name]}
-		if a.Unit != "" {
-			pw, err := s.secret(ctx, a.Unit, names[a.Unit])
-			if err != nil {
-				fail(reasonSecret, "assignment of "+name, err)
-				continue
-			}
-			a.RouteUser, a.RoutePassword = routeUser(a.Unit), pw
-		}
-		subj, err := events.AssignmentSubject(name)
-		if err != nil {
-			fail(reasonPublish, "assignment of "+name, err)
-			continue
-		}
-		if err := s.put(ctx, subj, a, func(fp string) { a.Fingerprint, a.Time = fp, timestamppb.New(now) }); err != nil {
-			fail(reasonPublish, "assignment of "+name, err)
-		}
+	subj, err := events.AssignmentSubject(name)
+	if err != nil {
+		fail(reasonPublish, "assignment of "+name, err)
+		return
 	}
-	return errors.Join(errs...)
+	if err := s.put(ctx, subj, a, func(fp string) { a.Fingerprint, a.Time = fp, timestamppb.New(now) }); err != nil {
+		fail(reasonPublish, "assignment of "+name, err)
+	}
 }
 
 // reportGrace is how long after a view was stored an agent's report may

@@ -1,7 +1,7 @@
 package topology
 
 // Unit lifecycle events for the grid controllers (issue 11). Kept apart
-// from the views: publish calls publishUnitEvents once per pass with the
+// from the views: every pass (full or incremental) calls publishUnitEvents with the
 // units and their members it computed.
 
 import (
@@ -62,11 +62,13 @@ func (s *Service) unitEventState() *unitEvents {
 // publishUnitEvents stores an event for every unit whose member set
 // differs from the last event the stream holds for it: appeared (first
 // members), members changed, or gone (none left). units are the units of
-// this pass (with or without members), members their sorted member names.
+// this pass (with or without members), members their sorted member names;
+// all says the pass saw every unit, so a unit with a stored event but not
+// in units is gone (an incremental pass compares only its own units).
 // The stream is the only state: every replica compares with it and
 // publishes expecting the subject's last sequence, so replicas store each
 // change once, and a restarted replica publishes nothing already there.
-func (s *Service) publishUnitEvents(ctx context.Context, units map[string]bool, members map[string][]string) error {
+func (s *Service) publishUnitEvents(ctx context.Context, units map[string]bool, members map[string][]string, all bool) error {
 	ue := s.unitEventState()
 	if ue.stream == nil {
 		st, err := s.js.Stream(ctx, events.StreamTopology)
@@ -89,12 +91,14 @@ func (s *Service) publishUnitEvents(ctx context.Context, units map[string]bool, 
 			}
 		}
 	}
-	all := maps.Clone(units)
-	for u := range ue.last {
-		all[u] = true
+	compare := maps.Clone(units)
+	if all {
+		for u := range ue.last {
+			compare[u] = true
+		}
 	}
 	var errs []error
-	for _, unit := range slices.Sorted(maps.Keys(all)) {
+	for _, unit := range slices.Sorted(maps.Keys(compare)) {
 		if err := s.putUnitEvent(ctx, unit, members[unit]); err != nil {
 			s.log.Warn("unit event not published; retrying", "unit", unit, "err", err)
 			errs = append(errs, fmt.Errorf("%w: %w", errRetry, err))

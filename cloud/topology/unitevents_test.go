@@ -117,3 +117,39 @@ func TestUnitEvents(t *testing.T) {
 		t.Fatalf("%v events published by a pass with nothing changed", n-before)
 	}
 }
+
+// TestUnitEventsIncremental: a pass over one dirty node publishes the
+// events of the units it touches and leaves every other unit's event
+// alone (an incremental pass does not see the other units, so it must not
+// read their absence as "gone").
+func TestUnitEventsIncremental(t *testing.T) {
+	f := newHubFixture(t)
+	ctx := t.Context()
+	s := f.svc
+	s.observe(report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil), time.Now())
+	s.observe(report("c", "u2", "10.0.0.3", "nats-route://10.0.0.3:6222", nil), time.Now())
+	if err := s.pass(ctx); err != nil { // the first pass is a full one
+		t.Fatal(err)
+	}
+	want := []string{"u1 UNIT_EVENT_KIND_APPEARED [a]", "u2 UNIT_EVENT_KIND_APPEARED [c]"}
+	if got := unitEventLog(t, f.js); !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	s.observe(report("b", "u1", "10.0.0.2", "nats-route://10.0.0.2:6222", nil), time.Now())
+	if err := s.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"u1 UNIT_EVENT_KIND_MEMBERS_CHANGED [a b]", "u2 UNIT_EVENT_KIND_APPEARED [c]"}
+	if got := unitEventLog(t, f.js); !slices.Equal(got, want) {
+		t.Fatalf("events %v after an incremental pass, want %v", got, want)
+	}
+	// c moves to u3: u2 is gone, u3 appears, u1 untouched.
+	s.observe(report("c", "u3", "10.0.0.3", "nats-route://10.0.0.3:6222", nil), time.Now())
+	if err := s.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"u1 UNIT_EVENT_KIND_MEMBERS_CHANGED [a b]", "u2 UNIT_EVENT_KIND_GONE []", "u3 UNIT_EVENT_KIND_APPEARED [c]"}
+	if got := unitEventLog(t, f.js); !slices.Equal(got, want) {
+		t.Fatalf("events %v after a move, want %v", got, want)
+	}
+}

@@ -101,9 +101,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Kubelet.InsecureSkipVerify, "kubelet-insecure", c.Kubelet.InsecureSkipVerify, "skip kubelet certificate verification (self-signed kubelet certificates)")
 	fs.DurationVar(&c.Voter.Timeout, "vote-timeout", c.Voter.Timeout, "a probe report no longer counts once older than this")
 	fs.DurationVar(&c.Voter.Skew, "vote-skew", c.Voter.Skew, "clock skew tolerated between unit members")
-	fs.DurationVar(&c.Voter.Refresh, "vote-refresh", c.Voter.Refresh, "republish unchanged votes this often")
-	fs.IntVar(&c.Voter.Retries, "vote-retries", c.Voter.Retries, "a vote the hub did not acknowledge is sent again at most this many times within one refresh period")
-	fs.IntVar(&c.Voter.MaxInFlight, "vote-max-in-flight", c.Voter.MaxInFlight, "votes sent and not yet acknowledged by the hub, at most")
+	fs.DurationVar(&c.Voter.KeepAlive, "vote-keepalive", c.Voter.KeepAlive, "send the unit's ballot again this often when no verdict changed")
+	fs.DurationVar(&c.Voter.TTL, "vote-ttl", c.Voter.TTL, "how long the cloud may count a ballot after storing it (at least the keep-alive plus the ack timeout)")
 }
 
 // Finish fills derived defaults: peers dial the internal IP unless told

@@ -49,14 +49,14 @@ func kubelet(t *testing.T) int {
 }
 
 // probing has the agent check its peers every second with one TCP check
-// of port, and vote with a 2 s refresh.
+// of port, and send its ballot every 2 s when nothing changes.
 func probing(port int) func(*edgeapp.Config) {
 	return func(c *edgeapp.Config) {
 		c.Kubelet.Port = port
 		c.Prober.Period, c.Prober.RoundBudget, c.Prober.Scoreline = time.Second, 2*time.Second, 100
 		c.Membership.CheckPeriod = c.Prober.Period
 		c.Prober.Plugins = []prober.PluginConfig{{Kind: "tcp", Name: "kubelet-port", Weight: 1, Timeout: 500 * time.Millisecond}}
-		c.Voter.Refresh = 2 * time.Second
+		c.Voter.KeepAlive = 2 * time.Second
 	}
 }
 
@@ -83,7 +83,8 @@ func (e edge) metric(t *testing.T, name, match string) float64 {
 	return sum
 }
 
-// voteLog records, at the hub, every vote of the unit.
+// voteLog records, at the hub, every vote of the unit: the entries of its
+// ballots.
 type voteLog struct {
 	mu    sync.Mutex
 	votes []*atollv1.Vote
@@ -98,9 +99,11 @@ func recordVotes(t *testing.T, h *hub.Hub) *voteLog {
 	}
 	t.Cleanup(nc.Close)
 	l := &voteLog{}
-	if _, err := events.Subscribe(nc, events.VoteSubjects, "test-votes", func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
+	if _, err := events.Subscribe(nc, events.BallotSubjects, "test-ballots", func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
 		l.mu.Lock()
-		l.votes, l.at = append(l.votes, ev.Msg), append(l.at, time.Now())
+		for _, v := range events.BallotVotes(ev.Msg) {
+			l.votes, l.at = append(l.votes, v), append(l.at, time.Now())
+		}
 		l.mu.Unlock()
 		return nil
 	}, events.ConsumeOptions{}); err != nil {

@@ -136,7 +136,36 @@ func (c Config) Validate() error {
 
 // due reports whether credentials c need renewing: past RenewAt of their
 // lifetime, or scoped to another unit than the node's.
-func (e *Enroller) due(c *jwt.UserClaims) bool { return e.expiring(c) || e.unitDue(c) }
+func (e *Enroller) due(c *jwt.UserClaims) bool {
+	return e.expiring(c) || e.unitDue(c) || e.permsDue(c)
+}
+
+// permsDue: the credentials, issued by a cloud from before ballots, do not
+// let the node publish its ballot (asked again at most every
+// unitRenewPause): fresh ones carry the current permissions.
+func (e *Enroller) permsDue(c *jwt.UserClaims) bool {
+	return time.Since(e.lastRenew) >= unitRenewPause && !AllowsBallot(c, e.node.Name())
+}
+
+// AllowsBallot reports whether credentials c let node publish its ballot
+// in the unit they are scoped to (true for credentials of no unit, which
+// have no ballot to send).
+func AllowsBallot(c *jwt.UserClaims, node string) bool {
+	unit := unitOf(c)
+	if unit == "" {
+		return true
+	}
+	subj, err := events.BallotSubject(unit, strings.ToLower(node))
+	if err != nil {
+		return true // not a subject this node can have: nothing to renew for
+	}
+	for _, f := range c.Pub.Allow {
+		if events.SubjectMatches(strings.ToLower(f), subj) {
+			return true
+		}
+	}
+	return false
+}
 
 // expiring: past RenewAt of the credentials' lifetime.
 func (e *Enroller) expiring(c *jwt.UserClaims) bool {
@@ -254,13 +283,13 @@ func (e *Enroller) step(ctx context.Context) error {
 	if !e.due(c) {
 		return nil
 	}
-	expiring := e.expiring(c)
+	expiring, stale := e.expiring(c), !AllowsBallot(c, name)
 	e.lastRenew = time.Now()
 	fresh, err := Renew(ctx, nc, name, e.node.PublicKey())
 	if err != nil {
 		return err
 	}
-	if fc, err := jwt.DecodeUserClaims(fresh); err == nil && !expiring && unitOf(fc) == unitOf(c) {
+	if fc, err := jwt.DecodeUserClaims(fresh); err == nil && !expiring && unitOf(fc) == unitOf(c) && !(stale && AllowsBallot(fc, name)) {
 		// The cloud does not see the unit change yet (or sees another
 		// one): keep the link as it is rather than bounce it for the
 		// same permissions.

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
@@ -55,6 +56,16 @@ func report(checker string) *atollv1.ProbeReport {
 		})
 	}
 	return r
+}
+
+// ballot is a realistic ballot, what an edge sends the hub: a voter's
+// verdicts on 10 peers.
+func ballot(voter string) *atollv1.Ballot {
+	b := &atollv1.Ballot{Voter: voter, Unit: "u1", Members: 11, Time: timestamppb.Now(), Ttl: durationpb.New(75 * time.Second)}
+	for i := range 10 {
+		b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: fmt.Sprintf("node-%02d", i), Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 10, Since: timestamppb.Now()})
+	}
+	return b
 }
 
 // spread keeps each benchmark's metrics over the -count runs.
@@ -221,7 +232,6 @@ func BenchmarkEdgeToHubJetStream(b *testing.B) {
 			if i == 0 {
 				start = time.Now()
 			}
-			f.r.Sequence = uint64(i)
 			t0 := time.Now()
 			if _, err := events.PublishDurable(context.Background(), f.js, f.subj, f.r, fmt.Sprintf("s-%d", i)); err != nil {
 				b.Fatal(err)
@@ -242,7 +252,6 @@ func BenchmarkEdgeToHubJetStream(b *testing.B) {
 			if i == 0 {
 				start = time.Now()
 			}
-			f.r.Sequence = uint64(i)
 			if _, err := events.PublishAsync(ajs, f.subj, f.r, fmt.Sprintf("a-%d", i)); err != nil {
 				b.Fatal(err)
 			}
@@ -263,7 +272,7 @@ type jsFabric struct {
 	hnc, nc *nats.Conn
 	js      jetstream.JetStream
 	subj    string
-	r       *atollv1.ProbeReport
+	r       *atollv1.Ballot
 }
 
 // newJSFabric starts a hub with the Atoll streams and a unit of three,
@@ -283,16 +292,15 @@ func newJSFabric(b *testing.B) *jsFabric {
 		b.Fatal(err)
 	}
 	f.js, _ = jetstream.NewWithDomain(f.nc, f.h.Domain())
-	f.subj, _ = events.ProbeSubject("u1", "a")
+	f.subj, _ = events.BallotSubject("u1", "a")
 	poll.Eventually(b, 10*time.Second, func() error {
 		_, err := f.js.Publish(context.Background(), f.subj, nil)
 		return err
 	})
-	f.r = report("a")
+	f.r = ballot("a")
 	data, _ := proto.Marshal(f.r)
 	b.SetBytes(int64(len(data)))
 	for i := range warmup {
-		f.r.Sequence = uint64(i)
 		if _, err := events.PublishDurable(context.Background(), f.js, f.subj, f.r, fmt.Sprintf("w-%d", i)); err != nil {
 			b.Fatal(err)
 		}

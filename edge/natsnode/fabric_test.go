@@ -42,12 +42,12 @@ func subscribe(t *testing.T, nc *nats.Conn, subject string) *counter {
 	t.Helper()
 	c := &counter{bySeq: map[uint64]int{}}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		var r atollv1.ProbeReport
-		if err := events.DecodeMsg(m, &r); err != nil {
-			t.Errorf("undecodable report: %v", err)
+		var b atollv1.Ballot
+		if err := events.DecodeMsg(m, &b); err != nil {
+			t.Errorf("undecodable ballot: %v", err)
 		}
 		c.mu.Lock()
-		c.bySeq[r.GetSequence()]++
+		c.bySeq[uint64(b.GetMembers())]++
 		c.mu.Unlock()
 		c.n.Add(1)
 	})
@@ -117,12 +117,15 @@ func waitLinks(t testing.TB, hubUp bool, units ...[]*natsnode.Node) {
 	})
 }
 
-func probe(unit, checker string, seq uint64) (string, *atollv1.ProbeReport) {
-	subj, err := events.ProbeSubject(unit, checker)
+// probe is the test's event: a ballot of voter, which travels to the unit
+// peers over routes and to the hub over the leaf (probe reports stay in
+// the unit), with the test's sequence number in its members count.
+func probe(unit, voter string, seq uint64) (string, *atollv1.Ballot) {
+	subj, err := events.BallotSubject(unit, voter)
 	if err != nil {
 		panic(err)
 	}
-	return subj, &atollv1.ProbeReport{Checker: checker, Unit: unit, Sequence: seq, ReportTime: timestamppb.Now()}
+	return subj, &atollv1.Ballot{Voter: voter, Unit: unit, Members: uint32(seq), Time: timestamppb.Now()}
 }
 
 func publish(t *testing.T, nc *nats.Conn, unit, checker string, seq uint64) {
@@ -204,12 +207,12 @@ func TestFabricDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got atollv1.ProbeReport
+	var got atollv1.Ballot
 	if err := events.DecodeMsg(&nats.Msg{Subject: last.Subject, Header: last.Header, Data: last.Data}, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.GetSequence() != n || last.Header.Get(events.HeaderType) != "atoll.v1.ProbeReport" {
-		t.Fatalf("last stored report: seq %d type %q", got.GetSequence(), last.Header.Get(events.HeaderType))
+	if got.GetMembers() != n || last.Header.Get(events.HeaderType) != "atoll.v1.Ballot" {
+		t.Fatalf("last stored ballot: seq %d type %q", got.GetMembers(), last.Header.Get(events.HeaderType))
 	}
 }
 

@@ -50,7 +50,8 @@ func TestRotatedRouteCredentials(t *testing.T) {
 
 	// a and b still exchange messages over their routes.
 	ncA, ncB := connect(t, a), connect(t, b)
-	atB := subscribe(t, ncB, "atoll.health.probe.u1.a")
+	subj, _ := probe("u1", "a", 0)
+	atB := subscribe(t, ncB, subj)
 	var seq uint64
 	poll.Eventually(t, settle, func() error {
 		seq++

@@ -2,11 +2,10 @@ package voter
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Outcomes of a vote the hub did not store (sendFailures' reason).
+// Outcomes of a ballot the hub did not store (sendFailures' reason).
 const (
 	reasonRetried    = "retried"    // sent again later
-	reasonSuperseded = "superseded" // a newer vote about the node replaced it
-	reasonDropped    = "dropped"    // retries or the refresh period used up
+	reasonSuperseded = "superseded" // a newer ballot replaced it before it was stored
 )
 
 type metrics struct {
@@ -28,12 +27,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Probe reports of unit members dropped because their signature fails verification, by reason: unsigned, bad_signature (malformed or not the checker's key), no_key (the unit view publishes no key for the checker).",
 		}, []string{"reason"}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "voter", Name: "votes_published_total",
-			Help: "Votes stored by the hub's stream (acknowledged), by verdict.",
-		}, []string{"verdict"}),
+			Namespace: "atoll", Subsystem: "voter", Name: "ballots_published_total",
+			Help: "Ballots stored by the hub's stream (acknowledged), by kind: change (a verdict, the membership or the link changed) or keepalive.",
+		}, []string{"kind"}),
 		sendFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "voter", Name: "vote_send_failures_total",
-			Help: "Votes the hub did not acknowledge, by what became of them: retried, superseded (a newer vote replaced it), dropped (retries or the refresh period used up; the next refresh sends a new one).",
+			Namespace: "atoll", Subsystem: "voter", Name: "ballot_send_failures_total",
+			Help: "Ballot sends the hub did not acknowledge, by what became of the ballot: retried (sent again after a backoff) or superseded (a newer ballot replaced it first).",
 		}, []string{"reason"}),
 		verdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "voter", Name: "members",

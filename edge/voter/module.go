@@ -24,6 +24,9 @@ func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.L
 	if err != nil {
 		return nil, err
 	}
+	// A ballot goes out again as soon as the leaf link is back: the hub
+	// stopped counting this voter when it went.
+	v.SetLinkState(func() bool { return node.Server() != nil && node.Server().NumLeafNodes() > 0 })
 	fxrun.Background(lc, log, "voter", v.Run)
 	return v, nil
 }

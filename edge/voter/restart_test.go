@@ -106,22 +106,21 @@ func (r *restartableHub) connect(t *testing.T) (*nats.Conn, jetstream.JetStream)
 	return nc, js
 }
 
-type storedVote struct {
-	vote   *atollv1.Vote
+type storedBallot struct {
+	ballot *atollv1.Ballot
 	stored time.Time // the hub's clock
 }
 
-// storedVotes reads every vote in the stream, by judged node, in stream
-// order.
-func storedVotes(t *testing.T, js jetstream.JetStream) map[string][]storedVote {
+// storedBallots reads every ballot in the stream, in stream order.
+func storedBallots(t *testing.T, js jetstream.JetStream) []storedBallot {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := js.OrderedConsumer(ctx, events.StreamHealth, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.VoteSubjects}})
+	c, err := js.OrderedConsumer(ctx, events.StreamHealth, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.BallotSubjects}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]storedVote{}
+	var out []storedBallot
 	for {
 		batch, err := c.FetchNoWait(100)
 		if err != nil {
@@ -130,15 +129,15 @@ func storedVotes(t *testing.T, js jetstream.JetStream) map[string][]storedVote {
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var v atollv1.Vote
-			if err := events.DecodeMsg(&nats.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}, &v); err != nil {
+			var b atollv1.Ballot
+			if err := events.DecodeMsg(&nats.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}, &b); err != nil {
 				t.Fatal(err)
 			}
 			md, err := m.Metadata()
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[v.GetNode()] = append(out[v.GetNode()], storedVote{vote: &v, stored: md.Timestamp})
+			out = append(out, storedBallot{ballot: &b, stored: md.Timestamp})
 		}
 		if n > 0 {
 			continue
@@ -154,19 +153,17 @@ func storedVotes(t *testing.T, js jetstream.JetStream) map[string][]storedVote {
 	return out
 }
 
-// TestVotesSurviveHubRestart: the hub restarts while a voter runs in a
+// TestBallotsSurviveHubRestart: the hub restarts while a voter runs in a
 // healthy unit. What must hold, and what the test checks on the stream
 // (kept whole here: no per-subject limit):
 //
-//   - a vote made while the hub was down reaches the stream by retry once
-//     it is back (the outage is shorter than the refresh period), and any
-//     vote that does not is superseded: for every node a vote is stored
-//     within one refresh period of the hub's return;
-//   - no verdict flips in the cloud: every stored vote says healthy, and
-//     consecutive stored votes about a node are never further apart than
-//     their TTL, so the cloud tracker (which expires a vote TTL after the
-//     hub stored it) never lost the node's vote during the restart.
-func TestVotesSurviveHubRestart(t *testing.T) {
+//   - a ballot that failed while the hub was down (a keep-alive) reaches
+//     the stream by retry once it is back;
+//   - no verdict flips in the cloud: every stored ballot says healthy about
+//     b and c, and consecutive stored ballots are never further apart than
+//     their TTL, so the cloud tracker (which expires a ballot TTL after the
+//     hub stored it) never lost the voter during the restart.
+func TestBallotsSurviveHubRestart(t *testing.T) {
 	rh := newRestartableHub(t)
 	servers := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a", "b")
 	_, js := rh.connect(t)
@@ -180,8 +177,8 @@ func TestVotesSurviveHubRestart(t *testing.T) {
 	}
 
 	cfg := DefaultConfig()
-	cfg.Timeout, cfg.Skew, cfg.Tick, cfg.Refresh = 3*time.Second, 100*time.Millisecond, 50*time.Millisecond, 4*time.Second
-	cfg.Retries, cfg.AckTimeout = 3, 500*time.Millisecond
+	cfg.Timeout, cfg.Skew, cfg.Tick, cfg.KeepAlive, cfg.TTL = 3*time.Second, 100*time.Millisecond, 50*time.Millisecond, 5*time.Second, 15*time.Second
+	cfg.AckTimeout, cfg.RetryMin, cfg.RetryMax = 500*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond
 	ncA, err := servers[0].Connect("voter")
 	if err != nil {
 		t.Fatal(err)
@@ -218,97 +215,83 @@ func TestVotesSurviveHubRestart(t *testing.T) {
 	})
 	t.Cleanup(func() { stopVoter(); wg.Wait() })
 
-	// Healthy votes on every node stored.
-	poll.Eventually(t, 20*time.Second, func() error {
-		for _, n := range []string{"a", "b", "c"} {
-			if got, _ := v.Verdict(n); got != atollv1.Verdict_VERDICT_HEALTHY {
-				return fmt.Errorf("verdict on %s: %v", n, got)
+	healthy := func(b *atollv1.Ballot) bool {
+		votes := events.BallotVotes(b)
+		for _, vote := range votes {
+			if vote.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY {
+				return false
 			}
 		}
-		if n := count(v.metrics.published.WithLabelValues(atollv1.Verdict_VERDICT_HEALTHY.String())); n < 3 {
-			return fmt.Errorf("%v healthy votes stored", n)
+		return len(votes) == 2
+	}
+	// A healthy ballot stored.
+	poll.Eventually(t, 20*time.Second, func() error {
+		for _, sb := range storedBallots(t, js) {
+			if healthy(sb.ballot) {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("no healthy ballot stored")
 	})
 
 	retried := func() float64 { return count(v.metrics.sendFailures.WithLabelValues(reasonRetried)) }
 	before := retried()
 	rh.stop()
 	down := time.Now()
-	// Wait until a vote made during the outage has failed, then restart.
-	poll.Eventually(t, 2*cfg.Refresh, func() error {
+	// Wait until a ballot made during the outage has failed, then restart.
+	poll.Eventually(t, 3*cfg.KeepAlive, func() error {
 		if retried() <= before {
-			return fmt.Errorf("no vote failed yet")
+			return fmt.Errorf("no ballot failed yet")
 		}
 		return nil
 	})
-	// Bounded while the hub is away: at most one vote per node waits.
-	if w, f := v.outbox().pending(); w > 3 || f > cfg.MaxInFlight {
-		t.Errorf("with the hub down: %d votes waiting, %d in flight", w, f)
-	}
+	restarting := time.Now() // the hub may store a retry before start returns
 	rh.start()
 	up := time.Now()
 	t.Logf("hub down for %v", up.Sub(down).Round(time.Millisecond))
 	_, js = rh.connect(t)
 
-	// Everything made during the outage has had its chance by now.
-	poll.Eventually(t, 3*cfg.Refresh, func() error {
-		votes := storedVotes(t, js)
-		for _, n := range []string{"b", "c"} { // the voter "a" casts no vote about itself
-			last := votes[n][len(votes[n])-1]
-			if !last.stored.After(up.Add(cfg.Refresh)) {
-				return fmt.Errorf("latest vote on %s stored at %v", n, last.stored)
-			}
+	poll.Eventually(t, 2*cfg.KeepAlive, func() error {
+		all := storedBallots(t, js)
+		if len(all) == 0 || !all[len(all)-1].stored.After(up) {
+			return fmt.Errorf("no ballot stored since the hub returned")
 		}
 		return nil
 	})
 	stopVoter()
 	wg.Wait()
 
-	votes := storedVotes(t, js)
-	ttl := 3 * cfg.Refresh // the TTL the voter gives
+	var prev time.Time
 	byRetry := 0
-	for _, n := range []string{"b", "c"} {
-		var prev time.Time
-		afterUp := false
-		for _, sv := range votes[n] {
-			if sv.vote.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY {
-				t.Errorf("vote on %s made at %v says %v", n, sv.vote.GetTime().AsTime(), sv.vote.GetVerdict())
-			}
-			if !prev.IsZero() && sv.stored.Sub(prev) > ttl {
-				t.Errorf("votes on %s stored %v apart (at %v and %v): the cloud's vote expired", n, sv.stored.Sub(prev), prev, sv.stored)
-			}
-			made := sv.vote.GetTime().AsTime()
-			if made.After(down) && made.Before(up) {
-				byRetry++ // made while the hub was down, stored after it returned
-			}
-			if sv.stored.After(up) && !sv.stored.After(up.Add(cfg.Refresh+cfg.AckTimeout)) {
-				afterUp = true
-			}
-			prev = sv.stored
+	all := storedBallots(t, js)
+	// Ballots made before the first reports arrived say none: the test
+	// watches from the first healthy one on.
+	for len(all) > 0 && !healthy(all[0].ballot) {
+		all = all[1:]
+	}
+	for _, sb := range all {
+		if !healthy(sb.ballot) {
+			t.Errorf("ballot made at %v is not healthy on b and c: %v", sb.ballot.GetTime().AsTime(), sb.ballot.GetEntries())
 		}
-		if !afterUp {
-			t.Errorf("no vote on %s stored within a refresh period of the hub's return", n)
+		if !prev.IsZero() && sb.stored.Sub(prev) > cfg.TTL {
+			t.Errorf("ballots stored %v apart (at %v and %v): the cloud's count expired", sb.stored.Sub(prev), prev, sb.stored)
 		}
+		if made := sb.ballot.GetTime().AsTime(); made.Before(restarting) && sb.stored.After(restarting) {
+			byRetry++ // made before the hub returned, stored after: by retry
+		}
+		prev = sb.stored
 	}
 	if byRetry == 0 {
-		t.Errorf("no vote made during the outage reached the stream after a retry")
+		t.Errorf("no ballot made before the hub returned reached the stream after it, by retry")
 	}
-	for _, n := range []string{"a", "b", "c"} {
-		for _, sv := range votes[n] {
-			t.Logf("%s made %s stored %s", n, sv.vote.GetTime().AsTime().Format("15:04:05.000"), sv.stored.Format("15:04:05.000"))
-		}
-	}
-	t.Logf("down %s up %s", down.Format("15:04:05.000"), up.Format("15:04:05.000"))
-	t.Logf("votes made during the outage stored by retry: %d; failures: retried %v, superseded %v, dropped %v", byRetry,
-		retried(), count(v.metrics.sendFailures.WithLabelValues(reasonSuperseded)), count(v.metrics.sendFailures.WithLabelValues(reasonDropped)))
+	t.Logf("%d ballots stored, %d made before the hub returned and stored by retry; failures: retried %v, superseded %v", len(all), byRetry,
+		retried(), count(v.metrics.sendFailures.WithLabelValues(reasonSuperseded)))
 }
 
-// TestOutboxBoundedWhileNoStreamAnswers: a unit of 100 votes into a hub
-// without the stream (as with the link down, nothing acknowledges) for
-// several refresh periods: at most one vote per node waits, at most
-// MaxInFlight are in flight, and votes are dropped, not piled up.
-func TestOutboxBoundedWhileNoStreamAnswers(t *testing.T) {
+// TestBallotRetriedUntilStored: with no stream to acknowledge it (as with
+// the link down) a ballot is retried, one at a time and never piled up,
+// past many ack timeouts; once the stream exists it is stored, once.
+func TestBallotRetriedUntilStored(t *testing.T) {
 	h := natstest.Hub(t)
 	servers := natstest.Unit(t, h, "u1", natstest.EdgeOptions{}, "a")
 	nc, err := servers[0].Connect("voter")
@@ -316,13 +299,9 @@ func TestOutboxBoundedWhileNoStreamAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	names := []string{"a"}
-	for i := range 99 {
-		names = append(names, fmt.Sprintf("m%d", i))
-	}
 	cfg := DefaultConfig()
-	cfg.Tick, cfg.Refresh, cfg.MaxInFlight, cfg.AckTimeout = 20*time.Millisecond, 300*time.Millisecond, 8, 100*time.Millisecond
-	v, err := New(cfg, "a", newMembers("u1", names...), hublink.Of(nc, nil), natstest.Logger(t, slog.LevelError), nil, events.NewMetrics(nil))
+	cfg.Tick, cfg.AckTimeout, cfg.RetryMin, cfg.RetryMax = 20*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond, 100*time.Millisecond
+	v, err := New(cfg, "a", newMembers("u1", "a", "b", "c"), hublink.Of(nc, nil), natstest.Logger(t, slog.LevelError), nil, events.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,24 +310,38 @@ func TestOutboxBoundedWhileNoStreamAnswers(t *testing.T) {
 	go func() { defer close(done); _ = v.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	poll.Eventually(t, 5*time.Second, func() error {
-		if v.outbox() == nil {
-			return fmt.Errorf("voter not running")
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := count(v.metrics.sendFailures.WithLabelValues(reasonRetried)); n < 10 {
+			return fmt.Errorf("%v retries so far", n)
+		}
+		if _, _, w := v.Tracked(); w != 1 {
+			return fmt.Errorf("%d ballots waiting, want 1", w)
 		}
 		return nil
 	})
-	deadline := time.Now().Add(5 * cfg.Refresh)
-	for time.Now().Before(deadline) {
-		if w, f := v.outbox().pending(); w > len(names) || f > cfg.MaxInFlight {
-			t.Fatalf("%d votes waiting (unit of %d), %d in flight (max %d)", w, len(names), f, cfg.MaxInFlight)
+	if n := count(v.metrics.published.WithLabelValues("change")); n != 0 {
+		t.Fatalf("%v ballots counted as stored with no stream", n)
+	}
+	hub, err := h.Connect("observer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	js, err := jetstream.New(hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if _, _, w := v.Tracked(); w != 0 {
+			return fmt.Errorf("ballot still waiting")
 		}
-		time.Sleep(10 * time.Millisecond) // sampling, not waiting for a state
-	}
-	dropped := count(v.metrics.sendFailures.WithLabelValues(reasonDropped)) + count(v.metrics.sendFailures.WithLabelValues(reasonSuperseded))
-	if dropped < float64(len(names)) {
-		t.Fatalf("only %v votes given up or superseded after %d refresh periods with nothing acknowledging", dropped, 5)
-	}
-	if n := count(v.metrics.published.WithLabelValues(atollv1.Verdict_VERDICT_NONE.String())); n != 0 {
-		t.Fatalf("%v votes counted as stored with no stream", n)
+		return nil
+	})
+	got := storedBallots(t, js)
+	if len(got) != 1 || got[0].ballot.GetKeepalive() {
+		t.Fatalf("stored %d ballots (%v), want the one change ballot", len(got), got)
 	}
 }

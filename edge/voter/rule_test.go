@@ -135,7 +135,7 @@ func TestFutureReportRejected(t *testing.T) {
 }
 
 // TestForgetsDepartedNodes: 10,000 nodes join the unit, report, are voted
-// on (with the link down, so their votes wait in the outbox) and leave;
+// on (with the link down, so their ballots wait in the sender) and leave;
 // the voter's state returns to its size before them.
 func TestForgetsDepartedNodes(t *testing.T) {
 	now := time.Unix(100000, 0)
@@ -147,9 +147,9 @@ func TestForgetsDepartedNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	// An outbox that never sends: everything it is given waits, as with
-	// the link down.
-	out, err := newOutbox(v.cfg, nc, v.log, v.metrics, v.now)
+	// A sender that never runs: what it is given waits, as with the link
+	// down.
+	out, err := newSender(v.cfg, nc, v.log, v.metrics, v.now)
 	if err != nil {
 		t.Fatal(err)
 	}

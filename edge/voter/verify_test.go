@@ -69,7 +69,7 @@ func publishRaw(t *testing.T, nc *nats.Conn, r *atollv1.ProbeReport, sign func(*
 // ones, so they would shadow them) would make a unhealthy.
 func TestUnverifiedReportsDropped(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Tick, cfg.Refresh = 50*time.Millisecond, time.Second
+	cfg.Tick, cfg.KeepAlive = 50*time.Millisecond, time.Second
 	mem := newMembers("u1", "a", "b", "c", "d")
 	mem.view.Members[3].NodeKey = "" // d: no key known to the cloud
 	warns := &warnCounter{got: map[string]int{}}

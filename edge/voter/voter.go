@@ -1,31 +1,48 @@
 // Package voter turns the unit's probe reports into verdicts. It listens
 // to every checker's reports over the unit's routes (so it keeps working
-// with the cloud link down), keeps the freshest report per checker, and for
-// each member N applies internal/quorum's rule to the fresh reports of the
-// other members about N (N's own report never counts): no verdict unless
-// more than half of N's unit's other members reported fresh, otherwise
-// their strict majority. It publishes a Vote per member when the verdict
-// or its counts change, and again every refresh period so the cloud can
-// tell a live vote from a stale one. A report counts only when signed by
-// the key the unit view publishes for its checker (verify.go).
+// with the cloud link down; the reports never go to the hub), keeps the
+// freshest report per checker, and for each member N applies
+// internal/quorum's rule to the fresh reports of the other members about N
+// (N's own report never counts): no verdict unless more than half of N's
+// unit's other members reported fresh, otherwise their strict majority. A
+// report counts only when signed by the key the unit view publishes for
+// its checker (verify.go).
 //
-// Votes go to the hub's HEALTH stream with JetStream acknowledgements (see
-// outbox): a vote the hub did not store is retried a bounded number of
-// times within the refresh period, or superseded by the member's next
-// vote.
+// # Ballots: traffic that follows change
+//
+// The voter sends the hub one message, a Ballot, carrying its verdicts on
+// every other member of the unit. The freshness rules:
+//
+//   - change: a ballot goes out at the first evaluation (every Tick) after a
+//     verdict or its counts change (a checker's reports went stale or came
+//     back), the membership changes, or the node's leaf link to the hub
+//     comes back up; a verdict change therefore reaches the hub within one
+//     Tick of the report that caused it. In a steady unit nothing of this
+//     moves: every checker reports every 2 s, well within the timeout;
+//   - keep-alive: otherwise the same verdicts are sent again every
+//     KeepAlive (30 s), marked keepalive;
+//   - acknowledged: each ballot is published with a JetStream
+//     acknowledgement and retried until the stream stores it or a newer
+//     ballot replaces it (sender.go); retries keep the Nats-Msg-Id;
+//   - expiry: the cloud counts a ballot until TTL (2.5 keep-alives) after
+//     the hub stored it, until the voter's next ballot replaces it, or until
+//     the hub reports the voter's leaf connection closed, whichever is
+//     first: a voter that lost its link stops counting as soon as the hub
+//     server notices, not after a TTL (cloud/health).
+//
+// In steady state a node thus sends 1/KeepAlive ballots per second, however
+// large its unit, where it sent one vote per member every 5 s and a probe
+// report every 2 s before.
 package voter
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/atoll-edge/atoll/internal/quorum"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -34,6 +51,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/quorum"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -45,25 +63,25 @@ type Config struct {
 	// Skew tolerated between the checkers' clocks and the voter's, in both
 	// directions.
 	Skew time.Duration
-	// Refresh: an unchanged vote is published again after this long.
-	Refresh time.Duration
+	// KeepAlive: a ballot whose verdicts did not change is sent again
+	// after this long.
+	KeepAlive time.Duration
+	// TTL is how long the cloud may count a ballot after storing it; it
+	// must outlast a keep-alive and its retries.
+	TTL time.Duration
 	// Tick is how often the voter re-evaluates (for staleness and for new
-	// reports).
+	// reports): a verdict change is sent within one tick.
 	Tick time.Duration
-	// Retries: a vote the hub did not acknowledge is sent again at most
-	// this many times, spread over one refresh period; after that (or once
-	// a newer vote about the same node is due) it is dropped and counted.
-	Retries int
-	// MaxInFlight bounds the votes sent and not yet acknowledged.
-	MaxInFlight int
-	// AckTimeout: a vote not acknowledged within this long failed.
-	AckTimeout time.Duration
+	// AckTimeout: a ballot not acknowledged within this long is sent
+	// again, after a backoff from RetryMin doubling up to RetryMax.
+	AckTimeout         time.Duration
+	RetryMin, RetryMax time.Duration
 }
 
 // DefaultConfig suits a 2 s probe period.
 func DefaultConfig() Config {
-	return Config{Timeout: 6 * time.Second, Skew: 2 * time.Second, Refresh: 5 * time.Second, Tick: 250 * time.Millisecond,
-		Retries: 3, MaxInFlight: 64, AckTimeout: 2 * time.Second}
+	return Config{Timeout: 6 * time.Second, Skew: 2 * time.Second, KeepAlive: 30 * time.Second, TTL: 75 * time.Second,
+		Tick: 250 * time.Millisecond, AckTimeout: 2 * time.Second, RetryMin: 250 * time.Millisecond, RetryMax: 5 * time.Second}
 }
 
 // Validate names the first bad field.
@@ -73,16 +91,16 @@ func (c Config) Validate() error {
 		return errors.New("voter: timeout must be positive")
 	case c.Skew < 0:
 		return errors.New("voter: skew must not be negative")
-	case c.Refresh <= 0:
-		return errors.New("voter: refresh must be positive")
-	case c.Tick <= 0 || c.Tick > c.Refresh:
-		return errors.New("voter: tick must be positive and at most the refresh period")
-	case c.Retries < 0:
-		return errors.New("voter: retries must not be negative")
-	case c.MaxInFlight < 1:
-		return errors.New("voter: max in flight must be at least 1")
+	case c.KeepAlive <= 0:
+		return errors.New("voter: keep-alive must be positive")
+	case c.TTL < c.KeepAlive+c.AckTimeout:
+		return errors.New("voter: ttl must be at least the keep-alive plus the ack timeout")
+	case c.Tick <= 0 || c.Tick > c.KeepAlive:
+		return errors.New("voter: tick must be positive and at most the keep-alive")
 	case c.AckTimeout <= 0:
 		return errors.New("voter: ack timeout must be positive")
+	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
+		return errors.New("voter: retry backoff must be positive, its maximum at least its minimum")
 	}
 	return nil
 }
@@ -146,7 +164,7 @@ type Members interface {
 type sent struct {
 	verdict          atollv1.Verdict
 	normal, abnormal int
-	since, at        time.Time
+	since            time.Time
 }
 
 // Voter computes and publishes votes.
@@ -160,7 +178,8 @@ type Voter struct {
 	evm     *events.Metrics
 	now     func() time.Time
 
-	out *outbox // set by Run
+	out    *sender     // set by Run
+	linkUp func() bool // whether the node's leaf link is up (nil: always)
 
 	warns *limiter // WARNs about reports that fail verification
 
@@ -170,6 +189,10 @@ type Voter struct {
 	keys    map[string]string // member → its identity key ("" when the view has none)
 	reports map[string]*atollv1.ProbeReport
 	sent    map[string]sent
+	// ballot is the last ballot made (nil: none since the unit or the
+	// membership changed) and wasUp the link state at the last evaluation.
+	ballot *atollv1.Ballot
+	wasUp  bool
 	// outsiders counts, per checker, the reports ignored as coming from
 	// a non-member since the membership last changed; warned is set once
 	// the WARN about them is out.
@@ -197,15 +220,27 @@ func New(cfg Config, self string, members Members, link *hublink.Link, log *slog
 		outsiders: map[string]int{}, keys: map[string]string{}, warns: newLimiter(unverifiedWarnEvery)}, nil
 }
 
+// SetLinkState has the voter send its ballot again as soon as up, the
+// state of the node's leaf link to the hub, turns true after being false:
+// the hub may have stopped counting the voter when the link went. Call it
+// before Run.
+func (v *Voter) SetLinkState(up func() bool) { v.linkUp = up }
+
 // Run follows the unit and votes until ctx is done.
 func (v *Voter) Run(ctx context.Context) error {
-	out, err := newOutbox(v.cfg, v.link.Conn(), v.log, v.metrics, v.now)
+	out, err := newSender(v.cfg, v.link.Conn(), v.log, v.metrics, v.now)
 	if err != nil {
 		return err
 	}
 	v.mu.Lock()
 	v.out = out
 	v.mu.Unlock()
+	if v.linkUp != nil {
+		up := v.linkUp()
+		v.mu.Lock()
+		v.wasUp = up
+		v.mu.Unlock()
+	}
 	sending := make(chan struct{})
 	runCtx, stop := context.WithCancel(ctx)
 	go func() { defer close(sending); out.run(runCtx) }()
@@ -296,11 +331,9 @@ func (v *Voter) setMembers(view membership.View) bool {
 	for node := range v.sent {
 		if unitChanged || !v.member[node] {
 			delete(v.sent, node)
-			if v.out != nil {
-				v.out.forget(node)
-			}
 		}
 	}
+	v.ballot = nil // the next evaluation sends a ballot for the new membership
 	return unitChanged
 }
 
@@ -366,42 +399,64 @@ func (v *Voter) ignoreOutsider(checker string) {
 		"unit", v.unit, "checkers", checkers, "members", len(v.member), "reports", outsiderRounds)
 }
 
-// Evaluate recomputes every member's verdict and publishes the votes that
-// changed or are due for refresh.
-func (v *Voter) Evaluate() {
+// Evaluate recomputes every member's verdict and queues a ballot when one
+// is due: a verdict or the membership changed, the link came back, or the
+// keep-alive is up. It returns that ballot (nil: none was due).
+func (v *Voter) Evaluate() *atollv1.Ballot {
 	now := v.now()
+	up := v.linkUp == nil || v.linkUp()
 	v.mu.Lock()
 	unit := v.unit
 	if unit == "" {
 		v.mu.Unlock()
-		return
+		return nil
 	}
 	fresh := func(r *atollv1.ProbeReport) bool { return v.cfg.Fresh(r.GetReportTime().AsTime(), now) }
-	var out []*atollv1.Vote
 	counts := map[atollv1.Verdict]int{}
 	tally := Tally(v.reports, fresh)
+	prev := map[string]*atollv1.BallotEntry{}
+	for _, e := range v.ballot.GetEntries() {
+		prev[e.GetNode()] = e
+	}
+	changed := v.ballot == nil || (up && !v.wasUp)
+	v.wasUp = up
+	entries := make([]*atollv1.BallotEntry, 0, len(v.member))
 	for node := range v.member {
 		normal, abnormal := tally[node].Normal, tally[node].Abnormal
 		verdict := Decide(len(v.member), normal, abnormal)
 		counts[verdict]++
-		prev, had := v.sent[node]
-		changed := !had || prev.verdict != verdict || prev.normal != normal || prev.abnormal != abnormal
-		if !changed && now.Sub(prev.at) < v.cfg.Refresh {
-			continue
-		}
-		since := prev.since
-		if !had || prev.verdict != verdict {
+		old, had := v.sent[node]
+		since := old.since
+		if !had || old.verdict != verdict {
 			since = now
 		}
-		v.sent[node] = sent{verdict: verdict, normal: normal, abnormal: abnormal, since: since, at: now}
+		v.sent[node] = sent{verdict: verdict, normal: normal, abnormal: abnormal, since: since}
 		if node == v.self {
 			continue // kept for Verdict and the metrics; the cloud counts no vote about its own voter
 		}
-		out = append(out, &atollv1.Vote{
-			Voter: v.self, Node: node, Unit: unit, Verdict: verdict,
-			Normal: uint32(normal), Abnormal: uint32(abnormal), Checkers: uint32(normal + abnormal), Members: uint32(len(v.member)),
-			Time: timestamppb.New(now), Since: timestamppb.New(since), Ttl: durationpb.New(3 * v.cfg.Refresh),
-		})
+		if p, ok := prev[node]; !ok || p.GetVerdict() != verdict || p.GetNormal() != uint32(normal) || p.GetAbnormal() != uint32(abnormal) {
+			changed = true
+		}
+		entries = append(entries, &atollv1.BallotEntry{Node: node, Verdict: verdict, Normal: uint32(normal), Abnormal: uint32(abnormal), Since: timestamppb.New(since)})
+	}
+	if len(entries) != len(prev) {
+		changed = true // a member left
+	}
+	// A ballot still not stored restampAfter after it was made is made
+	// again with the current time: the cloud refuses a ballot whose time
+	// is too far from when the hub stored it (--max-vote-skew).
+	if box := v.out; box != nil && !changed {
+		if waiting, made := box.waitingSince(); waiting && now.Sub(made) >= restampAfter {
+			changed = true
+		}
+	}
+	due := changed || now.Sub(v.ballot.GetTime().AsTime()) >= v.cfg.KeepAlive
+	var b *atollv1.Ballot
+	if due {
+		slices.SortFunc(entries, func(a, b *atollv1.BallotEntry) int { return strings.Compare(a.GetNode(), b.GetNode()) })
+		b = &atollv1.Ballot{Voter: v.self, Unit: unit, Time: timestamppb.New(now), Members: uint32(len(v.member)),
+			Entries: entries, Ttl: durationpb.New(v.cfg.TTL), Keepalive: !changed}
+		v.ballot = b
 	}
 	box := v.out
 	v.mu.Unlock()
@@ -409,43 +464,42 @@ func (v *Voter) Evaluate() {
 	for verdict, n := range counts {
 		v.metrics.verdicts.WithLabelValues(verdict.String()).Set(float64(n))
 	}
-	if box == nil {
-		return // not running: nothing to send with
+	if b == nil || box == nil {
+		return b // nothing due, or not running: nothing to send with
 	}
-	for _, vote := range out {
-		subj, err := events.VoteSubject(unit, vote.GetNode(), v.self)
-		if err != nil {
-			v.log.Error("cannot vote", "target", vote.GetNode(), "err", err)
-			continue
-		}
-		id := fmt.Sprintf("%s@%s-%s", v.self, vote.GetNode(), strconv.FormatInt(now.UnixNano(), 36))
-		if err := box.put(subj, vote, id, now); err != nil {
-			v.log.Error("cannot vote", "target", vote.GetNode(), "err", err)
-		}
+	if err := box.put(b, now); err != nil {
+		v.log.Error("cannot send ballot", "err", err)
 	}
+	return b
 }
 
-// outbox returns the outbox once Run has made it (nil before).
-func (v *Voter) outbox() *outbox {
+// sender returns the sender once Run has made it (nil before).
+func (v *Voter) sender() *sender {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.out
 }
 
 // Tracked is the number of nodes the voter keeps state about: checkers
-// with a report, nodes with a vote, votes waiting to be sent.
+// with a report, nodes with a verdict, and ballots waiting to be stored
+// (0 or 1).
 func (v *Voter) Tracked() (reports, votes, waiting int) {
 	v.mu.Lock()
 	reports, votes = len(v.reports), len(v.sent)
 	box := v.out
 	v.mu.Unlock()
 	if box != nil {
-		box.mu.Lock()
-		waiting = len(box.waiting) + len(box.newest)
-		box.mu.Unlock()
+		if w, _ := box.pending(); w {
+			waiting = 1
+		}
 	}
 	return reports, votes, waiting
 }
+
+// restampAfter is how old a ballot still waiting to be stored may get
+// before the voter makes it again with a fresh time: well within the
+// cloud's default --max-vote-skew (30 s).
+const restampAfter = 10 * time.Second
 
 // Verdict returns the voter's current verdict on node.
 func (v *Voter) Verdict(node string) (atollv1.Verdict, bool) {

@@ -157,10 +157,12 @@ func newMembers(unit string, names ...string) *members {
 func (m *members) Current() membership.View { m.mu.Lock(); defer m.mu.Unlock(); return m.view }
 func (m *members) Changes() <-chan struct{} { return m.ch }
 
-// votes records the latest vote per judged node as the hub sees them.
+// votes records the latest vote per judged node as the hub sees them (the
+// entries of the ballots it sees).
 type votes struct {
-	mu  sync.Mutex
-	got map[string]*atollv1.Vote
+	mu      sync.Mutex
+	got     map[string]*atollv1.Vote
+	ballots []*atollv1.Ballot // every ballot the hub saw, in order
 	// voter publishes no vote about itself: what it thinks of its own
 	// node is read from its state.
 	voter *Voter
@@ -209,9 +211,12 @@ func unitLogging(t *testing.T, cfg Config, mem *members, log *slog.Logger) (*Vot
 	}
 	t.Cleanup(hub.Close)
 	seen := &votes{got: map[string]*atollv1.Vote{}}
-	if _, err := events.Subscribe(hub, events.VoteSubjects, "test", func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
+	if _, err := events.Subscribe(hub, events.BallotSubjects, "test", func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
 		seen.mu.Lock()
-		seen.got[ev.Msg.GetNode()] = ev.Msg
+		for _, vote := range events.BallotVotes(ev.Msg) {
+			seen.got[vote.GetNode()] = vote
+		}
+		seen.ballots = append(seen.ballots, ev.Msg)
 		seen.mu.Unlock()
 		return nil
 	}, events.ConsumeOptions{}); err != nil {
@@ -271,7 +276,7 @@ func waitVerdict(t *testing.T, seen *votes, node string, want atollv1.Verdict, n
 // others left there is no verdict.
 func TestVotesOverTheUnit(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Timeout, cfg.Skew, cfg.Tick, cfg.Refresh = 1500*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond, time.Second
+	cfg.Timeout, cfg.Skew, cfg.Tick, cfg.KeepAlive = 1500*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond, time.Second
 	mem := newMembers("u1", "a", "b", "c", "d", "e")
 	v, pub, seen := unit(t, cfg, mem)
 
@@ -324,8 +329,8 @@ func TestVotesOverTheUnit(t *testing.T) {
 	close(stop["e"])
 	waitVerdict(t, seen, "a", atollv1.Verdict_VERDICT_NONE, 2, 0)
 	waitVerdict(t, seen, "d", atollv1.Verdict_VERDICT_UNHEALTHY, 0, 3)
-	if n := count(v.metrics.published.WithLabelValues(atollv1.Verdict_VERDICT_NONE.String())); n < 1 {
-		t.Errorf("acknowledged votes counted: %v", n)
+	if n := count(v.metrics.published.WithLabelValues("change")); n < 1 {
+		t.Errorf("acknowledged ballots counted: %v", n)
 	}
 }
 
@@ -334,7 +339,7 @@ func TestVotesOverTheUnit(t *testing.T) {
 // ignored and counted.
 func TestIgnoresOutsiders(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Tick, cfg.Refresh = 50*time.Millisecond, time.Second
+	cfg.Tick, cfg.KeepAlive = 50*time.Millisecond, time.Second
 	mem := newMembers("u1", "a", "b")
 	v, pub, seen := unit(t, cfg, mem)
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -78,5 +79,20 @@ func (m *Map) Set(s string) error {
 		}
 		(*m)[k] = v
 	}
+	return nil
+}
+
+// Float32 is a flag.Value for a float32 (client-go's QPS).
+type Float32 float32
+
+func (f *Float32) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 32) }
+
+// Set parses s.
+func (f *Float32) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 32)
+	if err != nil {
+		return err
+	}
+	*f = Float32(v)
 	return nil
 }

@@ -2,6 +2,7 @@ package cliflags
 
 import (
 	"flag"
+	"io"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,21 @@ func TestListAndMap(t *testing.T) {
 	}
 	if err := m.Set("novalue"); err == nil {
 		t.Fatal("accepted a pair without =")
+	}
+}
+
+func TestFloat32(t *testing.T) {
+	var f float32 = 100
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var((*Float32)(&f), "qps", "")
+	if err := fs.Parse([]string{"--qps=12.5"}); err != nil || f != 12.5 {
+		t.Fatalf("--qps=12.5: %v, %v", f, err)
+	}
+	if err := fs.Parse([]string{"--qps=fast"}); err == nil {
+		t.Fatal("--qps=fast accepted")
+	}
+	if got := (*Float32)(&f).String(); got != "12.5" {
+		t.Fatalf("String() = %q", got)
 	}
 }

@@ -525,7 +525,8 @@ func healthMatrix(t *testing.T, e *env) {
 		for _, n := range nodes {
 			e.waitUnknown(t, n)
 		}
-		// The unit's last votes expire first (3 × the voters' refresh).
+		// The unit's voters' leaf links are cut: the hub reports it and
+		// their ballots stop counting.
 		var since time.Time
 		poll.Eventually(t, 45*time.Second, func() error {
 			st, hold := e.bed.Health.UnitState("s4")

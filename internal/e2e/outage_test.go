@@ -62,7 +62,8 @@ func TestCloudOutage(t *testing.T) {
 		}
 		return e.verdict(dying, wellknown.VerdictHealthy)
 	})
-	// o2's last votes expire first (3 × the voters' refresh).
+	// o2's voters' leaf links are cut: the hub reports it and their
+	// ballots stop counting.
 	var holdUntil time.Time
 	poll.Eventually(t, 45*time.Second, func() error {
 		st, until := e.bed.Health.UnitState("o2")

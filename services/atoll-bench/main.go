@@ -12,7 +12,9 @@
 //     nodes: measured on a real unit (default 10 nodes), and computed for
 //     the others from the encoded sizes of real reports and votes.
 //
-// Run it with `go tool task bench:health`.
+// Run it with `go tool task bench:health`. With --scale it measures
+// instead the steady state of installations of the given sizes (scale.go;
+// `go tool task bench:scale`).
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -55,6 +58,7 @@ type options struct {
 	trafficSize int
 	window      time.Duration
 	grace       time.Duration
+	scale       scaleOptions
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -65,15 +69,32 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.trafficSize, "traffic-unit", 10, "nodes in the unit whose probe traffic is measured")
 	fs.DurationVar(&o.window, "traffic-window", 30*time.Second, "how long probe traffic is measured")
 	fs.DurationVar(&o.grace, "node-monitor-grace", 5*time.Second, "kube-controller-manager's --node-monitor-grace-period")
+	var sizes cliflags.List
+	fs.Var(&sizes, "scale", "comma-separated node counts: measure the steady state of installations of these sizes instead (e.g. 1000,2000,5000,10000)")
+	fs.IntVar(&o.scale.unit, "scale-unit", 10, "nodes per unit in the scale measurement")
+	fs.DurationVar(&o.scale.warmup, "scale-warmup", 2*time.Minute, "scale: time after every node is registered before measuring")
+	fs.DurationVar(&o.scale.window, "scale-window", 5*time.Minute, "scale: how long each size is measured")
+	fs.DurationVar(&o.scale.renew, "scale-renew", 10*time.Second, "scale: simulated kubelets' Lease renewal interval (a kubelet's is 10 s)")
 	if err := cliflags.Parse(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			cliflags.PrintUsage(out, fs, "atoll-bench [flags]")
 		}
 		return err
 	}
+	for _, v := range sizes {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			return cliflags.Usagef("--scale %q: want node counts of at least 2", v)
+		}
+		o.scale.sizes = append(o.scale.sizes, n)
+	}
 	switch {
 	case fs.NArg() > 0:
 		return cliflags.Usagef("unexpected argument %q (atoll-bench takes only flags)", fs.Arg(0))
+	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= 40*time.Second || o.scale.warmup < 0):
+		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-renew positive and under the 40 s grace period")
+	case len(o.scale.sizes) > 0:
+		return runScale(ctx, out, o.scale)
 	case o.trials < 1:
 		return cliflags.Usagef("--trials %d: want at least 1", o.trials)
 	case o.unitSize < 3:
@@ -114,8 +135,8 @@ func env(out io.Writer, o options) {
 	p, v := prober.DefaultConfig(), voter.DefaultConfig()
 	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s, nats-server %s, kube %s\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), server.VERSION, "v1.36.3")
-	fmt.Fprintf(out, "settings: probe period %v, report timeout %v, vote refresh %v, node-monitor-grace-period %v, node-monitor-period 1s\n",
-		p.Period, v.Timeout, v.Refresh, o.grace)
+	fmt.Fprintf(out, "settings: probe period %v, report timeout %v, ballot keep-alive %v, node-monitor-grace-period %v, node-monitor-period 1s\n",
+		p.Period, v.Timeout, v.KeepAlive, o.grace)
 }
 
 type stats []time.Duration

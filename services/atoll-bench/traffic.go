@@ -61,10 +61,10 @@ func wire(subject string, m proto.Message, id string) int {
 }
 
 // model gives a node's bytes per second for a unit of n healthy nodes at
-// the default settings: each report goes to every peer over routes and to
-// the hub over the node's leaf; votes (one per other member per refresh,
-// none about the voter itself) go to the hub only.
-func model(unit string, n int) (report, vote int, routeOut, leafOut float64) {
+// the default settings: each report goes to every peer over routes and
+// stays in the unit; the node's ballot (its verdicts on the other members)
+// goes to the hub once per keep-alive when nothing changes.
+func model(unit string, n int) (report, ballot int, routeOut, leafOut float64) {
 	p, v := prober.DefaultConfig(), voter.DefaultConfig()
 	r := &atollv1.ProbeReport{Checker: unit + "-1", Unit: unit, ReportTime: timestamppb.Now(), Sequence: 12345, Period: durationpb.New(p.Period)}
 	for i := 1; i <= n; i++ {
@@ -72,14 +72,17 @@ func model(unit string, n int) (report, vote int, routeOut, leafOut float64) {
 	}
 	subj, _ := events.ProbeSubject(unit, r.Checker)
 	report = wire(subj, r, r.Checker+"@lz8x1k2j3-12345")
-	vt := &atollv1.Vote{Voter: unit + "-1", Node: unit + "-2", Unit: unit, Verdict: atollv1.Verdict_VERDICT_HEALTHY,
-		Normal: uint32(n - 1), Checkers: uint32(n - 1), Members: uint32(n), Time: timestamppb.Now(), Since: timestamppb.Now(), Ttl: durationpb.New(3 * v.Refresh)}
-	vsubj, _ := events.VoteSubject(unit, vt.Node, vt.Voter)
-	vote = wire(vsubj, vt, vt.Voter+"@"+vt.Node+"-lz8x1k2j3")
-	period, refresh := p.Period.Seconds(), v.Refresh.Seconds()
+	b := &atollv1.Ballot{Voter: unit + "-1", Unit: unit, Members: uint32(n), Time: timestamppb.Now(), Ttl: durationpb.New(v.TTL), Keepalive: true}
+	for i := 2; i <= n; i++ {
+		b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: fmt.Sprintf("%s-%d", unit, i), Verdict: atollv1.Verdict_VERDICT_HEALTHY,
+			Normal: uint32(n - 1), Since: timestamppb.Now()})
+	}
+	bsubj, _ := events.BallotSubject(unit, b.Voter)
+	ballot = wire(bsubj, b, b.Voter+"@18c2d4e5f6a7b8c9")
+	period, keepalive := p.Period.Seconds(), v.KeepAlive.Seconds()
 	routeOut = float64((n-1)*report) / period
-	leafOut = float64(report)/period + float64((n-1)*vote)/refresh
-	return report, vote, routeOut, leafOut
+	leafOut = float64(ballot) / keepalive
+	return report, ballot, routeOut, leafOut
 }
 
 func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) error {
@@ -102,7 +105,7 @@ func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(voter.DefaultConfig().Refresh): // past the first burst of votes
+	case <-time.After(5 * time.Second): // past the first burst of ballots
 	}
 	before := make([]linkBytes, len(nodes))
 	for i, n := range nodes {
@@ -132,9 +135,9 @@ func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	routeOther := (per(sum.routeOut) - mr) / float64(len(nodes)-1)
 	leafOther := per(sum.leafOut) - ml
 
-	fmt.Fprintf(out, "\nprobe traffic per node, bytes/s (reports every %v, votes refreshed every %v)\n", prober.DefaultConfig().Period, voter.DefaultConfig().Refresh)
+	fmt.Fprintf(out, "\nprobe traffic per node, bytes/s (reports every %v, ballot keep-alive every %v)\n", prober.DefaultConfig().Period, voter.DefaultConfig().KeepAlive)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "unit size\thow\treport bytes\tvote bytes\tunit routes out (= in)\tleaf to hub (out)\tall links, both ways")
+	fmt.Fprintln(w, "unit size\thow\treport bytes\tballot bytes\tunit routes out (= in)\tleaf to hub (out)\tall links, both ways")
 	fmt.Fprintf(w, "%d\tmeasured over %v\t-\t-\t%.0f (in %.0f)\t%.0f (in %.0f)\t%.0f\n", len(nodes), o.window,
 		per(sum.routeOut), per(sum.routeIn), per(sum.leafOut), per(sum.leafIn), per(sum.routeOut+sum.routeIn+sum.leafOut+sum.leafIn))
 	for _, n := range []int{10, 50, 200} {

@@ -1,9 +1,9 @@
 package natstest
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -12,6 +12,8 @@ import (
 type Proxy struct {
 	target string
 	ln     net.Listener
+
+	stalled atomic.Bool // bytes are dropped, connections stay open
 
 	mu    sync.Mutex
 	cut   bool
@@ -46,8 +48,15 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// Stall drops every byte in both directions while keeping the
+// connections open: a link that dies silently (a cut cable, a firewall
+// dropping packets), which only the ends' pings can notice. Restore ends
+// it.
+func (p *Proxy) Stall() { p.stalled.Store(true) }
+
 // Restore lets connections through again.
 func (p *Proxy) Restore() {
+	p.stalled.Store(false)
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
@@ -89,7 +98,20 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src) // ends on a cut, a close or a peer reset
+	// Ends on a cut, a close or a peer reset; while stalled, what is read
+	// is dropped.
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.stalled.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()

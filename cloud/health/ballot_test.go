@@ -1,0 +1,239 @@
+package health
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/cloud/identity"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// ballot is voter's ballot made at made, with its verdicts by node.
+func ballot(voter string, made time.Time, ttl time.Duration, verdicts map[string]atollv1.Verdict) *atollv1.Ballot {
+	b := &atollv1.Ballot{Voter: voter, Unit: "u1", Time: timestamppb.New(made), Ttl: durationpb.New(ttl), Members: uint32(len(verdicts) + 1)}
+	for node, v := range verdicts {
+		b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: node, Verdict: v, Since: timestamppb.New(made)})
+	}
+	return b
+}
+
+func observeBallot(tr *Tracker, b *atollv1.Ballot, published time.Time) []string {
+	return tr.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), events.BallotVotes(b))
+}
+
+// TestTrackerBallots: a ballot counts as one vote per entry for its TTL
+// after the hub stored it; the next ballot replaces the whole previous one
+// (a node it leaves out loses the vote); a duplicate or an older ballot
+// delivered late changes nothing; a ballot's entry about its own voter
+// never counts.
+func TestTrackerBallots(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ttl := 75 * time.Second
+	tr := NewTracker(30 * time.Second)
+	judge := func(node string, at time.Time) Judgement { return tr.Judge(node, at, 3, nil) } // x, y, and the voters
+	b1 := ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "a": healthy})
+	if got := observeBallot(tr, b1, now); len(got) != 2 {
+		t.Fatalf("first ballot touched %v, want x and y", got)
+	}
+	observeBallot(tr, ballot("b", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), now)
+	if j := judge("x", now); j.Verdict != healthy || j.Healthy != 2 {
+		t.Fatalf("x = %+v", j)
+	}
+	if j := judge("a", now); j.Votes() != 0 {
+		t.Fatalf("a's entry about itself counted: %+v", j)
+	}
+	// Still counting just before the TTL, by the hub's clock, with no
+	// keep-alive since; not after.
+	if j := judge("x", now.Add(ttl)); j.Verdict != healthy {
+		t.Fatalf("x before the TTL = %+v", j)
+	}
+	if j := judge("x", now.Add(ttl+time.Millisecond)); j.Votes() != 0 {
+		t.Fatalf("x after the TTL = %+v", j)
+	}
+
+	// a's next ballot says x unhealthy and leaves y out.
+	b2 := ballot("a", now.Add(time.Second), ttl, map[string]atollv1.Verdict{"x": unhealthy})
+	got := observeBallot(tr, b2, now.Add(time.Second))
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("second ballot touched %v, want x and y", got)
+	}
+	at := now.Add(time.Second)
+	if j := judge("x", at); j.Healthy != 1 || j.Unhealthy != 1 {
+		t.Fatalf("x after a's change = %+v", j)
+	}
+	if j := judge("y", at); j.Healthy != 1 || j.Votes() != 1 {
+		t.Fatalf("y after a left it out = %+v", j)
+	}
+
+	// Duplicate and reordered deliveries: b2 again, then b1 late.
+	if got := observeBallot(tr, b2, now.Add(2*time.Second)); got != nil {
+		t.Fatalf("duplicate recorded: %v", got)
+	}
+	if got := observeBallot(tr, b1, now.Add(3*time.Second)); got != nil {
+		t.Fatalf("older ballot recorded: %v", got)
+	}
+	if j := judge("x", at); j.Healthy != 1 || j.Unhealthy != 1 {
+		t.Fatalf("x after the late deliveries = %+v", j)
+	}
+	// The duplicate did not extend b2's life either: it expires TTL after
+	// its first storing.
+	if j := judge("x", at.Add(ttl+time.Second)); j.Votes() != 0 {
+		t.Fatalf("x long after = %+v", j)
+	}
+}
+
+// TestTrackerCut: when the hub reports a voter's leaf link closed, every
+// vote it sent before stops counting at once (well within its TTL), the
+// other voters' votes stay, and a ballot the voter sends once back counts
+// again; a late copy of a ballot from before the cut does not.
+func TestTrackerCut(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ttl := 75 * time.Second
+	tr := NewTracker(30 * time.Second)
+	judge := func(node string, at time.Time) Judgement { return tr.Judge(node, at, 3, nil) }
+	before := ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy})
+	observeBallot(tr, before, now)
+	observeBallot(tr, ballot("b", now, ttl, map[string]atollv1.Verdict{"x": healthy}), now)
+	cut := now.Add(5 * time.Second)
+	got := tr.Cut("a", cut)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("cut touched %v, want x and y", got)
+	}
+	if j := judge("x", cut); j.Healthy != 1 || j.Votes() != 1 {
+		t.Fatalf("x after a's cut = %+v (b's vote must stay)", j)
+	}
+	if j := judge("y", cut); j.Votes() != 0 {
+		t.Fatalf("y after a's cut = %+v", j)
+	}
+	if got := observeBallot(tr, before, cut.Add(time.Second)); got != nil {
+		t.Fatalf("a late copy of the ballot before the cut recorded: %v", got)
+	}
+	// A replica that starts after the cut learns of it (from the links
+	// bucket) before it reads the voter's last ballot from the stream:
+	// that ballot, stored before the cut, never counts.
+	fresh := NewTracker(30 * time.Second)
+	fresh.Cut("a", cut)
+	if got := observeBallot(fresh, before, now); got != nil {
+		t.Fatalf("a ballot stored before a known cut recorded: %v", got)
+	}
+	observeBallot(tr, ballot("a", cut.Add(time.Second), ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), cut.Add(2*time.Second))
+	if j := judge("y", cut.Add(2*time.Second)); j.Healthy != 1 {
+		t.Fatalf("y after a is back = %+v", j)
+	}
+	// A disconnect event that reaches the cloud after the voter's new
+	// ballot (it reconnected elsewhere first) leaves the new ballot alone.
+	if got := tr.Cut("a", cut); len(got) != 0 {
+		t.Fatalf("a stale cut dropped %v", got)
+	}
+}
+
+// TestLeafLossesFromTheHub: the hub's system events report an edge node's
+// leaf link closing, with the node's name, to a system account connection;
+// the link of a node that stays up reports nothing.
+func TestLeafLossesFromTheHub(t *testing.T) {
+	h := natstest.Hub(t)
+	log := natstest.Logger(t, slog.LevelError)
+	sys, err := identity.DialSystem(t.Context(), h.ClientConfig(), h.Issuer(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	losses := make(chan LeafLoss, 16)
+	sub, err := FollowLeafLosses(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLoss) { losses <- l })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	nodes := natstest.Unit(t, h, "u1", natstest.EdgeOptions{}, "e1", "e2")
+	for _, n := range nodes {
+		poll.Eventually(t, 20*time.Second, func() error {
+			if !n.Status().HubConnected {
+				return fmt.Errorf("%s not linked", n.Name())
+			}
+			return nil
+		})
+	}
+	start := time.Now()
+	if err := nodes[0].SetLeafEnabled(false); err != nil {
+		t.Fatal(err)
+	}
+	// Links that meshing the unit bounced before start are not this cut.
+	timeout := time.After(15 * time.Second)
+	for found := false; !found; {
+		select {
+		case l := <-losses:
+			if l.At.Before(start) {
+				continue
+			}
+			if l.Node != "e1" || l.Server == "" {
+				t.Fatalf("loss = %+v, want e1's", l)
+			}
+			found = true
+			t.Logf("e1's loss reported %v after the link was cut (%s)", time.Since(start).Round(time.Millisecond), l.Reason)
+		case <-timeout:
+			t.Fatal("no leaf loss reported within 15 s")
+		}
+	}
+	select {
+	case l := <-losses:
+		t.Fatalf("unexpected loss %+v", l)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestLeafLossSilentCut: a leaf link that dies without closing (every
+// byte dropped, both ends still up) is closed by the hub after its pings
+// go unanswered, and reported, within the 15 s a vote used to live.
+func TestLeafLossSilentCut(t *testing.T) {
+	h := natstest.Hub(t)
+	log := natstest.Logger(t, slog.LevelError)
+	sys, err := identity.DialSystem(t.Context(), h.ClientConfig(), h.Issuer(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	losses := make(chan LeafLoss, 16)
+	sub, err := FollowLeafLosses(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLoss) { losses <- l })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	proxy := natstest.NewProxy(t, h.LeafURL().Host)
+	e := natstest.Edge(t, h, "e1", natstest.EdgeOptions{HubURL: "nats-leaf://" + proxy.Addr()})
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !e.Status().HubConnected {
+			return fmt.Errorf("e1 not linked")
+		}
+		return nil
+	})
+	start := time.Now()
+	proxy.Stall()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case l := <-losses:
+			if l.At.Before(start) || l.Node != "e1" {
+				continue
+			}
+			took := time.Since(start)
+			t.Logf("silent cut reported after %v (%s)", took.Round(time.Millisecond), l.Reason)
+			if took > 15*time.Second {
+				t.Fatalf("silent cut reported after %v, want within 15 s", took)
+			}
+			return
+		case <-timeout:
+			t.Fatal("silent cut not reported within 20 s")
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package health
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// BenchmarkTrackerEvent times one event of each kind the vote state
+// handles, with 1,000 and 10,000 nodes in units of 10 each voting on its
+// unit's other members: a ballot (recorded, and every node it names judged
+// again, as the consumers do) and a voter's link loss (its votes cut, the
+// nodes judged again). The cost should not grow with the number of nodes.
+// Run on a quiet machine:
+//
+//	go test -run '^$' -bench BenchmarkTrackerEvent ./cloud/health/
+func BenchmarkTrackerEvent(b *testing.B) {
+	const size = 10
+	for _, n := range []int{1000, 10000} {
+		tr := NewTracker(30 * time.Second)
+		start := time.Unix(100000, 0)
+		name := func(u, i int) string { return fmt.Sprintf("n%d-%d", u, i) }
+		ballotOf := func(u, voter int, at time.Time) *atollv1.Ballot {
+			verdicts := map[string]atollv1.Verdict{}
+			for i := range size {
+				if i != voter {
+					verdicts[name(u, i)] = healthy
+				}
+			}
+			b := ballot(name(u, voter), at, 75*time.Second, verdicts)
+			b.Unit = fmt.Sprintf("u%d", u)
+			return b
+		}
+		for u := range n / size {
+			for v := range size {
+				observeBallot(tr, ballotOf(u, v, start), start)
+			}
+		}
+		at := start
+		b.Run(fmt.Sprintf("kind=ballot/nodes=%d", n), func(b *testing.B) {
+			for range b.N {
+				at = at.Add(time.Millisecond)
+				for _, node := range observeBallot(tr, ballotOf(50, 3, at), at) {
+					if j := tr.Judge(node, at, size, nil); j.Verdict != healthy {
+						b.Fatalf("%s judged %v", node, j.Verdict)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("kind=linkloss/nodes=%d", n), func(b *testing.B) {
+			for range b.N {
+				at = at.Add(time.Millisecond)
+				for _, node := range tr.Cut(name(60, 4), at) {
+					tr.Judge(node, at, size, nil)
+				}
+				at = at.Add(time.Millisecond)
+				observeBallot(tr, ballotOf(60, 4, at), at)
+			}
+		})
+	}
+}

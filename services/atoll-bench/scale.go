@@ -1,0 +1,447 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
+	"github.com/atoll-edge/atoll/edge/reporter"
+	"github.com/atoll-edge/atoll/edge/voter"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// scaleOptions drive the steady-state scale measurement (--scale).
+type scaleOptions struct {
+	sizes  []int
+	unit   int
+	warmup time.Duration
+	window time.Duration
+	renew  time.Duration
+}
+
+// scaleRow is one size's measurement.
+type scaleRow struct {
+	nodes                int
+	cloudCores, cloudMiB float64 // atoll-cloud with its embedded hub
+	apiCores, etcdCores  float64
+	msgsPerNode          float64 // edge→hub messages/s per node
+	pending              uint64  // ballots not yet handled by health-ballots
+	oldest               time.Duration
+	writesPerSec         float64 // atoll-cloud's apiserver writes/s (audit log)
+	leaseRenewalsPerSec  float64
+	publishedBallots     int64
+	publishedTopology    int64
+	writes               map[string]int // atoll-cloud's writes in the window, by verb and resource
+}
+
+// runScale measures, for each size, the steady state of a real
+// installation of that many nodes: a real etcd, kube-apiserver and
+// kube-controller-manager (internal/testenv/kubetest); atoll-cloud with
+// its embedded hub in its own process (so its CPU and memory are its
+// own); simulated kubelets registering the Nodes and renewing their
+// Leases every --scale-renew (internal/testenv/edgesim); and emulated
+// agents publishing what the real ones publish in a steady unit — a
+// TopologyUpdate per reporter period and a Ballot per voter keep-alive,
+// the first of each at once, spread over the period — on the same
+// subjects with the same payloads, over service connections rather than
+// one leaf per node (bench:leafs measures leafs). Not calibrated against
+// real agents yet: compare its edge→hub column with bench:health's.
+func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
+	dir, err := os.MkdirTemp("", "atoll-scale-")
+	if err != nil {
+		return err
+	}
+	if os.Getenv("ATOLL_SCALE_KEEP") == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(out, "keeping %s\n", dir)
+	}
+	bin := filepath.Join(dir, "atoll-cloud")
+	fmt.Fprintln(out, "building atoll-cloud ...")
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/atoll-cloud").CombinedOutput(); err != nil {
+		return fmt.Errorf("build atoll-cloud (run from the repository root): %w: %s", err, b)
+	}
+	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, window %v\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.window)
+	var rows []scaleRow
+	for _, n := range o.sizes {
+		fmt.Fprintf(out, "measuring %d nodes ...\n", n)
+		r, err := measureScale(ctx, filepath.Join(dir, strconv.Itoa(n)), bin, n, o)
+		if err != nil {
+			return fmt.Errorf("%d nodes: %w", n, err)
+		}
+		rows = append(rows, r)
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "\nnodes\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%d\t%.3f\t%.0f\t%.4f\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.cloudCores, r.cloudMiB, r.msgsPerNode,
+			r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec, r.apiCores, r.etcdCores, r.leaseRenewalsPerSec)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if len(r.writes) > 0 {
+			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v\n", r.nodes, r.writes)
+		}
+	}
+	return nil
+}
+
+func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (scaleRow, error) {
+	row := scaleRow{nodes: n}
+	auditDir := filepath.Join(dir, "audit")
+	audit, err := kubetest.Audit(auditDir)
+	if err != nil {
+		return row, err
+	}
+	// The node lifecycle controller at its production grace period, not
+	// the harness's short one: a node is lost when its Lease is 40 s old.
+	cluster, err := kubetest.StartCluster(ctx, kubetest.Config{Dir: filepath.Join(dir, "kube"), ControllerManager: true,
+		NodeMonitorGracePeriod: 40 * time.Second, NodeMonitorPeriod: 5 * time.Second,
+		ExtraAPIServerFlags: append(audit, "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"),
+		Logger:              slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return row, err
+	}
+	defer func() { _ = cluster.Stop() }()
+
+	// atoll-cloud, in its own process.
+	ports := make([]int, 4)
+	for i := range ports {
+		if ports[i], err = natstest.FreePort(); err != nil {
+			return row, err
+		}
+	}
+	clientPort, leafPort, adminPort, webhookPort := ports[0], ports[1], ports[2], ports[3]
+	certDir := filepath.Join(dir, "webhook")
+	if err := cluster.WriteServingCert(certDir, "127.0.0.1"); err != nil {
+		return row, err
+	}
+	hubDir := filepath.Join(dir, "hub")
+	cloudLog, err := os.Create(filepath.Join(dir, "atoll-cloud.log"))
+	if err != nil {
+		return row, err
+	}
+	defer cloudLog.Close()
+	cloud := exec.CommandContext(ctx, bin,
+		"--kubeconfig="+cluster.KubeconfigPath(), "--leader-elect=false",
+		"--hub-host=127.0.0.1", "--hub-store-dir="+hubDir,
+		fmt.Sprintf("--hub-client-port=%d", clientPort), fmt.Sprintf("--hub-leaf-port=%d", leafPort),
+		fmt.Sprintf("--admin-addr=127.0.0.1:%d", adminPort), fmt.Sprintf("--webhook-addr=127.0.0.1:%d", webhookPort),
+		"--webhook-certs=dir", "--webhook-cert-dir="+certDir, "--webhook-register=false")
+	cloud.Stdout, cloud.Stderr = cloudLog, cloudLog
+	if err := cloud.Start(); err != nil {
+		return row, err
+	}
+	defer func() { _ = cloud.Process.Signal(os.Interrupt); _ = cloud.Wait() }()
+	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), 2*time.Minute); err != nil {
+		return row, fmt.Errorf("atoll-cloud not ready (see %s): %w", cloudLog.Name(), err)
+	}
+
+	// The emulated agents' connection: a service user of the hub's keys.
+	keys, err := identity.LoadKeys(filepath.Join(hubDir, "identity"))
+	if err != nil {
+		return row, err
+	}
+	issuer := identity.NewIssuer(keys, hub.Default().Domain)
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	userJWT, err := issuer.Service("atoll-scale", pub)
+	if err != nil {
+		return row, err
+	}
+	seed, _ := kp.Seed()
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", clientPort), nats.UserJWTAndSeed(userJWT, string(seed)))
+	if err != nil {
+		return row, err
+	}
+	defer nc.Close()
+	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	if err != nil {
+		return row, err
+	}
+
+	// Nodes and their kubelets.
+	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return row, err
+	}
+	if err := sim.Start(ctx); err != nil {
+		return row, err
+	}
+	defer sim.Stop()
+	names := make([]string, n)
+	specs := make([]edgesim.NodeSpec, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("edge-%05d", i)
+		specs[i] = edgesim.NodeSpec{Name: names[i], Labels: map[string]string{wellknown.LabelUnit: fmt.Sprintf("u%04d", i/o.unit)}}
+	}
+	for i := 0; i < n; i += 500 {
+		if err := sim.AddNodes(ctx, specs[i:min(i+500, n)]...); err != nil {
+			return row, err
+		}
+	}
+
+	// The agents.
+	var ballots, topology atomic.Int64
+	actx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	for i, name := range names {
+		unit := specs[i].Labels[wellknown.LabelUnit]
+		first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
+		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology) })
+	}
+
+	select {
+	case <-ctx.Done():
+		return row, ctx.Err()
+	case <-time.After(o.warmup):
+	}
+	pids := map[string]int{"cloud": cloud.Process.Pid, "etcd": findProcess(cluster.Dir(), "etcd"), "apiserver": findProcess(cluster.Dir(), "kube-apiserver")}
+	before := map[string]int64{}
+	for k, pid := range pids {
+		before[k] = cpuTicks(pid)
+	}
+	writes0, err := atollWrites(auditDir)
+	if err != nil {
+		return row, err
+	}
+	renew0 := sim.Stats()
+	b0, t0 := ballots.Load(), topology.Load()
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return row, ctx.Err()
+	case <-time.After(o.window):
+	}
+	secs := time.Since(start).Seconds()
+	cores := func(k string) float64 { return float64(cpuTicks(pids[k])-before[k]) / clockTicks / secs }
+	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
+	row.cloudMiB = float64(rssKiB(pids["cloud"])) / 1024
+	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
+	row.msgsPerNode = float64(row.publishedBallots+row.publishedTopology) / secs / float64(n)
+	writes1, err := atollWrites(auditDir)
+	if err != nil {
+		return row, err
+	}
+	row.writesPerSec = float64(sum(writes1)-sum(writes0)) / secs
+	row.writes = map[string]int{}
+	for k, v := range writes1 {
+		if d := v - writes0[k]; d > 0 {
+			row.writes[k] = d
+		}
+	}
+	row.leaseRenewalsPerSec = float64(sim.Stats().LeaseRenewals-renew0.LeaseRenewals) / secs
+	row.pending, row.oldest = consumerLag(ctx, js, events.BallotConsumer.Name)
+	return row, nil
+}
+
+// emulateAgent publishes what node's agent publishes in a steady unit of
+// members: its TopologyUpdate every reporter period and its Ballot (every
+// other member healthy) every voter keep-alive, the first of each at a
+// random point of the period.
+func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64) {
+	rc, vc := reporter.DefaultConfig(), voter.DefaultConfig()
+	tsubj, _ := events.TopologySubject(node)
+	bsubj, _ := events.BallotSubject(unit, node)
+	since := timestamppb.Now()
+	next := func(period time.Duration) *time.Timer { return time.NewTimer(rand.N(period)) }
+	tt, bt := next(rc.Period), next(vc.KeepAlive)
+	defer tt.Stop()
+	defer bt.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tt.C:
+			u := &atollv1.TopologyUpdate{Node: node, Unit: unit, Version: "scale", Time: timestamppb.Now(),
+				RouteUrl: "nats-route://127.0.0.1:6222", Addresses: []*atollv1.NodeAddress{{Type: "InternalIP", Address: "172.16.0.1"}}}
+			if events.Publish(nc, tsubj, u, node+"@"+strconv.FormatInt(u.GetTime().AsTime().UnixNano(), 10)) == nil {
+				topology.Add(1)
+			}
+			tt.Reset(rc.Period)
+		case <-bt.C:
+			now := time.Now()
+			b := &atollv1.Ballot{Voter: node, Unit: unit, Time: timestamppb.New(now), Members: uint32(len(members)),
+				Ttl: durationpb.New(vc.TTL), Keepalive: true}
+			for _, m := range members {
+				if m != node {
+					b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: m, Verdict: atollv1.Verdict_VERDICT_HEALTHY,
+						Normal: uint32(len(members) - 2), Since: since})
+				}
+			}
+			pctx, cancel := context.WithTimeout(ctx, vc.AckTimeout)
+			_, err := events.PublishDurable(pctx, js, bsubj, b, node+"@"+strconv.FormatInt(now.UnixNano(), 16))
+			cancel()
+			if err == nil {
+				ballots.Add(1)
+			}
+			bt.Reset(vc.KeepAlive)
+		}
+	}
+}
+
+// consumerLag is what the durable consumer name has not handled yet and
+// how old the oldest of it is.
+func consumerLag(ctx context.Context, js jetstream.JetStream, name string) (uint64, time.Duration) {
+	c, err := js.Consumer(ctx, events.StreamHealth, name)
+	if err != nil {
+		return 0, 0
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, 0
+	}
+	pending := info.NumPending + uint64(info.NumAckPending)
+	if pending == 0 {
+		return 0, 0
+	}
+	s, err := js.Stream(ctx, events.StreamHealth)
+	if err != nil {
+		return pending, 0
+	}
+	m, err := s.GetMsg(ctx, info.AckFloor.Stream+1)
+	if err != nil {
+		return pending, 0
+	}
+	return pending, time.Since(m.Time)
+}
+
+// atollWrites counts atoll-cloud's writes in the audit log so far, by
+// verb and resource.
+func atollWrites(auditDir string) (map[string]int, error) {
+	out := map[string]int{}
+	evs, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs {
+		if strings.HasPrefix(e.UserAgent, wellknown.FieldManager) {
+			switch e.Verb {
+			case "create", "update", "patch", "delete":
+				out[e.Verb+" "+e.ObjectRef.Resource]++
+			}
+		}
+	}
+	return out, nil
+}
+
+func sum(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func waitReady(ctx context.Context, url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// clockTicks is the kernel's USER_HZ (100 on Linux).
+const clockTicks = 100
+
+// cpuTicks is the user and system CPU time of pid, in clock ticks (0: gone).
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil || pid == 0 {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
+
+// rssKiB is the resident set of pid.
+func rssKiB(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// findProcess is the pid of the process running binary name with an
+// argument under dir (the cluster's own), 0 if none.
+func findProcess(dir, name string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == name && strings.Contains(string(b), dir) {
+			return pid
+		}
+	}
+	return 0
+}
