@@ -15,7 +15,7 @@ import (
 type Addr struct{ Node, Target string }
 
 // Network is "tunnel".
-func (Addr) Network() string { return "tunnel" }
+func (Addr) Network() string  { return "tunnel" }
 func (a Addr) String() string { return a.Node + "/" + a.Target }
 
 // Conn is a net.Conn over a Session: Read and Write block on the
