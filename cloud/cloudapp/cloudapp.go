@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx"
@@ -20,6 +21,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
@@ -54,6 +56,9 @@ type Config struct {
 	// (the servers are configured to trust them) and it is required.
 	IdentityDir string
 	Identity    identity.Config
+
+	// Tunnel is the tunnel server (CONNECT listener and port forwards).
+	Tunnel tunnel.Config
 }
 
 // Default is the production configuration.
@@ -70,6 +75,7 @@ func Default() Config {
 		Health:   health.DefaultConfig(),
 		Webhook:  webhook.DefaultConfig(),
 		Identity: identity.DefaultConfig(),
+		Tunnel:   tunnel.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -131,6 +137,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Registration.Service.Name, "webhook-service", c.Registration.Service.Name, "name of the webhook Service (empty with --webhook-url)")
 	fs.StringVar(&c.Registration.CAFile, "webhook-ca-file", c.Registration.CAFile, "CA bundle that signs the webhook certificate, for the registration (--webhook-certs dir)")
 	fs.BoolVar(&c.Registration.FailOpen, "webhook-fail-open", c.Registration.FailOpen, "register no fail-closed guard: while atoll-cloud is down, protected nodes can be tainted for eviction")
+	// Tunnel server.
+	fs.StringVar(&c.Tunnel.ConnectAddr, "tunnel-connect-addr", c.Tunnel.ConnectAddr, "HTTP CONNECT listener for kube-apiserver's egress selector (host:port, or unix:/path); empty: none")
+	fs.Var((*forwardList)(&c.Tunnel.Forwards), "tunnel-forward", "comma-separated TCP port forwards listen=node/host:port through the tunnel")
+	fs.DurationVar(&c.Tunnel.DialTimeout, "tunnel-dial-timeout", c.Tunnel.DialTimeout, "longest wait for a node's agent to reach a tunnel target")
+	fs.DurationVar(&c.Tunnel.Session.LinkTimeout, "tunnel-link-timeout", c.Tunnel.Session.LinkTimeout, "a tunnel session survives a loss of the node's link shorter than this (0: 10s)")
+	fs.DurationVar(&c.Tunnel.Session.IdleTimeout, "tunnel-idle-timeout", c.Tunnel.Session.IdleTimeout, "end a tunnel session after this long without a byte either way (0: never)")
 	fs.Var((*cliflags.List)(&c.Registration.GuardUsers), "webhook-guard-users", "comma-separated identities of the node lifecycle controller (default: its service account and system:kube-controller-manager)")
 }
 
@@ -206,7 +218,7 @@ func (c Config) Validate() error {
 	if err := c.hubFlags(); err != nil {
 		return err
 	}
-	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology, c.Identity}
+	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology, c.Identity, c.Tunnel}
 	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
 		return err
 	}
@@ -287,8 +299,38 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		// to verify what they sign.
 		fx.Provide(func(s *identity.Service) topology.NodeKeys { return s }),
 		topology.Module,
+		fx.Supply(c.Tunnel),
+		tunnel.Module,
 		k8s,
 	)
+}
+
+// forwardList is the --tunnel-forward flag.
+type forwardList []tunnel.Forward
+
+func (f *forwardList) String() string {
+	if f == nil {
+		return ""
+	}
+	out := make([]string, 0, len(*f))
+	for _, x := range *f {
+		out = append(out, x.Listen+"="+x.Node+"/"+x.Target)
+	}
+	return strings.Join(out, ",")
+}
+
+func (f *forwardList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		x, err := tunnel.ParseForward(s)
+		if err != nil {
+			return err
+		}
+		*f = append(*f, x)
+	}
+	return nil
 }
 
 // externalHub loads the identity keys for an external hub and the service
