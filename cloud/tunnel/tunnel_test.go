@@ -9,6 +9,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +52,30 @@ func echoServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// helloServer writes hello and closes: the edge side ends the session.
+func helloServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello"))
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 type rig struct {
+	hello       string
+	agent       *edgetunnel.Agent
 	kubelet     string
 	kubeletPort string
 	proxy       *natstest.Proxy
@@ -75,10 +101,13 @@ func setup(t *testing.T) *rig {
 	}
 	acfg := edgetunnel.DefaultConfig()
 	acfg.Kubelet = r.kubelet
+	r.hello = helloServer(t)
+	acfg.Allow = []string{r.hello}
 	a, err := edgetunnel.New(acfg, "n1", edgetunnel.NewMetrics(r.agentReg), natstest.Logger(t, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.agent = a
 	if err := a.Start(r.agentNC); err != nil {
 		t.Fatal(err)
 	}
@@ -133,11 +162,17 @@ func (r *rig) connect(t *testing.T, i int, hostport string) (net.Conn, int, stri
 		c.Close()
 		return nil, resp.StatusCode, string(body)
 	}
-	if br.Buffered() > 0 {
-		t.Fatal("bytes after the CONNECT response")
-	}
-	return c, resp.StatusCode, ""
+	return &readerConn{Conn: c, r: br}, resp.StatusCode, ""
 }
+
+// readerConn reads what followed the CONNECT response first.
+type readerConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *readerConn) CloseWrite() error          { return c.Conn.(*net.TCPConn).CloseWrite() }
 
 // echo sends n random bytes through c, half-closes and checks the echo.
 func echo(t *testing.T, c net.Conn, n int, mid func()) {
@@ -222,10 +257,17 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus
 	return nil
 }
 
+// TestManyConcurrentSessions: 300 concurrent sessions over both replicas
+// (ATOLL_TUNNEL_SESSIONS sets another count, e.g. 1000).
 func TestManyConcurrentSessions(t *testing.T) {
 	r := setup(t)
+	n := 300
+	if v, err := strconv.Atoi(os.Getenv("ATOLL_TUNNEL_SESSIONS")); err == nil {
+		n = v
+	}
+	before := runtime.NumGoroutine()
 	var wg sync.WaitGroup
-	for i := 0; i < 300; i++ {
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -239,6 +281,66 @@ func TestManyConcurrentSessions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	noLeaks(t, r, before)
+}
+
+// noLeaks waits until the agent holds no session and the goroutines are
+// back to the count before.
+func noLeaks(t *testing.T, r *rig, goroutines int) {
+	t.Helper()
+	poll.Eventually(t, 20*time.Second, func() error {
+		if v := gauge(t, r.agentReg, "atoll_tunnel_agent_sessions"); v != 0 {
+			return fmt.Errorf("agent relays %v sessions", v)
+		}
+		if n := runtime.NumGoroutine(); n > goroutines {
+			return fmt.Errorf("%d goroutines, %d before", n, goroutines)
+		}
+		return nil
+	})
+}
+
+// TestCloseFromEachSide: the edge target closing ends the session at the
+// client (EOF after every byte); the client closing ends it at the target.
+func TestCloseFromEachSide(t *testing.T) {
+	r := setup(t)
+	before := runtime.NumGoroutine()
+	_, helloPort, _ := net.SplitHostPort(r.hello)
+	c, code, body := r.connect(t, 0, "n1:"+helloPort)
+	if c == nil {
+		t.Fatalf("CONNECT: %d %s", code, body)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("read %q %v", got, err)
+	}
+	c.Close()
+	// The client closes at once, without half-closing first.
+	for i := 0; i < 20; i++ {
+		c, _, _ = r.connect(t, i%2, "n1:"+r.kubeletPort)
+		if c == nil {
+			t.Fatal("CONNECT failed")
+		}
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	noLeaks(t, r, before)
+}
+
+// TestGiB moves 1 GiB each way through CONNECT (ATOLL_TUNNEL_GIB=1; too
+// slow for CI on a shared machine).
+func TestGiB(t *testing.T) {
+	if os.Getenv("ATOLL_TUNNEL_GIB") == "" {
+		t.Skip("set ATOLL_TUNNEL_GIB=1 to move 1 GiB each way")
+	}
+	r := setup(t)
+	c, code, body := r.connect(t, 0, "n1:"+r.kubeletPort)
+	if c == nil {
+		t.Fatalf("CONNECT: %d %s", code, body)
+	}
+	defer c.Close()
+	echo(t, c, 1<<30, nil)
 }
 
 // TestLeafDroppedMidTransfer: the node's leaf link is cut for 5 s in the
