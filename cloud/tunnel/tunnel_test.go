@@ -89,10 +89,13 @@ type rig struct {
 // cuttable leaf link with the real agent allowing only the kubelet stand-in;
 // two tunnel server replicas on the hub, each with a CONNECT listener and a
 // forward to the kubelet port of n1.
-func setup(t *testing.T) *rig {
+func setup(t *testing.T) *rig { return setupWith(t, echoServer(t), "127.0.0.1:0", tunnel.Names{}) }
+
+// setupWith is setup with another kubelet, CONNECT address and resolver.
+func setupWith(t *testing.T, kubelet, connectAddr string, res tunnel.Resolver) *rig {
 	t.Helper()
 	h := natstest.Hub(t)
-	r := &rig{kubelet: echoServer(t), proxy: natstest.NewProxy(t, h.LeafURL().Host), agentReg: prometheus.NewRegistry()}
+	r := &rig{kubelet: kubelet, proxy: natstest.NewProxy(t, h.LeafURL().Host), agentReg: prometheus.NewRegistry()}
 	_, r.kubeletPort, _ = net.SplitHostPort(r.kubelet)
 	n := natstest.Edge(t, h, "n1", natstest.EdgeOptions{HubURL: "nats-leaf://" + r.proxy.Addr()})
 	var err error
@@ -126,10 +129,13 @@ func setup(t *testing.T) *rig {
 			t.Fatal(err)
 		}
 		cfg := tunnel.DefaultConfig()
-		cfg.ConnectAddr = "127.0.0.1:0"
+		cfg.ConnectAddr = connectAddr
+		if i > 0 {
+			cfg.ConnectAddr = "127.0.0.1:0"
+		}
 		cfg.Forwards = []tunnel.Forward{{Listen: "127.0.0.1:0", Node: "n1", Target: "localhost:" + r.kubeletPort}}
 		cfg.Session.KeepAlive, cfg.Session.LinkTimeout = 500*time.Millisecond, 8*time.Second
-		s, err := tunnel.New(cfg, tunnel.Names{}, tunnel.NewMetrics(prometheus.NewRegistry()), natstest.Logger(t, 0))
+		s, err := tunnel.New(cfg, res, tunnel.NewMetrics(prometheus.NewRegistry()), natstest.Logger(t, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
