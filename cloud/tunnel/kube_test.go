@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,18 +21,61 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/cri-streaming/pkg/streaming/portforward"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
-// kubeletStandIn serves containerLogs over TLS like a kubelet: plain, and
-// with follow=true a line every 100 ms until the client goes.
+// container is the stand-in's runtime: exec of "cat" copies stdin to
+// stdout, any other command prints its arguments; port-forward to any port
+// reaches echoAddr.
+type container struct{ echoAddr string }
+
+func (c container) ExecInContainer(_ context.Context, _, _, _ string, cmd []string, in io.Reader, out, _ io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize, _ time.Duration) error {
+	if len(cmd) == 1 && cmd[0] == "cat" && in != nil {
+		_, err := io.Copy(out, in)
+		return err
+	}
+	_, err := fmt.Fprintln(out, strings.Join(cmd, " "))
+	return err
+}
+
+func (c container) PortForward(ctx context.Context, _, _ string, _ int32, stream io.ReadWriteCloser) error {
+	conn, err := net.Dial("tcp", c.echoAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	go func() { _, _ = io.Copy(conn, stream); _ = conn.(*net.TCPConn).CloseWrite() }()
+	_, err = io.Copy(stream, conn)
+	return err
+}
+
+// kubeletStandIn serves, over TLS like a kubelet, containerLogs (plain,
+// and with follow=true a line every 100 ms until the client goes), and
+// exec and portForward with the upstream streaming packages
+// (k8s.io/cri-streaming).
 func kubeletStandIn(t *testing.T) string {
 	t.Helper()
+	rt := container{echoAddr: echoServer(t)}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
-		if len(parts) != 4 || parts[0] != "containerLogs" {
+		switch {
+		case len(parts) == 4 && parts[0] == "exec":
+			opts, err := remotecommand.NewOptions(r)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			remotecommand.ServeExec(w, r, rt, parts[2], "", parts[3], r.URL.Query()["command"], opts, time.Minute, 30*time.Second, remotecommand.SupportedStreamingProtocols)
+			return
+		case len(parts) == 3 && parts[0] == "portForward":
+			portforward.ServePortForward(w, r, rt, parts[2], "", nil, time.Minute, 30*time.Second, portforward.SupportedProtocols)
+			return
+		case len(parts) == 4 && parts[0] == "containerLogs":
+		default:
 			http.NotFound(w, r)
 			return
 		}
@@ -65,12 +109,13 @@ func (l *lazyNodes) NodeFor(host string) (string, bool) {
 	return "", false
 }
 
-// TestKubectlLogsThroughTunnel: the real kube-apiserver, its egress
+// TestKubectlThroughTunnel: the real kube-apiserver, its egress
 // selector pointed at the tunnel's CONNECT socket, reaches a kubelet
 // stand-in whose node address (10.255.255.1) does not route: only the
 // tunnel reaches it. kubectl logs and logs -f work; the CONNECT host is the
-// node's InternalIP, resolved through the Node cache.
-func TestKubectlLogsThroughTunnel(t *testing.T) {
+// node's InternalIP, resolved through the Node cache. Then exec -i with
+// stdin and port-forward (SPDY upgrades end to end).
+func TestKubectlThroughTunnel(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/kubectl"); err != nil {
 		t.Skip("kubectl not installed")
 	}
@@ -91,8 +136,9 @@ func TestKubectlLogsThroughTunnel(t *testing.T) {
 	cs := kc.Client()
 	f := informers.NewSharedInformerFactory(cs, 0)
 	lister := f.Core().V1().Nodes().Lister()
-	f.Start(ctx.Done())
-	defer f.Shutdown()
+	stop := make(chan struct{})
+	f.Start(stop)
+	defer func() { close(stop); f.Shutdown() }() // Shutdown waits for stop
 	node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +154,15 @@ func TestKubectlLogsThroughTunnel(t *testing.T) {
 	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+	pod, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "example"}}},
-	}, metav1.CreateOptions{}); err != nil {
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodRunning // kubectl port-forward wants a running pod
+	if _, err := cs.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	kubectl := func(ctx context.Context, args ...string) *exec.Cmd {
@@ -139,4 +190,47 @@ func TestKubectlLogsThroughTunnel(t *testing.T) {
 	}
 	fcancel()
 	_ = cmd.Wait()
+
+	// exec -i: stdin goes to the container and back.
+	execCmd := kubectl(ctx, "exec", "-i", "web", "-c", "app", "--", "cat")
+	execCmd.Stdin = strings.NewReader("stdin through the tunnel\n")
+	out, err = execCmd.CombinedOutput()
+	if err != nil || string(out) != "stdin through the tunnel\n" {
+		t.Fatalf("kubectl exec -i: %v\n%s", err, out)
+	}
+
+	// port-forward: a local port reaches the pod's port through the tunnel.
+	local, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	pf := kubectl(pctx, "port-forward", "pod/web", fmt.Sprintf("%d:8080", local))
+	pfOut, _ := pf.StdoutPipe()
+	var pfErr strings.Builder
+	pf.Stderr = &pfErr
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { pcancel(); _ = pf.Wait() }()
+	if sc := bufio.NewScanner(pfOut); !sc.Scan() || !strings.Contains(sc.Text(), "Forwarding from") {
+		_ = pf.Wait()
+		t.Fatalf("kubectl port-forward: %q %s", sc.Text(), pfErr.String())
+	}
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo(t, c, 1<<20, nil)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
