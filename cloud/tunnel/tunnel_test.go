@@ -28,7 +28,7 @@ import (
 )
 
 // echoServer is the kubelet stand-in: it echoes and passes half-closes on.
-func echoServer(t *testing.T) string {
+func echoServer(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,7 +53,7 @@ func echoServer(t *testing.T) string {
 }
 
 // helloServer writes hello and closes: the edge side ends the session.
-func helloServer(t *testing.T) string {
+func helloServer(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,10 +89,10 @@ type rig struct {
 // cuttable leaf link with the real agent allowing only the kubelet stand-in;
 // two tunnel server replicas on the hub, each with a CONNECT listener and a
 // forward to the kubelet port of n1.
-func setup(t *testing.T) *rig { return setupWith(t, echoServer(t), "127.0.0.1:0", tunnel.Names{}) }
+func setup(t testing.TB) *rig { return setupWith(t, echoServer(t), "127.0.0.1:0", tunnel.Names{}) }
 
 // setupWith is setup with another kubelet, CONNECT address and resolver.
-func setupWith(t *testing.T, kubelet, connectAddr string, res tunnel.Resolver) *rig {
+func setupWith(t testing.TB, kubelet, connectAddr string, res tunnel.Resolver) *rig {
 	t.Helper()
 	h := natstest.Hub(t)
 	r := &rig{kubelet: kubelet, proxy: natstest.NewProxy(t, h.LeafURL().Host), agentReg: prometheus.NewRegistry()}
@@ -151,7 +151,7 @@ func setupWith(t *testing.T, kubelet, connectAddr string, res tunnel.Resolver) *
 
 // connect sends CONNECT host:port to replica i and returns the raw
 // connection after a 200, or the status and body.
-func (r *rig) connect(t *testing.T, i int, hostport string) (net.Conn, int, string) {
+func (r *rig) connect(t testing.TB, i int, hostport string) (net.Conn, int, string) {
 	t.Helper()
 	c, err := net.Dial("tcp", r.servers[i].Addrs()[0].String())
 	if err != nil {
