@@ -100,6 +100,7 @@ type Session struct {
 	nextSeq   uint64 // sequence of the next sequenced frame
 	sendOff   uint64 // stream bytes framed
 	unacked   []inflight
+	inflight  int // payload bytes in unacked
 	queue     []byte // written, not yet framed
 	peerLimit uint64
 	peerAck   uint64
@@ -238,7 +239,7 @@ func (s *Session) fail(err error, reason string) {
 		return
 	}
 	s.err, s.errReason = err, reason
-	s.queue, s.unacked = nil, nil
+	s.queue, s.unacked, s.inflight = nil, nil, 0
 }
 
 func (s *Session) limit() uint64 { return s.readOff + uint64(s.cfg.Window) }
@@ -267,6 +268,7 @@ func (s *Session) Receive(f *atollv1.TunnelFrame, now time.Time) {
 		s.peerAck = f.Ack
 		i := 0
 		for i < len(s.unacked) && s.unacked[i].f.Sequence <= f.Ack {
+			s.inflight -= len(s.unacked[i].f.Payload)
 			i++
 		}
 		s.unacked = s.unacked[i:]
@@ -291,7 +293,7 @@ func (s *Session) Receive(f *atollv1.TunnelFrame, now time.Time) {
 			reason = "unspecified"
 		}
 		s.err, s.errSent = &PeerError{Reason: reason}, true
-		s.queue, s.unacked = nil, nil
+		s.queue, s.unacked, s.inflight = nil, nil, 0
 	case atollv1.FrameKind_FRAME_KIND_OPEN, atollv1.FrameKind_FRAME_KIND_DATA, atollv1.FrameKind_FRAME_KIND_CLOSE:
 		s.sequenced(f, now)
 	default:
@@ -423,8 +425,10 @@ func (s *Session) Outgoing(now time.Time) []*atollv1.TunnelFrame {
 		s.openQ = nil
 	}
 	if s.nextSeq > 1 { // our OPEN went first
-		for len(s.queue) > 0 && s.sendOff < s.peerLimit {
-			n := min(len(s.queue), s.cfg.MaxFrame, int(min(s.peerLimit-s.sendOff, uint64(s.cfg.MaxFrame))))
+		// The peer's limit bounds what it must buffer; our own Window bounds
+		// what we keep for resending, whatever limit a lying peer grants.
+		for len(s.queue) > 0 && s.sendOff < s.peerLimit && s.inflight < s.cfg.Window {
+			n := min(len(s.queue), s.cfg.MaxFrame, s.cfg.Window-s.inflight, int(min(s.peerLimit-s.sendOff, uint64(s.cfg.MaxFrame))))
 			p := make([]byte, n)
 			copy(p, s.queue)
 			s.queue = s.queue[n:]
@@ -433,6 +437,7 @@ func (s *Session) Outgoing(now time.Time) []*atollv1.TunnelFrame {
 			}
 			out = append(out, s.sequence(&atollv1.TunnelFrame{Session: s.id, Kind: atollv1.FrameKind_FRAME_KIND_DATA, Payload: p, Offset: s.sendOff}, now))
 			s.sendOff += uint64(n)
+			s.inflight += n
 			s.stats.BytesSent += uint64(n)
 		}
 		if s.wantFin && s.finSeq == 0 && len(s.queue) == 0 {

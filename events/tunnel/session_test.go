@@ -158,8 +158,10 @@ func TestSendWindowAndResend(t *testing.T) {
 	for _, f := range next {
 		sent += len(f.Payload)
 	}
-	if sent != InitialWindow {
-		t.Fatalf("after the grant sent %d, want %d", sent, InitialWindow)
+	// The grant allows 64 KiB more, but only the 32 KiB acknowledged
+	// left our own in-flight bound (Window).
+	if sent != 32<<10 {
+		t.Fatalf("after the grant sent %d, want %d", sent, 32<<10)
 	}
 	// A stale frame with a lower limit never shrinks credit.
 	s.Receive(frame(kWindow, 0, func(f *atollv1.TunnelFrame) { f.Ack, f.Limit = 1, 10 }), t0.Add(270*time.Millisecond))
@@ -407,4 +409,32 @@ func FuzzLossyTransfer(f *testing.F) {
 			t.Fatal("corrupted")
 		}
 	})
+}
+
+// TestLyingPeerCannotGrowMemory: a peer that grants an enormous limit and
+// never acknowledges gets at most Window bytes in flight; the rest waits in
+// the bounded send buffer and Write stops taking bytes.
+func TestLyingPeerCannotGrowMemory(t *testing.T) {
+	cfg := Config{MaxFrame: 16 << 10, Window: InitialWindow, SendBuffer: 64 << 10}.Defaults()
+	s := NewSession("s", cfg, t0)
+	s.Open("t:1")
+	s.Outgoing(t0)
+	s.Receive(frame(kOpen, 1, func(f *atollv1.TunnelFrame) { f.Limit = 1 << 40 }), t0)
+	now := t0
+	var taken int
+	for i := 0; i < 100; i++ {
+		now = now.Add(time.Millisecond)
+		taken += s.Write(make([]byte, 32<<10), now)
+		s.Outgoing(now)
+	}
+	inflight := 0
+	for _, in := range s.unacked {
+		inflight += len(in.f.Payload)
+	}
+	if inflight > cfg.Window || len(s.queue) > cfg.SendBuffer {
+		t.Fatalf("in flight %d (window %d), queued %d (buffer %d)", inflight, cfg.Window, len(s.queue), cfg.SendBuffer)
+	}
+	if taken != cfg.Window+cfg.SendBuffer {
+		t.Fatalf("took %d bytes, want window+buffer %d", taken, cfg.Window+cfg.SendBuffer)
+	}
 }
