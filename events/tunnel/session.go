@@ -100,7 +100,7 @@ type Session struct {
 	nextSeq   uint64 // sequence of the next sequenced frame
 	sendOff   uint64 // stream bytes framed
 	unacked   []inflight
-	inflight  int // payload bytes in unacked
+	inflight  int    // payload bytes in unacked
 	queue     []byte // written, not yet framed
 	peerLimit uint64
 	peerAck   uint64
