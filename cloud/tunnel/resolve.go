@@ -7,7 +7,7 @@ import (
 )
 
 // Nodes resolves a CONNECT host through the Nodes the cloud already caches:
-// a node's name, or one of its InternalIP/ExternalIP/Hostname addresses
+// a node's name, or any of its addresses (IP, DNS or Hostname)
 // (kube-apiserver dials the address chosen by --kubelet-preferred-address-types).
 type Nodes struct{ Lister corelisters.NodeLister }
 
@@ -23,7 +23,7 @@ func (n Nodes) NodeFor(host string) (string, bool) {
 	for _, node := range nodes {
 		for _, a := range node.Status.Addresses {
 			switch a.Type {
-			case corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName:
+			case corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
 				if a.Address == host {
 					return node.Name, true
 				}
