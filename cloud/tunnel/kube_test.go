@@ -116,8 +116,9 @@ func (l *lazyNodes) NodeFor(host string) (string, bool) {
 // node's InternalIP, resolved through the Node cache. Then exec -i with
 // stdin and port-forward (SPDY upgrades end to end).
 func TestKubectlThroughTunnel(t *testing.T) {
-	if _, err := os.Stat("/usr/bin/kubectl"); err != nil {
-		t.Skip("kubectl not installed")
+	kubectlPath := kubectlBinary()
+	if kubectlPath == "" {
+		t.Skip("no kubectl in $ATOLL_BIN_DIR or $PATH")
 	}
 	kubelet := kubeletStandIn(t)
 	_, port, _ := net.SplitHostPort(kubelet)
@@ -166,7 +167,7 @@ func TestKubectlThroughTunnel(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubectl := func(ctx context.Context, args ...string) *exec.Cmd {
-		return exec.CommandContext(ctx, "/usr/bin/kubectl", append([]string{"--kubeconfig", kc.KubeconfigPath()}, args...)...)
+		return exec.CommandContext(ctx, kubectlPath, append([]string{"--kubeconfig", kc.KubeconfigPath()}, args...)...)
 	}
 
 	out, err := kubectl(ctx, "logs", "web", "-c", "app").CombinedOutput()
@@ -224,6 +225,18 @@ func TestKubectlThroughTunnel(t *testing.T) {
 	}
 	defer c.Close()
 	echo(t, c, 1<<20, nil)
+}
+
+// kubectlBinary is $ATOLL_BIN_DIR/kubectl, else kubectl on $PATH (the
+// project does not build kubectl yet), else "".
+func kubectlBinary() string {
+	if dir := os.Getenv("ATOLL_BIN_DIR"); dir != "" {
+		if p := filepath.Join(dir, "kubectl"); exec.Command(p, "version", "--client").Run() == nil {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("kubectl")
+	return p
 }
 
 func freePort() (int, error) {
