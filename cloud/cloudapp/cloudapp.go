@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
@@ -59,6 +61,9 @@ type Config struct {
 	// (the servers are configured to trust them) and it is required.
 	IdentityDir string
 	Identity    identity.Config
+
+	// Tunnel is the tunnel server (CONNECT listener and port forwards).
+	Tunnel tunnel.Config
 }
 
 // Default is the production configuration.
@@ -76,6 +81,7 @@ func Default() Config {
 		Webhook:  webhook.DefaultConfig(),
 		Identity: identity.DefaultConfig(),
 		Grid:     grid.DefaultConfig(),
+		Tunnel:   tunnel.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -146,6 +152,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Grid.Mode, "grids", c.Grid.Mode, "grid workload controllers (DeploymentGrid, StatefulSetGrid, ServiceGrid): auto (when the apps.atoll.io CRDs are installed), on or off")
 	fs.DurationVar(&c.Grid.Resync, "grid-resync", c.Grid.Resync, "re-reconcile every grid this often (0: never; children, nodes and unit events drive them)")
 	fs.IntVar(&c.Grid.Workers, "grid-workers", c.Grid.Workers, "concurrent reconciles of each grid controller")
+	// Tunnel server.
+	fs.StringVar(&c.Tunnel.ConnectAddr, "tunnel-connect-addr", c.Tunnel.ConnectAddr, "HTTP CONNECT listener for kube-apiserver's egress selector (host:port, or unix:/path); empty: none")
+	fs.Var((*forwardList)(&c.Tunnel.Forwards), "tunnel-forward", "comma-separated TCP port forwards listen=node/host:port through the tunnel")
+	fs.DurationVar(&c.Tunnel.DialTimeout, "tunnel-dial-timeout", c.Tunnel.DialTimeout, "longest wait for a node's agent to reach a tunnel target")
+	fs.DurationVar(&c.Tunnel.Session.LinkTimeout, "tunnel-link-timeout", c.Tunnel.Session.LinkTimeout, "a tunnel session survives a loss of the node's link shorter than this (0: 10s)")
+	fs.DurationVar(&c.Tunnel.Session.IdleTimeout, "tunnel-idle-timeout", c.Tunnel.Session.IdleTimeout, "end a tunnel session after this long without a byte either way (0: never)")
 	fs.Var((*cliflags.List)(&c.Registration.GuardUsers), "webhook-guard-users", "comma-separated identities of the node lifecycle controller (default: its service account and system:kube-controller-manager)")
 }
 
@@ -221,7 +233,7 @@ func (c Config) Validate() error {
 	if err := c.hubFlags(); err != nil {
 		return err
 	}
-	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology, c.Identity}
+	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology, c.Identity, c.Tunnel}
 	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
 		return err
 	}
@@ -313,8 +325,38 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		// to verify what they sign.
 		fx.Provide(func(s *identity.Service) topology.NodeKeys { return s }),
 		topology.Module,
+		fx.Supply(c.Tunnel),
+		tunnel.Module,
 		k8s,
 	)
+}
+
+// forwardList is the --tunnel-forward flag.
+type forwardList []tunnel.Forward
+
+func (f *forwardList) String() string {
+	if f == nil {
+		return ""
+	}
+	out := make([]string, 0, len(*f))
+	for _, x := range *f {
+		out = append(out, x.Listen+"="+x.Node+"/"+x.Target)
+	}
+	return strings.Join(out, ",")
+}
+
+func (f *forwardList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		x, err := tunnel.ParseForward(s)
+		if err != nil {
+			return err
+		}
+		*f = append(*f, x)
+	}
+	return nil
 }
 
 // externalHub loads the identity keys for an external hub and the service

@@ -18,6 +18,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/edge/reporter"
+	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/cliflags"
@@ -37,6 +38,8 @@ type Config struct {
 	Enroll     enroll.Config
 	// Kubelet is the default probe target of the prober's plugins.
 	Kubelet Kubelet
+	// Tunnel is the tunnel agent (cloud-to-edge sessions).
+	Tunnel edgetunnel.Config
 }
 
 // Kubelet describes how peers' kubelets are probed by the default
@@ -62,6 +65,7 @@ func Default() Config {
 		Voter:      voter.DefaultConfig(),
 		Enroll:     enroll.DefaultConfig(),
 		Kubelet:    Kubelet{Port: 10250, Scheme: "https", InsecureSkipVerify: true},
+		Tunnel:     edgetunnel.DefaultConfig(),
 	}
 	c.NATS.NodeName = os.Getenv("NODE_NAME")
 	return c
@@ -103,6 +107,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Voter.Skew, "vote-skew", c.Voter.Skew, "clock skew tolerated between unit members")
 	fs.DurationVar(&c.Voter.KeepAlive, "vote-keepalive", c.Voter.KeepAlive, "send the unit's ballot again this often when no verdict changed")
 	fs.DurationVar(&c.Voter.TTL, "vote-ttl", c.Voter.TTL, "how long the cloud may count a ballot after storing it (at least the keep-alive plus the ack timeout)")
+	// Tunnel agent.
+	fs.BoolVar(&c.Tunnel.Enabled, "tunnel", c.Tunnel.Enabled, "serve the cloud's tunnel sessions (kubectl logs/exec/port-forward) to allow-listed local targets")
+	fs.StringVar(&c.Tunnel.Kubelet, "tunnel-kubelet", c.Tunnel.Kubelet, "local address of the kubelet the tunnel reaches (always allowed; the cloud's requested port selects it)")
+	fs.Var((*cliflags.List)(&c.Tunnel.Allow), "tunnel-allow", "comma-separated further local host:port targets the tunnel may reach, selected by port")
+	fs.DurationVar(&c.Tunnel.Session.LinkTimeout, "tunnel-link-timeout", c.Tunnel.Session.LinkTimeout, "a tunnel session survives a loss of the link shorter than this (0: 10s)")
 }
 
 // Finish fills derived defaults: peers dial the internal IP unless told
@@ -160,6 +169,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		reporter.Module,
 		prober.Module,
 		voter.Module,
+		fx.Supply(c.Tunnel),
+		edgetunnel.Module,
 		fx.Provide(func(p *prober.Prober) reporter.RTTSource { return p }),
 		fx.Provide(func(m *membership.Membership) reporter.ViewSource { return m }),
 	)

@@ -60,6 +60,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-url=nats://hub:4222", "--hub-tls-cert=c.pem"}, "certificate and key"},
 		{[]string{"--hub-domain=a.b"}, "hub domain"},
 		{[]string{"--hub-cluster-port=6222", "--hub-routes=http://a"}, "cluster route"},
+		{[]string{"--tunnel-connect-addr=nonsense"}, "tunnel: ConnectAddr"},
+		{[]string{"--tunnel-forward=127.0.0.1:9100=a*b/127.0.0.1:9100"}, "tunnel: Forwards[0].Node"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -75,6 +77,13 @@ func TestBadConfigNamesTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTunnelServerStartsAndStops: with a CONNECT listener and a forward,
+// the app starts (listening) and stops (closing them).
+func TestTunnelServerStartsAndStops(t *testing.T) {
+	startApp(t, "--hub-host=127.0.0.1", "--hub-client-port=-1", "--hub-leaf-port=-1",
+		"--tunnel-connect-addr=127.0.0.1:0", "--tunnel-forward=127.0.0.1:0=edge-1/127.0.0.1:9100").RequireStop()
 }
 
 // startApp runs atoll-cloud with args (declared membership: no Kubernetes)

@@ -261,8 +261,12 @@ func (c *Cluster) apiServerArgs(port int) []string {
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
 	var rc *rest.Config
+	egress, err := c.egressArgs()
+	if err != nil {
+		return err
+	}
 	ports, err := c.launch(ctx, binAPIServer, 1, func(ports []int) []string {
-		return c.apiServerArgs(ports[0])
+		return append(c.apiServerArgs(ports[0]), egress...)
 	}, func(ctx context.Context, ports []int) error {
 		if rc == nil || rc.Host != loopbackURL("https", ports[0]) {
 			rc = c.adminRESTConfig(loopbackURL("https", ports[0]))

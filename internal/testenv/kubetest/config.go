@@ -52,6 +52,11 @@ type Config struct {
 	// one node every 10 s, too slow for tests.
 	NodeEvictionRate float64
 
+	// ClusterEgress, when set, is the HTTP CONNECT proxy ("unix:/path" or
+	// "host:port") kube-apiserver's egress selector uses for egress
+	// "cluster" (see WithClusterEgress).
+	ClusterEgress string
+
 	// Extra*Flags are appended after the generated flags, so they override
 	// them (the last value of a flag wins).
 	ExtraAPIServerFlags         []string

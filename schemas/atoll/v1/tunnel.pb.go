@@ -26,15 +26,16 @@ type FrameKind int32
 
 const (
 	FrameKind_FRAME_KIND_UNSPECIFIED FrameKind = 0
-	// Open a session to target.
+	// Open a session to target (from the cloud); from the edge, the target
+	// was dialled and the session is established.
 	FrameKind_FRAME_KIND_OPEN FrameKind = 1
 	// Stream bytes.
 	FrameKind_FRAME_KIND_DATA FrameKind = 2
 	// The sender will send no more data (half-close).
 	FrameKind_FRAME_KIND_CLOSE FrameKind = 3
-	// The session failed; both sides tear it down.
+	// The session failed; both sides tear it down. Not sequenced.
 	FrameKind_FRAME_KIND_ERROR FrameKind = 4
-	// Flow-control credit for the other direction.
+	// Acknowledgement and credit only; also the keepalive. Not sequenced.
 	FrameKind_FRAME_KIND_WINDOW FrameKind = 5
 )
 
@@ -88,21 +89,36 @@ func (FrameKind) EnumDescriptor() ([]byte, []int) {
 // TunnelFrame carries one piece of a tunnelled TCP stream between the cloud
 // tunnel server and an edge tunnel agent.
 // Subject: atoll.tunnel.<node>.<session>.<dir>.
+//
+// The session protocol (events/tunnel) is ordered and lossless over core
+// NATS: OPEN, DATA and CLOSE are sequenced and resent until acknowledged;
+// WINDOW and ERROR are not sequenced (sequence 0). Every frame carries the
+// sender's cumulative acknowledgement and its receive limit.
 type TunnelFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Session identifier, unique per tunnelled connection.
 	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	// Per-direction sequence number, starting at 1 with OPEN.
+	// Per-direction sequence number, starting at 1 with OPEN; 0 for WINDOW
+	// and ERROR frames.
 	Sequence uint64    `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	Kind     FrameKind `protobuf:"varint,3,opt,name=kind,proto3,enum=atoll.v1.FrameKind" json:"kind,omitempty"`
 	// Stream bytes for DATA frames.
 	Payload []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Dial target ("host:port") for OPEN frames.
 	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
-	// Bytes the receiver grants the sender for WINDOW frames.
+	// Unused: superseded by limit, which survives loss and duplication.
 	Window uint32 `protobuf:"varint,6,opt,name=window,proto3" json:"window,omitempty"`
 	// Reason for ERROR frames.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// Cumulative acknowledgement: every sequenced frame of the other
+	// direction up to and including this sequence number was received.
+	Ack uint64 `protobuf:"varint,8,opt,name=ack,proto3" json:"ack,omitempty"`
+	// Flow-control credit: the sender of this frame accepts stream bytes of
+	// the other direction up to this absolute offset (bytes since OPEN).
+	// Monotonic, so a stale or duplicated frame never shrinks it.
+	Limit uint64 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Stream offset of the first payload byte of a DATA frame.
+	Offset        uint64 `protobuf:"varint,10,opt,name=offset,proto3" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,11 +202,32 @@ func (x *TunnelFrame) GetError() string {
 	return ""
 }
 
+func (x *TunnelFrame) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *TunnelFrame) GetLimit() uint64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *TunnelFrame) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 var File_atoll_v1_tunnel_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_tunnel_proto_rawDesc = "" +
 	"\n" +
-	"\x15atoll/v1/tunnel.proto\x12\batoll.v1\"\xcc\x01\n" +
+	"\x15atoll/v1/tunnel.proto\x12\batoll.v1\"\x8c\x02\n" +
 	"\vTunnelFrame\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12'\n" +
@@ -198,7 +235,11 @@ const file_atoll_v1_tunnel_proto_rawDesc = "" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
 	"\x06window\x18\x06 \x01(\rR\x06window\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error*\x94\x01\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x10\n" +
+	"\x03ack\x18\b \x01(\x04R\x03ack\x12\x14\n" +
+	"\x05limit\x18\t \x01(\x04R\x05limit\x12\x16\n" +
+	"\x06offset\x18\n" +
+	" \x01(\x04R\x06offset*\x94\x01\n" +
 	"\tFrameKind\x12\x1a\n" +
 	"\x16FRAME_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fFRAME_KIND_OPEN\x10\x01\x12\x13\n" +

@@ -1,0 +1,72 @@
+package tunnel
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/events/tunnel"
+)
+
+// Forward is a TCP port forward: connections to Listen reach Target
+// ("host:port", mapped by the node's agent to an allow-listed local
+// address) on Node.
+type Forward struct {
+	Listen, Node, Target string
+}
+
+// ParseForward reads "listen=node/target", e.g. "127.0.0.1:9100=edge-1/127.0.0.1:9100".
+func ParseForward(s string) (Forward, error) {
+	listen, rest, ok := strings.Cut(s, "=")
+	node, target, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 {
+		return Forward{}, fmt.Errorf("forward %q: want listen=node/host:port", s)
+	}
+	return Forward{Listen: listen, Node: node, Target: target}, nil
+}
+
+// Config of the tunnel server.
+type Config struct {
+	// ConnectAddr is the HTTP CONNECT listener ("host:port", or
+	// "unix:/path" for a socket the apiserver's egress selector dials);
+	// empty: none.
+	ConnectAddr string
+	// Forwards are TCP port forwards.
+	Forwards []Forward
+	// DialTimeout bounds opening a session (the agent reaching its target).
+	DialTimeout time.Duration
+	// Session tunes the session protocol.
+	Session tunnel.Config
+}
+
+// DefaultConfig serves nothing until an address or forward is set.
+func DefaultConfig() Config { return Config{DialTimeout: 15 * time.Second} }
+
+// Validate names the bad field.
+func (c Config) Validate() error {
+	if c.ConnectAddr != "" && !strings.HasPrefix(c.ConnectAddr, "unix:") {
+		if _, _, err := net.SplitHostPort(c.ConnectAddr); err != nil {
+			return fmt.Errorf("tunnel: ConnectAddr %q: %w", c.ConnectAddr, err)
+		}
+	}
+	for i, f := range c.Forwards {
+		if _, _, err := net.SplitHostPort(f.Listen); err != nil {
+			return fmt.Errorf("tunnel: Forwards[%d].Listen %q: %w", i, f.Listen, err)
+		}
+		if err := events.ValidName(f.Node); err != nil {
+			return fmt.Errorf("tunnel: Forwards[%d].Node: %w", i, err)
+		}
+		if _, _, err := net.SplitHostPort(f.Target); err != nil {
+			return fmt.Errorf("tunnel: Forwards[%d].Target %q: %w", i, f.Target, err)
+		}
+	}
+	if c.DialTimeout <= 0 {
+		return fmt.Errorf("tunnel: DialTimeout %s not positive", c.DialTimeout)
+	}
+	return c.Session.Defaults().Validate()
+}
+
+// Enabled reports whether the server has anything to serve.
+func (c Config) Enabled() bool { return c.ConnectAddr != "" || len(c.Forwards) > 0 }

@@ -1,0 +1,249 @@
+package tunnel_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/cri-streaming/pkg/streaming/portforward"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+
+	"github.com/atoll-edge/atoll/cloud/tunnel"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+)
+
+// container is the stand-in's runtime: exec of "cat" copies stdin to
+// stdout, any other command prints its arguments; port-forward to any port
+// reaches echoAddr.
+type container struct{ echoAddr string }
+
+func (c container) ExecInContainer(_ context.Context, _, _, _ string, cmd []string, in io.Reader, out, _ io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize, _ time.Duration) error {
+	if len(cmd) == 1 && cmd[0] == "cat" && in != nil {
+		_, err := io.Copy(out, in)
+		return err
+	}
+	_, err := fmt.Fprintln(out, strings.Join(cmd, " "))
+	return err
+}
+
+func (c container) PortForward(ctx context.Context, _, _ string, _ int32, stream io.ReadWriteCloser) error {
+	conn, err := net.Dial("tcp", c.echoAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	go func() { _, _ = io.Copy(conn, stream); _ = conn.(*net.TCPConn).CloseWrite() }()
+	_, err = io.Copy(stream, conn)
+	return err
+}
+
+// kubeletStandIn serves, over TLS like a kubelet, containerLogs (plain,
+// and with follow=true a line every 100 ms until the client goes), and
+// exec and portForward with the upstream streaming packages
+// (k8s.io/cri-streaming).
+func kubeletStandIn(t *testing.T) string {
+	t.Helper()
+	rt := container{echoAddr: echoServer(t)}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		switch {
+		case len(parts) == 4 && parts[0] == "exec":
+			opts, err := remotecommand.NewOptions(r)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			remotecommand.ServeExec(w, r, rt, parts[2], "", parts[3], r.URL.Query()["command"], opts, time.Minute, 30*time.Second, remotecommand.SupportedStreamingProtocols)
+			return
+		case len(parts) == 3 && parts[0] == "portForward":
+			portforward.ServePortForward(w, r, rt, parts[2], "", nil, time.Minute, 30*time.Second, portforward.SupportedProtocols)
+			return
+		case len(parts) == 4 && parts[0] == "containerLogs":
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "hello from %s/%s/%s on the edge\n", parts[1], parts[2], parts[3])
+		if r.URL.Query().Get("follow") != "true" {
+			return
+		}
+		for i := 1; ; i++ {
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			fmt.Fprintf(w, "line %d\n", i)
+		}
+	}))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// lazyNodes resolves through a Node lister set once the cluster is up
+// (the apiserver needs the tunnel's socket to start).
+type lazyNodes struct{ n atomic.Pointer[tunnel.Nodes] }
+
+func (l *lazyNodes) NodeFor(host string) (string, bool) {
+	if n := l.n.Load(); n != nil {
+		return n.NodeFor(host)
+	}
+	return "", false
+}
+
+// TestKubectlThroughTunnel: the real kube-apiserver, its egress
+// selector pointed at the tunnel's CONNECT socket, reaches a kubelet
+// stand-in whose node address (10.255.255.1) does not route: only the
+// tunnel reaches it. kubectl logs and logs -f work; the CONNECT host is the
+// node's InternalIP, resolved through the Node cache. Then exec -i with
+// stdin and port-forward (SPDY upgrades end to end).
+func TestKubectlThroughTunnel(t *testing.T) {
+	kubectlPath := kubectlBinary()
+	if kubectlPath == "" {
+		t.Fatal("no kubectl in $ATOLL_BIN_DIR or $PATH: the test suite needs kubectl (a prerequisite in README)")
+	}
+	kubelet := kubeletStandIn(t)
+	_, port, _ := net.SplitHostPort(kubelet)
+	dir, err := os.MkdirTemp("", "tun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "connect.sock")
+	res := &lazyNodes{}
+	setupWith(t, kubelet, "unix:"+sock, res)
+	kc := kubetest.Start(t, kubetest.WithClusterEgress("unix:"+sock))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	cs := kc.Client()
+	f := informers.NewSharedInformerFactory(cs, 0)
+	lister := f.Core().V1().Nodes().Lister()
+	stop := make(chan struct{})
+	f.Start(stop)
+	defer func() { close(stop); f.Shutdown() }() // Shutdown waits for stop
+	node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.255.255.1"}}
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(p)
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitForCacheSync(ctx.Done())
+	res.n.Store(&tunnel.Nodes{Lister: lister})
+	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "example"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodRunning // kubectl port-forward wants a running pod
+	if _, err := cs.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(ctx context.Context, args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, kubectlPath, append([]string{"--kubeconfig", kc.KubeconfigPath()}, args...)...)
+	}
+
+	out, err := kubectl(ctx, "logs", "web", "-c", "app").CombinedOutput()
+	if err != nil || string(out) != "hello from default/web/app on the edge\n" {
+		t.Fatalf("kubectl logs: %v\n%s\n%s", err, out, kc.LogTails(20))
+	}
+
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	cmd := kubectl(fctx, "logs", "-f", "web")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	want := []string{"hello from default/web/app on the edge", "line 1", "line 2", "line 3"}
+	for _, w := range want {
+		if !sc.Scan() || sc.Text() != w {
+			t.Fatalf("kubectl logs -f: got %q (%v), want %q", sc.Text(), sc.Err(), w)
+		}
+	}
+	fcancel()
+	_ = cmd.Wait()
+
+	// exec -i: stdin goes to the container and back.
+	execCmd := kubectl(ctx, "exec", "-i", "web", "-c", "app", "--", "cat")
+	execCmd.Stdin = strings.NewReader("stdin through the tunnel\n")
+	out, err = execCmd.CombinedOutput()
+	if err != nil || string(out) != "stdin through the tunnel\n" {
+		t.Fatalf("kubectl exec -i: %v\n%s", err, out)
+	}
+
+	// port-forward: a local port reaches the pod's port through the tunnel.
+	local, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	pf := kubectl(pctx, "port-forward", "pod/web", fmt.Sprintf("%d:8080", local))
+	pfOut, _ := pf.StdoutPipe()
+	var pfErr strings.Builder
+	pf.Stderr = &pfErr
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { pcancel(); _ = pf.Wait() }()
+	if sc := bufio.NewScanner(pfOut); !sc.Scan() || !strings.Contains(sc.Text(), "Forwarding from") {
+		_ = pf.Wait()
+		t.Fatalf("kubectl port-forward: %q %s", sc.Text(), pfErr.String())
+	}
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo(t, c, 1<<20, nil)
+}
+
+// kubectlBinary is $ATOLL_BIN_DIR/kubectl, else kubectl on $PATH (the
+// project does not build kubectl yet), else "".
+func kubectlBinary() string {
+	if dir := os.Getenv("ATOLL_BIN_DIR"); dir != "" {
+		if p := filepath.Join(dir, "kubectl"); exec.Command(p, "version", "--client").Run() == nil {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("kubectl")
+	return p
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

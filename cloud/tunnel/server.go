@@ -1,0 +1,261 @@
+// Package tunnel is the cloud end of the cloud-to-edge tunnel: an HTTP
+// CONNECT listener (what kube-apiserver's egress selector dials for every
+// connection to a kubelet) and TCP port forwards, each connection relayed
+// as a session (events/tunnel) to the node's agent over the hub. A replica
+// keeps no state beyond the sessions it holds, so any number of equal
+// replicas serve any node.
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/events/tunnel"
+)
+
+// Resolver names the node a CONNECT host (a node name or an address of
+// the node) belongs to.
+type Resolver interface {
+	NodeFor(host string) (node string, ok bool)
+}
+
+// Names resolves a host that is itself a valid node name.
+type Names struct{}
+
+// NodeFor implements Resolver.
+func (Names) NodeFor(host string) (string, bool) { return host, events.ValidName(host) == nil }
+
+// Server is one tunnel server replica.
+type Server struct {
+	cfg     Config
+	res     Resolver
+	log     *slog.Logger
+	metrics *Metrics
+	dialer  *tunnel.Dialer
+
+	mu        sync.Mutex
+	listeners []net.Listener
+	http      *http.Server
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
+}
+
+// New builds a server; m may be nil.
+func New(cfg Config, res Resolver, m *Metrics, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}, nil
+}
+
+// Dial opens a session to target on node (for other cloud components).
+func (s *Server) Dial(ctx context.Context, node, target string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	c, err := s.dialer.Dial(ctx, node, target)
+	if err != nil {
+		s.metrics.failed(err)
+		return nil, err
+	}
+	s.metrics.opened()
+	return c, nil
+}
+
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// Start listens (synchronously) and serves in the background over nc.
+func (s *Server) Start(nc *nats.Conn) error {
+	d, err := tunnel.NewDialer(nc, s.cfg.Session)
+	if err != nil {
+		return err
+	}
+	d.OnDone = func(_ string, st tunnel.Stats, err error) { s.metrics.done(st, err) }
+	s.dialer = d
+	if s.cfg.ConnectAddr != "" {
+		ln, err := listen(s.cfg.ConnectAddr)
+		if err != nil {
+			return fmt.Errorf("tunnel: listen %s: %w", s.cfg.ConnectAddr, err)
+		}
+		s.listeners = append(s.listeners, ln)
+		s.http = &http.Server{Handler: http.HandlerFunc(s.connect), ReadHeaderTimeout: 10 * time.Second}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("tunnel CONNECT listener", "err", err)
+			}
+		}()
+	}
+	for _, f := range s.cfg.Forwards {
+		ln, err := listen(f.Listen)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("tunnel: forward %s: %w", f.Listen, err)
+		}
+		s.listeners = append(s.listeners, ln)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.forward(ln, f)
+		}()
+	}
+	return nil
+}
+
+// Addrs are the listeners' addresses (CONNECT first when configured).
+func (s *Server) Addrs() []net.Addr {
+	var out []net.Addr
+	for _, l := range s.listeners {
+		out = append(out, l.Addr())
+	}
+	return out
+}
+
+func (s *Server) track(c net.Conn, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		if s.ctx.Err() != nil {
+			return false
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1) // relays of hijacked CONNECTs run outside the listener goroutines
+	} else {
+		delete(s.conns, c)
+		s.wg.Done()
+	}
+	return true
+}
+
+// connect serves one CONNECT request: resolve the node, open a session,
+// answer 200 and relay, or answer 502 with the agent's reason.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect {
+		http.Error(w, "tunnel: only CONNECT", http.StatusMethodNotAllowed)
+		return
+	}
+	host, port, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		http.Error(w, "tunnel: CONNECT target "+r.Host+": "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	node, ok := s.res.NodeFor(host)
+	if !ok {
+		s.metrics.unknownNode()
+		http.Error(w, "tunnel: no edge node for "+host, http.StatusNotFound)
+		return
+	}
+	c, err := s.Dial(r.Context(), node, net.JoinHostPort(host, port))
+	if err != nil {
+		s.log.Warn("tunnel session refused", "node", node, "target", r.Host, "err", err)
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		c.Close()
+		http.Error(w, "tunnel: no hijacking", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	raw, buf, err := hj.Hijack()
+	if err != nil {
+		c.Close()
+		return
+	}
+	s.relay(&bufferedConn{Conn: raw, r: buf.Reader}, c)
+}
+
+// bufferedConn reads what the HTTP server buffered first.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// CloseWrite passes a half-close to the TCP connection.
+func (b *bufferedConn) CloseWrite() error {
+	if cw, ok := b.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return b.Conn.Close()
+}
+
+func (s *Server) forward(ln net.Listener, f Forward) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			tc, err := s.Dial(s.ctx, f.Node, f.Target)
+			if err != nil {
+				s.log.Warn("tunnel forward refused", "listen", f.Listen, "node", f.Node, "target", f.Target, "err", err)
+				c.Close()
+				return
+			}
+			s.relay(c, tc)
+		}()
+	}
+}
+
+func (s *Server) relay(c net.Conn, tc net.Conn) {
+	if !s.track(c, true) {
+		c.Close()
+		tc.Close()
+		return
+	}
+	defer s.track(c, false)
+	stop := context.AfterFunc(s.ctx, func() { tc.(*tunnel.Conn).Abort("tunnel server shutting down"); c.Close() })
+	defer stop()
+	tunnel.Pipe(c, tc)
+	s.metrics.closed()
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range s.listeners {
+		_ = l.Close()
+	}
+}
+
+// Stop closes the listeners, aborts live sessions (the agents learn at
+// once) and waits for the relays.
+func (s *Server) Stop(ctx context.Context) error {
+	if s.http != nil {
+		_ = s.http.Close()
+	}
+	s.closeListeners()
+	s.mu.Lock()
+	s.cancel()
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

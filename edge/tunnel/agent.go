@@ -1,0 +1,145 @@
+// Package tunnel is the edge end of the cloud-to-edge tunnel: it accepts
+// the sessions the cloud opens for this node (events/tunnel) and relays
+// each to a local target, but only to an allow-listed one — the kubelet
+// and configured ports. Anything else is refused with an ERROR frame that
+// names the target, and counted.
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/atoll-edge/atoll/events/tunnel"
+)
+
+// Agent serves one node's tunnel sessions.
+type Agent struct {
+	cfg     Config
+	node    string
+	log     *slog.Logger
+	metrics *Metrics
+	// allow maps a port the cloud may ask for to the local address dialled.
+	allow map[int]string
+	ln    *tunnel.Listener
+	wg    sync.WaitGroup
+	dial  func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// New builds an agent for node; m may be nil.
+func New(cfg Config, node string, m *Metrics, log *slog.Logger) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, node: node, log: log, metrics: m, allow: map[int]string{}}
+	for _, t := range append([]string{cfg.Kubelet}, cfg.Allow...) {
+		_, port, _ := splitPort(t)
+		a.allow[port] = t
+	}
+	var d net.Dialer
+	a.dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	return a, nil
+}
+
+// Target maps a requested "host:port" to the local address to dial: the
+// allow-listed address with that port, whatever host the cloud named (the
+// apiserver names the node's InternalIP; the agent dials where the kubelet
+// listens).
+func (a *Agent) Target(requested string) (string, error) {
+	_, port, err := splitPort(requested)
+	if err != nil {
+		return "", fmt.Errorf("target %q: %w", requested, err)
+	}
+	addr, ok := a.allow[port]
+	if !ok {
+		return "", fmt.Errorf("target %q not allowed on node %s (allowed ports: %s)", requested, a.node, a.ports())
+	}
+	return addr, nil
+}
+
+func (a *Agent) ports() string {
+	s := ""
+	for p := range a.allow {
+		if s != "" {
+			s += ","
+		}
+		s += strconv.Itoa(p)
+	}
+	return s
+}
+
+// Start subscribes to the node's sessions on nc.
+func (a *Agent) Start(nc *nats.Conn) error {
+	ln, err := tunnel.Listen(nc, a.node, a.cfg.Session, a.cfg.Backlog)
+	if err != nil {
+		return fmt.Errorf("tunnel agent: %w", err)
+	}
+	ln.OnDone = func(st tunnel.Stats, err error) { a.metrics.done(st, err) }
+	a.ln = ln
+	return nil
+}
+
+// Run accepts sessions until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	for {
+		r, err := a.ln.Accept(ctx)
+		if err != nil {
+			if errors.Is(err, tunnel.ErrListenerClosed) || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		addr, err := a.Target(r.Target)
+		if err != nil {
+			a.metrics.refused()
+			a.log.Warn("tunnel target refused", "target", r.Target, "err", err)
+			r.Refuse(err.Error())
+			continue
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.serve(ctx, r, addr)
+		}()
+	}
+}
+
+func (a *Agent) serve(ctx context.Context, r *tunnel.Request, addr string) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := a.dial(dctx, addr)
+	if err != nil {
+		a.metrics.dialFailed()
+		r.Refuse(fmt.Sprintf("dial %s on node %s: %v", addr, a.node, err))
+		return
+	}
+	a.metrics.relaying(1)
+	defer a.metrics.relaying(-1)
+	tc := r.Accept()
+	stop := context.AfterFunc(ctx, func() { tc.Abort("agent shutting down"); _ = c.Close() })
+	defer stop()
+	tunnel.Pipe(tc, c)
+}
+
+// Stop refuses new sessions, aborts live ones and waits for their relays.
+func (a *Agent) Stop(ctx context.Context) error {
+	if a.ln == nil {
+		return nil
+	}
+	err := a.ln.Close()
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}

@@ -1,0 +1,57 @@
+package tunnel
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/atoll-edge/atoll/events/tunnel"
+)
+
+// Config of the tunnel agent.
+type Config struct {
+	// Enabled runs the agent.
+	Enabled bool
+	// Kubelet is the kubelet's local address; always allowed.
+	Kubelet string
+	// Allow are further local "host:port" targets the cloud may reach.
+	Allow []string
+	// Backlog is how many new sessions may wait for the agent to take them
+	// (a burst of opens beyond it is refused with "agent busy").
+	Backlog int
+	// Session tunes the session protocol.
+	Session tunnel.Config
+}
+
+// DefaultConfig allows the kubelet on loopback only.
+func DefaultConfig() Config {
+	return Config{Enabled: true, Kubelet: "127.0.0.1:10250", Backlog: 4096}
+}
+
+// Validate names the bad field.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	for _, a := range append([]string{c.Kubelet}, c.Allow...) {
+		if _, _, err := splitPort(a); err != nil {
+			return fmt.Errorf("tunnel: allowed target %q: %w", a, err)
+		}
+	}
+	if c.Backlog <= 0 {
+		return fmt.Errorf("tunnel: Backlog %d not positive", c.Backlog)
+	}
+	return c.Session.Defaults().Validate()
+}
+
+func splitPort(hostport string) (string, int, error) {
+	h, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return h, port, nil
+}

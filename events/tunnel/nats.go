@@ -1,0 +1,280 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// NewSessionID is a random session token.
+func NewSessionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func publisher(nc *nats.Conn, subject string, onErr func(error)) func(*atollv1.TunnelFrame) {
+	return func(f *atollv1.TunnelFrame) {
+		data, err := proto.Marshal(f)
+		if err == nil {
+			err = nc.Publish(subject, data)
+		}
+		if err != nil && onErr != nil {
+			onErr(fmt.Errorf("publish %s: %w", subject, err))
+		}
+	}
+}
+
+// Dialer opens sessions from the cloud to nodes' agents. Each session
+// holds one subscription on its own ToCloud subject; no other state, so
+// any number of Dialers (tunnel server replicas) share a hub.
+type Dialer struct {
+	nc  *nats.Conn
+	cfg Config
+	// OnDone, when set, is called once per session with its final stats
+	// and error (nil for a clean end).
+	OnDone func(node string, st Stats, err error)
+}
+
+// NewDialer validates cfg (after Defaults).
+func NewDialer(nc *nats.Conn, cfg Config) (*Dialer, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Dialer{nc: nc, cfg: cfg}, nil
+}
+
+// Dial opens a session to target ("host:port", resolved by the agent) on
+// node and returns once the agent reached the target, or with the
+// agent's refusal (*PeerError), or ctx's error.
+func (d *Dialer) Dial(ctx context.Context, node, target string) (*Conn, error) {
+	id := NewSessionID()
+	in, err := events.TunnelSubject(node, id, events.ToCloud)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel dial %s: %w", node, err)
+	}
+	out, err := events.TunnelSubject(node, id, events.ToEdge)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel dial %s: %w", node, err)
+	}
+	var (
+		mu  sync.Mutex
+		sub *nats.Subscription
+	)
+	release := func(c *Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		if d.OnDone != nil {
+			d.OnDone(node, c.s.Stats(), c.s.Err())
+		}
+	}
+	c := newConn(NewSession(id, d.cfg, time.Now()), publisher(d.nc, out, nil), nil, Addr{Target: "cloud"}, Addr{Node: node, Target: target})
+	mu.Lock()
+	sub, err = d.nc.Subscribe(in, func(m *nats.Msg) {
+		var f atollv1.TunnelFrame
+		if proto.Unmarshal(m.Data, &f) != nil {
+			return
+		}
+		c.receive(&f)
+	})
+	mu.Unlock()
+	if err != nil {
+		c.timer.Stop()
+		return nil, fmt.Errorf("tunnel dial %s: subscribe: %w", node, err)
+	}
+	c.mu.Lock()
+	c.release = release
+	c.s.Open(target)
+	c.flushLocked(time.Now())
+	c.mu.Unlock()
+	if err := c.waitEstablished(ctx); err != nil {
+		return nil, fmt.Errorf("tunnel dial %s %s: %w", node, target, err)
+	}
+	return c, nil
+}
+
+// Listener accepts sessions for one node: one wildcard subscription on
+// the node's ToEdge subjects, demultiplexed by session.
+type Listener struct {
+	nc     *nats.Conn
+	node   string
+	cfg    Config
+	sub    *nats.Subscription
+	accept chan *Request
+
+	mu       sync.Mutex
+	sessions map[string]*Conn
+	recent   map[string]struct{} // finished sessions, answered with ERROR
+	order    []string
+	closed   bool
+	// OnDone, when set, is called once per session with its final stats
+	// and error (nil for a clean end).
+	OnDone func(st Stats, err error)
+}
+
+// Request is a session a peer asked to open; Accept or Refuse it.
+type Request struct {
+	Target string
+	c      *Conn
+}
+
+// Accept tells the peer the target was reached and returns the Conn.
+func (r *Request) Accept() *Conn {
+	r.c.mu.Lock()
+	r.c.s.Open("")
+	r.c.flushLocked(time.Now())
+	r.c.mu.Unlock()
+	return r.c
+}
+
+// Refuse fails the session with reason (sent to the dialler).
+func (r *Request) Refuse(reason string) { r.c.Abort(reason) }
+
+const recentSessions = 4096
+
+// Listen subscribes to node's sessions. At most backlog requests wait
+// for Accept; more are refused.
+func Listen(nc *nats.Conn, node string, cfg Config, backlog int) (*Listener, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	subj, err := events.TunnelFamily.Filter(map[string]string{"node": node, "dir": string(events.ToEdge)})
+	if err != nil {
+		return nil, fmt.Errorf("tunnel listen %s: %w", node, err)
+	}
+	l := &Listener{nc: nc, node: node, cfg: cfg, accept: make(chan *Request, max(backlog, 1)),
+		sessions: map[string]*Conn{}, recent: map[string]struct{}{}}
+	l.sub, err = nc.Subscribe(subj, l.handle)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel listen %s: subscribe %s: %w", node, subj, err)
+	}
+	return l, nil
+}
+
+func (l *Listener) handle(m *nats.Msg) {
+	_, id, _, err := events.ParseTunnelSubject(m.Subject)
+	if err != nil {
+		return
+	}
+	var f atollv1.TunnelFrame
+	if proto.Unmarshal(m.Data, &f) != nil || f.Session != id {
+		return
+	}
+	l.mu.Lock()
+	c, ok := l.sessions[id]
+	if !ok {
+		_, old := l.recent[id]
+		if l.closed || old || f.Kind != atollv1.FrameKind_FRAME_KIND_OPEN || f.Sequence != 1 {
+			l.mu.Unlock()
+			if f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR {
+				l.replyError(id, "unknown session")
+			}
+			return
+		}
+		c = l.newConn(id)
+		l.sessions[id] = c
+	}
+	l.mu.Unlock()
+	c.receive(&f)
+	if !ok {
+		_, target := c.s.Opened()
+		select {
+		case l.accept <- &Request{Target: target, c: c}:
+		default:
+			c.Abort("agent busy")
+		}
+	}
+}
+
+func (l *Listener) newConn(id string) *Conn {
+	out, _ := events.TunnelSubject(l.node, id, events.ToCloud)
+	return newConn(NewSession(id, l.cfg, time.Now()), publisher(l.nc, out, nil), func(c *Conn) {
+		l.mu.Lock()
+		delete(l.sessions, id)
+		l.recent[id] = struct{}{}
+		l.order = append(l.order, id)
+		if len(l.order) > recentSessions {
+			delete(l.recent, l.order[0])
+			l.order = l.order[1:]
+		}
+		l.mu.Unlock()
+		if l.OnDone != nil {
+			l.OnDone(c.s.Stats(), c.s.Err())
+		}
+	}, Addr{Node: l.node}, Addr{Target: "cloud"})
+}
+
+func (l *Listener) replyError(id, reason string) {
+	out, err := events.TunnelSubject(l.node, id, events.ToCloud)
+	if err != nil {
+		return
+	}
+	publisher(l.nc, out, nil)(&atollv1.TunnelFrame{Session: id, Kind: atollv1.FrameKind_FRAME_KIND_ERROR, Error: reason})
+}
+
+// ErrListenerClosed is Accept's error after Close.
+var ErrListenerClosed = errors.New("tunnel: listener closed")
+
+// Accept waits for the next session request.
+func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+	select {
+	case r, ok := <-l.accept:
+		if !ok {
+			return nil, ErrListenerClosed
+		}
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Sessions is the count of live sessions.
+func (l *Listener) Sessions() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sessions)
+}
+
+// Close unsubscribes and aborts every session.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	conns := make([]*Conn, 0, len(l.sessions))
+	for _, c := range l.sessions {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	err := l.sub.Unsubscribe()
+	for _, c := range conns {
+		c.Abort("agent shutting down")
+	}
+	for {
+		select {
+		case r := <-l.accept:
+			r.Refuse("agent shutting down")
+			continue
+		default:
+		}
+		break
+	}
+	return err
+}
