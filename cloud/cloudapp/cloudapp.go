@@ -20,6 +20,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/topology/objects"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
@@ -54,22 +55,26 @@ type Config struct {
 	// (the servers are configured to trust them) and it is required.
 	IdentityDir string
 	Identity    identity.Config
+	// ObjectViews publishes per-unit views of Services, EndpointSlices,
+	// Endpoints and Nodes for the edge proxies (kubernetes source only).
+	ObjectViews objects.Config
 }
 
 // Default is the production configuration.
 func Default() Config {
 	return Config{
-		Log:      logging.Default(),
-		Admin:    admin.Config{Addr: "127.0.0.1:8080"},
-		HubLink:  hublink.ClientConfig{Domain: hublink.DefaultDomain},
-		Hub:      hub.Default(),
-		Streams:  events.DefaultStreamOptions(),
-		Topology: topology.DefaultConfig(),
-		Kube:     kube.DefaultConfig(),
-		Manager:  manager.DefaultConfig(),
-		Health:   health.DefaultConfig(),
-		Webhook:  webhook.DefaultConfig(),
-		Identity: identity.DefaultConfig(),
+		Log:         logging.Default(),
+		Admin:       admin.Config{Addr: "127.0.0.1:8080"},
+		HubLink:     hublink.ClientConfig{Domain: hublink.DefaultDomain},
+		Hub:         hub.Default(),
+		Streams:     events.DefaultStreamOptions(),
+		Topology:    topology.DefaultConfig(),
+		Kube:        kube.DefaultConfig(),
+		Manager:     manager.DefaultConfig(),
+		Health:      health.DefaultConfig(),
+		Webhook:     webhook.DefaultConfig(),
+		Identity:    identity.DefaultConfig(),
+		ObjectViews: objects.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -113,6 +118,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
 	fs.StringVar(&c.Topology.Source, "membership-source", c.Topology.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
 	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
+	fs.BoolVar(&c.ObjectViews.Enabled, "object-views", c.ObjectViews.Enabled, "publish per-unit views of Services, EndpointSlices, Endpoints and Nodes for the edge endpoints proxies")
 	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", c.Kube.Kubeconfig, "kubeconfig file (empty: in-cluster)")
 	fs.BoolVar(&c.Manager.LeaderElect, "leader-elect", c.Manager.LeaderElect, "only the holder of a Lease writes to Kubernetes (required with more than one replica)")
 	fs.StringVar(&c.Manager.LeaderElectionID, "leader-election-id", c.Manager.LeaderElectionID, "name of the leader election Lease")
@@ -217,7 +223,7 @@ func (c Config) Validate() error {
 		checks = append(checks, c.HubLink)
 	}
 	if c.Kubernetes() {
-		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook)
+		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.ObjectViews)
 		if c.Registration.Enabled {
 			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
 				return err
@@ -241,6 +247,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	c.Health.Replicas = c.Streams.Replicas
 	c.Health.UnitLabel = c.Topology.UnitLabel
 	c.Registration.UnitLabel = c.Topology.UnitLabel
+	c.ObjectViews.UnitLabel = c.Topology.UnitLabel
 	if c.Registration.Service.Namespace != "" {
 		c.Webhook.CertSecret.Namespace = c.Registration.Service.Namespace
 	}
@@ -253,6 +260,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			health.Module,
 			webhook.Module,
 			status.Module,
+			fx.Supply(c.ObjectViews),
+			objects.Module,
 		)
 	}
 	c.Identity.Replicas = c.Streams.Replicas
