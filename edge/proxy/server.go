@@ -269,7 +269,9 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, verb string
 	s.metrics.requests.WithLabelValues(verb, "200").Inc()
 }
 
-func gvOf(res resource) schema.GroupVersion { return schema.GroupVersion{Group: res.group, Version: res.version} }
+func gvOf(res resource) schema.GroupVersion {
+	return schema.GroupVersion{Group: res.group, Version: res.version}
+}
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, req request) {
 	obj, ok := s.store.Get(req.res.kind, req.namespace, req.name)
