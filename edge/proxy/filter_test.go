@@ -58,17 +58,7 @@ func view(t *testing.T, kind string, obj objectview.Object) *atollv1.ObjectView 
 func feed(t *testing.T, s *Store, objs ...objectview.Object) {
 	t.Helper()
 	for _, o := range objs {
-		var kind string
-		switch o.(type) {
-		case *corev1.Node:
-			kind = objectview.KindNodes
-		case *corev1.Service:
-			kind = objectview.KindServices
-		case *discoveryv1.EndpointSlice:
-			kind = objectview.KindEndpointSlices
-		case *corev1.Endpoints:
-			kind = objectview.KindEndpoints
-		}
+		kind := kindOf(o)
 		if err := s.Apply(view(t, kind, o), s.Seq()+1); err != nil {
 			t.Fatal(err)
 		}
@@ -220,4 +210,16 @@ func TestRelabelHost(t *testing.T) {
 	if evs[0].RV <= 0 || evs[0].RV != s.Rev() {
 		t.Fatalf("rv %d, store at %d", evs[0].RV, s.Rev())
 	}
+}
+
+func kindOf(o objectview.Object) string {
+	switch o.(type) {
+	case *corev1.Node:
+		return objectview.KindNodes
+	case *corev1.Service:
+		return objectview.KindServices
+	case *discoveryv1.EndpointSlice:
+		return objectview.KindEndpointSlices
+	}
+	return objectview.KindEndpoints
 }

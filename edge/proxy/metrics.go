@@ -9,6 +9,8 @@ type metrics struct {
 	gone       prometheus.Counter
 	writes     *prometheus.CounterVec
 	requests   *prometheus.CounterVec
+	viewBytes  prometheus.Counter
+	stateBytes prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,9 +39,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "proxy", Name: "requests_total",
 			Help: "Read requests served, by verb (get, list, watch, discovery) and code.",
 		}, []string{"verb", "code"}),
+		viewBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "proxy", Name: "view_bytes_total",
+			Help: "Bytes of the object views received from the hub.",
+		}),
+		stateBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "proxy", Name: "state_bytes",
+			Help: "Size of the views kept on disk, as last written.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.watchers, m.changes, m.eventsSent, m.gone, m.writes, m.requests)
+		reg.MustRegister(m.watchers, m.changes, m.eventsSent, m.gone, m.writes, m.requests, m.viewBytes, m.stateBytes)
 	}
 	return m
 }

@@ -48,6 +48,7 @@ type Store struct {
 	metrics       *metrics
 
 	mu         sync.RWMutex
+	unit       string
 	rev        uint64
 	compacted  uint64 // resuming from below this is answered 410 Gone
 	seq        uint64 // last stream sequence applied
