@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,26 @@ type resource struct {
 	version  string
 	listKind string
 	fieldSet func(objectview.Object) fields.Set
+	// info overrides the objectview kind's (a resource the views do not
+	// carry, served empty).
+	info *objectview.Info
+}
+
+// kindInfo describes the resource's objects.
+func (res resource) kindInfo() objectview.Info {
+	if res.info != nil {
+		return *res.info
+	}
+	info, _ := objectview.Kind(res.kind)
+	return info
+}
+
+// serviceCIDRs is served empty: kube-proxy watches ServiceCIDRs (to
+// reject traffic to unallocated ClusterIPs) and waits for the informer;
+// the views do not carry them yet.
+var serviceCIDRs = &objectview.Info{
+	GVK: networkingv1.SchemeGroupVersion.WithKind("ServiceCIDR"),
+	New: func() objectview.Object { return &networkingv1.ServiceCIDR{} }, NewList: func() runtime.Object { return &networkingv1.ServiceCIDRList{} },
 }
 
 func metaFields(o objectview.Object) fields.Set {
@@ -57,6 +78,7 @@ var resources = map[string]resource{
 	}},
 	"endpoints":      {kind: objectview.KindEndpoints, version: "v1", listKind: "EndpointsList", fieldSet: metaFields},
 	"nodes":          {kind: objectview.KindNodes, version: "v1", listKind: "NodeList", fieldSet: metaFields},
+	"servicecidrs":   {kind: "servicecidrs", group: networkingv1.GroupName, version: "v1", listKind: "ServiceCIDRList", fieldSet: metaFields, info: serviceCIDRs},
 	"endpointslices": {kind: objectview.KindEndpointSlices, group: discoveryv1.GroupName, version: "v1", listKind: "EndpointSliceList", fieldSet: metaFields},
 }
 
@@ -107,8 +129,7 @@ func parse(path string) (request, bool) {
 	if !ok || res.group != group || res.version != ver {
 		return request{}, false
 	}
-	info, _ := objectview.Kind(res.kind)
-	if r.namespace != "" && !info.Namespaced {
+	if r.namespace != "" && !res.kindInfo().Namespaced {
 		return request{}, false
 	}
 	r.res = res
@@ -138,10 +159,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/apis":
 		gv := metav1.GroupVersionForDiscovery{GroupVersion: discoveryv1.SchemeGroupVersion.String(), Version: "v1"}
+		ngv := metav1.GroupVersionForDiscovery{GroupVersion: networkingv1.SchemeGroupVersion.String(), Version: "v1"}
 		s.writeJSON(w, "discovery", &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"},
-			Groups: []metav1.APIGroup{{Name: discoveryv1.GroupName, Versions: []metav1.GroupVersionForDiscovery{gv}, PreferredVersion: gv}}})
+			Groups: []metav1.APIGroup{{Name: discoveryv1.GroupName, Versions: []metav1.GroupVersionForDiscovery{gv}, PreferredVersion: gv},
+				{Name: networkingv1.GroupName, Versions: []metav1.GroupVersionForDiscovery{ngv}, PreferredVersion: ngv}}})
 		return
-	case "/api/v1", "/apis/" + discoveryv1.SchemeGroupVersion.String():
+	case "/api/v1", "/apis/" + discoveryv1.SchemeGroupVersion.String(), "/apis/" + networkingv1.SchemeGroupVersion.String():
 		s.writeJSON(w, "discovery", resourceList(p))
 		return
 	case "/apis/" + discoveryv1.GroupName:
@@ -188,6 +211,11 @@ func resourceList(path string) *metav1.APIResourceList {
 			{Name: "nodes", SingularName: "node", Kind: "Node", Verbs: verbs, ShortNames: []string{"no"}},
 			{Name: "events", SingularName: "event", Namespaced: true, Kind: "Event", Verbs: metav1.Verbs{"create", "patch", "update"}, ShortNames: []string{"ev"}},
 		}
+		return l
+	}
+	if path == "/apis/"+networkingv1.SchemeGroupVersion.String() {
+		l.GroupVersion = networkingv1.SchemeGroupVersion.String()
+		l.APIResources = []metav1.APIResource{{Name: "servicecidrs", SingularName: "servicecidr", Kind: "ServiceCIDR", Verbs: verbs}}
 		return l
 	}
 	l.GroupVersion = discoveryv1.SchemeGroupVersion.String()
@@ -310,8 +338,7 @@ func selection(req request, q map[string][]string) (match, error) {
 }
 
 func (res resource) sample() objectview.Object {
-	info, _ := objectview.Kind(res.kind)
-	return info.New()
+	return res.kindInfo().New()
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, req request, q map[string][]string) {
@@ -336,8 +363,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, req request, q map
 			return
 		}
 	}
-	info, _ := objectview.Kind(req.res.kind)
-	list := info.NewList()
+	list := req.res.kindInfo().NewList()
 	items := make([]runtime.Object, len(objs))
 	for i, o := range objs {
 		items[i] = o

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -83,6 +84,10 @@ var Scheme = func() *runtime.Scheme {
 		panic(err)
 	}
 	if err := discoveryv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	// ServiceCIDRs: the edge proxy serves them (empty) to kube-proxy.
+	if err := networkingv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
