@@ -14,6 +14,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/edge/enroll"
+	"github.com/atoll-edge/atoll/edge/hosts"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/prober"
@@ -39,6 +40,9 @@ type Config struct {
 	// Proxy is the endpoints proxy kube-proxy reads (off without
 	// --proxy-addr).
 	Proxy proxy.Config
+	// Hosts writes the unit's StatefulSetGrid hosts file (off without
+	// --hosts-file).
+	Hosts hosts.Config
 	// Kubelet is the default probe target of the prober's plugins.
 	Kubelet Kubelet
 }
@@ -66,6 +70,7 @@ func Default() Config {
 		Voter:      voter.DefaultConfig(),
 		Enroll:     enroll.DefaultConfig(),
 		Proxy:      proxy.DefaultConfig(),
+		Hosts:      hosts.DefaultConfig(),
 		Kubelet:    Kubelet{Port: 10250, Scheme: "https", InsecureSkipVerify: true},
 	}
 	c.NATS.NodeName = os.Getenv("NODE_NAME")
@@ -96,6 +101,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
 	fs.DurationVar(&c.Membership.CheckPeriod, "view-check-period", c.Membership.CheckPeriod, "how often the agent compares its assignment and unit view with the hub's stored ones (at most the probe period)")
 	fs.Var(proxyAddr{c}, "proxy-addr", "listen address of the endpoints proxy that kube-proxy uses as its apiserver, e.g. 127.0.0.1:9471 (empty: no proxy)")
+	fs.StringVar(&c.Hosts.Path, "hosts-file", c.Hosts.Path, "CoreDNS hosts-plugin file kept with the unit's StatefulSetGrid names (empty: none; see deploy/coredns-atoll-hosts.conf)")
+	fs.StringVar(&c.Hosts.ClusterDomain, "cluster-domain", c.Hosts.ClusterDomain, "cluster DNS domain appended to the StatefulSetGrid names")
 	fs.DurationVar(&c.Proxy.Bookmark, "proxy-bookmark", c.Proxy.Bookmark, "how often the endpoints proxy sends a watch bookmark")
 	fs.DurationVar(&c.Prober.Period, "probe-period", c.Prober.Period, "period of peer probe rounds")
 	fs.DurationVar(&c.Prober.RoundBudget, "probe-round-budget", c.Prober.RoundBudget, "time a probe round may take, at most half of --vote-timeout")
@@ -142,7 +149,7 @@ func (c Config) Validate() error {
 	if len(c.NATS.HubURLs) == 0 {
 		return errors.New("--hub-url is required: the hub's leafnode URL, nats-leaf://host:7422 (or $ATOLL_HUB_URL)")
 	}
-	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, c.Proxy} {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, c.Proxy, c.Hosts} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -175,6 +182,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		fx.Provide(func(m *membership.Membership) reporter.ViewSource { return m }),
 		fx.Supply(c.Proxy, proxy.NodeName(c.NATS.NodeName)),
 		proxy.Module,
+		fx.Supply(c.Hosts),
+		hosts.Module,
 	)
 }
 
