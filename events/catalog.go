@@ -156,8 +156,8 @@ var (
 		Transport: TransportStream, Stream: StreamViews,
 		Message:  &atollv1.ObjectView{},
 		Identity: map[string]string{"kind": "kind", "name": "name"},
-		MsgID:    "`<subject>@<fingerprint>`",
-		Producer: "cloud", Consumer: "the unit's endpoint proxies",
+		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`, published expecting that last subject sequence",
+		Producer: "cloud object views", Consumer: "the unit's endpoint proxies",
 		Example: []string{"site-a", "endpointslices", "default", "web-abc"},
 	}
 	TunnelFamily = &Family{

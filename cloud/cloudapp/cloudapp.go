@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/topology/objects"
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
@@ -64,24 +65,29 @@ type Config struct {
 
 	// Tunnel is the tunnel server (CONNECT listener and port forwards).
 	Tunnel tunnel.Config
+
+	// ObjectViews publishes per-unit views of Services, EndpointSlices,
+	// Endpoints and Nodes for the edge proxies (kubernetes source only).
+	ObjectViews objects.Config
 }
 
 // Default is the production configuration.
 func Default() Config {
 	return Config{
-		Log:      logging.Default(),
-		Admin:    admin.Config{Addr: "127.0.0.1:8080"},
-		HubLink:  hublink.ClientConfig{Domain: hublink.DefaultDomain},
-		Hub:      hub.Default(),
-		Streams:  events.DefaultStreamOptions(),
-		Topology: topology.DefaultConfig(),
-		Kube:     kube.DefaultConfig(),
-		Manager:  manager.DefaultConfig(),
-		Health:   health.DefaultConfig(),
-		Webhook:  webhook.DefaultConfig(),
-		Identity: identity.DefaultConfig(),
-		Grid:     grid.DefaultConfig(),
-		Tunnel:   tunnel.DefaultConfig(),
+		Log:         logging.Default(),
+		Admin:       admin.Config{Addr: "127.0.0.1:8080"},
+		HubLink:     hublink.ClientConfig{Domain: hublink.DefaultDomain},
+		Hub:         hub.Default(),
+		Streams:     events.DefaultStreamOptions(),
+		Topology:    topology.DefaultConfig(),
+		Kube:        kube.DefaultConfig(),
+		Manager:     manager.DefaultConfig(),
+		Health:      health.DefaultConfig(),
+		Webhook:     webhook.DefaultConfig(),
+		Identity:    identity.DefaultConfig(),
+		Grid:        grid.DefaultConfig(),
+		Tunnel:      tunnel.DefaultConfig(),
+		ObjectViews: objects.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -125,6 +131,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
 	fs.StringVar(&c.Topology.Source, "membership-source", c.Topology.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
 	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
+	fs.BoolVar(&c.ObjectViews.Enabled, "object-views", c.ObjectViews.Enabled, "publish per-unit views of Services, EndpointSlices, Endpoints and Nodes for the edge endpoints proxies")
 	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", c.Kube.Kubeconfig, "kubeconfig file (empty: in-cluster)")
 	fs.Var((*cliflags.Float32)(&c.Kube.QPS), "kube-qps", "sustained requests/s of the main Kubernetes client (cache, leader election, topology, webhook registration)")
 	fs.IntVar(&c.Kube.Burst, "kube-burst", c.Kube.Burst, "burst of the main Kubernetes client")
@@ -244,7 +251,7 @@ func (c Config) Validate() error {
 		checks = append(checks, c.HubLink)
 	}
 	if c.Kubernetes() {
-		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid)
+		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid, c.ObjectViews)
 		if c.Registration.Enabled {
 			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
 				return err
@@ -269,6 +276,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	c.Health.UnitLabel = c.Topology.UnitLabel
 	c.Registration.UnitLabel = c.Topology.UnitLabel
 	c.Grid.UnitLabel = c.Topology.UnitLabel
+	c.ObjectViews.UnitLabel = c.Topology.UnitLabel
 	if c.Registration.Service.Namespace != "" {
 		c.Webhook.CertSecret.Namespace = c.Registration.Service.Namespace
 	}
@@ -291,6 +299,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			}),
 			webhook.Module,
 			status.Module,
+			fx.Supply(c.ObjectViews),
+			objects.Module,
 		)
 	}
 	c.Identity.Replicas = c.Streams.Replicas

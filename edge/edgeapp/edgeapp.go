@@ -14,9 +14,11 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/edge/enroll"
+	"github.com/atoll-edge/atoll/edge/hosts"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/prober"
+	"github.com/atoll-edge/atoll/edge/proxy"
 	"github.com/atoll-edge/atoll/edge/reporter"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
 	"github.com/atoll-edge/atoll/edge/voter"
@@ -36,6 +38,12 @@ type Config struct {
 	Prober     prober.Config
 	Voter      voter.Config
 	Enroll     enroll.Config
+	// Proxy is the endpoints proxy kube-proxy reads (off without
+	// --proxy-addr).
+	Proxy proxy.Config
+	// Hosts writes the unit's StatefulSetGrid hosts file (off without
+	// --hosts-file).
+	Hosts hosts.Config
 	// Kubelet is the default probe target of the prober's plugins.
 	Kubelet Kubelet
 	// Tunnel is the tunnel agent (cloud-to-edge sessions).
@@ -64,6 +72,8 @@ func Default() Config {
 		Prober:     prober.DefaultConfig(),
 		Voter:      voter.DefaultConfig(),
 		Enroll:     enroll.DefaultConfig(),
+		Proxy:      proxy.DefaultConfig(),
+		Hosts:      hosts.DefaultConfig(),
 		Kubelet:    Kubelet{Port: 10250, Scheme: "https", InsecureSkipVerify: true},
 		Tunnel:     edgetunnel.DefaultConfig(),
 	}
@@ -94,6 +104,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
 	fs.DurationVar(&c.Membership.CheckPeriod, "view-check-period", c.Membership.CheckPeriod, "how often the agent compares its assignment and unit view with the hub's stored ones (at most the probe period)")
+	fs.Var(proxyAddr{c}, "proxy-addr", "listen address of the endpoints proxy that kube-proxy uses as its apiserver, e.g. 127.0.0.1:9471 (empty: no proxy)")
+	fs.StringVar(&c.Hosts.Path, "hosts-file", c.Hosts.Path, "CoreDNS hosts-plugin file kept with the unit's StatefulSetGrid names (empty: none; see deploy/coredns-atoll-hosts.conf)")
+	fs.StringVar(&c.Hosts.ClusterDomain, "cluster-domain", c.Hosts.ClusterDomain, "cluster DNS domain appended to the StatefulSetGrid names")
+	fs.DurationVar(&c.Proxy.Bookmark, "proxy-bookmark", c.Proxy.Bookmark, "how often the endpoints proxy sends a watch bookmark")
 	fs.DurationVar(&c.Prober.Period, "probe-period", c.Prober.Period, "period of peer probe rounds")
 	fs.DurationVar(&c.Prober.RoundBudget, "probe-round-budget", c.Prober.RoundBudget, "time a probe round may take, at most half of --vote-timeout")
 	fs.IntVar(&c.Prober.Parallelism, "probe-parallelism", c.Prober.Parallelism, "most unit members checked at once")
@@ -126,6 +140,9 @@ func (c *Config) Finish() {
 			p.Scheme, p.TokenFile, p.CAFile, p.InsecureSkipVerify = c.Kubelet.Scheme, c.Kubelet.TokenFile, c.Kubelet.CAFile, c.Kubelet.InsecureSkipVerify
 		}
 	}
+	if c.Proxy.StateDir == "" {
+		c.Proxy.StateDir = c.Membership.StateDir
+	}
 	if c.NATS.RouteAdvertise == "" && c.Reporter.InternalIP != "" && c.NATS.RoutePort > 0 {
 		c.NATS.RouteAdvertise = c.Reporter.InternalIP + ":" + strconv.Itoa(c.NATS.RoutePort)
 	}
@@ -140,7 +157,7 @@ func (c Config) Validate() error {
 	if len(c.NATS.HubURLs) == 0 {
 		return errors.New("--hub-url is required: the hub's leafnode URL, nats-leaf://host:7422 (or $ATOLL_HUB_URL)")
 	}
-	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll} {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, c.Proxy, c.Hosts} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -173,5 +190,24 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		edgetunnel.Module,
 		fx.Provide(func(p *prober.Prober) reporter.RTTSource { return p }),
 		fx.Provide(func(m *membership.Membership) reporter.ViewSource { return m }),
+		fx.Supply(c.Proxy, proxy.NodeName(c.NATS.NodeName)),
+		proxy.Module,
+		fx.Supply(c.Hosts),
+		hosts.Module,
 	)
+}
+
+// proxyAddr is the --proxy-addr flag: an address turns the proxy on.
+type proxyAddr struct{ c *Config }
+
+func (f proxyAddr) String() string {
+	if f.c == nil || !f.c.Proxy.Enabled {
+		return ""
+	}
+	return f.c.Proxy.Addr
+}
+
+func (f proxyAddr) Set(s string) error {
+	f.c.Proxy.Addr, f.c.Proxy.Enabled = s, s != ""
+	return nil
 }

@@ -180,6 +180,7 @@ var notInE2E = map[grant]string{
 	{verb: "list", group: "", resource: "pods"}:                           listFallback,
 	{verb: "list", group: "", resource: "endpoints"}:                      listFallback,
 	{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"}: listFallback,
+	{verb: "list", group: "", resource: "services"}:                       listFallback,
 }
 
 const listFallback = "client-go informers fall back to list on an apiserver without WatchList streaming"

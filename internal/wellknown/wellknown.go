@@ -59,13 +59,3 @@ const (
 	// (RFC 3339): the start of its progress deadline in a rollout.
 	AnnotationGridRevisionSince = "apps.atoll.io/revision-since"
 )
-
-// Topology-aware Services (issue 12's site-local traffic).
-const (
-	// TopologyKeysAnnotation on a Service lists, comma-separated, the node
-	// label keys whose value a client's node and an endpoint's node must
-	// share, first key that yields an endpoint wins, "*" last means any:
-	// "atoll.io/unit" keeps the traffic inside the client's unit.
-	// ServiceGrids write it.
-	TopologyKeysAnnotation = "topology.atoll.io/keys"
-)

@@ -44,7 +44,8 @@ func TestAppStartsAndStops(t *testing.T) {
 	fs := flag.NewFlagSet("atoll-edge", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	err := fs.Parse([]string{"--admin-addr=127.0.0.1:0", "--hub-url=nats-leaf://127.0.0.1:1", "--creds-file=" + seedFile,
-		"--client-port=-1", "--route-host=127.0.0.1", "--route-port=-1", "--state-dir=" + t.TempDir(), "--unit=u1"})
+		"--client-port=-1", "--route-host=127.0.0.1", "--route-port=-1", "--state-dir=" + t.TempDir(), "--unit=u1",
+		"--proxy-addr=127.0.0.1:0", "--hosts-file=" + filepath.Join(t.TempDir(), "atoll.hosts")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +67,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--client-host=0.0.0.0"}, "loopback"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--internal-ip=x"}, "internal IP"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--unit=a b"}, "unit"},
+		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--proxy-addr=nowhere"}, "proxy: Addr"},
+		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--hosts-file=relative"}, "hosts: Path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

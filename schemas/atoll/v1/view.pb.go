@@ -293,9 +293,15 @@ type ObjectView struct {
 	// "application/vnd.kubernetes.protobuf".
 	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Object      []byte `protobuf:"bytes,7,opt,name=object,proto3" json:"object,omitempty"`
-	// True when the object was deleted; object holds its last state.
-	Deleted       bool                   `protobuf:"varint,8,opt,name=deleted,proto3" json:"deleted,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=time,proto3" json:"time,omitempty"`
+	// True when the object was deleted; object then holds at least its
+	// name, namespace and uid (the edge keeps the full last state).
+	Deleted bool                   `protobuf:"varint,8,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	Time    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=time,proto3" json:"time,omitempty"`
+	// Digest of the view's content (kind, namespace, name, uid, content
+	// type, object, deleted; not resource_version or time): equal digests
+	// mean equal views, so any cloud replica may publish it and a resync
+	// skips what the stream already holds.
+	Fingerprint   string `protobuf:"bytes,10,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +397,13 @@ func (x *ObjectView) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *ObjectView) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
 }
 
 // HostRecords is the set of host entries (StatefulSetGrid DNS) for a unit.
@@ -546,7 +559,7 @@ const file_atoll_v1_view_proto_rawDesc = "" +
 	"\bnode_key\x18\x1e \x01(\tR\anodeKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x02\n" +
 	"\n" +
 	"ObjectView\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
@@ -557,7 +570,9 @@ const file_atoll_v1_view_proto_rawDesc = "" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12\x16\n" +
 	"\x06object\x18\a \x01(\fR\x06object\x12\x18\n" +
 	"\adeleted\x18\b \x01(\bR\adeleted\x12.\n" +
-	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa3\x01\n" +
+	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12 \n" +
+	"\vfingerprint\x18\n" +
+	" \x01(\tR\vfingerprint\"\xa3\x01\n" +
 	"\vHostRecords\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12.\n" +
 	"\arecords\x18\x02 \x03(\v2\x14.atoll.v1.HostRecordR\arecords\x12 \n" +

@@ -1,0 +1,111 @@
+package hub_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+)
+
+// TestEdgeObjectViewPermissions: an edge reads the object views of its own
+// unit (the endpoints proxy's consumer on atoll.view.<unit>.>, or one kind
+// of it, and direct gets of one object) and none of another unit's.
+func TestEdgeObjectViewPermissions(t *testing.T) {
+	h := natstest.Hub(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cloud, err := h.Connect("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cloud.Close)
+	cjs, err := jetstream.NewWithDomain(cloud, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, cjs, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	own := []string{"atoll.view.u1.endpointslices.default.web-1", "atoll.view.u1.services.default.web", "atoll.view.u1.nodes._.a"}
+	other := []string{"atoll.view.u2.endpointslices.default.web-1", "atoll.view.u2.nodes._.c"}
+	for _, s := range append(own, other...) {
+		if _, err := cjs.Publish(ctx, s, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u1 := natstest.Unit(t, h, "u1", natstest.EdgeOptions{}, "a")
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !u1[0].Status().HubConnected {
+			return fmt.Errorf("a not linked")
+		}
+		return nil
+	})
+	a, err := u1[0].Connect("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	ajs, err := jetstream.NewWithDomain(a, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 3*time.Second) }
+
+	// Its unit's views, all kinds and one kind.
+	for _, filter := range []string{"atoll.view.u1.>", "atoll.view.u1.endpointslices.>"} {
+		var cons jetstream.Consumer
+		poll.Eventually(t, 20*time.Second, func() error {
+			cctx, cancel := short()
+			defer cancel()
+			cons, err = ajs.OrderedConsumer(cctx, events.StreamViews, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+			return err
+		})
+		batch, err := cons.Fetch(10, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if !strings.HasPrefix(m.Subject(), "atoll.view.u1.") {
+				t.Errorf("%s: got %s", filter, m.Subject())
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no view delivered", filter)
+		}
+	}
+	// Another unit's: no consumer, no direct get.
+	for _, filter := range []string{"atoll.view.u2.>", "atoll.view.u2.endpointslices.>", "atoll.view.*.endpointslices.>"} {
+		cctx, cancel := short()
+		if _, err := ajs.OrderedConsumer(cctx, events.StreamViews, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}); err == nil {
+			t.Errorf("a created a consumer on %s", filter)
+		}
+		cancel()
+	}
+	views, err := ajs.Stream(ctx, events.StreamViews)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range own {
+		cctx, cancel := short()
+		if _, err := views.GetLastMsgForSubject(cctx, s); err != nil {
+			t.Errorf("a cannot read %s: %v", s, err)
+		}
+		cancel()
+	}
+	for _, s := range other {
+		cctx, cancel := short()
+		if _, err := views.GetLastMsgForSubject(cctx, s); err == nil {
+			t.Errorf("a read %s", s)
+		}
+		cancel()
+	}
+}

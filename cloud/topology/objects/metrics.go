@@ -1,0 +1,45 @@
+package objects
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	units     prometheus.Gauge
+	passes    prometheus.Counter
+	published *prometheus.CounterVec
+	bytes     prometheus.Counter
+	conflicts prometheus.Counter
+	rejected  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		units: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "units",
+			Help: "Units the object views are published to (the fan-out of each object change).",
+		}),
+		passes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "passes_total",
+			Help: "Passes over the changed (or, on a resync, all) objects.",
+		}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "published_total",
+			Help: "Object views published because the stream did not hold their content, by kind.",
+		}, []string{"kind"}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "published_bytes_total",
+			Help: "Bytes of the object views published (payloads, all units).",
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "conflicts_total",
+			Help: "Publishes refused because the subject's last stored value was not the one read.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "rejected_total",
+			Help: "Object views not published, by reason (subject, too_large, publish_failed).",
+		}, []string{"reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.units, m.passes, m.published, m.bytes, m.conflicts, m.rejected)
+	}
+	return m
+}

@@ -1,0 +1,357 @@
+package objects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/objectview"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// fixture is a real apiserver, a real hub, and n publishers (replicas),
+// each on its own manager.
+type fixture struct {
+	cluster *kubetest.Cluster
+	views   jetstream.Stream
+	pubs    []*Publisher
+}
+
+func start(t *testing.T, replicas int) *fixture {
+	t.Helper()
+	cluster := kubetest.Start(t)
+	h := natstest.Hub(t)
+	log := natstest.Logger(t, slog.LevelWarn)
+	ctx := t.Context()
+	f := &fixture{cluster: cluster}
+	for i := range replicas {
+		nc, err := h.Connect(fmt.Sprint("cloud-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.NewWithDomain(nc, h.Domain())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+				t.Fatal(err)
+			}
+			if f.views, err = js.Stream(ctx, events.StreamViews); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mcfg := manager.DefaultConfig()
+		mcfg.LeaderElect = false
+		m, err := manager.New(mcfg, cluster.RESTConfig(), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Debounce = 0
+		p, err := New(cfg, m.GetClient(), hublink.Of(nc, js), log.With("replica", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetupWithManager(m); err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := m.Start(sctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		t.Cleanup(func() { _ = m.Stop(context.Background()) })
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.Run(runCtx) }()
+		t.Cleanup(func() { stop(); <-done })
+		f.pubs = append(f.pubs, p)
+	}
+	return f
+}
+
+// view returns the last view stored on subj (nil: none).
+func (f *fixture) view(ctx context.Context, subj string) (*atollv1.ObjectView, uint64, error) {
+	raw, err := f.views.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var v atollv1.ObjectView
+	if err := proto.Unmarshal(raw.Data, &v); err != nil {
+		return nil, 0, err
+	}
+	return &v, raw.Sequence, nil
+}
+
+func (f *fixture) lastSeq(t *testing.T) uint64 {
+	t.Helper()
+	info, err := f.views.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+func node(name, unit, ip string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{wellknown.LabelUnit: unit, "zone": "z-" + unit}},
+	}
+}
+
+// TestObjectViews: two replicas publish every Service, EndpointSlice and
+// Endpoints to each unit, the unit's Nodes in full and other units' Nodes
+// as labels only; each change is stored once whatever the number of
+// replicas; a resync stores nothing; a deletion leaves one tombstone per
+// unit; an object deleted while no publisher ran gets its tombstone from
+// the next publisher's first pass.
+func TestObjectViews(t *testing.T) {
+	f := start(t, 2)
+	ctx := t.Context()
+	kc := f.cluster.Client()
+	for _, n := range []*corev1.Node{node("n1", "u1", "10.0.0.1"), node("n2", "u2", "10.0.0.2")} {
+		created, err := kc.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.9"}}
+		if _, err := kc.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	if _, err := kc.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, NodeName: ptr.To("n1")}},
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](80)}},
+	}
+	if _, err := kc.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	subjects := map[string]func(*atollv1.ObjectView) error{}
+	for _, u := range []string{"u1", "u2"} {
+		subjects["atoll.view."+u+".services.default.web"] = nil
+		subjects["atoll.view."+u+".endpointslices.default.web-1"] = func(v *atollv1.ObjectView) error {
+			o, err := objectview.Decode(v)
+			if err != nil {
+				return err
+			}
+			if got := o.(*discoveryv1.EndpointSlice).Endpoints; len(got) != 1 || got[0].Addresses[0] != "10.1.0.1" {
+				return fmt.Errorf("endpoints %v", got)
+			}
+			return nil
+		}
+	}
+	// n1 in full for u1 (its status), as labels only for u2.
+	subjects["atoll.view.u1.nodes._.n1"] = func(v *atollv1.ObjectView) error {
+		o, err := objectview.Decode(v)
+		if err != nil {
+			return err
+		}
+		if n := o.(*corev1.Node); len(n.Status.Addresses) == 0 || n.Labels["zone"] != "z-u1" {
+			return fmt.Errorf("own node without its status or labels: %+v", n)
+		}
+		return nil
+	}
+	subjects["atoll.view.u2.nodes._.n1"] = func(v *atollv1.ObjectView) error {
+		o, err := objectview.Decode(v)
+		if err != nil {
+			return err
+		}
+		if n := o.(*corev1.Node); len(n.Status.Addresses) != 0 || n.Labels["zone"] != "z-u1" {
+			return fmt.Errorf("another unit's node not stripped to its labels: %+v", n)
+		}
+		return nil
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		for subj, check := range subjects {
+			v, _, err := f.view(ctx, subj)
+			if err != nil {
+				return err
+			}
+			if v == nil {
+				return fmt.Errorf("%s: nothing stored", subj)
+			}
+			if check != nil {
+				if err := check(v); err != nil {
+					return fmt.Errorf("%s: %w", subj, err)
+				}
+			}
+		}
+		return nil
+	})
+
+	// Settled: the stream stops moving.
+	settle := func() uint64 {
+		var last uint64
+		stable := 0
+		poll.Eventually(t, 20*time.Second, func() error {
+			now := f.lastSeq(t)
+			if now != last {
+				last, stable = now, 0
+				return errors.New("stream moving")
+			}
+			if stable++; stable < 10 {
+				return errors.New("watching")
+			}
+			return nil
+		})
+		return last
+	}
+	base := settle()
+
+	// A resync on both replicas stores nothing.
+	passes := func() float64 {
+		var n float64
+		for _, p := range f.pubs {
+			n += testutil.ToFloat64(p.metrics.passes)
+		}
+		return n
+	}
+	before := passes()
+	for _, p := range f.pubs {
+		p.Resync()
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		if passes() < before+2 {
+			return errors.New("resync passes not done")
+		}
+		return nil
+	})
+	if got := f.lastSeq(t); got != base {
+		t.Fatalf("a resync stored %d messages", got-base)
+	}
+
+	// One change: one message per unit, whatever the replicas.
+	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.1.0.2"}, NodeName: ptr.To("n2")})
+	if _, err := kc.DiscoveryV1().EndpointSlices("default").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		v, _, err := f.view(ctx, "atoll.view.u2.endpointslices.default.web-1")
+		if err != nil {
+			return err
+		}
+		o, err := objectview.Decode(v)
+		if err != nil {
+			return err
+		}
+		if n := len(o.(*discoveryv1.EndpointSlice).Endpoints); n != 2 {
+			return fmt.Errorf("%d endpoints", n)
+		}
+		return nil
+	})
+	if got := settle(); got != base+2 {
+		t.Fatalf("one slice change stored %d messages, want 2 (one per unit)", got-base)
+	}
+	base += 2
+
+	// A node heartbeat alone changes no view.
+	n1, err := kc.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	if n1, err = kc.CoreV1().Nodes().UpdateStatus(ctx, n1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	base = settle() // the condition itself is news to u1's full view
+	n1.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
+	if _, err = kc.CoreV1().Nodes().UpdateStatus(ctx, n1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := settle(); got != base {
+		t.Fatalf("a heartbeat stored %d messages", got-base)
+	}
+
+	// Deletion: one tombstone per unit.
+	if err := kc.DiscoveryV1().EndpointSlices("default").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		for _, u := range []string{"u1", "u2"} {
+			v, _, err := f.view(ctx, "atoll.view."+u+".endpointslices.default.web-1")
+			if err != nil {
+				return err
+			}
+			if !v.GetDeleted() || v.GetUid() == "" {
+				return fmt.Errorf("%s: no tombstone with the uid: %v", u, v)
+			}
+		}
+		return nil
+	})
+	if got := settle(); got != base+2 {
+		t.Fatalf("a deletion stored %d messages, want 2", got-base)
+	}
+}
+
+// TestTombstoneForObjectDeletedWhileDown: a view on the stream whose object
+// no longer exists (deleted while no publisher ran) gets its tombstone at
+// the first pass.
+func TestTombstoneForObjectDeletedWhileDown(t *testing.T) {
+	f := start(t, 1)
+	ctx := t.Context()
+	kc := f.cluster.Client()
+	if _, err := kc.CoreV1().Nodes().Create(ctx, node("n1", "u1", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		v, _, err := f.view(ctx, "atoll.view.u1.nodes._.n1")
+		if err != nil || v == nil {
+			return fmt.Errorf("n1 not published: %v", err)
+		}
+		return nil
+	})
+	// A Service view as a former publisher left it.
+	old, err := objectview.Encode(objectview.KindServices, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "default", UID: "u-gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := f.pubs[0].bus.Conn()
+	js := f.pubs[0].bus.JetStream()
+	if _, err := events.PublishDurable(ctx, js, "atoll.view.u1.services.default.gone", old, "old"); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc
+	f.pubs[0].Resync()
+	poll.Eventually(t, 20*time.Second, func() error {
+		v, _, err := f.view(ctx, "atoll.view.u1.services.default.gone")
+		if err != nil {
+			return err
+		}
+		if !v.GetDeleted() {
+			return errors.New("no tombstone")
+		}
+		return nil
+	})
+}

@@ -1,0 +1,235 @@
+// Package hosts keeps a CoreDNS hosts-plugin file with the StatefulSetGrid
+// DNS names of the node's unit: the cloud publishes the unit's HostRecords
+// (atoll.view.<unit>.hosts._.<unit>, the full set each time), mapping
+// <ssg>-<i>.<svc>.<ns>.svc to the IP of the pod <ssg>-<unit>-<i> of the
+// unit, and the writer renders them, with the cluster domain appended,
+// into one file replaced atomically (temporary file, fsync, rename), so
+// CoreDNS never reads half a file. The file is the writer's state: after a
+// restart with the hub down it is left as it is (and keeps being served)
+// until the next records arrive.
+package hosts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// Config tunes the hosts writer.
+type Config struct {
+	// Path of the hosts file CoreDNS reads (empty: no writer).
+	Path string
+	// ClusterDomain is appended to every record name ending in ".svc".
+	ClusterDomain string
+}
+
+// DefaultConfig suits production (with --hosts-file set).
+func DefaultConfig() Config { return Config{ClusterDomain: "cluster.local"} }
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.Path == "" {
+		return nil
+	}
+	if !filepath.IsAbs(c.Path) {
+		return fmt.Errorf("hosts: Path %q must be absolute", c.Path)
+	}
+	if c.ClusterDomain == "" || strings.HasPrefix(c.ClusterDomain, ".") || strings.HasSuffix(c.ClusterDomain, ".") {
+		return fmt.Errorf("hosts: ClusterDomain %q must be a domain without leading or trailing dot", c.ClusterDomain)
+	}
+	return nil
+}
+
+// UnitSource tells the writer the node's current unit (edge/membership).
+type UnitSource interface {
+	Unit() string
+	Changes() <-chan struct{}
+}
+
+// Writer keeps the hosts file of the node's unit.
+type Writer struct {
+	cfg   Config
+	link  *hublink.Link
+	units UnitSource
+	log   *slog.Logger
+	evm   *events.Metrics
+
+	mu     sync.Mutex
+	last   []byte // content last written or found
+	writes int
+}
+
+// New returns a writer following the records over link.
+func New(cfg Config, link *hublink.Link, units UnitSource, log *slog.Logger, evm *events.Metrics) (*Writer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Path == "" {
+		return nil, errors.New("hosts: no path")
+	}
+	w := &Writer{cfg: cfg, link: link, units: units, log: log.With("component", "hosts"), evm: evm}
+	if b, err := os.ReadFile(cfg.Path); err == nil {
+		w.last = b
+	}
+	return w, nil
+}
+
+// Render is the hosts file of recs: one line per IP, its names sorted,
+// the lines sorted by IP, ".svc" names completed with the cluster domain.
+func Render(recs *atollv1.HostRecords, clusterDomain string) []byte {
+	type line struct {
+		ip    string
+		names []string
+	}
+	byIP := map[string][]string{}
+	for _, r := range recs.GetRecords() {
+		for _, n := range r.GetHostnames() {
+			if strings.HasSuffix(n, ".svc") {
+				n += "." + clusterDomain
+			}
+			if !slices.Contains(byIP[r.GetIp()], n) {
+				byIP[r.GetIp()] = append(byIP[r.GetIp()], n)
+			}
+		}
+	}
+	var lines []line
+	for ip, names := range byIP {
+		if ip == "" || len(names) == 0 {
+			continue
+		}
+		slices.Sort(names)
+		lines = append(lines, line{ip, names})
+	}
+	slices.SortFunc(lines, func(a, b line) int { return strings.Compare(a.ip, b.ip) })
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "# StatefulSetGrid hosts of unit %s, written by atoll-edge (edge/hosts). Do not edit.\n", recs.GetUnit())
+	for _, l := range lines {
+		fmt.Fprintf(&buf, "%s %s\n", l.ip, strings.Join(l.names, " "))
+	}
+	return buf.Bytes()
+}
+
+// Apply writes the file for recs, unless it already holds exactly that.
+func (w *Writer) Apply(recs *atollv1.HostRecords) error {
+	b := Render(recs, w.cfg.ClusterDomain)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if bytes.Equal(b, w.last) {
+		return nil
+	}
+	if err := writeAtomic(w.cfg.Path, b); err != nil {
+		return err
+	}
+	w.last = b
+	w.writes++
+	w.log.Info("hosts file written", "path", w.cfg.Path, "unit", recs.GetUnit(), "records", len(recs.GetRecords()))
+	return nil
+}
+
+// Writes counts the files written.
+func (w *Writer) Writes() int { w.mu.Lock(); defer w.mu.Unlock(); return w.writes }
+
+func writeAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("hosts: write %s: %w", f.Name(), err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return fmt.Errorf("hosts: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("hosts: sync %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("hosts: replace %s: %w", path, err)
+	}
+	return nil
+}
+
+// Run follows the records of the node's unit until ctx is done. A unit
+// change switches the follower; records of another unit are ignored.
+func (w *Writer) Run(ctx context.Context) error {
+	changes := w.units.Changes()
+	for ctx.Err() == nil {
+		unit := w.units.Unit()
+		if unit == "" {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changes:
+				continue
+			}
+		}
+		subj, err := events.HostsSubject(unit)
+		if err != nil {
+			return fmt.Errorf("hosts: %w", err)
+		}
+		js := w.link.JetStream()
+		if js == nil { // the hub link is not up yet
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		spec := events.FollowSpec("hosts", events.StreamViews, subj)
+		uctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- events.Consume(uctx, js, spec, func(_ context.Context, ev events.Event[*atollv1.HostRecords]) error {
+				if ev.Msg.GetUnit() != unit {
+					return events.Reject(fmt.Errorf("records of unit %q on %s", ev.Msg.GetUnit(), ev.Subject))
+				}
+				return w.Apply(ev.Msg)
+			}, events.ConsumeOptions{Logger: w.log, Metrics: w.evm})
+		}()
+		for waiting := true; waiting; {
+			select {
+			case err := <-done:
+				if err != nil && ctx.Err() == nil {
+					w.log.Warn("hosts follower stopped; retrying", "err", err)
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					}
+				}
+				waiting = false
+			case <-changes:
+				if w.units.Unit() != unit {
+					cancel()
+					<-done
+					waiting = false
+				}
+			}
+		}
+		cancel()
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/client-go/rest"
+
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/objectview"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+)
+
+// restartableHub is one hub server on fixed ports and a file store that
+// the test stops and starts again (as edge/voter's tests do).
+type restartableHub struct {
+	t   *testing.T
+	cfg hub.Config
+	mu  sync.Mutex
+	h   *hub.Hub
+}
+
+func newRestartableHub(t *testing.T) *restartableHub {
+	t.Helper()
+	cfg := hub.Default()
+	cfg.Host = "127.0.0.1"
+	var err error
+	if cfg.ClientPort, err = natstest.FreePort(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeafPort, err = natstest.FreePort(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StoreDir = t.TempDir()
+	r := &restartableHub{t: t, cfg: cfg}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *restartableHub) start() {
+	r.t.Helper()
+	h, err := hub.New(r.cfg, natstest.Logger(r.t, slog.LevelError))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := h.Start(ctx); err != nil {
+		r.t.Fatalf("start hub: %v", err)
+	}
+	r.mu.Lock()
+	r.h = h
+	r.mu.Unlock()
+}
+
+func (r *restartableHub) stop() {
+	r.mu.Lock()
+	h := r.h
+	r.h = nil
+	r.mu.Unlock()
+	if h != nil {
+		_ = h.Shutdown(context.Background())
+	}
+}
+
+func (r *restartableHub) IssueEdge(node, unit, pub string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.h.IssueEdge(node, unit, pub)
+}
+
+func (r *restartableHub) LeafURLs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.h.LeafURLs()
+}
+
+// cloud publishes views the way the cloud publisher does (one subject per
+// object and unit, the view as its payload).
+func (r *restartableHub) publish(t *testing.T, unit string, objs ...objectview.Object) {
+	t.Helper()
+	r.mu.Lock()
+	h := r.h
+	r.mu.Unlock()
+	nc, err := h.Connect("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		kind := kindOf(o)
+		v := view(t, kind, o)
+		subj, err := objectview.Subject(unit, kind, o.GetNamespace(), o.GetName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := events.PublishDurable(ctx, js, subj, v, subj+"@"+v.GetFingerprint()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type staticUnit string
+
+func (u staticUnit) Unit() string           { return string(u) }
+func (staticUnit) Changes() <-chan struct{} { return nil }
+
+// runProxy runs a proxy of host a1 on addr with state in dir, over the
+// edge server's link, until the returned stop is called.
+func runProxy(t *testing.T, addr, dir string, link *hublink.Link, reg *metrics) (*Proxy, func()) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Enabled, cfg.Addr, cfg.StateDir, cfg.Bookmark, cfg.SaveDelay = true, addr, dir, 200*time.Millisecond, 10*time.Millisecond
+	p, err := New(cfg, "a1", link, staticUnit("u1"), natstest.Logger(t, slog.LevelWarn), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return p, stop
+}
+
+// TestOfflineRestart: the proxy follows its unit's views from the hub;
+// with the hub down, a restarted proxy serves the last views from disk
+// within a second to a new informer (and an informer that ran across the
+// restart resumes without a relist); when the hub is back, the changes
+// made meanwhile arrive from the last stream sequence, without reading
+// the rest of the stream again.
+func TestOfflineRestart(t *testing.T) {
+	rh := newRestartableHub(t)
+	rh.publish(t, "u1", testNode("a1", map[string]string{zone: "A"}), testNode("a2", map[string]string{zone: "A"}),
+		testNode("b1", map[string]string{zone: "B"}), testService("web", zone, false), testSlice("web-1", "web", "a1", "b1"))
+	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
+	nc, err := edge.Connect("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := hublink.Of(nc, js)
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg := &rest.Config{Host: "http://" + addr}
+
+	_, stop := runProxy(t, addr, dir, link, nil)
+	long := informerView(t, cfg)
+	poll.Eventually(t, 30*time.Second, wantView(long, map[string][]string{"web-1": {"a1"}}))
+
+	// The hub goes down, then the proxy restarts.
+	rh.stop()
+	stop()
+	m := newMetrics(nil)
+	started := time.Now()
+	p, _ := runProxy(t, addr, dir, link, m)
+	fresh := informerView(t, cfg)
+	if err := wantView(fresh, map[string][]string{"web-1": {"a1"}})(); err != nil {
+		t.Fatalf("after a restart with the hub down: %v", err)
+	}
+	if took := time.Since(started); took > time.Second {
+		t.Fatalf("the last views were served %v after the restart, want within 1s", took)
+	}
+	t.Logf("views served %v after the restart with the hub down", time.Since(started))
+	poll.Eventually(t, 10*time.Second, wantView(long, map[string][]string{"web-1": {"a1"}}))
+	seq := p.Store().Seq()
+
+	// The hub comes back with a change: only it is read.
+	rh.start()
+	changed := testSlice("web-1", "web", "a1", "a2", "b1")
+	rh.publish(t, "u1", changed)
+	want := map[string][]string{"web-1": {"a1", "a2"}}
+	poll.Eventually(t, 60*time.Second, wantView(fresh, want))
+	poll.Eventually(t, 10*time.Second, wantView(long, want))
+	b, err := proto.Marshal(view(t, objectview.KindEndpointSlices, changed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.viewBytes); got > float64(len(b))+64 {
+		t.Fatalf("caught up with %v bytes of views for one change of %d bytes: the stream was read again", got, len(b))
+	}
+	if p.Store().Seq() != seq+1 {
+		t.Fatalf("stream sequence %d after one change from %d", p.Store().Seq(), seq)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, StateFile)); err == nil {
+		t.Logf("state on disk: %d bytes", fi.Size())
+	}
+}

@@ -1,0 +1,258 @@
+// Package proxy is the edge endpoints proxy: kube-proxy (and any client-go
+// informer, kubectl) uses it as its apiserver through a kubeconfig, and it
+// answers from the views the cloud publishes for the node's unit
+// (cloud/topology/objects), filtered by the Services' topology keys against
+// the host's own labels. It holds no Kubernetes credentials and writes
+// nothing to Kubernetes.
+//
+// The store (store.go) numbers every change with the proxy's own
+// revision; the server (server.go) serves list, get and watch with
+// bookmarks, resumes and 410 Gone; the follower reads the unit's views
+// from the hub's VIEWS stream from the last sequence applied; the state is
+// kept on disk (state.go) so that a restart with the hub down serves at
+// once and resumes the stream where it left off.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/objectview"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// UnitSource tells the proxy the node's current unit (edge/membership).
+type UnitSource interface {
+	// Unit is the node's unit, "" while in none.
+	Unit() string
+	// Changes is signalled when the unit may have changed.
+	Changes() <-chan struct{}
+}
+
+// Proxy runs the store, its follower, its persistence and the server.
+type Proxy struct {
+	cfg   Config
+	host  string
+	link  *hublink.Link
+	units UnitSource
+	log   *slog.Logger
+	store *Store
+	api   *Server
+	srv   *http.Server
+	ln    net.Listener
+}
+
+// New returns the proxy of node host, reading views over link. m may be
+// nil (metrics not exported).
+func New(cfg Config, host string, link *hublink.Link, units UnitSource, log *slog.Logger, m *metrics) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if host == "" {
+		return nil, errors.New("proxy: no node name")
+	}
+	log = log.With("component", "proxy")
+	store := NewStore(host, cfg.MaxTombstones, m)
+	if cfg.StateDir != "" {
+		start := time.Now()
+		ok, err := store.Load(cfg.StateDir)
+		if err != nil {
+			log.Warn("ignoring the kept views", "err", err)
+			store = NewStore(host, cfg.MaxTombstones, m)
+		} else if ok {
+			log.Info("restored views from disk", "unit", store.Unit(), "seq", store.Seq(), "rev", store.Rev(), "took", time.Since(start))
+		}
+	}
+	p := &Proxy{cfg: cfg, host: host, link: link, units: units, log: log, store: store}
+	p.api = NewServer(store, cfg.Bookmark, log)
+	return p, nil
+}
+
+// Store is the proxy's store.
+func (p *Proxy) Store() *Store { return p.store }
+
+// Listen binds the server's address (synchronously, at start).
+func (p *Proxy) Listen() error {
+	ln, err := net.Listen("tcp", p.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("proxy: listen %s: %w", p.cfg.Addr, err)
+	}
+	p.ln = ln
+	p.srv = &http.Server{Handler: p.api, ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+// Addr is the address the server listens on (after Listen).
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Run serves, follows the views and keeps them on disk until ctx is done.
+func (p *Proxy) Run(ctx context.Context) error {
+	if p.ln == nil {
+		if err := p.Listen(); err != nil {
+			return err
+		}
+	}
+	go func() {
+		if err := p.srv.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.log.Error("proxy server stopped", "err", err)
+		}
+	}()
+	saved := make(chan struct{})
+	go func() { defer close(saved); p.keep(ctx) }()
+	p.follow(ctx)
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.srv.Shutdown(shutdown)
+	_ = p.srv.Close() // watches do not end by themselves
+	<-saved
+	return nil
+}
+
+// keep writes the store to disk after each change (coalesced over
+// SaveDelay) and once more at the end.
+func (p *Proxy) keep(ctx context.Context) {
+	if p.cfg.StateDir == "" {
+		return
+	}
+	save := func() {
+		if n, err := p.store.Save(p.cfg.StateDir); err != nil {
+			p.log.Warn("keeping the views on disk failed", "err", err)
+		} else {
+			p.store.metrics.stateBytes.Set(float64(n))
+		}
+	}
+	for {
+		changed := p.store.Changed()
+		select {
+		case <-ctx.Done():
+			save()
+			return
+		case <-changed:
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(p.cfg.SaveDelay):
+		}
+		save()
+	}
+}
+
+// follow reads the views of the node's unit from the hub, from the last
+// sequence applied, switching (and resetting the store) when the unit
+// changes, and retrying while the hub is unreachable.
+func (p *Proxy) follow(ctx context.Context) {
+	changes := p.units.Changes()
+	for ctx.Err() == nil {
+		unit := p.units.Unit()
+		if unit == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changes:
+				continue
+			}
+		}
+		if p.store.Unit() != unit {
+			p.log.Info("following the views of a new unit", "unit", unit, "was", p.store.Unit())
+			p.store.Reset(unit)
+		}
+		uctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.consume(uctx, unit) }()
+		var err error
+	wait:
+		for {
+			select {
+			case err = <-done:
+				break wait
+			case <-changes:
+				if p.units.Unit() != unit {
+					cancel()
+					err = <-done
+					break wait
+				}
+			}
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			p.log.Debug("views follower stopped; retrying", "unit", unit, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// consume reads unit's views from the store's sequence on, until ctx is
+// done or the consumer fails.
+func (p *Proxy) consume(ctx context.Context, unit string) error {
+	js := p.link.JetStream()
+	if js == nil {
+		return errors.New("proxy: no hub link yet")
+	}
+	filter, err := events.UnitViewSubjects(unit)
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if seq := p.store.Seq(); seq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cons, err := js.OrderedConsumer(cctx, events.StreamViews, cfg)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("proxy: views consumer of %s: %w", unit, err)
+	}
+	failed := make(chan error, 1)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		md, err := msg.Metadata()
+		if err != nil {
+			return
+		}
+		key, err := events.ParseViewSubject(msg.Subject())
+		if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
+			p.store.Advance(md.Sequence.Stream)
+			return
+		}
+		var v atollv1.ObjectView
+		if err := proto.Unmarshal(msg.Data(), &v); err != nil {
+			p.log.Warn("dropping a view that does not decode", "subject", msg.Subject(), "err", err)
+			p.store.Advance(md.Sequence.Stream)
+			return
+		}
+		p.store.metrics.viewBytes.Add(float64(len(msg.Data())))
+		if err := p.store.Apply(&v, md.Sequence.Stream); err != nil {
+			p.log.Warn("dropping a view", "subject", msg.Subject(), "err", err)
+			p.store.Advance(md.Sequence.Stream)
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) {
+			select {
+			case failed <- err:
+			default:
+			}
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("proxy: consume views of %s: %w", unit, err)
+	}
+	defer cc.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-failed:
+		return err
+	}
+}

@@ -1,0 +1,348 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/atoll-edge/atoll/internal/objectview"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// entry is one object as the proxy serves it.
+type entry struct {
+	obj     objectview.Object // served (filtered); its last state when deleted
+	fp      string            // digest of obj without its resource version
+	rv      uint64            // revision of the last change
+	created uint64            // revision it was (last) created at
+	deleted bool              // a tombstone
+}
+
+// Event is one change of a served object.
+type Event struct {
+	Type watch.EventType
+	Kind string
+	Obj  objectview.Object // new state; last state for Deleted
+	Old  objectview.Object // state before (nil for Added)
+	RV   uint64
+}
+
+// Store holds the views of one unit as the host serves them: the raw
+// objects the cloud published and, derived from them by the topology
+// filter, the served ones, each with the revision of its last change.
+// Revisions are the proxy's own, one counter over all kinds, so they are
+// monotonic whatever the order the views arrive in. Deleted objects stay
+// as tombstones (up to MaxTombstones), so a watch can resume from any
+// revision at or after the oldest tombstone dropped, from the state alone.
+type Store struct {
+	host          string
+	maxTombstones int
+	metrics       *metrics
+
+	mu         sync.RWMutex
+	unit       string
+	rev        uint64
+	compacted  uint64 // resuming from below this is answered 410 Gone
+	seq        uint64 // last stream sequence applied
+	raw        map[string]map[string]objectview.Object
+	served     map[string]map[string]*entry
+	tombstones int
+	watchers   map[*watcher]struct{}
+	changed    chan struct{} // closed and replaced at every change (persistence)
+}
+
+// NewStore returns an empty store serving host's view.
+func NewStore(host string, maxTombstones int, m *metrics) *Store {
+	if m == nil {
+		m = newMetrics(nil)
+	}
+	s := &Store{host: host, maxTombstones: maxTombstones, metrics: m,
+		raw: map[string]map[string]objectview.Object{}, served: map[string]map[string]*entry{},
+		watchers: map[*watcher]struct{}{}, changed: make(chan struct{})}
+	for _, k := range objectview.Kinds {
+		s.raw[k] = map[string]objectview.Object{}
+		s.served[k] = map[string]*entry{}
+	}
+	return s
+}
+
+func objKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// Seq is the last stream sequence applied.
+func (s *Store) Seq() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.seq }
+
+// Rev is the current revision.
+func (s *Store) Rev() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.rev }
+
+// Changed returns a channel closed at the next change.
+func (s *Store) Changed() <-chan struct{} { s.mu.RLock(); defer s.mu.RUnlock(); return s.changed }
+
+// Apply applies one view at stream sequence seq. A view of another kind
+// (unit views, host records) only advances the sequence.
+func (s *Store) Apply(v *atollv1.ObjectView, seq uint64) error {
+	var obj objectview.Object
+	if _, known := objectview.Kind(v.GetKind()); known && !v.GetDeleted() {
+		var err error
+		if obj, err = objectview.Decode(v); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq > s.seq {
+		s.seq = seq
+	}
+	if _, known := objectview.Kind(v.GetKind()); !known {
+		return nil
+	}
+	s.apply(v.GetKind(), objKey(v.GetNamespace(), v.GetName()), obj)
+	s.notify()
+	return nil
+}
+
+// apply sets the raw object of kind at k (nil: deleted) and recomputes
+// what it affects. Call with mu held.
+func (s *Store) apply(kind, k string, obj objectview.Object) {
+	old := s.raw[kind][k]
+	if obj == nil {
+		delete(s.raw[kind], k)
+	} else {
+		s.raw[kind][k] = obj
+	}
+	switch kind {
+	case objectview.KindServices:
+		s.recompute(kind, k)
+		ns, name := splitKey(k)
+		for _, sk := range s.slicesOf(ns, name) {
+			s.recompute(objectview.KindEndpointSlices, sk)
+		}
+		s.recompute(objectview.KindEndpoints, k)
+	case objectview.KindEndpointSlices:
+		svcs := map[string]bool{}
+		for _, o := range []objectview.Object{old, obj} {
+			if o != nil {
+				svcs[o.GetLabels()[discoveryv1.LabelServiceName]] = true
+			}
+		}
+		ns, _ := splitKey(k)
+		s.recompute(kind, k)
+		for svc := range svcs {
+			for _, sk := range s.slicesOf(ns, svc) {
+				s.recompute(kind, sk)
+			}
+		}
+	case objectview.KindEndpoints:
+		s.recompute(kind, k)
+	case objectview.KindNodes:
+		s.recompute(kind, k)
+		// Node labels decide the topology filter: recompute every slice
+		// and Endpoints (only real changes are emitted).
+		for _, sk := range slices.Sorted(mapKeys(s.raw[objectview.KindEndpointSlices])) {
+			s.recompute(objectview.KindEndpointSlices, sk)
+		}
+		for _, ek := range slices.Sorted(mapKeys(s.raw[objectview.KindEndpoints])) {
+			s.recompute(objectview.KindEndpoints, ek)
+		}
+	}
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func splitKey(k string) (ns, name string) {
+	if i := bytes.IndexByte([]byte(k), '/'); i >= 0 {
+		return k[:i], k[i+1:]
+	}
+	return "", k
+}
+
+// slicesOf are the keys of the raw slices of Service ns/svc.
+func (s *Store) slicesOf(ns, svc string) []string {
+	var out []string
+	for k, o := range s.raw[objectview.KindEndpointSlices] {
+		if o.GetNamespace() == ns && o.GetLabels()[discoveryv1.LabelServiceName] == svc {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *Store) nodeLabels(node string) (map[string]string, bool) {
+	n, ok := s.raw[objectview.KindNodes][node]
+	if !ok {
+		return nil, false
+	}
+	return n.GetLabels(), true
+}
+
+func (s *Store) hostLabels() map[string]string {
+	l, _ := s.nodeLabels(s.host)
+	return l
+}
+
+// servedOf derives the served object of kind at k from the raw objects
+// (nil: none).
+func (s *Store) servedOf(kind, k string) objectview.Object {
+	raw := s.raw[kind][k]
+	if raw == nil {
+		return nil
+	}
+	switch kind {
+	case objectview.KindEndpointSlices:
+		sl := raw.(*discoveryv1.EndpointSlice)
+		svc, _ := s.raw[objectview.KindServices][objKey(sl.Namespace, sl.Labels[discoveryv1.LabelServiceName])].(*corev1.Service)
+		keys := TopologyKeys(svc)
+		if keys == nil {
+			return raw
+		}
+		var all []*discoveryv1.EndpointSlice
+		for _, sk := range s.slicesOf(sl.Namespace, sl.Labels[discoveryv1.LabelServiceName]) {
+			all = append(all, s.raw[kind][sk].(*discoveryv1.EndpointSlice))
+		}
+		return Choose(keys, s.hostLabels(), sliceNodes(all), s.nodeLabels).FilterSlice(sl)
+	case objectview.KindEndpoints:
+		ep := raw.(*corev1.Endpoints)
+		svc, _ := s.raw[objectview.KindServices][k].(*corev1.Service)
+		keys := TopologyKeys(svc)
+		if keys == nil {
+			return raw
+		}
+		return Choose(keys, s.hostLabels(), endpointsNodes(ep), s.nodeLabels).FilterEndpoints(ep)
+	}
+	return raw
+}
+
+// recompute derives the served object of kind at k and records and
+// emits a change if it differs from what is served.
+func (s *Store) recompute(kind, k string) {
+	cur := s.served[kind][k]
+	obj := s.servedOf(kind, k)
+	if obj == nil {
+		if cur == nil || cur.deleted {
+			return
+		}
+		s.rev++
+		last := withRV(cur.obj, s.rev)
+		old := cur.obj
+		cur.obj, cur.rv, cur.deleted = last, s.rev, true
+		s.tombstones++
+		s.emit(Event{Type: watch.Deleted, Kind: kind, Obj: last, Old: old, RV: s.rev})
+		s.prune(kind)
+		return
+	}
+	fp := digest(kind, obj)
+	if cur != nil && !cur.deleted && cur.fp == fp {
+		return
+	}
+	s.rev++
+	served := withRV(obj, s.rev)
+	ev := Event{Type: watch.Modified, Kind: kind, Obj: served, RV: s.rev}
+	if cur == nil || cur.deleted {
+		ev.Type = watch.Added
+		if cur != nil {
+			s.tombstones--
+		}
+		cur = &entry{created: s.rev}
+		s.served[kind][k] = cur
+	} else {
+		ev.Old = cur.obj
+	}
+	cur.obj, cur.fp, cur.rv, cur.deleted = served, fp, s.rev, false
+	s.emit(ev)
+}
+
+// prune drops the oldest tombstones beyond maxTombstones; resuming from
+// before the newest dropped is then answered 410 Gone.
+func (s *Store) prune(kind string) {
+	for s.tombstones > s.maxTombstones {
+		var oldestKind, oldestKey string
+		var oldest uint64
+		for kd, m := range s.served {
+			for k, e := range m {
+				if e.deleted && (oldest == 0 || e.rv < oldest) {
+					oldest, oldestKind, oldestKey = e.rv, kd, k
+				}
+			}
+		}
+		if oldest == 0 {
+			return
+		}
+		delete(s.served[oldestKind], oldestKey)
+		s.tombstones--
+		if oldest > s.compacted {
+			s.compacted = oldest
+		}
+	}
+}
+
+func withRV(obj objectview.Object, rv uint64) objectview.Object {
+	c := obj.DeepCopyObject().(objectview.Object)
+	c.SetResourceVersion(strconv.FormatUint(rv, 10))
+	return c
+}
+
+// digest is the fingerprint of obj's content without its resource
+// version.
+func digest(kind string, obj objectview.Object) string {
+	c := obj.DeepCopyObject().(objectview.Object)
+	c.SetResourceVersion("")
+	v, err := objectview.Encode(kind, c)
+	if err != nil {
+		return fmt.Sprint("unencodable-", err)
+	}
+	sum := sha256.Sum256(v.GetObject())
+	return hex.EncodeToString(sum[:16])
+}
+
+// notify wakes the persistence loop. Call with mu held.
+func (s *Store) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// List returns the served live objects of kind matching m, and the
+// current revision.
+func (s *Store) List(kind string, m match) ([]objectview.Object, uint64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []objectview.Object
+	for _, k := range slices.Sorted(mapKeys(s.served[kind])) {
+		e := s.served[kind][k]
+		if !e.deleted && m.matches(e.obj) {
+			out = append(out, e.obj)
+		}
+	}
+	return out, s.rev
+}
+
+// Get returns the served object of kind at namespace/name.
+func (s *Store) Get(kind, namespace, name string) (objectview.Object, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.served[kind][objKey(namespace, name)]
+	if !ok || e.deleted {
+		return nil, false
+	}
+	return e.obj, true
+}
