@@ -116,9 +116,9 @@ func (l *lazyNodes) NodeFor(host string) (string, bool) {
 // node's InternalIP, resolved through the Node cache. Then exec -i with
 // stdin and port-forward (SPDY upgrades end to end).
 func TestKubectlThroughTunnel(t *testing.T) {
-	kubectlPath := kubectlBinary()
-	if kubectlPath == "" {
-		t.Fatal("no kubectl in $ATOLL_BIN_DIR or $PATH: the test suite needs kubectl (a prerequisite in README)")
+	kubectlPath, err := kubetest.Kubectl()
+	if err != nil {
+		t.Fatal(err)
 	}
 	kubelet := kubeletStandIn(t)
 	_, port, _ := net.SplitHostPort(kubelet)
@@ -225,18 +225,6 @@ func TestKubectlThroughTunnel(t *testing.T) {
 	}
 	defer c.Close()
 	echo(t, c, 1<<20, nil)
-}
-
-// kubectlBinary is $ATOLL_BIN_DIR/kubectl, else kubectl on $PATH (the
-// project does not build kubectl yet), else "".
-func kubectlBinary() string {
-	if dir := os.Getenv("ATOLL_BIN_DIR"); dir != "" {
-		if p := filepath.Join(dir, "kubectl"); exec.Command(p, "version", "--client").Run() == nil {
-			return p
-		}
-	}
-	p, _ := exec.LookPath("kubectl")
-	return p
 }
 
 func freePort() (int, error) {

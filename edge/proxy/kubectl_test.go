@@ -14,19 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
 
-// kubectlPath is the kubectl the tests run (KUBECTL overrides it).
+// kubectlPath is the kubectl built from the pinned Kubernetes module
+// (kubetest.Kubectl).
 func kubectlPath(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("KUBECTL")
-	if p == "" {
-		p = "kubectl"
-	}
-	path, err := exec.LookPath(p)
+	path, err := kubetest.Kubectl()
 	if err != nil {
-		t.Skipf("kubectl not found (%v); set KUBECTL", err)
+		t.Fatal(err)
 	}
 	return path
 }

@@ -80,3 +80,17 @@ func checkBinaries(dir string, names ...string) error {
 	}
 	return nil
 }
+
+// Kubectl returns the kubectl built by `go tool task kube:build` from the
+// pinned k8s.io/kubernetes (in $ATOLL_BIN_DIR, else <repo>/bin), so that the
+// client-side checks run the same version as the control plane.
+func Kubectl() (string, error) {
+	dir, err := FindBinDir()
+	if err != nil {
+		return "", err
+	}
+	if err := checkBinaries(dir, "kubectl"); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "kubectl"), nil
+}
