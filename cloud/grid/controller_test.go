@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -268,11 +269,13 @@ func TestDeploymentGridLifecycle(t *testing.T) {
 
 	// The last node of b relabeled: b's copy goes.
 	n3 := node("n3", nil)
-	if err := c.Get(ctx, client.ObjectKeyFromObject(n3), n3); err != nil {
-		t.Fatal(err)
-	}
-	n3.Labels[wellknown.LabelUnit] = "a"
-	if err := c.Update(ctx, n3); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // KCM taints nodes meanwhile
+		if err := c.Get(ctx, client.ObjectKeyFromObject(n3), n3); err != nil {
+			return err
+		}
+		n3.Labels[wellknown.LabelUnit] = "a"
+		return c.Update(ctx, n3)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 30*time.Second, want("web-a", "web-c"))
@@ -333,9 +336,16 @@ func TestDeploymentGridLifecycle(t *testing.T) {
 
 	// A copy relabeled away from the grid is released, and its name is
 	// reported taken rather than overwritten.
-	d := got["web-d"]
-	d.Labels[wellknown.LabelGrid] = "mine"
-	if err := c.Update(ctx, &d); err != nil {
+	// The deployment controller writes its status meanwhile: re-read on
+	// a conflict.
+	var d appsv1.Deployment
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: got["web-d"].Namespace, Name: "web-d"}, &d); err != nil {
+			return err
+		}
+		d.Labels[wellknown.LabelGrid] = "mine"
+		return c.Update(ctx, &d)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 30*time.Second, want("web-a", "web-c"))

@@ -174,6 +174,11 @@ func (f *agentFixture) stall(t *testing.T) {
 	})
 }
 
+// setupWait bounds a test's first view: the agent's first consumer can take
+// a create timeout and a retry while a busy machine restarts the leaf link
+// it joined the unit with. What each test asserts has its own, tight bound.
+const setupWait = 30 * time.Second
+
 // TestCatchUpStalledFollower: the agent's followers are stalled on the
 // hub (paused: they heartbeat and deliver nothing, like a consumer whose
 // delivery was lost); a new view is published. The agent notices it is
@@ -183,7 +188,7 @@ func TestCatchUpStalledFollower(t *testing.T) {
 	f := newAgent(t)
 	f.assign(t, "u1")
 	f.view(t, "u1", 2)
-	f.holds(t, "u1", 2, 10*time.Second)
+	f.holds(t, "u1", 2, setupWait)
 
 	f.stall(t)
 	before := counter(t, f.m.metrics.catchups.WithLabelValues("unit_view"))
@@ -210,7 +215,7 @@ func TestCatchUpAfterLeafFlap(t *testing.T) {
 	f := newAgent(t)
 	f.assign(t, "u1")
 	f.view(t, "u1", 2)
-	f.holds(t, "u1", 2, 10*time.Second)
+	f.holds(t, "u1", 2, setupWait)
 
 	if err := f.edge.SetLeafEnabled(false); err != nil {
 		t.Fatal(err)
@@ -247,7 +252,7 @@ func TestCatchUpRecreatedStream(t *testing.T) {
 	for n := 1; n <= 5; n++ { // push the sequences up
 		f.view(t, "u1", n)
 	}
-	f.holds(t, "u1", 5, 10*time.Second)
+	f.holds(t, "u1", 5, setupWait)
 
 	ctx := context.Background()
 	if err := f.cloud.DeleteStream(ctx, events.StreamViews); err != nil {
@@ -278,7 +283,7 @@ func TestCheckFailureWarnsOnce(t *testing.T) {
 	f := newAgent(t, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	f.assign(t, "u1")
 	f.view(t, "u1", 2)
-	f.holds(t, "u1", 2, 10*time.Second)
+	f.holds(t, "u1", 2, setupWait)
 
 	ctx := context.Background()
 	if err := f.cloud.DeleteStream(ctx, events.StreamViews); err != nil {

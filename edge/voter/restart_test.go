@@ -281,11 +281,16 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 		}
 		prev = sb.stored
 	}
-	if byRetry == 0 {
-		t.Errorf("no ballot made before the hub returned reached the stream after it, by retry")
+	// The ballot pending at the restart reaches the stream by retry, unless
+	// a newer one replaced it first (the voter re-makes its ballot when
+	// the link comes back): then that newer one was stored, as checked
+	// above; a ballot that was neither is lost.
+	superseded := count(v.metrics.sendFailures.WithLabelValues(reasonSuperseded))
+	if byRetry == 0 && superseded == 0 {
+		t.Errorf("no ballot made before the hub returned reached the stream after it, by retry, and none was superseded")
 	}
 	t.Logf("%d ballots stored, %d made before the hub returned and stored by retry; failures: retried %v, superseded %v", len(all), byRetry,
-		retried(), count(v.metrics.sendFailures.WithLabelValues(reasonSuperseded)))
+		retried(), superseded)
 }
 
 // TestBallotRetriedUntilStored: with no stream to acknowledge it (as with
