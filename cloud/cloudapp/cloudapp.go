@@ -269,6 +269,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// healthStates gives topology's NodeUnits the health service's unit
+// disruption states and their changes.
+type healthStates struct{ h *health.Service }
+
+func (s healthStates) UnitDisruption(unit string) string {
+	st, _ := s.h.UnitState(unit)
+	return string(st)
+}
+
+func (s healthStates) OnChange(fn func(unit string)) {
+	s.h.OnUnitState(func(unit string, _ health.UnitState) { fn(unit) })
+}
+
 // Options is the atoll-cloud application.
 func Options(c Config, log *slog.Logger) fx.Option {
 	c.Topology.Replicas = c.Streams.Replicas
@@ -289,13 +302,13 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			health.Module,
 			grid.Module,
 			// With the grid controllers, topology keeps the NodeUnits
-			// (their disruption state from the health service).
+			// (their disruption state from the health service, followed
+			// as it changes).
 			fx.Invoke(func(g *grid.Controllers, m *manager.Manager, h *health.Service, log *slog.Logger, reg prometheus.Registerer) error {
 				if g == nil {
 					return nil
 				}
-				states := topology.UnitStatesFunc(func(u string) string { st, _ := h.UnitState(u); return string(st) })
-				return topology.SetupNodeUnits(m, c.Topology.UnitLabel, states, log, reg)
+				return topology.SetupNodeUnits(m, c.Topology.UnitLabel, healthStates{h}, log, reg)
 			}),
 			webhook.Module,
 			status.Module,

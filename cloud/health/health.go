@@ -132,6 +132,7 @@ type Service struct {
 	units    map[string]unitStatus
 	holds    jetstream.KeyValue
 	recorded map[string]bool // units with a record in holds
+	watchers []func(unit string, state UnitState)
 }
 
 // New builds the service on the manager m: it registers the informers
@@ -283,6 +284,17 @@ func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 		return Normal, time.Time{}
 	}
 	return st.state, st.holdUntil
+}
+
+// OnUnitState registers fn, called with a unit and its new disruption
+// state each time the state changes (UnitState already answers the new
+// one); a unit first seen counts as a change, one seen again in the same
+// state does not. Calls come from the service's resync loop, one at a
+// time: fn must not block.
+func (s *Service) OnUnitState(fn func(unit string, state UnitState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchers = append(s.watchers, fn)
 }
 
 // Ready passes once this replica's vote state has caught up with the
@@ -538,7 +550,13 @@ func (s *Service) resync(ctx context.Context) {
 		} else {
 			s.units[unit] = st
 		}
+		watchers := s.watchers
 		s.mu.Unlock()
+		if prev.state != st.state {
+			for _, fn := range watchers {
+				fn(unit, st.state)
+			}
+		}
 		if prev.state != st.state || !prev.holdUntil.Equal(st.holdUntil) {
 			s.log.Info("unit disruption", "unit", unit, "state", st.state, "was", prev.state, "hold_until", st.holdUntil)
 			queue = append(queue, names...)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,5 +90,79 @@ func unitNode(t *testing.T, ctx context.Context, client kubernetes.Interface, na
 		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
 	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnitStateChangesNotified: OnUnitState tells of each change of a
+// unit's disruption state, with the state UnitState then answers, and of
+// nothing while the state stays (the resyncs run every 200 ms).
+func TestUnitStateChangesNotified(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	log := natstest.Logger(t, slog.LevelWarn)
+	for _, n := range []string{"u-1", "u-2"} {
+		unitNode(t, ctx, env.client, n, "u", corev1.ConditionTrue)
+	}
+	r := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false)
+	var mu sync.Mutex
+	var seen []string
+	r.s.OnUnitState(func(unit string, st health.UnitState) {
+		if now, _ := r.s.UnitState(unit); now != st {
+			t.Errorf("notified of %s %s while UnitState says %s", unit, st, now)
+		}
+		if unit == "u" {
+			mu.Lock()
+			seen = append(seen, string(st))
+			mu.Unlock()
+		}
+	})
+	notices := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if st, _ := r.s.UnitState("u"); st != health.Normal {
+			return fmt.Errorf("unit u is %s", st)
+		}
+		return nil
+	})
+	setReady := func(name string, ready corev1.ConditionStatus) {
+		t.Helper()
+		n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
+		if _, err := env.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(states ...string) func() error {
+		return func() error {
+			// A first Normal may come before or after the registration.
+			got := notices()
+			if len(got) > 0 && got[0] == string(health.Normal) {
+				got = got[1:]
+			}
+			if !slices.Equal(got, states) {
+				return fmt.Errorf("notices for unit u %v, want %v", got, states)
+			}
+			return nil
+		}
+	}
+	setReady("u-1", corev1.ConditionUnknown)
+	poll.Eventually(t, 30*time.Second, want(string(health.PartialDisruption)))
+	setReady("u-2", corev1.ConditionUnknown)
+	poll.Eventually(t, 30*time.Second, want(string(health.PartialDisruption), string(health.FullDisruption)))
+	// Ten resyncs and more with the state unchanged: no notice.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := want(string(health.PartialDisruption), string(health.FullDisruption))(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

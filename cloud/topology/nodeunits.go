@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -18,11 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
@@ -34,16 +37,24 @@ const NodeUnitController = "nodeunit"
 // labelManagedBy marks the NodeUnits atoll-cloud keeps (and may delete).
 const labelManagedBy = "app.kubernetes.io/managed-by"
 
-// UnitStates gives a unit's disruption state (the health service's).
+// UnitStates gives a unit's disruption state (the health service's) and
+// tells when it changes.
 type UnitStates interface {
 	UnitDisruption(unit string) string
+	// OnChange registers fn, to be called with each unit whose state
+	// changed, once UnitDisruption answers the new one. fn does not block.
+	OnChange(fn func(unit string))
 }
 
-// UnitStatesFunc adapts a function to UnitStates.
+// UnitStatesFunc adapts a function to UnitStates whose states never
+// change.
 type UnitStatesFunc func(unit string) string
 
 // UnitDisruption calls f.
 func (f UnitStatesFunc) UnitDisruption(unit string) string { return f(unit) }
+
+// OnChange does nothing: f's states never change.
+func (f UnitStatesFunc) OnChange(func(string)) {}
 
 // nodeUnits keeps the NodeUnits.
 type nodeUnits struct {
@@ -57,7 +68,8 @@ type nodeUnits struct {
 // SetupNodeUnits keeps one NodeUnit per unit of the unit label with m
 // (leader only): created for a unit's first node, its status (members,
 // Ready and not Ready counts, the disruption state of states, if any)
-// written when it changes, deleted with the unit's last node. Only
+// written when it changes (on Node events and on states' changes),
+// deleted with the unit's last node. Only
 // NodeUnits labeled app.kubernetes.io/managed-by=atoll-cloud are deleted;
 // labels set by hand on them are kept (the apply owns none), so grid
 // overrides can select units by them.
@@ -75,7 +87,7 @@ func SetupNodeUnits(m ctrlmanager.Manager, unitLabel string, states UnitStates, 
 			return fmt.Errorf("topology: nodeunits: metrics: %w", err)
 		}
 	}
-	err := builder.ControllerManagedBy(m).
+	b := builder.ControllerManagedBy(m).
 		Named(NodeUnitController).
 		For(&appsv1alpha1.NodeUnit{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -83,8 +95,23 @@ func SetupNodeUnits(m ctrlmanager.Manager, unitLabel string, states UnitStates, 
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: u}}}
 			}
 			return nil
-		})).
-		Complete(r)
+		}))
+	if states != nil {
+		// A disruption change (votes expiring, a hold) comes with no Node
+		// event: it enqueues its unit. Changes before the controller runs
+		// are covered by its initial listing of every NodeUnit.
+		var queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
+		states.OnChange(func(unit string) {
+			if q := queue.Load(); q != nil && unit != "" {
+				(*q).Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: unit}})
+			}
+		})
+		b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			queue.Store(&q)
+			return nil
+		}))
+	}
+	err := b.Complete(r)
 	if err != nil {
 		return fmt.Errorf("topology: nodeunits: %w", err)
 	}

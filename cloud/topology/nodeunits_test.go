@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,8 +28,11 @@ import (
 )
 
 // TestNodeUnits: a unit's first node makes its NodeUnit, members and
-// counts follow the nodes, a label set by hand stays, the last node's
-// departure deletes it; and a NodeUnit nobody manages is never deleted.
+// counts follow the nodes, the disruption state follows the health
+// service's changes (without a Node event, and with no write when a
+// change notice brings nothing new), a label set by hand stays, the last
+// node's departure deletes it; and a NodeUnit nobody manages is never
+// deleted.
 func TestNodeUnits(t *testing.T) {
 	cluster := kubetest.Start(t)
 	names, err := deploy.CRDNames()
@@ -56,8 +60,9 @@ func TestNodeUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	states := topology.UnitStatesFunc(func(string) string { return "Normal" })
-	if err := topology.SetupNodeUnits(m, wellknown.LabelUnit, states, log, prometheus.NewRegistry()); err != nil {
+	states := &changingStates{state: map[string]string{}, asked: map[string]int{}}
+	reg := prometheus.NewRegistry()
+	if err := topology.SetupNodeUnits(m, wellknown.LabelUnit, states, log, reg); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Start(ctx); err != nil {
@@ -79,13 +84,14 @@ func TestNodeUnits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	disruption := "Normal"
 	unit := func(name string, members []string, ready, notReady int32) func() error {
 		return func() error {
 			var nu appsv1alpha1.NodeUnit
 			if err := c.Get(ctx, client.ObjectKey{Name: name}, &nu); err != nil {
 				return err
 			}
-			if !slices.Equal(nu.Status.Members, members) || nu.Status.ReadyNodes != ready || nu.Status.NotReadyNodes != notReady || nu.Status.Disruption != "Normal" || nu.Spec.UnitLabel != wellknown.LabelUnit {
+			if !slices.Equal(nu.Status.Members, members) || nu.Status.ReadyNodes != ready || nu.Status.NotReadyNodes != notReady || nu.Status.Disruption != disruption || nu.Spec.UnitLabel != wellknown.LabelUnit {
 				return fmt.Errorf("NodeUnit %s: %+v %+v", name, nu.Spec, nu.Status)
 			}
 			return nil
@@ -95,6 +101,27 @@ func TestNodeUnits(t *testing.T) {
 	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1"}, 1, 0))
 	mkNode("a-2", "a", corev1.ConditionFalse)
 	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2"}, 1, 1))
+
+	// The health service's state changes, no Node does: the NodeUnit
+	// follows.
+	disruption = "PartialDisruption"
+	states.set("a", disruption)
+	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2"}, 1, 1))
+	// A change notice that brings nothing new writes nothing.
+	writes := nodeUnitWrites(t, reg)
+	for range 3 {
+		asked := states.askedFor("a")
+		states.notify("a")
+		poll.Eventually(t, 20*time.Second, func() error {
+			if states.askedFor("a") == asked {
+				return errors.New("the notice has not been reconciled yet")
+			}
+			return nil
+		})
+	}
+	if w := nodeUnitWrites(t, reg); w != writes {
+		t.Errorf("%v NodeUnit writes after change notices without a change", w-writes)
+	}
 
 	// A label set by hand stays (for unitSelector).
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"tier":"gold"}}}`))
@@ -129,4 +156,66 @@ func TestNodeUnits(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Name: "mine"}, &appsv1alpha1.NodeUnit{}); err != nil {
 		t.Errorf("the unmanaged NodeUnit: %v", err)
 	}
+}
+
+// changingStates is a health service whose unit states the test sets.
+type changingStates struct {
+	mu    sync.Mutex
+	state map[string]string
+	asked map[string]int
+	fns   []func(string)
+}
+
+func (s *changingStates) UnitDisruption(unit string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked[unit]++
+	if st := s.state[unit]; st != "" {
+		return st
+	}
+	return "Normal"
+}
+
+func (s *changingStates) OnChange(fn func(string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fns = append(s.fns, fn)
+}
+
+func (s *changingStates) set(unit, state string) {
+	s.mu.Lock()
+	s.state[unit] = state
+	s.mu.Unlock()
+	s.notify(unit)
+}
+
+func (s *changingStates) notify(unit string) {
+	s.mu.Lock()
+	fns := slices.Clone(s.fns)
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn(unit)
+	}
+}
+
+func (s *changingStates) askedFor(unit string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked[unit]
+}
+
+// nodeUnitWrites reads atoll_topology_nodeunit_writes_total from reg.
+func nodeUnitWrites(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "atoll_topology_nodeunit_writes_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no atoll_topology_nodeunit_writes_total")
+	return 0
 }
