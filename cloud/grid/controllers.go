@@ -206,6 +206,8 @@ func setupWorkload[S any](c *Controllers, m ctrlmanager.Manager, name string, k 
 		Watches(child, handler.EnqueueRequestsFromMapFunc(r.orphanRequests)).
 		// Units: nodes that join or leave a unit of a grid's key.
 		Watches(&corev1.Node{}, nodeHandler(m.GetClient(), k, c.cfg.UnitLabel, &c.unitEventsOn, r.log)).
+		// NodeUnits whose labels change: grids selecting units by them.
+		Watches(&appsv1alpha1.NodeUnit{}, nodeUnitHandler(m.GetClient(), k, c.cfg.UnitLabel, r.log)).
 		// Unit lifecycle events from the hub (EnqueueUnit).
 		WatchesRawSource(source.Channel(c.units[name], &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
@@ -255,3 +257,41 @@ func nodeHandler[S any](cl client.Reader, k gridKind[S], def string, unitEvents 
 }
 
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// nodeUnitHandler enqueues the grids of kind k, of the unit label, with an
+// override selecting units by label (unitSelector), when a NodeUnit
+// appears, goes, or has its labels changed: their children render from
+// the NodeUnits' labels.
+func nodeUnitHandler[S any](cl client.Reader, k gridKind[S], def string, log *slog.Logger) handler.EventHandler {
+	enqueue := func(ctx context.Context, q queue) {
+		list := k.NewGridList()
+		if err := cl.List(ctx, list); err != nil {
+			log.Warn("nodeunit event: list grids", "kind", k.GridKind, "err", err)
+			return
+		}
+		for _, g := range k.GridItems(list) {
+			if s, _ := k.Spec(g, def); s.Key == def && selectsUnits(s.Overrides) {
+				q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(g)})
+			}
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q queue) { enqueue(ctx, q) },
+		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q queue) { enqueue(ctx, q) },
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
+			if !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) {
+				enqueue(ctx, q)
+			}
+		},
+	}
+}
+
+// selectsUnits reports whether an override selects units by label.
+func selectsUnits(overrides []appsv1alpha1.Override) bool {
+	for _, o := range overrides {
+		if o.UnitSelector != nil {
+			return true
+		}
+	}
+	return false
+}

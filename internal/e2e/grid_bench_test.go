@@ -18,12 +18,12 @@ import (
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
-// benchEnv reads a positive integer or duration knob of BenchmarkGrids.
-func benchInt(b *testing.B, name string, def int) int {
+// benchInt reads an integer knob of BenchmarkGrids, at least min.
+func benchInt(b *testing.B, name string, def, min int) int {
 	if v := os.Getenv(name); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("%s=%q: want a positive integer", name, v)
+		if err != nil || n < min {
+			b.Fatalf("%s=%q: want an integer of at least %d", name, v, min)
 		}
 		return n
 	}
@@ -42,12 +42,9 @@ func benchInt(b *testing.B, name string, def int) int {
 //
 //	go test -run '^$' -bench Grids -benchtime 1x -timeout 60m ./internal/e2e/
 func BenchmarkGrids(b *testing.B) {
-	grids := benchInt(b, "ATOLL_BENCH_GRIDS", 200)
-	units := benchInt(b, "ATOLL_BENCH_UNITS", 20)
-	replicas := 0
-	if v := os.Getenv("ATOLL_BENCH_REPLICAS"); v != "" {
-		replicas = benchInt(b, "ATOLL_BENCH_REPLICAS", 0)
-	}
+	grids := benchInt(b, "ATOLL_BENCH_GRIDS", 200, 1)
+	units := benchInt(b, "ATOLL_BENCH_UNITS", 20, 1)
+	replicas := benchInt(b, "ATOLL_BENCH_REPLICAS", 0, 0)
 	steady := 5 * time.Minute
 	if v := os.Getenv("ATOLL_BENCH_STEADY"); v != "" {
 		d, err := time.ParseDuration(v)

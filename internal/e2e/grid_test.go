@@ -239,7 +239,8 @@ func (e *gridEnv) gridWrites() (map[string]int, error) {
 //     keys;
 //   - an invalid spec: InvalidSpec and a Warning Event;
 //   - atoll-cloud restarted: no write to any grid object or child;
-//   - the grid deleted: the garbage collector takes its children;
+//   - the grids deleted: the garbage collector takes their children
+//     (Deployments, StatefulSets, the Service);
 //   - deploy/grids.yaml: atoll-cloud is refused nothing and uses every
 //     rule.
 func TestGrids(t *testing.T) {
@@ -529,6 +530,27 @@ func TestGrids(t *testing.T) {
 	if err := e.c.Get(ctx, client.ObjectKeyFromObject(web), &appsv1alpha1.DeploymentGrid{}); !apierrors.IsNotFound(err) {
 		t.Errorf("web: %v", err)
 	}
+	// So do the StatefulSetGrid's StatefulSets and the ServiceGrid's
+	// Service.
+	for _, o := range []client.Object{ssg, sg} {
+		if err := e.c.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, 60*time.Second, func() error {
+		var list appsv1.StatefulSetList
+		if err := e.c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{wellknown.LabelGrid: "db"}); err != nil {
+			return err
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("%d StatefulSets of db left", len(list.Items))
+		}
+		err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "db-svc"}, &corev1.Service{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Service db-svc still there (%v)", err)
+		}
+		return nil
+	})
 
 	e.checkGridPrivilege(t)
 }
