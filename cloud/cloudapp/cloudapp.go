@@ -273,9 +273,9 @@ func (c Config) Validate() error {
 // disruption states and their changes.
 type healthStates struct{ h *health.Service }
 
-func (s healthStates) UnitDisruption(unit string) string {
-	st, _ := s.h.UnitState(unit)
-	return string(st)
+func (s healthStates) UnitDisruption(unit string) (string, bool) {
+	st, known := s.h.UnitStateKnown(unit)
+	return string(st), known
 }
 
 func (s healthStates) OnChange(fn func(unit string)) {

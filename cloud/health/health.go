@@ -133,6 +133,7 @@ type Service struct {
 	holds    jetstream.KeyValue
 	recorded map[string]bool // units with a record in holds
 	watchers []func(unit string, state UnitState)
+	resynced atomic.Bool // the unit states have been computed once
 }
 
 // New builds the service on the manager m: it registers the informers
@@ -284,6 +285,15 @@ func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 		return Normal, time.Time{}
 	}
 	return st.state, st.holdUntil
+}
+
+// UnitStateKnown is UnitState's state, and whether this replica has
+// computed the units' states yet: before its first resync (which waits
+// for the vote state to catch up) UnitState says Normal for every unit,
+// which may not be so.
+func (s *Service) UnitStateKnown(unit string) (UnitState, bool) {
+	st, _ := s.UnitState(unit)
+	return st, s.resynced.Load()
 }
 
 // OnUnitState registers fn, called with a unit and its new disruption
@@ -569,6 +579,7 @@ func (s *Service) resync(ctx context.Context) {
 		}
 	}
 	s.metrics.protected.Set(float64(protected))
+	s.resynced.Store(true)
 	for _, n := range queue {
 		s.enqueue(ctx, n)
 	}

@@ -93,9 +93,10 @@ func unitNode(t *testing.T, ctx context.Context, client kubernetes.Interface, na
 	}
 }
 
-// TestUnitStateChangesNotified: OnUnitState tells of each change of a
-// unit's disruption state, with the state UnitState then answers, and of
-// nothing while the state stays (the resyncs run every 200 ms).
+// TestUnitStateChangesNotified: once the states are known
+// (UnitStateKnown), OnUnitState tells of each change of a unit's
+// disruption state, with the state UnitState then answers, and of nothing
+// while the state stays (the resyncs run every 200 ms).
 func TestUnitStateChangesNotified(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -123,8 +124,8 @@ func TestUnitStateChangesNotified(t *testing.T) {
 		return slices.Clone(seen)
 	}
 	poll.Eventually(t, 30*time.Second, func() error {
-		if st, _ := r.s.UnitState("u"); st != health.Normal {
-			return fmt.Errorf("unit u is %s", st)
+		if st, known := r.s.UnitStateKnown("u"); st != health.Normal || !known {
+			return fmt.Errorf("unit u is %s (known: %v)", st, known)
 		}
 		return nil
 	})

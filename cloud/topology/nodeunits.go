@@ -40,7 +40,9 @@ const labelManagedBy = "app.kubernetes.io/managed-by"
 // UnitStates gives a unit's disruption state (the health service's) and
 // tells when it changes.
 type UnitStates interface {
-	UnitDisruption(unit string) string
+	// UnitDisruption is unit's state, and false if the states are not
+	// known yet (the NodeUnit then keeps the state it shows).
+	UnitDisruption(unit string) (state string, known bool)
 	// OnChange registers fn, to be called with each unit whose state
 	// changed, once UnitDisruption answers the new one. fn does not block.
 	OnChange(fn func(unit string))
@@ -51,7 +53,7 @@ type UnitStates interface {
 type UnitStatesFunc func(unit string) string
 
 // UnitDisruption calls f.
-func (f UnitStatesFunc) UnitDisruption(unit string) string { return f(unit) }
+func (f UnitStatesFunc) UnitDisruption(unit string) (string, bool) { return f(unit), true }
 
 // OnChange does nothing: f's states never change.
 func (f UnitStatesFunc) OnChange(func(string)) {}
@@ -174,7 +176,11 @@ func (r *nodeUnits) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	}
 	slices.Sort(next.Members)
 	if r.states != nil {
-		next.Disruption = r.states.UnitDisruption(unit)
+		if st, known := r.states.UnitDisruption(unit); known {
+			next.Disruption = st
+		} else {
+			next.Disruption = cur.Status.Disruption // not known yet: no flap after a restart
+		}
 	}
 	if equality.Semantic.DeepEqual(cur.Status, next) {
 		return reconcile.Result{}, nil

@@ -30,7 +30,8 @@ import (
 // TestNodeUnits: a unit's first node makes its NodeUnit, members and
 // counts follow the nodes, the disruption state follows the health
 // service's changes (without a Node event, and with no write when a
-// change notice brings nothing new), a label set by hand stays, the last
+// change notice brings nothing new or the states are not known yet), a
+// label set by hand stays, the last
 // node's departure deletes it; and a NodeUnit nobody manages is never
 // deleted.
 func TestNodeUnits(t *testing.T) {
@@ -107,9 +108,14 @@ func TestNodeUnits(t *testing.T) {
 	disruption = "PartialDisruption"
 	states.set("a", disruption)
 	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2"}, 1, 1))
-	// A change notice that brings nothing new writes nothing.
+	// A change notice that brings nothing new writes nothing, nor does
+	// one while the states are not known (as after a restart of the
+	// health service): the NodeUnit keeps its state.
 	writes := nodeUnitWrites(t, reg)
-	for range 3 {
+	for i := range 4 {
+		states.mu.Lock()
+		states.unknown = i == 3
+		states.mu.Unlock()
 		asked := states.askedFor("a")
 		states.notify("a")
 		poll.Eventually(t, 20*time.Second, func() error {
@@ -122,6 +128,12 @@ func TestNodeUnits(t *testing.T) {
 	if w := nodeUnitWrites(t, reg); w != writes {
 		t.Errorf("%v NodeUnit writes after change notices without a change", w-writes)
 	}
+	if err := unit("a", []string{"a-1", "a-2"}, 1, 1)(); err != nil {
+		t.Error(err)
+	}
+	states.mu.Lock()
+	states.unknown = false
+	states.mu.Unlock()
 
 	// A label set by hand stays (for unitSelector).
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"tier":"gold"}}}`))
@@ -164,16 +176,22 @@ type changingStates struct {
 	state map[string]string
 	asked map[string]int
 	fns   []func(string)
+	// unknown: the states are not computed yet (a restarted health
+	// service).
+	unknown bool
 }
 
-func (s *changingStates) UnitDisruption(unit string) string {
+func (s *changingStates) UnitDisruption(unit string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked[unit]++
-	if st := s.state[unit]; st != "" {
-		return st
+	if s.unknown {
+		return "", false
 	}
-	return "Normal"
+	if st := s.state[unit]; st != "" {
+		return st, true
+	}
+	return "Normal", true
 }
 
 func (s *changingStates) OnChange(fn func(string)) {
