@@ -38,7 +38,9 @@ func benchInt(b *testing.B, name string, def, min int) int {
 // pods), created at once. It reports the time until every grid's status
 // shows every unit Ready at the current generation, atoll-cloud's writes
 // of grid objects per second until then (the apiserver's audit log), and
-// its writes in the ATOLL_BENCH_STEADY that follow (default 5m; target 0).
+// its writes in the ATOLL_BENCH_STEADY that follow (default 5m; target
+// 0), in which the controllers' periodic resync (ATOLL_BENCH_RESYNC,
+// default 1m) reconciles every grid again.
 //
 //	go test -run '^$' -bench Grids -benchtime 1x -timeout 60m ./internal/e2e/
 func BenchmarkGrids(b *testing.B) {
@@ -53,8 +55,16 @@ func BenchmarkGrids(b *testing.B) {
 		}
 		steady = d
 	}
+	resync := time.Minute
+	if v := os.Getenv("ATOLL_BENCH_RESYNC"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("ATOLL_BENCH_RESYNC=%q: want a positive duration", v)
+		}
+		resync = d
+	}
 	for b.Loop() {
-		e := startGrids(b)
+		e := startGrids(b, resync)
 		ctx := b.Context()
 		ns := "bench"
 		if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -120,8 +130,8 @@ func BenchmarkGrids(b *testing.B) {
 		b.ReportMetric(converge.Seconds(), "converge-s")
 		b.ReportMetric(float64(converged)/converge.Seconds(), "writes/s")
 		b.ReportMetric(float64(steadyWrites), "steady-writes")
-		b.Logf("%d grids x %d units (%d children, %d replicas each): converged in %v with %d writes (%.0f/s); %d writes in the %v after (objects changed: %d)",
-			grids, units, grids*units, replicas, converge.Round(time.Millisecond), converged, float64(converged)/converge.Seconds(), steadyWrites, steady, len(changed(settled, after)))
+		b.Logf("%d grids x %d units (%d children, %d replicas each): converged in %v with %d writes (%.0f/s); %d writes in the %v after, with a resync every %v (objects changed: %d)",
+			grids, units, grids*units, replicas, converge.Round(time.Millisecond), converged, float64(converged)/converge.Seconds(), steadyWrites, steady, resync, len(changed(settled, after)))
 	}
 }
 

@@ -49,8 +49,9 @@ type gridEnv struct {
 
 // startGrids brings up a bed with the grid CRDs and RBAC, atoll-cloud as
 // its ServiceAccount (audited) on a hub cluster (so it can restart), and
-// the grids' periodic resync off: only events drive them.
-func startGrids(t testing.TB) *gridEnv {
+// the grids' periodic resync off (unless resync, at most one, says
+// otherwise): only events drive them.
+func startGrids(t testing.TB, resync ...time.Duration) *gridEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -76,7 +77,12 @@ func startGrids(t testing.TB) *gridEnv {
 		ServiceAccount: true,
 		Logger:         slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Kube:           kubetest.Config{ExtraAPIServerFlags: flags},
-		Cloud:          func(c *cloudapp.Config) { c.Grid.Resync = 0 },
+		Cloud: func(c *cloudapp.Config) {
+			c.Grid.Resync = 0
+			if len(resync) > 0 {
+				c.Grid.Resync = resync[0]
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
