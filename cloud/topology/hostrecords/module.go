@@ -52,7 +52,7 @@ func newForApp(p params) (*Publisher, error) {
 	if !p.Config.Enabled || !bool(p.Served) {
 		return nil, nil
 	}
-	pub, err := New(p.Config, p.Manager.GetClient(), p.Link, p.Log, newMetrics(p.Registry))
+	pub, err := New(p.Config, p.Manager.GetClient(), p.Link, p.Log, p.Registry)
 	if err != nil {
 		return nil, err
 	}

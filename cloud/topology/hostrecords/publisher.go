@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
@@ -54,18 +55,16 @@ type stored struct {
 
 // New returns a publisher reading the cluster through reader (the
 // manager's cache) and publishing through b.
-func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, reg *metrics) (*Publisher, error) {
+// Its metrics are registered with reg (nil: not registered).
+func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, reg prometheus.Registerer) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if reader == nil {
 		return nil, errors.New("hostrecords: no Kubernetes reader")
 	}
-	if reg == nil {
-		reg = newMetrics(nil)
-	}
 	return &Publisher{
-		cfg: cfg, reader: reader, bus: b, log: log.With("component", "hostrecords"), metrics: reg,
+		cfg: cfg, reader: reader, bus: b, log: log.With("component", "hostrecords"), metrics: newMetrics(reg),
 		published: map[string]stored{}, changed: make(chan struct{}, 1),
 	}, nil
 }
