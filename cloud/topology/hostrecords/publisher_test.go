@@ -93,6 +93,10 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// No controller manager here: the pods' service account by hand.
+	if _, err := kc.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range []struct{ name, unit string }{{"n1", "u1"}, {"n2", "u2"}} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{wellknown.LabelUnit: n.unit}}}
 		if _, err := kc.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
@@ -158,8 +162,8 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if want = string(hosts.Render(&atollv1.HostRecords{Unit: u}, "")) + want; string(b) != want {
-				return fmt.Errorf("%s's file holds %q, want %q", u, b, want)
+			if full := string(hosts.Render(&atollv1.HostRecords{Unit: u}, "")) + want; string(b) != full {
+				return fmt.Errorf("%s's file holds %q, want %q", u, b, full)
 			}
 			return nil
 		}
