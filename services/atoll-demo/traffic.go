@@ -14,6 +14,7 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/internal/testenv/testbed"
@@ -78,7 +79,19 @@ func printTraffic(ctx context.Context, out io.Writer, bed *testbed.Bed) {
 	defer cancel()
 	hc := &http.Client{Timeout: time.Second}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "ENDPOINTS OF %s/hello-svc SERVED BY EACH NODE'S PROXY (what its kube-proxy routes to)\nPROXY NODE\tSITE\tCOUNT\tENDPOINTS (ip@node)\n", gridNamespace)
+	total := "?"
+	if list, err := bed.Cluster.Client().DiscoveryV1().EndpointSlices(gridNamespace).List(lctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=hello-svc"}); err == nil {
+		n := 0
+		for _, s := range list.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					n += len(e.Addresses)
+				}
+			}
+		}
+		total = fmt.Sprint(n)
+	}
+	fmt.Fprintf(w, "ENDPOINTS OF %s/hello-svc SERVED BY EACH NODE'S PROXY (what its kube-proxy routes to; %s ready in the cluster)\nPROXY NODE\tSITE\tCOUNT\tENDPOINTS (ip@node)\n", gridNamespace, total)
 	for _, n := range bed.Sites.Nodes() {
 		if !n.Running() {
 			fmt.Fprintf(w, "%s\t%s\t-\tagent stopped\n", n.Name, n.Unit)
