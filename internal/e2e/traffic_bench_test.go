@@ -313,15 +313,15 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 
 	fmt.Printf("\nBenchmarkTraffic: %d proxies in %d units, %d Services (%d topology-keyed), %d changes of one EndpointSlice\n",
 		proxies, units, services, services/2, changes)
-	fmt.Printf("%-58s %s\n", "setup: Services + slices created in", created.Round(time.Millisecond))
-	fmt.Printf("%-58s %s\n", "setup: every proxy serves every slice after", loaded.Round(time.Millisecond))
-	fmt.Printf("%-58s p50 %-8s p99 %-8s max %s\n", "latency apiserver update → watch event, per proxy:",
+	fmt.Printf("%-62s %s\n", "setup: Services + slices created in", created.Round(time.Millisecond))
+	fmt.Printf("%-62s %s\n", "setup: every proxy serves every slice after", loaded.Round(time.Millisecond))
+	fmt.Printf("%-62s p50 %-8s p99 %-8s max %s\n", "latency apiserver update → watch event, per proxy:",
 		pct(all, 50), pct(all, 99), pct(all, 100))
-	fmt.Printf("%-58s p50 %-8s p99 %-8s max %s\n", "latency until the last of the proxies has it, per change:",
+	fmt.Printf("%-62s p50 %-8s p99 %-8s max %s\n", "latency until the last of the proxies has it, per change:",
 		pct(perLast, 50), pct(perLast, 99), pct(perLast, 100))
-	fmt.Printf("%-58s %.0f B\n", "hub → edge leaf bytes (wire) per endpoint change, per proxy:", perProxy)
-	fmt.Printf("%-58s %d B\n", "the slice's view message (payload + headers):", viewSize)
-	fmt.Printf("%-58s %.1f MiB → %.1f MiB (peak %.1f MiB)\n", fmt.Sprintf("edge process RSS, nodes only → %d Services:", services),
+	fmt.Printf("%-62s %.0f B\n", "hub → edge leaf bytes (wire) per endpoint change, per proxy:", perProxy)
+	fmt.Printf("%-62s %d B\n", "the slice's view message (payload + headers):", viewSize)
+	fmt.Printf("%-62s %.1f MiB → %.1f MiB (peak %.1f MiB)\n", fmt.Sprintf("edge process RSS, nodes only → %d Services:", services),
 		mib(rssBefore.rss), mib(rssAfter.rss), mib(rssAfter.hwm))
 	b.ReportMetric(float64(pctDur(all, 50).Milliseconds()), "p50-ms")
 	b.ReportMetric(float64(pctDur(all, 99).Milliseconds()), "p99-ms")
