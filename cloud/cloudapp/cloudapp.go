@@ -259,7 +259,7 @@ func (c Config) Validate() error {
 		checks = append(checks, c.HubLink)
 	}
 	if c.Kubernetes() {
-		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid, c.ObjectViews)
+		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid, c.ObjectViews, c.HostRecords)
 		if c.Registration.Enabled {
 			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
 				return err
