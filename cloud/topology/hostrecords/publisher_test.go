@@ -15,8 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/topology/hostrecords"
@@ -104,32 +107,50 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 		}
 	}
 
-	mcfg := manager.DefaultConfig()
-	mcfg.LeaderElect = false
-	m, err := manager.New(mcfg, cluster.RESTConfig(), log)
-	if err != nil {
-		t.Fatal(err)
+	// Two replicas, active-active, each on its own manager and connection.
+	var (
+		pubs []*hostrecords.Publisher
+		regs []*prometheus.Registry
+	)
+	for i := range 2 {
+		rnc, err := h.Connect(fmt.Sprint("cloud-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rnc.Close)
+		rjs, err := jetstream.NewWithDomain(rnc, h.Domain())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mcfg := manager.DefaultConfig()
+		mcfg.LeaderElect = false
+		m, err := manager.New(mcfg, cluster.RESTConfig(), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		cfg := hostrecords.DefaultConfig()
+		cfg.Debounce = 0
+		pub, err := hostrecords.New(cfg, m.GetClient(), hublink.Of(rnc, rjs), log.With("replica", i), reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.SetupWithManager(m); err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		if err := m.Start(sctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		t.Cleanup(func() { _ = m.Stop(context.Background()) })
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = pub.Run(runCtx) }()
+		t.Cleanup(func() { stop(); <-done })
+		pubs, regs = append(pubs, pub), append(regs, reg)
 	}
-	reg := prometheus.NewRegistry()
-	cfg := hostrecords.DefaultConfig()
-	cfg.Debounce = 0
-	pub, err := hostrecords.New(cfg, m.GetClient(), hublink.Of(nc, js), log, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.SetupWithManager(m); err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := m.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = pub.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	c := newClient(t, cluster)
 
 	// One edge node per unit, each with its hosts writer.
 	files := map[string]string{}
@@ -170,7 +191,6 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 	}
 
 	// The grid (the CRD may take a moment to be served).
-	c := m.GetClient()
 	ssg := &appsv1alpha1.StatefulSetGrid{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"}}
 	ssg.Spec.Template = appsv1.StatefulSetSpec{
 		ServiceName: "db-svc",
@@ -234,7 +254,15 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 		}
 		return raw.Sequence
 	}
-	passes := func() float64 {
+	streamSeq := func() uint64 {
+		t.Helper()
+		info, err := views.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	passesOf := func(reg *prometheus.Registry) float64 {
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -246,18 +274,21 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 		}
 		return 0
 	}
-	// A resync publishes nothing.
-	u1Seq, u2Seq := lastSeq("u1"), lastSeq("u2")
+	passes := func() float64 { return passesOf(regs[0]) + passesOf(regs[1]) }
+	// A resync of both replicas publishes nothing.
+	u1Seq, u2Seq, all := lastSeq("u1"), lastSeq("u2"), streamSeq()
 	before := passes()
-	pub.Resync()
+	for _, p := range pubs {
+		p.Resync()
+	}
 	poll.Eventually(t, 30*time.Second, func() error {
-		if passes() <= before {
-			return fmt.Errorf("no pass since the resync")
+		if passes() < before+2 {
+			return fmt.Errorf("the replicas' resync passes are not done")
 		}
 		return nil
 	})
-	if a, b := lastSeq("u1"), lastSeq("u2"); a != u1Seq || b != u2Seq {
-		t.Fatalf("a resync republished unchanged records: u1 %d→%d, u2 %d→%d", u1Seq, a, u2Seq, b)
+	if a, b, n := lastSeq("u1"), lastSeq("u2"), streamSeq(); a != u1Seq || b != u2Seq || n != all {
+		t.Fatalf("a resync republished unchanged records: u1 %d→%d, u2 %d→%d, stream %d→%d", u1Seq, a, u2Seq, b, all, n)
 	}
 
 	// A pod IP change reaches its unit only.
@@ -271,6 +302,29 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 	if got := writers["u2"].Writes(); got != u2Writes {
 		t.Fatalf("u2's file rewritten %d times for a change in u1", got-u2Writes)
 	}
+	// Both replicas made that change; the stream stored it once.
+	// waitPasses returns once each replica has made a whole pass that
+	// started after it was called.
+	waitPasses := func() {
+		t.Helper()
+		for i, p := range pubs {
+			for range 2 {
+				at := passesOf(regs[i])
+				p.Changed()
+				poll.Eventually(t, 30*time.Second, func() error {
+					if passesOf(regs[i]) < at+1 {
+						return fmt.Errorf("replica %d has not made its pass", i)
+					}
+					return nil
+				})
+			}
+		}
+	}
+	waitPasses()
+	if got := streamSeq(); got != all+1 {
+		t.Fatalf("one pod IP change stored %d messages with two replicas, want 1", got-all)
+	}
+	all = streamSeq()
 
 	// Deleting the grid empties both files (its pods may stay: no GC here).
 	if err := c.Delete(ctx, ssg); err != nil {
@@ -278,4 +332,25 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 	}
 	poll.Eventually(t, 60*time.Second, holds("u1", ""))
 	poll.Eventually(t, 60*time.Second, holds("u2", ""))
+	waitPasses()
+	if got := streamSeq(); got != all+2 {
+		t.Fatalf("deleting the grid stored %d messages with two replicas, want 2 (an empty set per unit)", got-all)
+	}
+}
+
+// newClient is a controller-runtime client that knows the grid types.
+func newClient(t *testing.T, cluster *kubetest.Cluster) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := appsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cluster.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
