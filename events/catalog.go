@@ -147,8 +147,8 @@ var (
 		Transport: TransportStream, Stream: StreamViews,
 		Message:  &atollv1.HostRecords{},
 		Identity: map[string]string{"unit": "unit"},
-		MsgID:    "`<subject>@<fingerprint>`",
-		Producer: "cloud", Consumer: "the unit's hosts writers",
+		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`, published expecting that last subject sequence",
+		Producer: "cloud host records", Consumer: "the unit's hosts writers",
 		Example: []string{"site-a"},
 	}
 	ObjectViewFamily = &Family{

@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/topology/hostrecords"
 	"github.com/atoll-edge/atoll/cloud/topology/objects"
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/cloud/webhook"
@@ -69,6 +70,10 @@ type Config struct {
 	// ObjectViews publishes per-unit views of Services, EndpointSlices,
 	// Endpoints and Nodes for the edge proxies (kubernetes source only).
 	ObjectViews objects.Config
+
+	// HostRecords publishes the StatefulSetGrid DNS records of each unit
+	// for the edge hosts writers (with the grid controllers).
+	HostRecords hostrecords.Config
 }
 
 // Default is the production configuration.
@@ -88,6 +93,7 @@ func Default() Config {
 		Grid:        grid.DefaultConfig(),
 		Tunnel:      tunnel.DefaultConfig(),
 		ObjectViews: objects.DefaultConfig(),
+		HostRecords: hostrecords.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -131,6 +137,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
 	fs.StringVar(&c.Topology.Source, "membership-source", c.Topology.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
 	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
+	fs.BoolVar(&c.HostRecords.Enabled, "host-records", c.HostRecords.Enabled, "publish per-unit StatefulSetGrid DNS records for the edge hosts writers (when the grid API is served)")
+	fs.StringVar(&c.HostRecords.ClusterDomain, "cluster-domain", c.HostRecords.ClusterDomain, "cluster domain of the StatefulSetGrid DNS names (<ssg>-<i>.<svc>.<ns>.svc.<domain>; empty: names end in .svc and the edge completes them)")
 	fs.BoolVar(&c.ObjectViews.Enabled, "object-views", c.ObjectViews.Enabled, "publish per-unit views of Services, EndpointSlices, Endpoints and Nodes for the edge endpoints proxies")
 	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", c.Kube.Kubeconfig, "kubeconfig file (empty: in-cluster)")
 	fs.Var((*cliflags.Float32)(&c.Kube.QPS), "kube-qps", "sustained requests/s of the main Kubernetes client (cache, leader election, topology, webhook registration)")
@@ -251,7 +259,7 @@ func (c Config) Validate() error {
 		checks = append(checks, c.HubLink)
 	}
 	if c.Kubernetes() {
-		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid, c.ObjectViews)
+		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid, c.ObjectViews, c.HostRecords)
 		if c.Registration.Enabled {
 			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
 				return err
@@ -290,6 +298,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	c.Registration.UnitLabel = c.Topology.UnitLabel
 	c.Grid.UnitLabel = c.Topology.UnitLabel
 	c.ObjectViews.UnitLabel = c.Topology.UnitLabel
+	c.HostRecords.UnitLabel = c.Topology.UnitLabel
 	if c.Registration.Service.Namespace != "" {
 		c.Webhook.CertSecret.Namespace = c.Registration.Service.Namespace
 	}
@@ -314,6 +323,9 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			status.Module,
 			fx.Supply(c.ObjectViews),
 			objects.Module,
+			fx.Supply(c.HostRecords),
+			fx.Provide(func(g *grid.Controllers) hostrecords.GridsServed { return g != nil }),
+			hostrecords.Module,
 		)
 	}
 	c.Identity.Replicas = c.Streams.Replicas

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/rest"
 
@@ -213,6 +214,16 @@ func TestOfflineRestart(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.viewBytes); got > float64(len(b))+64 {
 		t.Fatalf("caught up with %v bytes of views for one change of %d bytes: the stream was read again", got, len(b))
+	}
+	var size dto.Metric
+	if err := m.viewSize.Write(&size); err != nil {
+		t.Fatal(err)
+	}
+	if n, sum := size.GetHistogram().GetSampleCount(), size.GetHistogram().GetSampleSum(); n != 1 || sum != testutil.ToFloat64(m.viewBytes) {
+		t.Fatalf("view sizes: %d views of %v bytes, want the one change of %v bytes", n, sum, testutil.ToFloat64(m.viewBytes))
+	}
+	if testutil.ToFloat64(m.eventBytes) == 0 {
+		t.Fatal("the watch events written to the informer were not counted")
 	}
 	if p.Store().Seq() != seq+1 {
 		t.Fatalf("stream sequence %d after one change from %d", p.Store().Seq(), seq)

@@ -10,6 +10,8 @@ type metrics struct {
 	writes     *prometheus.CounterVec
 	requests   *prometheus.CounterVec
 	viewBytes  prometheus.Counter
+	viewSize   prometheus.Histogram
+	eventBytes prometheus.Counter
 	stateBytes prometheus.Gauge
 }
 
@@ -43,13 +45,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "proxy", Name: "view_bytes_total",
 			Help: "Bytes of the object views received from the hub.",
 		}),
+		viewSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "atoll", Subsystem: "proxy", Name: "view_message_bytes",
+			Help:    "Size of each object view received (one per object change): its sum over its count is the bytes per change.",
+			Buckets: prometheus.ExponentialBuckets(128, 2, 12),
+		}),
+		eventBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "proxy", Name: "watch_event_bytes_total",
+			Help: "Bytes of the watch events written to clients (frames, bookmarks included).",
+		}),
 		stateBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "proxy", Name: "state_bytes",
 			Help: "Size of the views kept on disk, as last written.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.watchers, m.changes, m.eventsSent, m.gone, m.writes, m.requests, m.viewBytes, m.stateBytes)
+		reg.MustRegister(m.watchers, m.changes, m.eventsSent, m.gone, m.writes, m.requests, m.viewBytes, m.viewSize, m.eventBytes, m.stateBytes)
 	}
 	return m
 }

@@ -233,6 +233,7 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 			return
 		}
 		p.store.metrics.viewBytes.Add(float64(len(msg.Data())))
+		p.store.metrics.viewSize.Observe(float64(len(msg.Data())))
 		if err := p.store.Apply(&v, md.Sequence.Stream); err != nil {
 			p.log.Warn("dropping a view", "subject", msg.Subject(), "err", err)
 			p.store.Advance(md.Sequence.Stream)

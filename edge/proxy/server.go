@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -428,7 +429,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req request, q ma
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)
-	enc := streaming.NewEncoder(stream.Framer.NewFrameWriter(w), stream.Serializer)
+	enc := streaming.NewEncoder(stream.Framer.NewFrameWriter(countingWriter{w, s.metrics.eventBytes}), stream.Serializer)
 	send := func(t watch.EventType, obj runtime.Object) error {
 		var buf bytes.Buffer
 		if err := embedded.Encode(obj, &buf); err != nil {
@@ -532,4 +533,16 @@ func (s *Server) dropWrite(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n prometheus.Counter
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(float64(n))
+	return n, err
 }

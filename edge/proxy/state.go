@@ -30,6 +30,7 @@ func (s *Store) Reset(unit string) {
 		for _, k := range slices.Sorted(mapKeys(s.raw[kind])) {
 			delete(s.raw[kind], k)
 		}
+		s.rawViews[kind] = map[string]*atollv1.ObjectView{}
 	}
 	for _, kind := range objectview.Kinds {
 		for _, k := range slices.Sorted(mapKeys(s.served[kind])) {
@@ -50,24 +51,33 @@ func (s *Store) Advance(seq uint64) {
 	}
 }
 
-// Snapshot returns the store's state.
+// Snapshot returns the store's state. The objects' encodings are the
+// ones made when they changed (the views as received, the served objects
+// as last computed), so a snapshot encodes nothing again. The messages
+// are shared with the store: read them, do not modify them.
 func (s *Store) Snapshot() (*atollv1.ProxyState, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	st := &atollv1.ProxyState{Unit: s.unit, Host: s.host, Seq: s.seq, Rev: s.rev, Compacted: s.compacted}
 	for _, kind := range objectview.Kinds {
 		for _, k := range slices.Sorted(mapKeys(s.raw[kind])) {
-			v, err := objectview.Encode(kind, s.raw[kind][k])
-			if err != nil {
-				return nil, err
+			v := s.rawViews[kind][k]
+			if v == nil {
+				var err error
+				if v, err = objectview.Encode(kind, s.raw[kind][k]); err != nil {
+					return nil, err
+				}
 			}
 			st.Raw = append(st.Raw, v)
 		}
 		for _, k := range slices.Sorted(mapKeys(s.served[kind])) {
 			e := s.served[kind][k]
-			v, err := objectview.Encode(kind, e.obj)
-			if err != nil {
-				return nil, err
+			v := e.view
+			if v == nil {
+				var err error
+				if v, err = objectview.Encode(kind, e.obj); err != nil {
+					return nil, err
+				}
 			}
 			st.Served = append(st.Served, &atollv1.ServedObject{View: v, Rv: e.rv, Created: e.created, Deleted: e.deleted})
 		}
@@ -81,9 +91,10 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 		return fmt.Errorf("proxy: state of host %q, not %q", st.GetHost(), s.host)
 	}
 	raw := map[string]map[string]objectview.Object{}
+	rawViews := map[string]map[string]*atollv1.ObjectView{}
 	served := map[string]map[string]*entry{}
 	for _, k := range objectview.Kinds {
-		raw[k], served[k] = map[string]objectview.Object{}, map[string]*entry{}
+		raw[k], rawViews[k], served[k] = map[string]objectview.Object{}, map[string]*atollv1.ObjectView{}, map[string]*entry{}
 	}
 	tombstones := 0
 	for _, v := range st.GetRaw() {
@@ -92,6 +103,7 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 			return err
 		}
 		raw[v.GetKind()][objKey(v.GetNamespace(), v.GetName())] = o
+		rawViews[v.GetKind()][objKey(v.GetNamespace(), v.GetName())] = v
 	}
 	for _, so := range st.GetServed() {
 		v := so.GetView()
@@ -100,7 +112,7 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 			return err
 		}
 		served[v.GetKind()][objKey(v.GetNamespace(), v.GetName())] = &entry{
-			obj: o, fp: digest(v.GetKind(), o), rv: so.GetRv(), created: so.GetCreated(), deleted: so.GetDeleted(),
+			obj: o, fp: digest(v.GetKind(), o), rv: so.GetRv(), created: so.GetCreated(), deleted: so.GetDeleted(), view: v,
 		}
 		if so.GetDeleted() {
 			tombstones++
@@ -109,7 +121,7 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unit, s.seq, s.rev, s.compacted = st.GetUnit(), st.GetSeq(), st.GetRev(), st.GetCompacted()
-	s.raw, s.served, s.tombstones = raw, served, tombstones
+	s.raw, s.rawViews, s.served, s.tombstones = raw, rawViews, served, tombstones
 	return nil
 }
 

@@ -19,11 +19,12 @@ import (
 
 // entry is one object as the proxy serves it.
 type entry struct {
-	obj     objectview.Object // served (filtered); its last state when deleted
-	fp      string            // digest of obj without its resource version
-	rv      uint64            // revision of the last change
-	created uint64            // revision it was (last) created at
-	deleted bool              // a tombstone
+	obj     objectview.Object   // served (filtered); its last state when deleted
+	fp      string              // digest of obj without its resource version
+	rv      uint64              // revision of the last change
+	created uint64              // revision it was (last) created at
+	deleted bool                // a tombstone
+	view    *atollv1.ObjectView // obj encoded, for the state on disk (nil: encode when saving)
 }
 
 // Event is one change of a served object.
@@ -53,6 +54,7 @@ type Store struct {
 	compacted  uint64 // resuming from below this is answered 410 Gone
 	seq        uint64 // last stream sequence applied
 	raw        map[string]map[string]objectview.Object
+	rawViews   map[string]map[string]*atollv1.ObjectView // the raw objects as received, for the state on disk
 	served     map[string]map[string]*entry
 	tombstones int
 	watchers   map[*watcher]struct{}
@@ -65,10 +67,11 @@ func NewStore(host string, maxTombstones int, m *metrics) *Store {
 		m = newMetrics(nil)
 	}
 	s := &Store{host: host, maxTombstones: maxTombstones, metrics: m,
-		raw: map[string]map[string]objectview.Object{}, served: map[string]map[string]*entry{},
-		watchers: map[*watcher]struct{}{}, changed: make(chan struct{})}
+		raw: map[string]map[string]objectview.Object{}, rawViews: map[string]map[string]*atollv1.ObjectView{},
+		served: map[string]map[string]*entry{}, watchers: map[*watcher]struct{}{}, changed: make(chan struct{})}
 	for _, k := range objectview.Kinds {
 		s.raw[k] = map[string]objectview.Object{}
+		s.rawViews[k] = map[string]*atollv1.ObjectView{}
 		s.served[k] = map[string]*entry{}
 	}
 	return s
@@ -108,7 +111,13 @@ func (s *Store) Apply(v *atollv1.ObjectView, seq uint64) error {
 	if _, known := objectview.Kind(v.GetKind()); !known {
 		return nil
 	}
-	s.apply(v.GetKind(), objKey(v.GetNamespace(), v.GetName()), obj)
+	k := objKey(v.GetNamespace(), v.GetName())
+	if obj == nil {
+		delete(s.rawViews[v.GetKind()], k)
+	} else {
+		s.rawViews[v.GetKind()][k] = v
+	}
+	s.apply(v.GetKind(), k, obj)
 	s.notify()
 	return nil
 }
@@ -245,7 +254,7 @@ func (s *Store) recompute(kind, k string) {
 		s.rev++
 		last := withRV(cur.obj, s.rev)
 		old := cur.obj
-		cur.obj, cur.rv, cur.deleted = last, s.rev, true
+		cur.obj, cur.rv, cur.deleted, cur.view = last, s.rev, true, encoded(kind, last)
 		s.tombstones++
 		s.emit(Event{Type: watch.Deleted, Kind: kind, Obj: last, Old: old, RV: s.rev})
 		s.prune(kind)
@@ -268,7 +277,7 @@ func (s *Store) recompute(kind, k string) {
 	} else {
 		ev.Old = cur.obj
 	}
-	cur.obj, cur.fp, cur.rv, cur.deleted = served, fp, s.rev, false
+	cur.obj, cur.fp, cur.rv, cur.deleted, cur.view = served, fp, s.rev, false, encoded(kind, served)
 	s.emit(ev)
 }
 
@@ -300,6 +309,17 @@ func withRV(obj objectview.Object, rv uint64) objectview.Object {
 	c := obj.DeepCopyObject().(objectview.Object)
 	c.SetResourceVersion(strconv.FormatUint(rv, 10))
 	return c
+}
+
+// encoded is obj's view, encoded once when it changes so that saving the
+// state does not encode every object again (nil: it failed; saving then
+// tries again and reports the error).
+func encoded(kind string, obj objectview.Object) *atollv1.ObjectView {
+	v, err := objectview.Encode(kind, obj)
+	if err != nil {
+		return nil
+	}
+	return v
 }
 
 // digest is the fingerprint of obj's content without its resource

@@ -62,6 +62,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-cluster-port=6222", "--hub-routes=http://a"}, "cluster route"},
 		{[]string{"--tunnel-connect-addr=nonsense"}, "tunnel: ConnectAddr"},
 		{[]string{"--tunnel-forward=127.0.0.1:9100=a*b/127.0.0.1:9100"}, "tunnel: Forwards[0].Node"},
+		{[]string{"--cluster-domain=.cluster.local"}, "hostrecords: ClusterDomain"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -1,8 +1,10 @@
 // Command atoll-demo runs Atoll locally: a real Kubernetes control plane
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), the
 // atoll-cloud application with its embedded hub, and simulated edge sites
-// whose nodes each run a real atoll-edge agent. It prints a live status
-// table until interrupted.
+// whose nodes each run a real atoll-edge agent (with its endpoints proxy).
+// It prints a live status table, the grid's copies and, per node, the
+// endpoints of the grid's Service that its proxy serves, until
+// interrupted.
 //
 // Run it with `go tool task demo` (which builds the Kubernetes binaries on
 // first use).
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -137,7 +140,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}()
 	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and atoll-cloud ...")
 	start := time.Now()
-	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, HubCluster: o.cluster, Grids: true, Logger: log})
+	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, HubCluster: o.cluster, Grids: true, Agent: withProxy, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -175,6 +178,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		return err
 	}
 	say("grid %s/hello: a DeploymentGrid (one copy per site, two replicas in site-b) and a ServiceGrid (hello-svc)", gridNamespace)
+	say("each agent serves kube-proxy's view of the cluster on <node ip>:%s; e.g. kubectl --server http://%s get endpointslices -n %s", proxyPort, net.JoinHostPort(bed.Sites.Nodes()[0].IP, proxyPort), gridNamespace)
 
 	scenario := newScenario(o, bed, say)
 	t := time.NewTicker(o.interval)
@@ -183,6 +187,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		scenario.step(ctx)
 		printStatus(ctx, out, bed)
 		printGrids(ctx, out, grids)
+		printTraffic(ctx, out, bed)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -77,6 +78,41 @@ func TestDemo(t *testing.T) {
 			if !re.MatchString(s[i:]) {
 				return poll.Errorf("grid table lacks %s: %q", re, s[i:])
 			}
+		}
+		return nil
+	})
+	// Site-local traffic: each node's proxy serves only its own site's
+	// endpoints of hello-svc (one in site-a, two in site-b).
+	local := regexp.MustCompile(`^(site-[ab])-\d\s+(site-[ab])\s+(\d+)\s+(\S+)\s*$`)
+	poll.Eventually(t, 90*time.Second, func() error {
+		s := out.String()
+		i := strings.LastIndex(s, "ENDPOINTS OF demo/hello-svc")
+		if i < 0 {
+			return poll.Errorf("no traffic table yet")
+		}
+		rows := 0
+		for _, l := range strings.Split(s[i:], "\n")[2:] {
+			if !strings.HasPrefix(l, "site-") {
+				break
+			}
+			rows++
+			m := local.FindStringSubmatch(l)
+			if m == nil {
+				return poll.Errorf("traffic row not served yet: %q", l)
+			}
+			want := map[string]int{"site-a": 1, "site-b": 2}[m[2]]
+			eps := strings.Split(m[4], ",")
+			if len(eps) != want || m[3] != fmt.Sprint(want) {
+				return poll.Errorf("node of %s serves %q, want %d endpoints", m[2], m[4], want)
+			}
+			for _, e := range eps {
+				if !strings.Contains(e, "@"+m[2]+"-") {
+					return poll.Errorf("node of %s serves another site's endpoint %s", m[2], e)
+				}
+			}
+		}
+		if rows != 4 {
+			return poll.Errorf("want 4 traffic rows, have %d", rows)
 		}
 		return nil
 	})

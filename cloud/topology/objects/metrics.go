@@ -4,6 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	units     prometheus.Gauge
+	fanout    prometheus.Histogram
 	passes    prometheus.Counter
 	published *prometheus.CounterVec
 	bytes     prometheus.Counter
@@ -16,6 +17,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		units: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "objectviews", Name: "units",
 			Help: "Units the object views are published to (the fan-out of each object change).",
+		}),
+		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "fanout",
+			Help:    "Unit views stored per object handled in a pass (0: no unit's view changed).",
+			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 		}),
 		passes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "objectviews", Name: "passes_total",
@@ -39,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.units, m.passes, m.published, m.bytes, m.conflicts, m.rejected)
+		reg.MustRegister(m.units, m.fanout, m.passes, m.published, m.bytes, m.conflicts, m.rejected)
 	}
 	return m
 }

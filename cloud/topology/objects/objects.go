@@ -295,6 +295,8 @@ func (p *Publisher) publishObject(ctx context.Context, k key, units []string, no
 		}
 	}
 	var errs []error
+	stored := 0
+	defer func() { p.metrics.fanout.Observe(float64(stored)) }()
 	for _, u := range units {
 		subj, err := objectview.Subject(u, k.kind, k.namespace, k.name)
 		if err != nil {
@@ -307,8 +309,12 @@ func (p *Publisher) publishObject(ctx context.Context, k key, units []string, no
 			v = stripped
 		}
 		if v == nil {
-			if err := p.tombstone(ctx, subj, k); err != nil {
+			ok, err := p.tombstone(ctx, subj, k)
+			if err != nil {
 				errs = append(errs, err)
+			}
+			if ok {
+				stored++
 			}
 			continue
 		}
@@ -317,8 +323,12 @@ func (p *Publisher) publishObject(ctx context.Context, k key, units []string, no
 			p.log.Warn("object view too large; left out", "subject", subj, "bytes", len(v.Object), "max", p.cfg.MaxObjectBytes)
 			continue
 		}
-		if err := p.put(ctx, subj, v); err != nil {
+		ok, err := p.put(ctx, subj, v)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if ok {
+			stored++
 		}
 	}
 	if obj == nil {
@@ -330,8 +340,8 @@ func (p *Publisher) publishObject(ctx context.Context, k key, units []string, no
 }
 
 // tombstone stores the tombstone of k on subj, unless the stream holds
-// nothing there or a tombstone already.
-func (p *Publisher) tombstone(ctx context.Context, subj string, k key) error {
+// nothing there or a tombstone already, and says whether it stored it.
+func (p *Publisher) tombstone(ctx context.Context, subj string, k key) (bool, error) {
 	p.mu.Lock()
 	last, known := p.published[subj]
 	uid := p.uids[k]
@@ -339,16 +349,16 @@ func (p *Publisher) tombstone(ctx context.Context, subj string, k key) error {
 	if !known {
 		var err error
 		if last, err = p.stored(ctx, subj); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if last.seq == 0 || last.deleted {
 		p.remember(subj, last)
-		return nil
+		return false, nil
 	}
 	v, err := objectview.Tombstone(k.kind, k.namespace, k.name, uid)
 	if err != nil {
-		return err
+		return false, err
 	}
 	return p.put(ctx, subj, v)
 }
@@ -398,7 +408,7 @@ func (p *Publisher) tombstoneStale(ctx context.Context, live []key, units []stri
 				if ns == events.ClusterScoped {
 					ns = ""
 				}
-				if err := p.tombstone(ctx, subj, key{vk.Kind, ns, vk.Name}); err != nil {
+				if _, err := p.tombstone(ctx, subj, key{vk.Kind, ns, vk.Name}); err != nil {
 					errs = append(errs, err)
 				}
 			}

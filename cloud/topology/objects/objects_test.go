@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -238,6 +239,19 @@ func TestObjectViews(t *testing.T) {
 		}
 		return n
 	}
+	// fanout is the sum of the fan-out histograms: views stored.
+	fanout := func() float64 {
+		var n float64
+		for _, p := range f.pubs {
+			var m dto.Metric
+			if err := p.metrics.fanout.Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			n += m.GetHistogram().GetSampleSum()
+		}
+		return n
+	}
+	fanBefore := fanout()
 	before := passes()
 	for _, p := range f.pubs {
 		p.Resync()
@@ -250,6 +264,9 @@ func TestObjectViews(t *testing.T) {
 	})
 	if got := f.lastSeq(t); got != base {
 		t.Fatalf("a resync stored %d messages", got-base)
+	}
+	if got := fanout(); got != fanBefore {
+		t.Fatalf("the fan-out histogram counts %v views stored by a resync that stored none", got-fanBefore)
 	}
 
 	// One change: one message per unit, whatever the replicas.
@@ -273,6 +290,9 @@ func TestObjectViews(t *testing.T) {
 	})
 	if got := settle(); got != base+2 {
 		t.Fatalf("one slice change stored %d messages, want 2 (one per unit)", got-base)
+	}
+	if got := fanout() - fanBefore; got < 2 {
+		t.Fatalf("the fan-out histogram counts %v views stored for a change stored in 2 units", got)
 	}
 	base += 2
 

@@ -20,11 +20,11 @@ import (
 const maxPutAttempts = 5
 
 // put makes v the last value stored on subj, unless it already is (same
-// fingerprint). The rules are those of the unit views (cloud/topology):
-// the publish expects the subject's last sequence to be the one read, the
+// fingerprint), and says whether it stored it. The rules are those of the
+// unit views (cloud/topology): the publish expects the subject's last sequence to be the one read, the
 // message id is <subject>@<fingerprint>@<sequence it replaces>, and a
 // Duplicate ack is checked against the stream.
-func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView) error {
+func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView) (bool, error) {
 	fp := v.GetFingerprint()
 	p.mu.Lock()
 	last, known := p.published[subj]
@@ -34,16 +34,16 @@ func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView)
 		if !known {
 			var err error
 			if last, err = p.stored(ctx, subj); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if last.fp == fp {
 			p.remember(subj, last)
-			return nil
+			return false, nil
 		}
 		if attempt > maxPutAttempts {
 			p.forget(subj)
-			return fmt.Errorf("objects: %s: the stored value kept changing under %d attempts", subj, maxPutAttempts)
+			return false, fmt.Errorf("objects: %s: the stored value kept changing under %d attempts", subj, maxPutAttempts)
 		}
 		m := proto.Clone(v).(*atollv1.ObjectView)
 		m.Time = timestamppb.Now()
@@ -57,13 +57,13 @@ func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView)
 		if err != nil {
 			p.forget(subj)
 			p.metrics.rejected.WithLabelValues("publish_failed").Inc()
-			return err
+			return false, err
 		}
 		if ack.Duplicate {
 			now, err := p.stored(ctx, subj)
 			if err != nil {
 				p.forget(subj)
-				return err
+				return false, err
 			}
 			if now.fp != fp {
 				if now.seq == last.seq {
@@ -79,7 +79,7 @@ func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView)
 		p.remember(subj, stored{fp: fp, seq: ack.Sequence, deleted: v.GetDeleted()})
 		p.metrics.published.WithLabelValues(v.GetKind()).Inc()
 		p.metrics.bytes.Add(float64(proto.Size(m)))
-		return nil
+		return true, nil
 	}
 }
 

@@ -1,0 +1,61 @@
+package hostrecords
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/atoll-edge/atoll/internal/wellknown"
+)
+
+// Config tunes the host records publisher.
+type Config struct {
+	// Enabled runs the publisher (kubernetes source, grid CRDs served).
+	Enabled bool
+	// UnitLabel is the Node label whose value names the node's unit; only
+	// grids whose gridUniqKey is this label get records.
+	UnitLabel string
+	// ExcludeLabels: nodes carrying any of these labels are in no unit.
+	ExcludeLabels []string
+	// ClusterDomain completes the names (`<...>.svc.<ClusterDomain>`);
+	// empty publishes names ending in ".svc", which the edge writer
+	// completes with its own --cluster-domain.
+	ClusterDomain string
+	// Debounce coalesces bursts of changes into one pass.
+	Debounce time.Duration
+	// Resync is how often every unit's records are compared with the stream.
+	Resync time.Duration
+}
+
+// DefaultConfig suits production.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:       true,
+		UnitLabel:     wellknown.LabelUnit,
+		ExcludeLabels: []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master", wellknown.LabelCloud},
+		ClusterDomain: "cluster.local",
+		Debounce:      100 * time.Millisecond,
+		Resync:        5 * time.Minute,
+	}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.UnitLabel == "":
+		return errors.New("hostrecords: UnitLabel is empty")
+	case c.Debounce < 0:
+		return fmt.Errorf("hostrecords: Debounce %v is negative", c.Debounce)
+	case c.Resync <= 0:
+		return fmt.Errorf("hostrecords: Resync %v must be positive", c.Resync)
+	}
+	if c.ClusterDomain != "" {
+		if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
+			return fmt.Errorf("hostrecords: ClusterDomain %q: %s", c.ClusterDomain, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
