@@ -69,10 +69,10 @@ func (fixedUnit) Changes() <-chan struct{} { return nil }
 //   - the RSS of an edge process (edge NATS server + endpoints proxy, its
 //     own process) before and after it holds the views of the Services.
 func BenchmarkTraffic(b *testing.B) {
-	proxies := benchInt(b, "ATOLL_BENCH_PROXIES", 100)
-	units := benchInt(b, "ATOLL_BENCH_UNITS", 10)
-	services := benchInt(b, "ATOLL_BENCH_SERVICES", 1000)
-	changes := benchInt(b, "ATOLL_BENCH_CHANGES", 20)
+	proxies := benchInt(b, "ATOLL_BENCH_PROXIES", 100, 1)
+	units := benchInt(b, "ATOLL_BENCH_UNITS", 10, 1)
+	services := benchInt(b, "ATOLL_BENCH_SERVICES", 1000, 1)
+	changes := benchInt(b, "ATOLL_BENCH_CHANGES", 20, 1)
 	if units > proxies {
 		units = proxies
 	}
