@@ -231,7 +231,11 @@ func (l *Listener) handle(m *nats.Msg) {
 		_, old := l.recent[id]
 		if l.closed || old || f.Kind != atollv1.FrameKind_FRAME_KIND_OPEN || f.Sequence != 1 {
 			l.mu.Unlock()
-			if f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR {
+			// A keepalive of a session the cloud is still opening (it
+			// acknowledges nothing of ours) can overtake its OPEN when
+			// the session changes path: the OPEN's resend follows.
+			early := !old && f.Kind == atollv1.FrameKind_FRAME_KIND_WINDOW && f.Ack == 0
+			if f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR && !early {
 				l.replyError(reply, id, "unknown session")
 			}
 			return

@@ -26,10 +26,11 @@ type RelayPolicy struct {
 	// one moves back to direct once Down reports the link up again.
 	Down func(node string) bool
 	// After is the silence that moves a session to the next path: a
-	// session that heard nothing from the node for After (before the
-	// first frame) or KeepAlive+After (after it; keepalives flow every
-	// KeepAlive) tries the next of direct, then each peer in turn.
-	// Default 1s.
+	// session that heard nothing from the node for After (while opening,
+	// or right after a switch: the last sequenced frame is republished on
+	// the new path, which the node answers at once) or KeepAlive+After
+	// (on an established path; keepalives flow every KeepAlive) tries the
+	// next of direct, then each peer in turn. Default 1s.
 	After time.Duration
 	// OnSwitch, when set, is called when a session changes path; via is
 	// the relaying peer, "" for direct.
@@ -61,10 +62,12 @@ type route struct {
 	via       string // relaying peer; "" direct
 	subject   string // where frames to the node go now
 	subs      map[string]*nats.Subscription
-	heard     bool      // a frame arrived (the session is past its OPEN)
-	lastHeard time.Time // last frame from the node, or last switch
-	sawDown   bool      // Down reported the link down since we left direct
-	relayed   bool      // the session ever went through a peer
+	heard     bool                 // a frame arrived (the session is past its OPEN)
+	lastHeard time.Time            // last frame from the node, or last switch
+	sawDown   bool                 // Down reported the link down since we left direct
+	relayed   bool                 // the session ever went through a peer
+	probing   bool                 // switched, nothing heard on the new path yet
+	lastSeq   *atollv1.TunnelFrame // the last sequenced frame sent
 	timer     *time.Timer
 	done      bool
 }
@@ -91,6 +94,9 @@ func (r *route) subscribeLocked(via string) error {
 		}
 		r.mu.Lock()
 		r.heard, r.lastHeard = true, time.Now()
+		if via == r.via {
+			r.probing = false
+		}
 		r.mu.Unlock()
 		if via != "" && r.d.Relay.OnFrame != nil {
 			r.d.Relay.OnFrame(events.ToCloud)
@@ -119,6 +125,18 @@ func (r *route) setLocked(via string) error {
 	}
 	changed := r.subject != "" && r.via != via
 	r.via, r.subject = via, subj
+	if changed {
+		// Republish the last sequenced frame on the new path: the node
+		// answers a duplicate at once (an ack), an OPEN by opening, so
+		// the new path proves itself within a round trip instead of
+		// after the next resend or keepalive.
+		r.probing = true
+		if r.lastSeq != nil {
+			if data, err := proto.Marshal(r.lastSeq); err == nil {
+				_ = r.d.nc.Publish(subj, data)
+			}
+		}
+	}
 	if via != "" && !r.relayed {
 		r.relayed = true
 		if r.d.Relay.OnRelayed != nil {
@@ -135,6 +153,9 @@ func (r *route) setLocked(via string) error {
 func (r *route) send(f *atollv1.TunnelFrame) {
 	r.mu.Lock()
 	subj, via := r.subject, r.via
+	if f.Sequence != 0 {
+		r.lastSeq = f // frames are never modified once sent
+	}
 	r.mu.Unlock()
 	data, err := proto.Marshal(f)
 	if err != nil {
@@ -145,13 +166,15 @@ func (r *route) send(f *atollv1.TunnelFrame) {
 	}
 }
 
-// threshold is the silence after which the path is changed.
+// thresholdLocked is the silence after which the path is changed: After
+// while the session is opening or probing a new path (the frame
+// republished on it draws an answer within a round trip), KeepAlive+After
+// on an established path (both ends send at least every KeepAlive).
 func (r *route) thresholdLocked() time.Duration {
-	a := r.d.Relay.after()
-	if r.heard {
-		return r.d.cfg.KeepAlive + a
+	if !r.heard || r.probing {
+		return r.d.Relay.after()
 	}
-	return a
+	return r.d.cfg.KeepAlive + r.d.Relay.after()
 }
 
 func (r *route) armLocked() {
