@@ -89,7 +89,7 @@ func startUnit(t *testing.T, cfg tunnel.Config) *unitEnv {
 			return []string{"b"} // a cloud whose view is wrong about d
 		},
 		Down:      func(node string) bool { return node == "a" && e.down.Load() },
-		After:     300 * time.Millisecond,
+		After:     time.Second,
 		OnSwitch:  func(_, via string) { e.switches <- via },
 		OnRelayed: func(string) { e.relayed.Add(1) },
 		OnFrame: func(dir events.TunnelDir) {
@@ -285,8 +285,10 @@ func TestRelayMidSession(t *testing.T) {
 	c = e.dial(t, "a")
 	echo(t, c, 4<<20, nil)
 	_ = c.Close()
-	if got := e.drainSwitches(); !slices.Equal(got, []string{"b", "c"}) {
-		t.Fatalf("paths taken %q, want b then c", got)
+	// On a loaded machine a path may be left before it answered; the
+	// rotation comes back to it.
+	if got := e.drainSwitches(); len(got) < 2 || got[0] != "b" || got[len(got)-1] != "c" {
+		t.Fatalf("paths taken %q, want b, then ending on c", got)
 	}
 	e.relayLeaks(t, g, subs)
 }
