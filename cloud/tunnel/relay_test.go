@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,7 +147,6 @@ func TestConnectRelayed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Stop(context.Background()); nc.Close() })
 	r := &rig{servers: []*tunnel.Server{s}, agentReg: agentRegs["n1"]}
-	before := runtime.NumGoroutine()
 
 	// In progress when n1's own leaf is cut.
 	c, code, body := r.connect(t, 0, "n1:"+port)
@@ -166,6 +166,9 @@ func TestConnectRelayed(t *testing.T) {
 		}
 		return nil
 	})
+	// Counted from here, with the link state settled (a link flap leaves
+	// the servers' connection goroutines in other numbers).
+	before, subs := runtime.NumGoroutine(), nc.NumSubscriptions()
 	start := time.Now()
 	c, code, body = r.connect(t, 0, "n1:"+port)
 	if c == nil {
@@ -176,9 +179,34 @@ func TestConnectRelayed(t *testing.T) {
 	}
 	echo(t, c, 1<<20, nil)
 	c.Close()
-	if v := counterVec(t, reg, "atoll_tunnel_server_relayed_sessions_total", "", ""); v != 2 {
-		t.Fatalf("relayed sessions %v, want 2", v)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, code, body := r.connect(t, 0, "n1:"+port)
+			if c == nil {
+				t.Errorf("CONNECT %d while n1's link is down: %d %s", i, code, body)
+				return
+			}
+			defer c.Close()
+			echo(t, c, 64<<10+i, nil)
+		}()
 	}
+	wg.Wait()
+	if v := counterVec(t, reg, "atoll_tunnel_server_relayed_sessions_total", "", ""); v != 22 {
+		t.Fatalf("relayed sessions %v, want 22", v)
+	}
+	noLeaks(t, r, before)
+	poll.Eventually(t, 20*time.Second, func() error {
+		if n := nc.NumSubscriptions(); n != subs {
+			return fmt.Errorf("%d server subscriptions, %d before", n, subs)
+		}
+		if v := gauge(t, agentRegs["n2"], "atoll_tunnel_agent_relay_sessions"); v != 0 {
+			return fmt.Errorf("n2 still relays %v sessions", v)
+		}
+		return nil
+	})
 	for _, dir := range []string{"to_edge", "from_edge"} {
 		if v := counterVec(t, reg, "atoll_tunnel_server_relay_frames_total", "dir", dir); v == 0 {
 			t.Errorf("no relayed frame %s counted by the server", dir)
@@ -211,5 +239,4 @@ func TestConnectRelayed(t *testing.T) {
 	if v := counterVec(t, reg, "atoll_tunnel_server_path_switches_total", "", ""); v != switches {
 		t.Errorf("a session after the link came back changed path (%v switches, %v before)", v, switches)
 	}
-	noLeaks(t, r, before)
 }
