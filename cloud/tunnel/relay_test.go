@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/tunnel"
@@ -57,8 +60,9 @@ func counterVec(t *testing.T, reg *prometheus.Registry, name, label, value strin
 // comes from the hub's system events. n1's own leaf is cut in the middle
 // of a CONNECT transfer: it completes byte for byte through n2. A new
 // CONNECT to n1 while its link is known down goes through n2 at once.
-// Once the link is back, new sessions go direct. Relayed sessions and
-// frames are counted on both sides, and nothing leaks.
+// n2's agent refuses to relay for a node outside its unit. Once the link
+// is back, new sessions go direct. Relayed sessions and frames are counted
+// on both sides, and nothing leaks.
 func TestConnectRelayed(t *testing.T) {
 	kubelet := echoServer(t)
 	_, port, _ := net.SplitHostPort(kubelet)
@@ -219,6 +223,31 @@ func TestConnectRelayed(t *testing.T) {
 	}
 	if v := counterVec(t, agentRegs["n1"], "atoll_tunnel_agent_relay_frames_total", "dir", "from_peer"); v == 0 {
 		t.Error("n1's agent counted no frame through its peer")
+	}
+
+	// n2's agent refuses, with a reason, to relay for a node outside its
+	// unit, and counts it.
+	answers := make(chan *nats.Msg, 4)
+	sub, err := nc.ChanSubscribe("atoll.tunnel.n2.relay.x.s1.out", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, _ := proto.Marshal(&atollv1.TunnelFrame{Session: "s1", Kind: atollv1.FrameKind_FRAME_KIND_OPEN, Sequence: 1, Target: "x:" + port})
+	if err := nc.Publish("atoll.tunnel.n2.relay.x.s1.in", open); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-answers:
+		var f atollv1.TunnelFrame
+		if err := proto.Unmarshal(m.Data, &f); err != nil || f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR || !strings.Contains(f.Error, `x is not in unit "u1" of n2`) {
+			t.Fatalf("answer %v %v, want n2's refusal", &f, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("n2 did not answer a relay request for a node outside its unit")
+	}
+	_ = sub.Unsubscribe()
+	if v := counterVec(t, agentRegs["n2"], "atoll_tunnel_agent_relay_refused_total", "", ""); v != 1 {
+		t.Fatalf("n2 counted %v refusals, want 1", v)
 	}
 
 	// The link is back: a new session stays direct.
