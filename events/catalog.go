@@ -170,6 +170,32 @@ var (
 		Producer:  "tunnel server or edge agent", Consumer: "the other end of the session",
 		Example: []string{"edge-1", "s1", string(ToEdge)},
 	}
+	// TunnelRelayFamily is the hub leg of a session relayed through a
+	// unit peer of the node (events/tunnel, "Relay"): in the relaying
+	// peer's own namespace, so its credentials allow exactly its own.
+	TunnelRelayFamily = &Family{
+		Name: "tunnel relay", Pattern: Root + ".tunnel.<peer>.relay.<node>.<session>.<dir>",
+		Values:    map[string][]string{"dir": {string(ToEdge), string(ToCloud)}},
+		Transport: TransportCore,
+		Message:   &atollv1.TunnelFrame{},
+		Identity:  map[string]string{"session": "session"},
+		MsgID:     "none",
+		Producer:  "tunnel server (`in`) or the relaying peer's agent (`out`)", Consumer: "the relaying peer's agent (`in`) or the tunnel server (`out`)",
+		Example: []string{"edge-2", "edge-1", "s1", string(ToEdge)},
+	}
+	// UnitRelayFamily is the unit leg of a relayed session, between the
+	// relaying peer's agent and the node's: core NATS over the unit's
+	// routes; the edge credentials may not send it over a leaf link.
+	UnitRelayFamily = &Family{
+		Name: "unit relay", Pattern: Root + ".relay.<unit>.<peer>.<node>.<session>.<dir>",
+		Values:    map[string][]string{"dir": {string(ToEdge), string(ToCloud)}},
+		Transport: TransportCore,
+		Message:   &atollv1.TunnelFrame{},
+		Identity:  map[string]string{"session": "session"},
+		MsgID:     "none",
+		Producer:  "the relaying peer's agent (`in`) or the node's agent (`out`)", Consumer: "the other agent (core, over the unit's routes); never sent to the hub",
+		Example: []string{"site-a", "edge-2", "edge-1", "s1", string(ToEdge)},
+	}
 	StatusFamily = &Family{
 		Name: "status", Pattern: StatusSubject,
 		Transport: TransportRequest,
@@ -184,7 +210,7 @@ var (
 var catalog = []*Family{
 	ProbeFamily, VoteFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
-	TunnelFamily, StatusFamily,
+	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, StatusFamily,
 }
 
 func init() {
@@ -341,9 +367,15 @@ func FamilyOf(subject string) (*Family, error) {
 	return best, nil
 }
 
-// familyOfType returns the family that carries messages of type m.
-func familyOfType(m proto.Message) *Family {
+// familyOfType returns the family of subject that carries messages of
+// type m; when subject is of no such family (or the type travels in one
+// family only), the first family carrying the type, whose parse then names
+// the mismatch. Nil when no family carries the type.
+func familyOfType(subject string, m proto.Message) *Family {
 	name := TypeName(m)
+	if f, err := FamilyOf(subject); err == nil && TypeName(f.Message) == name {
+		return f
+	}
 	for _, f := range catalog {
 		if TypeName(f.Message) == name {
 			return f

@@ -159,6 +159,8 @@ func TestWildcardConstants(t *testing.T) {
 		{events.ViewSubjects, events.ObjectViewFamily},
 		{events.ViewSubjects, events.AssignmentFamily},
 		{events.TunnelSubjects, events.TunnelFamily},
+		{events.TunnelSubjects, events.TunnelRelayFamily},
+		{events.UnitRelaySubjects, events.UnitRelayFamily},
 	}
 	for _, tt := range tests {
 		if !events.SubjectMatches(tt.filter, tt.family.Wildcard()) {

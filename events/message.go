@@ -77,10 +77,11 @@ func DecodeMsg(msg *nats.Msg, m proto.Message) error {
 // CheckIdentity verifies that the identity fields of m (checker, voter,
 // node, unit, ...) match the tokens of the subject it arrived on, so that a
 // node cannot speak for another by lying in the payload. The fields and
-// tokens are the Identity of the catalog family that carries m's type; a
-// type no family carries (a reply) is not checked.
+// tokens are the Identity of the catalog family of subject that carries m's
+// type (a TunnelFrame travels in three); a type no family carries (a reply)
+// is not checked.
 func CheckIdentity(subject string, m proto.Message) error {
-	f := familyOfType(m)
+	f := familyOfType(subject, m)
 	if f == nil {
 		return nil
 	}

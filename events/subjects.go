@@ -49,6 +49,9 @@ const (
 	UnitEventSubjects    = Root + ".topo.unit.*"
 	ViewSubjects         = Root + ".view.>"
 	TunnelSubjects       = Root + ".tunnel.>"
+	// UnitRelaySubjects: the unit legs of relayed tunnel sessions
+	// (UnitRelayFamily), only ever on a unit's routes.
+	UnitRelaySubjects = Root + ".relay.>"
 )
 
 // StatusSubject is where operators (`atoll status`) ask the cloud for the
@@ -255,4 +258,36 @@ func ParseTunnelSubject(subject string) (node, session string, dir TunnelDir, er
 		return "", "", "", err
 	}
 	return t[0], t[1], TunnelDir(t[2]), nil
+}
+
+// TunnelRelaySubject carries, between the cloud and the relaying peer,
+// the frames of node's session relayed through peer, in direction dir.
+func TunnelRelaySubject(peer, node, session string, dir TunnelDir) (string, error) {
+	return TunnelRelayFamily.Subject(peer, node, session, string(dir))
+}
+
+// ParseTunnelRelaySubject returns the relaying peer, node, session and
+// direction of a tunnel relay subject.
+func ParseTunnelRelaySubject(subject string) (peer, node, session string, dir TunnelDir, err error) {
+	t, err := TunnelRelayFamily.Parse(subject)
+	if err != nil {
+		return "", "", "", "", err
+	}
+	return t[0], t[1], t[2], TunnelDir(t[3]), nil
+}
+
+// UnitRelaySubject carries, inside unit, between the relaying peer and
+// node, the frames of node's session relayed through peer.
+func UnitRelaySubject(unit, peer, node, session string, dir TunnelDir) (string, error) {
+	return UnitRelayFamily.Subject(unit, peer, node, session, string(dir))
+}
+
+// ParseUnitRelaySubject returns the unit, relaying peer, node, session and
+// direction of a unit relay subject.
+func ParseUnitRelaySubject(subject string) (unit, peer, node, session string, dir TunnelDir, err error) {
+	t, err := UnitRelayFamily.Parse(subject)
+	if err != nil {
+		return "", "", "", "", "", err
+	}
+	return t[0], t[1], t[2], t[3], TunnelDir(t[4]), nil
 }

@@ -56,6 +56,14 @@ func TestSubjectRoundTrip(t *testing.T) {
 	if n, s, d, err := ParseTunnelSubject(tun); err != nil || tun != "atoll.tunnel.n1.s1.in" || n != "n1" || s != "s1" || d != ToEdge {
 		t.Fatalf("tunnel %q → %q %q %q %v", tun, n, s, d, err)
 	}
+	rel, _ := TunnelRelaySubject("n2", "n1", "s1", ToCloud)
+	if p, n, s, d, err := ParseTunnelRelaySubject(rel); err != nil || rel != "atoll.tunnel.n2.relay.n1.s1.out" || p != "n2" || n != "n1" || s != "s1" || d != ToCloud {
+		t.Fatalf("tunnel relay %q → %q %q %q %q %v", rel, p, n, s, d, err)
+	}
+	ul, _ := UnitRelaySubject("u1", "n2", "n1", "s1", ToEdge)
+	if u, p, n, s, d, err := ParseUnitRelaySubject(ul); err != nil || ul != "atoll.relay.u1.n2.n1.s1.in" || u != "u1" || p != "n2" || n != "n1" || s != "s1" || d != ToEdge {
+		t.Fatalf("unit relay %q → %q %q %q %q %q %v", ul, u, p, n, s, d, err)
+	}
 }
 
 // TestDottedNames: node names are DNS subdomains; their dots travel as '~'
@@ -90,6 +98,8 @@ func TestSubjectBuildersReject(t *testing.T) {
 		{"topology space", func() error { _, err := TopologySubject("a b"); return err }},
 		{"view empty name", func() error { _, err := ViewSubject("u", "services", "ns", ""); return err }},
 		{"tunnel bad dir", func() error { _, err := TunnelSubject("n", "s", "sideways"); return err }},
+		{"tunnel relay wildcard node", func() error { _, err := TunnelRelaySubject("p", "*", "s", ToEdge); return err }},
+		{"unit relay bad dir", func() error { _, err := UnitRelaySubject("u", "p", "n", "s", "up"); return err }},
 		{"unit subjects wildcard", func() error { _, err := ProbeUnitSubjects("*"); return err }},
 	}
 	for _, tt := range tests {
@@ -115,6 +125,9 @@ func TestSubjectParsersReject(t *testing.T) {
 		{"atoll.topo.node.>", func(s string) error { _, err := ParseTopologySubject(s); return err }},
 		{"atoll.view.u1.services.ns", func(s string) error { _, err := ParseViewSubject(s); return err }},
 		{"atoll.tunnel.n1.s1.up", func(s string) error { _, _, _, err := ParseTunnelSubject(s); return err }},
+		{"atoll.tunnel.n2.relay.n1.s1", func(s string) error { _, _, _, _, err := ParseTunnelRelaySubject(s); return err }},
+		{"atoll.tunnel.n2.other.n1.s1.in", func(s string) error { _, _, _, _, err := ParseTunnelRelaySubject(s); return err }},
+		{"atoll.relay.u1.n2.n1.s1.sideways", func(s string) error { _, _, _, _, _, err := ParseUnitRelaySubject(s); return err }},
 		{"other.topo.node.n1", func(s string) error { _, err := ParseTopologySubject(s); return err }},
 	}
 	for _, tt := range tests {
@@ -132,6 +145,8 @@ func TestTypeForSubject(t *testing.T) {
 		"atoll.health.vote.u.n.v":         "atoll.v1.Vote",
 		"atoll.topo.node.n":               "atoll.v1.TopologyUpdate",
 		"atoll.tunnel.n.s.out":            "atoll.v1.TunnelFrame",
+		"atoll.tunnel.p.relay.n.s.out":    "atoll.v1.TunnelFrame",
+		"atoll.relay.u.p.n.s.in":          "atoll.v1.TunnelFrame",
 		"atoll.view.u.unit._.u":           "atoll.v1.UnitView",
 		"atoll.view.u.hosts._.u":          "atoll.v1.HostRecords",
 		"atoll.view._.assignment._.n":     "atoll.v1.NodeAssignment",

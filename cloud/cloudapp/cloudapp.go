@@ -171,6 +171,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tunnel.ConnectAddr, "tunnel-connect-addr", c.Tunnel.ConnectAddr, "HTTP CONNECT listener for kube-apiserver's egress selector (host:port, or unix:/path); empty: none")
 	fs.Var((*forwardList)(&c.Tunnel.Forwards), "tunnel-forward", "comma-separated TCP port forwards listen=node/host:port through the tunnel")
 	fs.DurationVar(&c.Tunnel.DialTimeout, "tunnel-dial-timeout", c.Tunnel.DialTimeout, "longest wait for a node's agent to reach a tunnel target")
+	fs.BoolVar(&c.Tunnel.Relay, "tunnel-relay", c.Tunnel.Relay, "relay a node's tunnel sessions through a unit peer while its own leaf link is down or silent")
+	fs.DurationVar(&c.Tunnel.RelayAfter, "tunnel-relay-after", c.Tunnel.RelayAfter, "silence from a node after which a tunnel session tries its next path (direct, then each unit peer)")
 	fs.DurationVar(&c.Tunnel.Session.LinkTimeout, "tunnel-link-timeout", c.Tunnel.Session.LinkTimeout, "a tunnel session survives a loss of the node's link shorter than this (0: 10s)")
 	fs.DurationVar(&c.Tunnel.Session.IdleTimeout, "tunnel-idle-timeout", c.Tunnel.Session.IdleTimeout, "end a tunnel session after this long without a byte either way (0: never)")
 	fs.Var((*cliflags.List)(&c.Registration.GuardUsers), "webhook-guard-users", "comma-separated identities of the node lifecycle controller (default: its service account and system:kube-controller-manager)")

@@ -102,7 +102,8 @@ func collect(t *testing.T, nc *nats.Conn, subject string) func() []string {
 // update as b reaches nothing on the hub, while its own do; its probe
 // reports and single votes, even in its own name, stay at the edge; a
 // hears its unit's views and its assignment, not another unit's views nor
-// b's assignment; its consumers can only be created on its own subjects,
+// b's assignment; it relays tunnel sessions only in its own namespace and
+// never sends or hears the unit legs of relays over its leaf; its consumers can only be created on its own subjects,
 // and it can neither delete nor purge a stream. A leaf that ignores the
 // permissions the hub told it (a tampered server) is refused, counted and
 // cut off.
@@ -145,9 +146,11 @@ func TestEdgePermissions(t *testing.T) {
 			// Publishing: what a sends in its own name reaches the hub,
 			// what it sends in b's name does not.
 			atHub := collect(t, cloud, "atoll.>")
-			own := []string{"atoll.health.ballot.u1.a", "atoll.topo.node.a"}
+			own := []string{"atoll.health.ballot.u1.a", "atoll.topo.node.a", "atoll.tunnel.a.relay.b.s1.out"}
 			forged := []string{"atoll.health.probe.u1.b", "atoll.health.vote.u1.a.b", "atoll.topo.node.b",
 				"atoll.health.probe.u2.a", "atoll.tunnel.b.s1.out", "atoll.view.u1.unit._.u1",
+				// Relaying: only in its own namespace, and never the unit legs.
+				"atoll.tunnel.b.relay.a.s1.out", "atoll.tunnel.a.relay.b.s1.in", "atoll.relay.u1.a.b.s1.out", "atoll.relay.u1.b.a.s1.in",
 				"atoll.health.ballot.u1.b", "atoll.health.ballot.u2.a",
 				// Its own, but they stay inside the unit.
 				"atoll.health.probe.u1.a", "atoll.health.vote.u1.b.a"}
@@ -180,6 +183,7 @@ func TestEdgePermissions(t *testing.T) {
 			cHears := collect(t, c, "atoll.view.>")
 			sent := []string{"atoll.view.u1.unit._.u1", "atoll.view._.assignment._.a", "atoll.view._.assignment._.b", "atoll.view.u2.unit._.u2", "atoll.view._.assignment._.c",
 				"atoll.tunnel.a.s1.in", "atoll.tunnel.b.s1.in", "atoll.health.probe.u2.c", "atoll.topo.node.c",
+				"atoll.tunnel.a.relay.b.s1.in", "atoll.tunnel.b.relay.a.s1.in", "atoll.tunnel.a.relay.b.s1.out", "atoll.relay.u1.b.a.s1.in",
 				"atoll.health.probe.u1.b", "atoll.health.ballot.u1.b"}
 			poll.Eventually(t, 20*time.Second, func() error {
 				for _, s := range sent {
@@ -190,7 +194,7 @@ func TestEdgePermissions(t *testing.T) {
 				if err := cloud.Flush(); err != nil {
 					return err
 				}
-				if got := aHears(); !contains(got, "atoll.view.u1.unit._.u1") || !contains(got, "atoll.view._.assignment._.a") || !contains(got, "atoll.tunnel.a.s1.in") {
+				if got := aHears(); !contains(got, "atoll.view.u1.unit._.u1") || !contains(got, "atoll.view._.assignment._.a") || !contains(got, "atoll.tunnel.a.s1.in") || !contains(got, "atoll.tunnel.a.relay.b.s1.in") {
 					return fmt.Errorf("a heard %v", got)
 				}
 				if got := cHears(); !contains(got, "atoll.view.u2.unit._.u2") || !contains(got, "atoll.view._.assignment._.c") {
@@ -199,7 +203,7 @@ func TestEdgePermissions(t *testing.T) {
 				return nil
 			})
 			for _, s := range aHears() {
-				if s != "atoll.view.u1.unit._.u1" && s != "atoll.view._.assignment._.a" && s != "atoll.tunnel.a.s1.in" {
+				if s != "atoll.view.u1.unit._.u1" && s != "atoll.view._.assignment._.a" && s != "atoll.tunnel.a.s1.in" && s != "atoll.tunnel.a.relay.b.s1.in" {
 					t.Errorf("a heard %s", s)
 				}
 			}

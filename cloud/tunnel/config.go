@@ -37,12 +37,20 @@ type Config struct {
 	Forwards []Forward
 	// DialTimeout bounds opening a session (the agent reaching its target).
 	DialTimeout time.Duration
+	// Relay relays a node's sessions through a peer of its unit when the
+	// node's own leaf link is known down or the node falls silent for
+	// RelayAfter (events/tunnel RelayPolicy).
+	Relay bool
+	// RelayAfter is the silence that moves a session to its next path.
+	RelayAfter time.Duration
 	// Session tunes the session protocol.
 	Session tunnel.Config
 }
 
 // DefaultConfig serves nothing until an address or forward is set.
-func DefaultConfig() Config { return Config{DialTimeout: 15 * time.Second} }
+func DefaultConfig() Config {
+	return Config{DialTimeout: 15 * time.Second, Relay: true, RelayAfter: time.Second}
+}
 
 // Validate names the bad field.
 func (c Config) Validate() error {
@@ -61,6 +69,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(f.Target); err != nil {
 			return fmt.Errorf("tunnel: Forwards[%d].Target %q: %w", i, f.Target, err)
 		}
+	}
+	if c.Relay && c.RelayAfter <= 0 {
+		return fmt.Errorf("tunnel: RelayAfter %s not positive", c.RelayAfter)
 	}
 	if c.DialTimeout <= 0 {
 		return fmt.Errorf("tunnel: DialTimeout %s not positive", c.DialTimeout)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/events/tunnel"
 )
 
@@ -16,6 +17,9 @@ type Metrics struct {
 	ended    *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
 	resent   prometheus.Counter
+	relayedN prometheus.Counter
+	switches *prometheus.CounterVec
+	rframes  *prometheus.CounterVec
 }
 
 // NewMetrics registers the server's metrics on reg.
@@ -27,8 +31,39 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bytes:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "bytes_total", Help: "Stream bytes relayed, by direction (to_edge, from_edge)."}, []string{"dir"}),
 		resent:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "frames_resent_total", Help: "Tunnel frames resent for want of an acknowledgement."}),
 	}
-	reg.MustRegister(m.sessions, m.opens, m.ended, m.bytes, m.resent)
+	m.relayedN = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "relayed_sessions_total", Help: "Sessions that went through a unit peer of their node (its own leaf link down or silent)."})
+	m.switches = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "path_switches_total", Help: "Sessions moved to another path, by where to (peer, direct)."}, []string{"to"})
+	m.rframes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "relay_frames_total", Help: "Tunnel frames through a relaying unit peer, by direction (to_edge, from_edge)."}, []string{"dir"})
+	reg.MustRegister(m.sessions, m.opens, m.ended, m.bytes, m.resent, m.relayedN, m.switches, m.rframes)
 	return m
+}
+
+func (m *Metrics) relayed() {
+	if m != nil {
+		m.relayedN.Inc()
+	}
+}
+
+func (m *Metrics) switched(via string) {
+	if m == nil {
+		return
+	}
+	to := "peer"
+	if via == "" {
+		to = "direct"
+	}
+	m.switches.WithLabelValues(to).Inc()
+}
+
+func (m *Metrics) relayFrame(dir events.TunnelDir) {
+	if m == nil {
+		return
+	}
+	if dir == events.ToEdge {
+		m.rframes.WithLabelValues("to_edge").Inc()
+	} else {
+		m.rframes.WithLabelValues("from_edge").Inc()
+	}
 }
 
 func (m *Metrics) opened() {

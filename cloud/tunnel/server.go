@@ -43,6 +43,8 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	dialer  *tunnel.Dialer
+	peers   Peers     // nil: no relaying
+	links   LinkState // nil: link state unknown
 
 	mu        sync.Mutex
 	listeners []net.Listener
@@ -61,6 +63,11 @@ func New(cfg Config, res Resolver, m *Metrics, log *slog.Logger) (*Server, error
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}, nil
 }
+
+// SetRelay has the server relay sessions through peers (when
+// Config.Relay), moving them at once when links reports a node's link
+// down (links may be nil); call it before Start.
+func (s *Server) SetRelay(peers Peers, links LinkState) { s.peers, s.links = peers, links }
 
 // Dial opens a session to target on node (for other cloud components).
 func (s *Server) Dial(ctx context.Context, node, target string) (net.Conn, error) {
@@ -89,6 +96,21 @@ func (s *Server) Start(nc *nats.Conn) error {
 		return err
 	}
 	d.OnDone = func(_ string, st tunnel.Stats, err error) { s.metrics.done(st, err) }
+	if s.cfg.Relay && s.peers != nil {
+		d.Relay = tunnel.RelayPolicy{
+			Peers: s.peers.Peers,
+			After: s.cfg.RelayAfter,
+			OnSwitch: func(node, via string) {
+				s.metrics.switched(via)
+				s.log.Info("tunnel session path", "node", node, "via", via)
+			},
+			OnRelayed: func(string) { s.metrics.relayed() },
+			OnFrame:   s.metrics.relayFrame,
+		}
+		if s.links != nil {
+			d.Relay.Down = s.links.Down
+		}
+	}
 	s.dialer = d
 	if s.cfg.ConnectAddr != "" {
 		ln, err := listen(s.cfg.ConnectAddr)

@@ -3,6 +3,9 @@
 // each to a local target, but only to an allow-listed one — the kubelet
 // and configured ports. Anything else is refused with an ERROR frame that
 // names the target, and counted.
+//
+// It also relays the sessions of its unit peers whose own leaf link is
+// down (events/tunnel Relay): only to a current member of its unit.
 package tunnel
 
 import (
@@ -29,9 +32,22 @@ type Agent struct {
 	// allow maps a port the cloud may ask for to the local address dialled.
 	allow map[int]string
 	ln    *tunnel.Listener
+	relay *tunnel.Relay
+	units Units
 	wg    sync.WaitGroup
 	dial  func(ctx context.Context, addr string) (net.Conn, error)
 }
+
+// Units is the agent's view of its unit (edge/membership).
+type Units interface {
+	// Unit is this node's unit ("" while in none) and whether node is
+	// one of its members now.
+	Member(node string) (unit string, ok bool)
+}
+
+// SetUnits has the agent relay its unit peers' sessions (when
+// Config.Relay) by units; call it before Start.
+func (a *Agent) SetUnits(u Units) { a.units = u }
 
 // New builds an agent for node; m may be nil.
 func New(cfg Config, node string, m *Metrics, log *slog.Logger) (*Agent, error) {
@@ -82,7 +98,25 @@ func (a *Agent) Start(nc *nats.Conn) error {
 		return fmt.Errorf("tunnel agent: %w", err)
 	}
 	ln.OnDone = func(st tunnel.Stats, err error) { a.metrics.done(st, err) }
+	ln.OnRelayedFrame = func() { a.metrics.relayedIn() }
 	a.ln = ln
+	if a.cfg.Relay && a.units != nil {
+		r, err := tunnel.NewRelay(nc, a.node, tunnel.RelayConfig{
+			Member:  a.units.Member,
+			Expiry:  a.cfg.Session.Defaults().LinkTimeout,
+			OnFrame: a.metrics.relayFrame,
+			OnRefused: func(node, reason string) {
+				a.metrics.relayRefused()
+				a.log.Warn("tunnel relay refused", "node", node, "reason", reason)
+			},
+		})
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("tunnel agent: %w", err)
+		}
+		a.relay = r
+		a.metrics.relaySessions(r.Sessions)
+	}
 	return nil
 }
 
@@ -134,6 +168,9 @@ func (a *Agent) Stop(ctx context.Context) error {
 		return nil
 	}
 	err := a.ln.Close()
+	if a.relay != nil {
+		err = errors.Join(err, a.relay.Close())
+	}
 	done := make(chan struct{})
 	go func() { a.wg.Wait(); close(done) }()
 	select {

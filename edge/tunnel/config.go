@@ -19,13 +19,17 @@ type Config struct {
 	// Backlog is how many new sessions may wait for the agent to take them
 	// (a burst of opens beyond it is refused with "agent busy").
 	Backlog int
+	// Relay relays the tunnel sessions of this node's unit peers whose
+	// own leaf link is down (the cloud asks; the agent checks the node is
+	// a member of its unit).
+	Relay bool
 	// Session tunes the session protocol.
 	Session tunnel.Config
 }
 
 // DefaultConfig allows the kubelet on loopback only.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Kubelet: "127.0.0.1:10250", Backlog: 4096}
+	return Config{Enabled: true, Kubelet: "127.0.0.1:10250", Backlog: 4096, Relay: true}
 }
 
 // Validate names the bad field.

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/events/tunnel"
 )
 
@@ -15,6 +16,9 @@ type Metrics struct {
 	resent       prometheus.Counter
 	refusedTotal prometheus.Counter
 	dialFailures prometheus.Counter
+	relayFrames  *prometheus.CounterVec
+	relayRefusal prometheus.Counter
+	reg          prometheus.Registerer
 }
 
 // NewMetrics registers the agent's metrics on reg.
@@ -27,8 +31,42 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		refusedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "refused_targets_total", Help: "Sessions refused because their target is not allow-listed."}),
 		dialFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "dial_failures_total", Help: "Sessions whose allow-listed target could not be dialled."}),
 	}
-	reg.MustRegister(m.sessions, m.ended, m.bytes, m.resent, m.refusedTotal, m.dialFailures)
+	m.relayFrames = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "relay_frames_total", Help: "Tunnel frames of unit peers' sessions relayed by this agent (to_peer: from the cloud to the peer, to_cloud: back), and of this node's own sessions that arrived through a peer (from_peer)."}, []string{"dir"})
+	m.relayRefusal = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "relay_refused_total", Help: "Relay requests refused: the node is not a member of this node's unit (or is this node)."})
+	m.reg = reg
+	reg.MustRegister(m.sessions, m.ended, m.bytes, m.resent, m.refusedTotal, m.dialFailures, m.relayFrames, m.relayRefusal)
 	return m
+}
+
+func (m *Metrics) relayFrame(dir events.TunnelDir) {
+	if m == nil {
+		return
+	}
+	if dir == events.ToEdge {
+		m.relayFrames.WithLabelValues("to_peer").Inc()
+	} else {
+		m.relayFrames.WithLabelValues("to_cloud").Inc()
+	}
+}
+
+func (m *Metrics) relayedIn() {
+	if m != nil {
+		m.relayFrames.WithLabelValues("from_peer").Inc()
+	}
+}
+
+func (m *Metrics) relayRefused() {
+	if m != nil {
+		m.relayRefusal.Inc()
+	}
+}
+
+// relaySessions exports the count of peers' sessions relayed now.
+func (m *Metrics) relaySessions(n func() int) {
+	if m == nil {
+		return
+	}
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "relay_sessions", Help: "Unit peers' sessions this agent relays now."}, func() float64 { return float64(n()) }))
 }
 
 func (m *Metrics) refused() {

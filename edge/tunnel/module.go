@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
+	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -15,7 +16,7 @@ import (
 // Module runs the tunnel agent on the node's own server connection when
 // Config.Enabled.
 var Module = fx.Module("tunnel",
-	fx.Invoke(func(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.Link, reg prometheus.Registerer, log *slog.Logger) error {
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.Link, mem *membership.Membership, reg prometheus.Registerer, log *slog.Logger) error {
 		if !cfg.Enabled {
 			return nil
 		}
@@ -23,6 +24,7 @@ var Module = fx.Module("tunnel",
 		if err != nil {
 			return err
 		}
+		a.SetUnits(units{mem})
 		lc.Append(fx.Hook{
 			// The link is connected by now: its start hook ran first.
 			OnStart: func(context.Context) error { return a.Start(link.Conn()) },
@@ -32,3 +34,16 @@ var Module = fx.Module("tunnel",
 		return nil
 	}),
 )
+
+// units answers unit membership from the node's membership.
+type units struct{ m *membership.Membership }
+
+func (u units) Member(node string) (string, bool) {
+	v := u.m.Current()
+	for _, m := range v.Members {
+		if m.GetName() == node {
+			return v.Unit, v.Unit != ""
+		}
+	}
+	return v.Unit, false
+}

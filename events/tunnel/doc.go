@@ -25,4 +25,11 @@
 // A session fails when nothing is heard from the peer for LinkTimeout
 // (keepalives flow every KeepAlive), and optionally when no stream byte
 // moves either way for IdleTimeout.
+//
+// When a node's own leaf link is down, a unit peer relays its sessions
+// (README "Relay through a unit peer"): the Dialer changes a session's
+// path when the node falls silent (RelayPolicy), the Listener answers on
+// the path it last heard, and the peer's Relay forwards frames between
+// its own hub namespace and the unit's routes, only to members of its
+// unit.
 package tunnel

@@ -36,14 +36,19 @@ func publisher(nc *nats.Conn, subject string, onErr func(error)) func(*atollv1.T
 }
 
 // Dialer opens sessions from the cloud to nodes' agents. Each session
-// holds one subscription on its own ToCloud subject; no other state, so
-// any number of Dialers (tunnel server replicas) share a hub.
+// holds one subscription per path it used (its own ToCloud subject, and
+// the relay subject of each peer it went through); no other state, so any
+// number of Dialers (tunnel server replicas) share a hub.
 type Dialer struct {
 	nc  *nats.Conn
 	cfg Config
 	// OnDone, when set, is called once per session with its final stats
 	// and error (nil for a clean end).
 	OnDone func(node string, st Stats, err error)
+	// Relay, when its Peers is set, relays sessions through a unit peer
+	// of the node when the node falls silent or its link is known down.
+	// Set it before the first Dial.
+	Relay RelayPolicy
 }
 
 // NewDialer validates cfg (after Defaults).
@@ -60,39 +65,20 @@ func NewDialer(nc *nats.Conn, cfg Config) (*Dialer, error) {
 // agent's refusal (*PeerError), or ctx's error.
 func (d *Dialer) Dial(ctx context.Context, node, target string) (*Conn, error) {
 	id := NewSessionID()
-	in, err := events.TunnelSubject(node, id, events.ToCloud)
-	if err != nil {
+	if _, err := events.TunnelSubject(node, id, events.ToEdge); err != nil {
 		return nil, fmt.Errorf("tunnel dial %s: %w", node, err)
 	}
-	out, err := events.TunnelSubject(node, id, events.ToEdge)
-	if err != nil {
-		return nil, fmt.Errorf("tunnel dial %s: %w", node, err)
-	}
-	var (
-		mu  sync.Mutex
-		sub *nats.Subscription
-	)
+	r := &route{d: d, node: node, id: id, subs: map[string]*nats.Subscription{}}
 	release := func(c *Conn) {
-		mu.Lock()
-		defer mu.Unlock()
-		if sub != nil {
-			_ = sub.Unsubscribe()
-		}
+		r.close()
 		if d.OnDone != nil {
 			d.OnDone(node, c.s.Stats(), c.s.Err())
 		}
 	}
-	c := newConn(NewSession(id, d.cfg, time.Now()), publisher(d.nc, out, nil), nil, Addr{Target: "cloud"}, Addr{Node: node, Target: target})
-	mu.Lock()
-	sub, err = d.nc.Subscribe(in, func(m *nats.Msg) {
-		var f atollv1.TunnelFrame
-		if proto.Unmarshal(m.Data, &f) != nil {
-			return
-		}
-		c.receive(&f)
-	})
-	mu.Unlock()
-	if err != nil {
+	c := newConn(NewSession(id, d.cfg, time.Now()), r.send, nil, Addr{Target: "cloud"}, Addr{Node: node, Target: target})
+	r.c = c
+	if err := r.start(); err != nil {
+		r.close()
 		c.timer.Stop()
 		return nil, fmt.Errorf("tunnel dial %s: subscribe: %w", node, err)
 	}
@@ -108,22 +94,53 @@ func (d *Dialer) Dial(ctx context.Context, node, target string) (*Conn, error) {
 }
 
 // Listener accepts sessions for one node: one wildcard subscription on
-// the node's ToEdge subjects, demultiplexed by session.
+// the node's ToEdge subjects and one on the unit legs of sessions relayed
+// to it by a unit peer (see README "Relay"), demultiplexed by session. A
+// session answers on the path its last frame came by, so it follows the
+// cloud from direct to relayed and back.
 type Listener struct {
-	nc     *nats.Conn
-	node   string
-	cfg    Config
-	sub    *nats.Subscription
-	accept chan *Request
+	nc       *nats.Conn
+	node     string
+	cfg      Config
+	sub      *nats.Subscription
+	relaySub *nats.Subscription
+	accept   chan *Request
 
 	mu       sync.Mutex
-	sessions map[string]*Conn
+	sessions map[string]*listened
 	recent   map[string]struct{} // finished sessions, answered with ERROR
 	order    []string
 	closed   bool
 	// OnDone, when set, is called once per session with its final stats
 	// and error (nil for a clean end).
 	OnDone func(st Stats, err error)
+	// OnRelayedFrame, when set, is called for each frame that arrives
+	// through a relaying unit peer.
+	OnRelayedFrame func()
+}
+
+// listened is a session of a Listener and the subject its frames to the
+// cloud take now.
+type listened struct {
+	c     *Conn
+	nc    *nats.Conn
+	mu    sync.Mutex
+	reply string
+}
+
+func (s *listened) setReply(subj string) {
+	s.mu.Lock()
+	s.reply = subj
+	s.mu.Unlock()
+}
+
+func (s *listened) send(f *atollv1.TunnelFrame) {
+	s.mu.Lock()
+	subj := s.reply
+	s.mu.Unlock()
+	if data, err := proto.Marshal(f); err == nil {
+		_ = s.nc.Publish(subj, data)
+	}
 }
 
 // Request is a session a peer asked to open; Accept or Refuse it.
@@ -146,8 +163,8 @@ func (r *Request) Refuse(reason string) { r.c.Abort(reason) }
 
 const recentSessions = 4096
 
-// Listen subscribes to node's sessions. At most backlog requests wait
-// for Accept; more are refused.
+// Listen subscribes to node's sessions, direct and relayed. At most
+// backlog requests wait for Accept; more are refused.
 func Listen(nc *nats.Conn, node string, cfg Config, backlog int) (*Listener, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
@@ -157,17 +174,47 @@ func Listen(nc *nats.Conn, node string, cfg Config, backlog int) (*Listener, err
 	if err != nil {
 		return nil, fmt.Errorf("tunnel listen %s: %w", node, err)
 	}
+	relaySubj, err := events.UnitRelayFamily.Filter(map[string]string{"node": node, "dir": string(events.ToEdge)})
+	if err != nil {
+		return nil, fmt.Errorf("tunnel listen %s: %w", node, err)
+	}
 	l := &Listener{nc: nc, node: node, cfg: cfg, accept: make(chan *Request, max(backlog, 1)),
-		sessions: map[string]*Conn{}, recent: map[string]struct{}{}}
+		sessions: map[string]*listened{}, recent: map[string]struct{}{}}
 	l.sub, err = nc.Subscribe(subj, l.handle)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel listen %s: subscribe %s: %w", node, subj, err)
 	}
+	l.relaySub, err = nc.Subscribe(relaySubj, l.handle)
+	if err != nil {
+		_ = l.sub.Unsubscribe()
+		return nil, fmt.Errorf("tunnel listen %s: subscribe %s: %w", node, relaySubj, err)
+	}
 	return l, nil
 }
 
+// replyTo parses a frame's subject: its session, and the subject of the
+// same path back to the cloud.
+func (l *Listener) replyTo(subject string) (id, reply string, relayed bool, err error) {
+	if node, id, _, err := events.ParseTunnelSubject(subject); err == nil {
+		if node != l.node {
+			return "", "", false, fmt.Errorf("tunnel: frame for node %s", node)
+		}
+		reply, err := events.TunnelSubject(l.node, id, events.ToCloud)
+		return id, reply, false, err
+	}
+	unit, peer, node, id, _, err := events.ParseUnitRelaySubject(subject)
+	if err != nil {
+		return "", "", false, err
+	}
+	if node != l.node {
+		return "", "", false, fmt.Errorf("tunnel: relayed frame for node %s", node)
+	}
+	reply, err = events.UnitRelaySubject(unit, peer, l.node, id, events.ToCloud)
+	return id, reply, true, err
+}
+
 func (l *Listener) handle(m *nats.Msg) {
-	_, id, _, err := events.ParseTunnelSubject(m.Subject)
+	id, reply, relayed, err := l.replyTo(m.Subject)
 	if err != nil {
 		return
 	}
@@ -175,35 +222,43 @@ func (l *Listener) handle(m *nats.Msg) {
 	if proto.Unmarshal(m.Data, &f) != nil || f.Session != id {
 		return
 	}
+	if relayed && l.OnRelayedFrame != nil {
+		l.OnRelayedFrame()
+	}
 	l.mu.Lock()
-	c, ok := l.sessions[id]
+	s, ok := l.sessions[id]
 	if !ok {
 		_, old := l.recent[id]
 		if l.closed || old || f.Kind != atollv1.FrameKind_FRAME_KIND_OPEN || f.Sequence != 1 {
 			l.mu.Unlock()
-			if f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR {
-				l.replyError(id, "unknown session")
+			// A keepalive of a session the cloud is still opening (it
+			// acknowledges nothing of ours) can overtake its OPEN when
+			// the session changes path: the OPEN's resend follows.
+			early := !old && f.Kind == atollv1.FrameKind_FRAME_KIND_WINDOW && f.Ack == 0
+			if f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR && !early {
+				l.replyError(reply, id, "unknown session")
 			}
 			return
 		}
-		c = l.newConn(id)
-		l.sessions[id] = c
+		s = l.newSession(id)
+		l.sessions[id] = s
 	}
 	l.mu.Unlock()
-	c.receive(&f)
+	s.setReply(reply)
+	s.c.receive(&f)
 	if !ok {
-		_, target := c.s.Opened()
+		_, target := s.c.s.Opened()
 		select {
-		case l.accept <- &Request{Target: target, c: c}:
+		case l.accept <- &Request{Target: target, c: s.c}:
 		default:
-			c.Abort("agent busy")
+			s.c.Abort("agent busy")
 		}
 	}
 }
 
-func (l *Listener) newConn(id string) *Conn {
-	out, _ := events.TunnelSubject(l.node, id, events.ToCloud)
-	return newConn(NewSession(id, l.cfg, time.Now()), publisher(l.nc, out, nil), func(c *Conn) {
+func (l *Listener) newSession(id string) *listened {
+	s := &listened{nc: l.nc}
+	s.c = newConn(NewSession(id, l.cfg, time.Now()), s.send, func(c *Conn) {
 		l.mu.Lock()
 		delete(l.sessions, id)
 		l.recent[id] = struct{}{}
@@ -217,14 +272,11 @@ func (l *Listener) newConn(id string) *Conn {
 			l.OnDone(c.s.Stats(), c.s.Err())
 		}
 	}, Addr{Node: l.node}, Addr{Target: "cloud"})
+	return s
 }
 
-func (l *Listener) replyError(id, reason string) {
-	out, err := events.TunnelSubject(l.node, id, events.ToCloud)
-	if err != nil {
-		return
-	}
-	publisher(l.nc, out, nil)(&atollv1.TunnelFrame{Session: id, Kind: atollv1.FrameKind_FRAME_KIND_ERROR, Error: reason})
+func (l *Listener) replyError(reply, id, reason string) {
+	publisher(l.nc, reply, nil)(&atollv1.TunnelFrame{Session: id, Kind: atollv1.FrameKind_FRAME_KIND_ERROR, Error: reason})
 }
 
 // ErrListenerClosed is Accept's error after Close.
@@ -259,11 +311,11 @@ func (l *Listener) Close() error {
 	}
 	l.closed = true
 	conns := make([]*Conn, 0, len(l.sessions))
-	for _, c := range l.sessions {
-		conns = append(conns, c)
+	for _, s := range l.sessions {
+		conns = append(conns, s.c)
 	}
 	l.mu.Unlock()
-	err := l.sub.Unsubscribe()
+	err := errors.Join(l.sub.Unsubscribe(), l.relaySub.Unsubscribe())
 	for _, c := range conns {
 		c.Abort("agent shutting down")
 	}

@@ -1,0 +1,195 @@
+package tunnel
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// Peers names the unit peers a node's sessions may be relayed through.
+type Peers interface {
+	// Peers are the other members of node's unit, those whose own link
+	// is up first.
+	Peers(node string) []string
+}
+
+// LinkState tells whether a node's own leaf link is known down.
+type LinkState interface {
+	Down(node string) bool
+}
+
+// UnitViews keeps the members of every unit from the unit views the cloud
+// publishes for the agents (the VIEWS stream; Run follows it), so it is
+// the same membership the agents check, whatever the membership source.
+type UnitViews struct {
+	// Links, when set, orders peers whose own link is up first.
+	Links LinkState
+
+	mu      sync.RWMutex
+	unitOf  map[string]string   // node → unit
+	members map[string][]string // unit → nodes
+}
+
+// NewUnitViews is an empty set of units.
+func NewUnitViews() *UnitViews {
+	return &UnitViews{unitOf: map[string]string{}, members: map[string][]string{}}
+}
+
+// Apply replaces v's unit's members (an empty view empties the unit).
+func (u *UnitViews) Apply(v *atollv1.UnitView) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, n := range u.members[v.GetUnit()] {
+		if u.unitOf[n] == v.GetUnit() {
+			delete(u.unitOf, n)
+		}
+	}
+	var names []string
+	for _, m := range v.GetMembers() {
+		names = append(names, m.GetName())
+		u.unitOf[m.GetName()] = v.GetUnit()
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		delete(u.members, v.GetUnit())
+		return
+	}
+	u.members[v.GetUnit()] = names
+}
+
+// Peers implements Peers.
+func (u *UnitViews) Peers(node string) []string {
+	u.mu.RLock()
+	unit, ok := u.unitOf[node]
+	var out []string
+	if ok {
+		for _, n := range u.members[unit] {
+			if n != node {
+				out = append(out, n)
+			}
+		}
+	}
+	u.mu.RUnlock()
+	if u.Links != nil {
+		slices.SortStableFunc(out, func(a, b string) int {
+			da, db := u.Links.Down(a), u.Links.Down(b)
+			switch {
+			case da == db:
+				return 0
+			case db:
+				return -1
+			default:
+				return 1
+			}
+		})
+	}
+	return out
+}
+
+// Run follows the unit views of the VIEWS stream (the last of each unit,
+// then every new one) until ctx ends.
+func (u *UnitViews) Run(ctx context.Context, js jetstream.JetStream, evm *events.Metrics, log *slog.Logger) error {
+	spec := events.FollowSpec("tunnel-units", events.StreamViews, events.UnitViewFamily.Wildcard())
+	return events.Consume(ctx, js, spec, func(_ context.Context, ev events.Event[*atollv1.UnitView]) error {
+		u.Apply(ev.Msg)
+		return nil
+	}, events.ConsumeOptions{Logger: log, Metrics: evm})
+}
+
+// Links follows the hub servers' connect and disconnect events of edge
+// nodes' leaf connections (a system account connection's
+// $SYS.ACCOUNT.<account>.CONNECT and .DISCONNECT): a node is down from the
+// close of its leaf connection until a new one opens. A node never seen
+// is not known down (a replica started while a link was down learns it
+// from the sessions' silence instead).
+type Links struct {
+	mu   sync.Mutex
+	conn map[string]leafConn // node → its current leaf connection
+	down map[string]bool
+	subs []*nats.Subscription
+}
+
+type leafConn struct {
+	server string
+	cid    uint64
+}
+
+// FollowLinks subscribes on sys to the leaf connection events of account.
+func FollowLinks(sys *nats.Conn, account string) (*Links, error) {
+	l := &Links{conn: map[string]leafConn{}, down: map[string]bool{}}
+	for _, ev := range []string{"CONNECT", "DISCONNECT"} {
+		subj := "$SYS.ACCOUNT." + account + "." + ev
+		sub, err := sys.Subscribe(subj, l.handle)
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("tunnel: follow leaf links: %w", err)
+		}
+		l.subs = append(l.subs, sub)
+	}
+	if err := sys.Flush(); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("tunnel: follow leaf links: %w", err)
+	}
+	return l, nil
+}
+
+func (l *Links) handle(m *nats.Msg) {
+	var ev struct {
+		Server server.ServerInfo `json:"server"`
+		Client server.ClientInfo `json:"client"`
+	}
+	if json.Unmarshal(m.Data, &ev) != nil || ev.Client.Kind != "Leafnode" {
+		return
+	}
+	node, edge := "", false
+	for _, tag := range ev.Client.Tags {
+		switch {
+		case tag == "role:edge":
+			edge = true
+		case strings.HasPrefix(tag, "name:"):
+			node = strings.TrimPrefix(tag, "name:")
+		}
+	}
+	if !edge || node == "" {
+		return
+	}
+	c := leafConn{server: ev.Server.ID, cid: ev.Client.ID}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if strings.HasSuffix(m.Subject, ".DISCONNECT") {
+		// Only the close of the current connection: with several hub
+		// servers, a reconnect elsewhere may be reported first.
+		if cur, ok := l.conn[node]; !ok || cur == c {
+			l.down[node] = true
+			delete(l.conn, node)
+		}
+		return
+	}
+	l.conn[node] = c
+	delete(l.down, node)
+}
+
+// Down implements LinkState.
+func (l *Links) Down(node string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.down[node]
+}
+
+// Close stops following.
+func (l *Links) Close() {
+	for _, s := range l.subs {
+		_ = s.Unsubscribe()
+	}
+}
