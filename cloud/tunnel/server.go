@@ -43,6 +43,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	dialer  *tunnel.Dialer
+	tls     *tlsFiles // nil: plain CONNECT
 
 	mu        sync.Mutex
 	listeners []net.Listener
@@ -58,8 +59,15 @@ func New(cfg Config, res Resolver, m *Metrics, log *slog.Logger) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}, nil
+	s := &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}}
+	if cfg.ConnectTLS.Enabled() {
+		var err error
+		if s.tls, err = newTLSFiles(cfg.ConnectTLS, log); err != nil {
+			return nil, err
+		}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
 }
 
 // Dial opens a session to target on node (for other cloud components).
@@ -96,6 +104,9 @@ func (s *Server) Start(nc *nats.Conn) error {
 			return fmt.Errorf("tunnel: listen %s: %w", s.cfg.ConnectAddr, err)
 		}
 		s.listeners = append(s.listeners, ln)
+		if s.tls != nil {
+			ln = s.tls.listener(ln)
+		}
 		s.http = &http.Server{Handler: http.HandlerFunc(s.connect), ReadHeaderTimeout: 10 * time.Second}
 		s.wg.Add(1)
 		go func() {
