@@ -44,6 +44,7 @@ type Server struct {
 	metrics *Metrics
 	dialer  *tunnel.Dialer
 	tls     *tlsFiles // nil: plain CONNECT
+	byNode  nodeSessions
 
 	mu        sync.Mutex
 	listeners []net.Listener
@@ -239,6 +240,10 @@ func (s *Server) relay(c net.Conn, tc net.Conn) {
 		return
 	}
 	defer s.track(c, false)
+	if a, ok := tc.RemoteAddr().(tunnel.Addr); ok {
+		s.byNode.add(a.Node, 1)
+		defer s.byNode.add(a.Node, -1)
+	}
 	stop := context.AfterFunc(s.ctx, func() { tc.(*tunnel.Conn).Abort("tunnel server shutting down"); c.Close() })
 	defer stop()
 	tunnel.Pipe(c, tc)
