@@ -22,8 +22,8 @@ import (
 
 type noHealth struct{}
 
-func (noHealth) Judge(string) health.Judgement                { return health.Judgement{} }
-func (noHealth) Protected(string) bool                         { return false }
+func (noHealth) Judge(string) health.Judgement                  { return health.Judgement{} }
+func (noHealth) Protected(string) bool                          { return false }
 func (noHealth) UnitState(string) (health.UnitState, time.Time) { return "", time.Time{} }
 
 // TestStatusCountsSessionsOfEveryReplica: sessions held by two tunnel
