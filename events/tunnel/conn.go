@@ -276,3 +276,32 @@ func (c *Conn) stopDeadlineTimers() {
 		}
 	}
 }
+
+// ReadFrom implements io.ReaderFrom, so io.Copy into a Conn (Pipe) reads
+// in frame-sized pieces: it starts with a 32 KiB buffer, as io.Copy would,
+// and grows it to MaxFrame once a read fills it (a bulk stream), so bulk
+// data leaves in full frames while an idle session holds no more than
+// io.Copy's buffer.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	buf := make([]byte, min(32<<10, c.s.cfg.MaxFrame))
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			w, werr := c.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
+			}
+			if n == len(buf) && len(buf) < c.s.cfg.MaxFrame {
+				buf = make([]byte, c.s.cfg.MaxFrame)
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
