@@ -52,8 +52,8 @@ func (c Config) Defaults() Config {
 		}
 	}
 	def(&c.MaxFrame, 128<<10)
-	def(&c.Window, 4<<20)
-	def(&c.SendBuffer, 1<<20)
+	def(&c.Window, 1<<20)
+	def(&c.SendBuffer, 512<<10)
 	defd(&c.Resend, 200*time.Millisecond)
 	defd(&c.MaxResend, 1*time.Second)
 	defd(&c.AckDelay, 2*time.Millisecond)
