@@ -305,3 +305,47 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 }
+
+// WriteTo implements io.WriterTo, so io.Copy out of a Conn (Pipe) writes
+// the received frames' payloads to w as they are, without copying them
+// through an intermediate buffer. It returns nil at the peer's half-close.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		p, err := c.nextChunk()
+		if err != nil || p == nil {
+			return total, err
+		}
+		n, err := w.Write(p)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// nextChunk waits for received bytes as Read does: nil, nil at the peer's
+// half-close.
+func (c *Conn) nextChunk() ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.closed {
+			return nil, net.ErrClosed
+		}
+		if p := c.s.ReadChunk(c.s.cfg.MaxFrame); len(p) > 0 {
+			c.flushLocked(time.Now())
+			return p, nil
+		}
+		if c.s.PeerClosed() {
+			return nil, nil
+		}
+		if err := c.s.Err(); err != nil {
+			return nil, err
+		}
+		if !c.readDL.IsZero() && !time.Now().Before(c.readDL) {
+			return nil, os.ErrDeadlineExceeded
+		}
+		c.cond.Wait()
+	}
+}

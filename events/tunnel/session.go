@@ -198,6 +198,20 @@ func (s *Session) Read(p []byte) int {
 	return n
 }
 
+// ReadChunk removes and returns up to max received bytes without a copy:
+// a read-only slice of a received frame's payload. Credit is as for Read.
+func (s *Session) ReadChunk(max int) []byte {
+	if s.buf.len() == 0 {
+		return nil
+	}
+	p := s.buf.take(min(max, len(s.buf.bufs[0])))
+	s.readOff += uint64(len(p))
+	if s.limit()-s.sentLim >= uint64(s.cfg.Window/4) {
+		s.needAck = true
+	}
+	return p
+}
+
 // Discard drops unread and future received bytes (the application closed
 // its reading side) while keeping credit flowing so the peer can finish.
 func (s *Session) Discard() {
