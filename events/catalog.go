@@ -204,13 +204,21 @@ var (
 		MsgID:    "none",
 		Producer: "`atoll status`", Consumer: "one atoll-cloud replica (queue group `" + CloudService + "`)",
 	}
+	TunnelsFamily = &Family{
+		Name: "tunnel sessions", Pattern: TunnelsSubject,
+		Transport: TransportRequest,
+		Message:   &atollv1.TunnelSessionsRequest{}, Reply: &atollv1.TunnelSessions{},
+		Service: CloudService, Endpoint: "tunnels",
+		MsgID:    "none",
+		Producer: "the atoll-cloud replica answering a status request", Consumer: "every atoll-cloud replica (no queue group)",
+	}
 )
 
 // catalog is every family, in the README's order.
 var catalog = []*Family{
 	ProbeFamily, VoteFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
-	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, StatusFamily,
+	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, StatusFamily, TunnelsFamily,
 }
 
 func init() {

@@ -61,6 +61,12 @@ const (
 // stores it.
 const StatusSubject = Root + ".cloud.status"
 
+// TunnelsSubject is where the replica answering a status request asks
+// every atoll-cloud replica for its tunnel sessions: a
+// TunnelSessionsRequest, answered with a TunnelSessions by each replica
+// (the "tunnels" endpoint of CloudService, without a queue group).
+const TunnelsSubject = Root + ".cloud.tunnels"
+
 // TunnelDir is the direction token of a tunnel subject.
 type TunnelDir string
 

@@ -169,6 +169,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Grid.Workers, "grid-workers", c.Grid.Workers, "concurrent reconciles of each grid controller")
 	// Tunnel server.
 	fs.StringVar(&c.Tunnel.ConnectAddr, "tunnel-connect-addr", c.Tunnel.ConnectAddr, "HTTP CONNECT listener for kube-apiserver's egress selector (host:port, or unix:/path); empty: none")
+	fs.StringVar(&c.Tunnel.ConnectTLS.CertFile, "tunnel-connect-tls-cert", c.Tunnel.ConnectTLS.CertFile, "PEM server certificate of the TCP CONNECT listener (re-read when it changes)")
+	fs.StringVar(&c.Tunnel.ConnectTLS.KeyFile, "tunnel-connect-tls-key", c.Tunnel.ConnectTLS.KeyFile, "PEM key of --tunnel-connect-tls-cert")
+	fs.StringVar(&c.Tunnel.ConnectTLS.ClientCAFile, "tunnel-connect-client-ca", c.Tunnel.ConnectTLS.ClientCAFile, "PEM CA bundle the CONNECT clients' certificates (kube-apiserver's egress tlsConfig.clientCert) must chain to; a TCP listener off loopback requires it with the certificate and key")
 	fs.Var((*forwardList)(&c.Tunnel.Forwards), "tunnel-forward", "comma-separated TCP port forwards listen=node/host:port through the tunnel")
 	fs.DurationVar(&c.Tunnel.DialTimeout, "tunnel-dial-timeout", c.Tunnel.DialTimeout, "longest wait for a node's agent to reach a tunnel target")
 	fs.BoolVar(&c.Tunnel.Relay, "tunnel-relay", c.Tunnel.Relay, "relay a node's tunnel sessions through a unit peer while its own leaf link is down or silent")

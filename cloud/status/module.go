@@ -9,6 +9,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
@@ -30,6 +31,7 @@ type params struct {
 	Manager   *manager.Manager
 	Log       *slog.Logger
 	Topology  *topology.Service `optional:"true"` // which agents' views are behind
+	Tunnel    *tunnel.Server    `optional:"true"` // the tunnel sessions this replica relays
 }
 
 func newForApp(p params) (*Responder, error) {
@@ -40,6 +42,9 @@ func newForApp(p params) (*Responder, error) {
 	}
 	if p.Topology != nil {
 		r.SetViews(p.Topology)
+	}
+	if p.Tunnel != nil {
+		r.SetTunnels(p.Tunnel)
 	}
 	lc.Append(fx.Hook{
 		// The bus is connected by now: its start hook ran first.

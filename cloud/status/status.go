@@ -51,6 +51,16 @@ type Health interface {
 	Protected(node string) bool
 }
 
+// Tunnels counts the tunnel sessions this replica relays, by node
+// (*tunnel.Server implements it).
+type Tunnels interface {
+	SessionsByNode() map[string]int
+}
+
+// DefaultGather is how long the replica answering a status request waits
+// for the other replicas' tunnel sessions.
+const DefaultGather = 300 * time.Millisecond
+
 // Views tells which views a node's agent holds older than the cloud
 // published them (*topology.Service implements it): "" when current.
 type Views interface {
@@ -60,7 +70,9 @@ type Views interface {
 // Responder answers status requests.
 type Responder struct {
 	health    Health
-	views     Views // nil: every node's views read "unknown"
+	views     Views   // nil: every node's views read "unknown"
+	tunnels   Tunnels // nil: this replica relays no session
+	gather    time.Duration
 	nodes     corelisters.NodeLister
 	unitLabel string
 	log       *slog.Logger
@@ -82,8 +94,17 @@ func New(h Health, nodes corelisters.NodeLister, unitLabel string, log *slog.Log
 	case unitLabel == "":
 		return nil, errors.New("status: unit label is empty")
 	}
-	return &Responder{health: h, nodes: nodes, unitLabel: unitLabel, log: log.With("component", "status"), now: time.Now}, nil
+	return &Responder{health: h, nodes: nodes, unitLabel: unitLabel, log: log.With("component", "status"), now: time.Now, gather: DefaultGather}, nil
 }
+
+// SetTunnels has the replica tell its tunnel sessions (every replica
+// answers the "tunnels" endpoint, with none without it). Call it before
+// Start.
+func (r *Responder) SetTunnels(t Tunnels) { r.tunnels = t }
+
+// SetGather sets how long a status request waits for the replicas'
+// tunnel sessions (default DefaultGather). Call it before Start.
+func (r *Responder) SetGather(d time.Duration) { r.gather = d }
 
 // SetViews has node statuses name the views each agent is behind on.
 // Call it before Start.
@@ -112,12 +133,23 @@ func (r *Responder) Start(nc *nats.Conn) error {
 		micro.WithEndpointMetadata(map[string]string{
 			"request": events.TypeName(f.Message), "reply": events.TypeName(f.Reply),
 		}))
+	if err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("status: endpoint %s on %s: %w", f.Endpoint, f.Pattern, err)
+	}
+	tf := events.TunnelsFamily
+	err = svc.AddEndpoint(tf.Endpoint, events.Endpoint(r.log, r.handleTunnels),
+		micro.WithEndpointSubject(tf.Pattern),
+		micro.WithEndpointQueueGroupDisabled(), // every replica answers
+		micro.WithEndpointMetadata(map[string]string{
+			"request": events.TypeName(tf.Message), "reply": events.TypeName(tf.Reply),
+		}))
 	if err == nil {
 		err = nc.Flush()
 	}
 	if err != nil {
 		_ = svc.Stop()
-		return fmt.Errorf("status: endpoint %s on %s: %w", f.Endpoint, f.Pattern, err)
+		return fmt.Errorf("status: endpoint %s on %s: %w", tf.Endpoint, tf.Pattern, err)
 	}
 	r.nc, r.svc = nc, svc
 	r.log.Info("serving", "service", events.CloudService, "endpoint", f.Endpoint, "subject", f.Pattern)
@@ -146,7 +178,74 @@ func (r *Responder) handle(_ context.Context, req *atollv1.StatusRequest) (proto
 		return nil, err
 	}
 	cs.Replica = r.replica()
+	r.addTunnels(cs)
 	return cs, nil
+}
+
+func (r *Responder) handleTunnels(_ context.Context, _ *atollv1.TunnelSessionsRequest) (proto.Message, error) {
+	ts := &atollv1.TunnelSessions{Replica: r.replica(), Nodes: map[string]uint32{}}
+	if r.tunnels != nil {
+		for n, c := range r.tunnels.SessionsByNode() {
+			ts.Nodes[n] = uint32(c)
+		}
+	}
+	return ts, nil
+}
+
+// addTunnels asks every replica (itself included) for its tunnel
+// sessions, waits the gather window for answers and sums them into the
+// node statuses. Any replica may hold sessions to any node, so none
+// alone knows them; a replica that does not answer in time is left out
+// (TunnelReplicas says how many did).
+func (r *Responder) addTunnels(cs *atollv1.ClusterStatus) {
+	r.mu.Lock()
+	nc := r.nc
+	r.mu.Unlock()
+	if nc == nil {
+		return
+	}
+	inbox := nc.NewRespInbox()
+	replies := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		r.log.Warn("tunnel sessions: subscribe", "err", err)
+		return
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	req, err := events.NewMsg(events.TunnelsSubject, &atollv1.TunnelSessionsRequest{}, "")
+	if err == nil {
+		req.Reply = inbox
+		err = nc.PublishMsg(req)
+	}
+	if err != nil {
+		r.log.Warn("tunnel sessions: request", "err", err)
+		return
+	}
+	sums := map[string]uint32{}
+	answered := uint32(0) // each replica answers once (several may share a hub server's name)
+	timeout := time.NewTimer(r.gather)
+	defer timeout.Stop()
+	for {
+		select {
+		case m := <-replies:
+			var ts atollv1.TunnelSessions
+			if events.DecodeMsg(m, &ts) != nil {
+				continue // an error answer
+			}
+			answered++
+			for n, c := range ts.GetNodes() {
+				sums[n] += c
+			}
+		case <-timeout.C:
+			cs.TunnelReplicas = answered
+			for _, u := range cs.GetUnits() {
+				for _, n := range u.GetNodes() {
+					n.TunnelSessions = sums[n.GetName()]
+				}
+			}
+			return
+		}
+	}
 }
 
 func (r *Responder) replica() string {

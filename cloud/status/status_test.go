@@ -232,6 +232,7 @@ func TestResponder(t *testing.T) {
 	withReplica := func(cs *atollv1.ClusterStatus) *atollv1.ClusterStatus {
 		cs = proto.Clone(cs).(*atollv1.ClusterStatus)
 		cs.Replica = "atoll-hub-0" // the hub's server name
+		cs.TunnelReplicas = 1      // itself, on the tunnels endpoint, with no session
 		return cs
 	}
 
@@ -381,13 +382,18 @@ func TestServiceDiscovery(t *testing.T) {
 		if info.Name != events.CloudService || info.Version != events.CloudServiceVersion || info.Type != micro.InfoResponseType {
 			return fmt.Errorf("info %+v", info)
 		}
-		if len(info.Endpoints) != 1 {
+		if len(info.Endpoints) != 2 {
 			return fmt.Errorf("endpoints %+v", info.Endpoints)
 		}
 		e := info.Endpoints[0]
 		if e.Name != "status" || e.Subject != events.StatusSubject || e.QueueGroup != status.QueueGroup ||
 			e.Metadata["request"] != "atoll.v1.StatusRequest" || e.Metadata["reply"] != "atoll.v1.ClusterStatus" {
 			return fmt.Errorf("status endpoint %+v", e)
+		}
+		// Every replica answers the tunnels endpoint: no queue group.
+		if e := info.Endpoints[1]; e.Name != "tunnels" || e.Subject != events.TunnelsSubject || e.QueueGroup != "" ||
+			e.Metadata["request"] != "atoll.v1.TunnelSessionsRequest" || e.Metadata["reply"] != "atoll.v1.TunnelSessions" {
+			return fmt.Errorf("tunnels endpoint %+v", e)
 		}
 		ids[info.ID] = true
 		return nil
@@ -399,7 +405,9 @@ func TestServiceDiscovery(t *testing.T) {
 	if err := events.Request(context.Background(), client, events.StatusSubject, &atollv1.StatusRequest{}, &atollv1.ClusterStatus{}); err != nil {
 		t.Fatal(err)
 	}
-	var requests int
+	// One replica took the status request and asked both for their
+	// tunnel sessions.
+	requests := map[string]int{}
 	subj, _ := micro.ControlSubject(micro.StatsVerb, events.CloudService, "")
 	if n := discover(micro.StatsVerb, func(b []byte) error {
 		var st micro.Stats
@@ -407,11 +415,11 @@ func TestServiceDiscovery(t *testing.T) {
 			return err
 		}
 		for _, e := range st.Endpoints {
-			requests += e.NumRequests
+			requests[e.Name] += e.NumRequests
 		}
 		return nil
-	}); n != 2 || requests != 1 {
-		t.Fatalf("%s: %d answers counting %d requests, want 2 and 1", subj, n, requests)
+	}); n != 2 || requests["status"] != 1 || requests["tunnels"] != 2 {
+		t.Fatalf("%s: %d answers counting %v requests, want 2 and status 1, tunnels 2", subj, n, requests)
 	}
 }
 

@@ -33,6 +33,9 @@ type Config struct {
 	// "unix:/path" for a socket the apiserver's egress selector dials);
 	// empty: none.
 	ConnectAddr string
+	// ConnectTLS is the CONNECT listener's mutual TLS; required when a
+	// TCP ConnectAddr is not loopback.
+	ConnectTLS TLS
 	// Forwards are TCP port forwards.
 	Forwards []Forward
 	// DialTimeout bounds opening a session (the agent reaching its target).
@@ -57,6 +60,14 @@ func (c Config) Validate() error {
 	if c.ConnectAddr != "" && !strings.HasPrefix(c.ConnectAddr, "unix:") {
 		if _, _, err := net.SplitHostPort(c.ConnectAddr); err != nil {
 			return fmt.Errorf("tunnel: ConnectAddr %q: %w", c.ConnectAddr, err)
+		}
+	}
+	if err := c.ConnectTLS.validate(c.ConnectAddr); err != nil {
+		return err
+	}
+	if c.ConnectTLS.Enabled() {
+		if _, err := (&tlsFiles{files: c.ConnectTLS}).load(); err != nil {
+			return err
 		}
 	}
 	for i, f := range c.Forwards {

@@ -29,8 +29,8 @@ import (
 )
 
 // container is the stand-in's runtime: exec of "cat" copies stdin to
-// stdout, any other command prints its arguments; port-forward to any port
-// reaches echoAddr.
+// stdout, any other command prints its arguments; attach prefixes each
+// stdin line with "attached: "; port-forward to any port reaches echoAddr.
 type container struct{ echoAddr string }
 
 func (c container) ExecInContainer(_ context.Context, _, _, _ string, cmd []string, in io.Reader, out, _ io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize, _ time.Duration) error {
@@ -40,6 +40,19 @@ func (c container) ExecInContainer(_ context.Context, _, _, _ string, cmd []stri
 	}
 	_, err := fmt.Fprintln(out, strings.Join(cmd, " "))
 	return err
+}
+
+func (c container) AttachContainer(_ context.Context, _, _, _ string, in io.Reader, out, _ io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize) error {
+	if in == nil {
+		return fmt.Errorf("attach without stdin")
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		if _, err := fmt.Fprintf(out, "attached: %s\n", sc.Text()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }
 
 func (c container) PortForward(ctx context.Context, _, _ string, _ int32, stream io.ReadWriteCloser) error {
@@ -55,7 +68,7 @@ func (c container) PortForward(ctx context.Context, _, _ string, _ int32, stream
 
 // kubeletStandIn serves, over TLS like a kubelet, containerLogs (plain,
 // and with follow=true a line every 100 ms until the client goes), and
-// exec and portForward with the upstream streaming packages
+// exec, attach and portForward with the upstream streaming packages
 // (k8s.io/cri-streaming).
 func kubeletStandIn(t *testing.T) string {
 	t.Helper()
@@ -70,6 +83,14 @@ func kubeletStandIn(t *testing.T) string {
 				return
 			}
 			remotecommand.ServeExec(w, r, rt, parts[2], "", parts[3], r.URL.Query()["command"], opts, time.Minute, 30*time.Second, remotecommand.SupportedStreamingProtocols)
+			return
+		case len(parts) == 4 && parts[0] == "attach":
+			opts, err := remotecommand.NewOptions(r)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			remotecommand.ServeAttach(w, r, rt, parts[2], "", parts[3], opts, time.Minute, 30*time.Second, remotecommand.SupportedStreamingProtocols)
 			return
 		case len(parts) == 3 && parts[0] == "portForward":
 			portforward.ServePortForward(w, r, rt, parts[2], "", nil, time.Minute, 30*time.Second, portforward.SupportedProtocols)
@@ -109,28 +130,34 @@ func (l *lazyNodes) NodeFor(host string) (string, bool) {
 	return "", false
 }
 
-// TestKubectlThroughTunnel: the real kube-apiserver, its egress
-// selector pointed at the tunnel's CONNECT socket, reaches a kubelet
-// stand-in whose node address (10.255.255.1) does not route: only the
-// tunnel reaches it. kubectl logs and logs -f work; the CONNECT host is the
-// node's InternalIP, resolved through the Node cache. Then exec -i with
-// stdin and port-forward (SPDY upgrades end to end).
-func TestKubectlThroughTunnel(t *testing.T) {
+// kubeCluster is the real apiserver with its egress selector pointed at
+// the first tunnel replica, a node n1 whose InternalIP (10.255.255.1)
+// does not route (only the tunnel reaches its kubelet stand-in) and a
+// running pod default/web on it.
+type kubeCluster struct {
+	kc  *kubetest.Cluster
+	rig *rig
+	bin string
+}
+
+// startKubeCluster starts the rig (first tunes the first replica) and
+// then the apiserver with egress(the first replica's CONNECT address).
+func startKubeCluster(t *testing.T, first func(*tunnel.Config), egress func(addr string) kubetest.Option) *kubeCluster {
+	t.Helper()
 	kubectlPath, err := kubetest.Kubectl()
 	if err != nil {
 		t.Fatal(err)
 	}
 	kubelet := kubeletStandIn(t)
 	_, port, _ := net.SplitHostPort(kubelet)
-	dir, err := os.MkdirTemp("", "tun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "connect.sock")
 	res := &lazyNodes{}
-	setupWith(t, kubelet, "unix:"+sock, res)
-	kc := kubetest.Start(t, kubetest.WithClusterEgress("unix:"+sock))
+	r := setupWith(t, kubelet, res, first)
+	addr := r.servers[0].Addrs()[0]
+	connect := addr.String()
+	if addr.Network() == "unix" {
+		connect = "unix:" + connect
+	}
+	kc := kubetest.Start(t, egress(connect))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -139,7 +166,7 @@ func TestKubectlThroughTunnel(t *testing.T) {
 	lister := f.Core().V1().Nodes().Lister()
 	stop := make(chan struct{})
 	f.Start(stop)
-	defer func() { close(stop); f.Shutdown() }() // Shutdown waits for stop
+	t.Cleanup(func() { close(stop); f.Shutdown() }) // Shutdown waits for stop
 	node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -162,18 +189,44 @@ func TestKubectlThroughTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod.Status.Phase = corev1.PodRunning // kubectl port-forward wants a running pod
+	pod.Status.Phase = corev1.PodRunning // kubectl port-forward and attach want a running pod
 	if _, err := cs.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kubectl := func(ctx context.Context, args ...string) *exec.Cmd {
-		return exec.CommandContext(ctx, kubectlPath, append([]string{"--kubeconfig", kc.KubeconfigPath()}, args...)...)
-	}
+	return &kubeCluster{kc: kc, rig: r, bin: kubectlPath}
+}
 
-	out, err := kubectl(ctx, "logs", "web", "-c", "app").CombinedOutput()
+func (k *kubeCluster) kubectl(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kc.KubeconfigPath()}, args...)...)
+}
+
+// logs checks kubectl logs.
+func (k *kubeCluster) logs(t *testing.T, ctx context.Context) {
+	t.Helper()
+	out, err := k.kubectl(ctx, "logs", "web", "-c", "app").CombinedOutput()
 	if err != nil || string(out) != "hello from default/web/app on the edge\n" {
-		t.Fatalf("kubectl logs: %v\n%s\n%s", err, out, kc.LogTails(20))
+		t.Fatalf("kubectl logs: %v\n%s\n%s", err, out, k.kc.LogTails(20))
 	}
+}
+
+// TestKubectlThroughTunnel: the real kube-apiserver, its egress
+// selector pointed at the tunnel's CONNECT socket (UDS), reaches a kubelet
+// stand-in whose node address (10.255.255.1) does not route: only the
+// tunnel reaches it. kubectl logs and logs -f work; the CONNECT host is the
+// node's InternalIP, resolved through the Node cache. Then exec -i with
+// stdin, attach -i with stdin and port-forward (SPDY upgrades end to end).
+func TestKubectlThroughTunnel(t *testing.T) {
+	dir, err := os.MkdirTemp("", "tun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "connect.sock")
+	k := startKubeCluster(t, func(c *tunnel.Config) { c.ConnectAddr = "unix:" + sock }, kubetest.WithClusterEgress)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kubectl := k.kubectl
+	k.logs(t, ctx)
 
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
@@ -195,9 +248,19 @@ func TestKubectlThroughTunnel(t *testing.T) {
 	// exec -i: stdin goes to the container and back.
 	execCmd := kubectl(ctx, "exec", "-i", "web", "-c", "app", "--", "cat")
 	execCmd.Stdin = strings.NewReader("stdin through the tunnel\n")
-	out, err = execCmd.CombinedOutput()
+	out, err := execCmd.CombinedOutput()
 	if err != nil || string(out) != "stdin through the tunnel\n" {
 		t.Fatalf("kubectl exec -i: %v\n%s", err, out)
+	}
+
+	// attach -i: stdin reaches the running container's attached streams.
+	attach := kubectl(ctx, "attach", "-i", "-q", "web", "-c", "app")
+	attach.Stdin = strings.NewReader("one\ntwo\n")
+	var attachErr strings.Builder
+	attach.Stderr = &attachErr
+	out, err = attach.Output()
+	if err != nil || string(out) != "attached: one\nattached: two\n" {
+		t.Fatalf("kubectl attach -i: %v\n%q\n%s", err, out, attachErr.String())
 	}
 
 	// port-forward: a local port reaches the pod's port through the tunnel.

@@ -45,6 +45,8 @@ type Server struct {
 	dialer  *tunnel.Dialer
 	peers   Peers     // nil: no relaying
 	links   LinkState // nil: link state unknown
+	tls     *tlsFiles // nil: plain CONNECT
+	byNode  nodeSessions
 
 	mu        sync.Mutex
 	listeners []net.Listener
@@ -60,8 +62,15 @@ func New(cfg Config, res Resolver, m *Metrics, log *slog.Logger) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}, nil
+	s := &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}}
+	if cfg.ConnectTLS.Enabled() {
+		var err error
+		if s.tls, err = newTLSFiles(cfg.ConnectTLS, log); err != nil {
+			return nil, err
+		}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
 }
 
 // SetRelay has the server relay sessions through peers (when
@@ -118,6 +127,9 @@ func (s *Server) Start(nc *nats.Conn) error {
 			return fmt.Errorf("tunnel: listen %s: %w", s.cfg.ConnectAddr, err)
 		}
 		s.listeners = append(s.listeners, ln)
+		if s.tls != nil {
+			ln = s.tls.listener(ln)
+		}
 		s.http = &http.Server{Handler: http.HandlerFunc(s.connect), ReadHeaderTimeout: 10 * time.Second}
 		s.wg.Add(1)
 		go func() {
@@ -250,6 +262,10 @@ func (s *Server) relay(c net.Conn, tc net.Conn) {
 		return
 	}
 	defer s.track(c, false)
+	if a, ok := tc.RemoteAddr().(tunnel.Addr); ok {
+		s.byNode.add(a.Node, 1)
+		defer s.byNode.add(a.Node, -1)
+	}
 	stop := context.AfterFunc(s.ctx, func() { tc.(*tunnel.Conn).Abort("tunnel server shutting down"); c.Close() })
 	defer stop()
 	tunnel.Pipe(c, tc)

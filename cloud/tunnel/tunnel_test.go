@@ -89,10 +89,11 @@ type rig struct {
 // cuttable leaf link with the real agent allowing only the kubelet stand-in;
 // two tunnel server replicas on the hub, each with a CONNECT listener and a
 // forward to the kubelet port of n1.
-func setup(t testing.TB) *rig { return setupWith(t, echoServer(t), "127.0.0.1:0", tunnel.Names{}) }
+func setup(t testing.TB) *rig { return setupWith(t, echoServer(t), tunnel.Names{}, nil) }
 
-// setupWith is setup with another kubelet, CONNECT address and resolver.
-func setupWith(t testing.TB, kubelet, connectAddr string, res tunnel.Resolver) *rig {
+// setupWith is setup with another kubelet and resolver; first, when set,
+// changes the first replica's configuration (CONNECT on 127.0.0.1:0).
+func setupWith(t testing.TB, kubelet string, res tunnel.Resolver, first func(*tunnel.Config)) *rig {
 	t.Helper()
 	h := natstest.Hub(t)
 	r := &rig{kubelet: kubelet, proxy: natstest.NewProxy(t, h.LeafURL().Host), agentReg: prometheus.NewRegistry()}
@@ -129,9 +130,9 @@ func setupWith(t testing.TB, kubelet, connectAddr string, res tunnel.Resolver) *
 			t.Fatal(err)
 		}
 		cfg := tunnel.DefaultConfig()
-		cfg.ConnectAddr = connectAddr
-		if i > 0 {
-			cfg.ConnectAddr = "127.0.0.1:0"
+		cfg.ConnectAddr = "127.0.0.1:0"
+		if i == 0 && first != nil {
+			first(&cfg)
 		}
 		cfg.Forwards = []tunnel.Forward{{Listen: "127.0.0.1:0", Node: "n1", Target: "localhost:" + r.kubeletPort}}
 		cfg.Session.KeepAlive, cfg.Session.LinkTimeout = 500*time.Millisecond, 8*time.Second

@@ -276,3 +276,76 @@ func (c *Conn) stopDeadlineTimers() {
 		}
 	}
 }
+
+// ReadFrom implements io.ReaderFrom, so io.Copy into a Conn (Pipe) reads
+// in frame-sized pieces: it starts with a 32 KiB buffer, as io.Copy would,
+// and grows it to MaxFrame once a read fills it (a bulk stream), so bulk
+// data leaves in full frames while an idle session holds no more than
+// io.Copy's buffer.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	buf := make([]byte, min(32<<10, c.s.cfg.MaxFrame))
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			w, werr := c.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
+			}
+			if n == len(buf) && len(buf) < c.s.cfg.MaxFrame {
+				buf = make([]byte, c.s.cfg.MaxFrame)
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// WriteTo implements io.WriterTo, so io.Copy out of a Conn (Pipe) writes
+// the received frames' payloads to w as they are, without copying them
+// through an intermediate buffer. It returns nil at the peer's half-close.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		p, err := c.nextChunk()
+		if err != nil || p == nil {
+			return total, err
+		}
+		n, err := w.Write(p)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// nextChunk waits for received bytes as Read does: nil, nil at the peer's
+// half-close.
+func (c *Conn) nextChunk() ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.closed {
+			return nil, net.ErrClosed
+		}
+		if p := c.s.ReadChunk(c.s.cfg.MaxFrame); len(p) > 0 {
+			c.flushLocked(time.Now())
+			return p, nil
+		}
+		if c.s.PeerClosed() {
+			return nil, nil
+		}
+		if err := c.s.Err(); err != nil {
+			return nil, err
+		}
+		if !c.readDL.IsZero() && !time.Now().Before(c.readDL) {
+			return nil, os.ErrDeadlineExceeded
+		}
+		c.cond.Wait()
+	}
+}

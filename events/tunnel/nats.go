@@ -23,12 +23,20 @@ func NewSessionID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// marshalBufs are frame encoding buffers: Publish copies the bytes into
+// the connection's buffer, so one is free again once it returns, and a
+// bulk stream does not allocate (and zero) a frame-sized slice per frame.
+var marshalBufs = sync.Pool{New: func() any { return new([]byte) }}
+
 func publisher(nc *nats.Conn, subject string, onErr func(error)) func(*atollv1.TunnelFrame) {
 	return func(f *atollv1.TunnelFrame) {
-		data, err := proto.Marshal(f)
+		bp := marshalBufs.Get().(*[]byte)
+		data, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], f)
 		if err == nil {
 			err = nc.Publish(subject, data)
 		}
+		*bp = data
+		marshalBufs.Put(bp)
 		if err != nil && onErr != nil {
 			onErr(fmt.Errorf("publish %s: %w", subject, err))
 		}

@@ -25,6 +25,10 @@ type Config struct {
 	// Resend is the first delay before an unacknowledged frame is resent;
 	// it doubles per resend up to MaxResend.
 	Resend, MaxResend time.Duration
+	// AckDelay: received DATA is acknowledged within this long, or at once
+	// when Window/8 bytes wait for an acknowledgement (cumulative acks,
+	// not one WINDOW frame per DATA frame); other frames at once.
+	AckDelay time.Duration
 	// KeepAlive: a WINDOW frame is sent when nothing was sent for this long.
 	KeepAlive time.Duration
 	// LinkTimeout: the session fails when nothing is heard for this long,
@@ -47,11 +51,12 @@ func (c Config) Defaults() Config {
 			*v = d
 		}
 	}
-	def(&c.MaxFrame, 32<<10)
-	def(&c.Window, 512<<10)
-	def(&c.SendBuffer, 256<<10)
+	def(&c.MaxFrame, 128<<10)
+	def(&c.Window, 1<<20)
+	def(&c.SendBuffer, 512<<10)
 	defd(&c.Resend, 200*time.Millisecond)
 	defd(&c.MaxResend, 1*time.Second)
+	defd(&c.AckDelay, 2*time.Millisecond)
 	defd(&c.KeepAlive, 2*time.Second)
 	defd(&c.LinkTimeout, 10*time.Second)
 	return c
@@ -68,6 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tunnel config: SendBuffer %d not positive", c.SendBuffer)
 	case c.Resend <= 0 || c.MaxResend < c.Resend:
 		return fmt.Errorf("tunnel config: Resend %s / MaxResend %s", c.Resend, c.MaxResend)
+	case c.AckDelay <= 0 || c.AckDelay >= c.Resend:
+		return fmt.Errorf("tunnel config: AckDelay %s not in (0, Resend %s)", c.AckDelay, c.Resend)
 	case c.KeepAlive <= 0 || c.LinkTimeout <= c.KeepAlive:
 		return fmt.Errorf("tunnel config: LinkTimeout %s must exceed KeepAlive %s", c.LinkTimeout, c.KeepAlive)
 	case c.IdleTimeout < 0:
@@ -101,7 +108,7 @@ type Session struct {
 	sendOff   uint64 // stream bytes framed
 	unacked   []inflight
 	inflight  int    // payload bytes in unacked
-	queue     []byte // written, not yet framed
+	queue     chunks // written, not yet framed
 	peerLimit uint64
 	peerAck   uint64
 	openQ     *atollv1.TunnelFrame // our OPEN, not yet sent
@@ -111,13 +118,15 @@ type Session struct {
 	// receive direction
 	recvNext uint64
 	recvOff  uint64
-	buf      []byte
+	buf      chunks // received, not yet read
 	readOff  uint64
 	discard  bool
 	peerOpen bool
 	target   string
 	peerFin  bool
 	needAck  bool
+	ackAt    time.Time // when held acknowledgements of DATA are due (zero: none held)
+	ackHeld  int       // DATA bytes received since the last acknowledgement
 	sentAck  uint64
 	sentLim  uint64
 
@@ -161,11 +170,17 @@ func (s *Session) Write(p []byte, now time.Time) int {
 	if s.err != nil || s.wantFin || s.finished {
 		return 0
 	}
-	n := min(len(p), s.cfg.SendBuffer-len(s.queue))
+	n := min(len(p), s.cfg.SendBuffer-s.queue.len())
 	if n <= 0 {
 		return 0
 	}
-	s.queue = append(s.queue, p[:n]...)
+	// Bytes that must wait for credit are packed into MaxFrame chunks (so
+	// they leave in full frames); others in chunks of their own size.
+	size := n
+	if s.queue.len() > 0 {
+		size = s.cfg.MaxFrame
+	}
+	s.queue.push(p[:n], size)
 	s.lastData = now
 	return n
 }
@@ -175,11 +190,7 @@ func (s *Session) CloseWrite() { s.wantFin = true }
 
 // Read moves received bytes into p.
 func (s *Session) Read(p []byte) int {
-	n := copy(p, s.buf)
-	s.buf = s.buf[n:]
-	if len(s.buf) == 0 {
-		s.buf = nil
-	}
+	n := s.buf.read(p)
 	s.readOff += uint64(n)
 	if s.limit()-s.sentLim >= uint64(s.cfg.Window/4) {
 		s.needAck = true
@@ -187,17 +198,31 @@ func (s *Session) Read(p []byte) int {
 	return n
 }
 
+// ReadChunk removes and returns up to max received bytes without a copy:
+// a read-only slice of a received frame's payload. Credit is as for Read.
+func (s *Session) ReadChunk(max int) []byte {
+	if s.buf.len() == 0 {
+		return nil
+	}
+	p := s.buf.take(min(max, len(s.buf.bufs[0])))
+	s.readOff += uint64(len(p))
+	if s.limit()-s.sentLim >= uint64(s.cfg.Window/4) {
+		s.needAck = true
+	}
+	return p
+}
+
 // Discard drops unread and future received bytes (the application closed
 // its reading side) while keeping credit flowing so the peer can finish.
 func (s *Session) Discard() {
 	s.discard = true
-	s.readOff += uint64(len(s.buf))
-	s.buf = nil
+	s.readOff += uint64(s.buf.len())
+	s.buf.reset()
 	s.needAck = true
 }
 
 // Buffered is the count of received bytes not yet read.
-func (s *Session) Buffered() int { return len(s.buf) }
+func (s *Session) Buffered() int { return s.buf.len() }
 
 // PeerClosed reports the peer's half-close (after every byte before it).
 func (s *Session) PeerClosed() bool { return s.peerFin }
@@ -207,7 +232,7 @@ func (s *Session) Writable() int {
 	if s.err != nil || s.wantFin {
 		return 0
 	}
-	return s.cfg.SendBuffer - len(s.queue)
+	return s.cfg.SendBuffer - s.queue.len()
 }
 
 // Err is the session's failure, nil while it is healthy or after a clean end.
@@ -239,7 +264,8 @@ func (s *Session) fail(err error, reason string) {
 		return
 	}
 	s.err, s.errReason = err, reason
-	s.queue, s.unacked, s.inflight = nil, nil, 0
+	s.queue.reset()
+	s.unacked, s.inflight = nil, 0
 }
 
 func (s *Session) limit() uint64 { return s.readOff + uint64(s.cfg.Window) }
@@ -293,7 +319,8 @@ func (s *Session) Receive(f *atollv1.TunnelFrame, now time.Time) {
 			reason = "unspecified"
 		}
 		s.err, s.errSent = &PeerError{Reason: reason}, true
-		s.queue, s.unacked, s.inflight = nil, nil, 0
+		s.queue.reset()
+		s.unacked, s.inflight = nil, 0
 	case atollv1.FrameKind_FRAME_KIND_OPEN, atollv1.FrameKind_FRAME_KIND_DATA, atollv1.FrameKind_FRAME_KIND_CLOSE:
 		s.sequenced(f, now)
 	default:
@@ -347,17 +374,27 @@ func (s *Session) sequenced(f *atollv1.TunnelFrame, now time.Time) {
 		if s.discard {
 			s.readOff += n
 		} else {
-			s.buf = append(s.buf, f.Payload...)
+			s.buf.pushOwned(f.Payload) // read-only: Read copies out of it
 		}
 	case atollv1.FrameKind_FRAME_KIND_CLOSE:
 		s.peerFin = true
 	}
 	s.recvNext++
+	if f.Kind == atollv1.FrameKind_FRAME_KIND_DATA {
+		// Cumulative acks: hold them up to AckDelay or Window/8 bytes.
+		s.ackHeld += len(f.Payload)
+		if s.ackHeld < s.cfg.Window/8 {
+			if s.ackAt.IsZero() {
+				s.ackAt = now.Add(s.cfg.AckDelay)
+			}
+			return
+		}
+	}
 	s.needAck = true
 }
 
 func (s *Session) checkFinished() {
-	if s.err == nil && s.peerFin && s.finSeq != 0 && s.peerAck >= s.finSeq && !s.needAck {
+	if s.err == nil && s.peerFin && s.finSeq != 0 && s.peerAck >= s.finSeq && !s.needAck && s.ackAt.IsZero() {
 		s.finished = true
 	}
 }
@@ -379,7 +416,7 @@ func (s *Session) Tick(now time.Time) {
 func (s *Session) stamp(f *atollv1.TunnelFrame, now time.Time) *atollv1.TunnelFrame {
 	f.Ack, f.Limit = s.recvNext-1, s.limit()
 	s.sentAck, s.sentLim = f.Ack, f.Limit
-	s.needAck = false
+	s.needAck, s.ackAt, s.ackHeld = false, time.Time{}, 0
 	s.lastSent = now
 	s.stats.FramesSent++
 	return f
@@ -427,24 +464,22 @@ func (s *Session) Outgoing(now time.Time) []*atollv1.TunnelFrame {
 	if s.nextSeq > 1 { // our OPEN went first
 		// The peer's limit bounds what it must buffer; our own Window bounds
 		// what we keep for resending, whatever limit a lying peer grants.
-		for len(s.queue) > 0 && s.sendOff < s.peerLimit && s.inflight < s.cfg.Window {
-			n := min(len(s.queue), s.cfg.MaxFrame, s.cfg.Window-s.inflight, int(min(s.peerLimit-s.sendOff, uint64(s.cfg.MaxFrame))))
-			p := make([]byte, n)
-			copy(p, s.queue)
-			s.queue = s.queue[n:]
-			if len(s.queue) == 0 {
-				s.queue = nil
-			}
+		for s.queue.len() > 0 && s.sendOff < s.peerLimit && s.inflight < s.cfg.Window {
+			p := s.queue.take(min(s.cfg.MaxFrame, s.cfg.Window-s.inflight, int(min(s.peerLimit-s.sendOff, uint64(s.cfg.MaxFrame)))))
+			n := len(p)
 			out = append(out, s.sequence(&atollv1.TunnelFrame{Session: s.id, Kind: atollv1.FrameKind_FRAME_KIND_DATA, Payload: p, Offset: s.sendOff}, now))
 			s.sendOff += uint64(n)
 			s.inflight += n
 			s.stats.BytesSent += uint64(n)
 		}
-		if s.wantFin && s.finSeq == 0 && len(s.queue) == 0 {
+		if s.wantFin && s.finSeq == 0 && s.queue.len() == 0 {
 			f := s.sequence(&atollv1.TunnelFrame{Session: s.id, Kind: atollv1.FrameKind_FRAME_KIND_CLOSE}, now)
 			s.finSeq = f.Sequence
 			out = append(out, f)
 		}
+	}
+	if !s.ackAt.IsZero() && !now.Before(s.ackAt) {
+		s.needAck = true
 	}
 	if len(out) == 0 && (s.needAck || now.Sub(s.lastSent) >= s.cfg.KeepAlive) {
 		out = append(out, s.stamp(&atollv1.TunnelFrame{Session: s.id, Kind: atollv1.FrameKind_FRAME_KIND_WINDOW}, now))
@@ -469,6 +504,9 @@ func (s *Session) Deadline() time.Time {
 		}
 	}
 	earlier(s.lastSent.Add(s.cfg.KeepAlive))
+	if !s.ackAt.IsZero() {
+		earlier(s.ackAt)
+	}
 	if s.cfg.IdleTimeout > 0 {
 		earlier(s.lastData.Add(s.cfg.IdleTimeout))
 	}

@@ -431,8 +431,8 @@ func TestLyingPeerCannotGrowMemory(t *testing.T) {
 	for _, in := range s.unacked {
 		inflight += len(in.f.Payload)
 	}
-	if inflight > cfg.Window || len(s.queue) > cfg.SendBuffer {
-		t.Fatalf("in flight %d (window %d), queued %d (buffer %d)", inflight, cfg.Window, len(s.queue), cfg.SendBuffer)
+	if inflight > cfg.Window || s.queue.len() > cfg.SendBuffer {
+		t.Fatalf("in flight %d (window %d), queued %d (buffer %d)", inflight, cfg.Window, s.queue.len(), cfg.SendBuffer)
 	}
 	if taken != cfg.Window+cfg.SendBuffer {
 		t.Fatalf("took %d bytes, want window+buffer %d", taken, cfg.Window+cfg.SendBuffer)

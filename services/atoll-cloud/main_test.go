@@ -61,6 +61,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-domain=a.b"}, "hub domain"},
 		{[]string{"--hub-cluster-port=6222", "--hub-routes=http://a"}, "cluster route"},
 		{[]string{"--tunnel-connect-addr=nonsense"}, "tunnel: ConnectAddr"},
+		{[]string{"--tunnel-connect-addr=:8132"}, "needs mutual TLS (--tunnel-connect-tls-cert, --tunnel-connect-tls-key and --tunnel-connect-client-ca)"},
+		{[]string{"--tunnel-connect-addr=:8132", "--tunnel-connect-tls-cert=/nonexistent/tls.crt", "--tunnel-connect-tls-key=/nonexistent/tls.key", "--tunnel-connect-client-ca=/nonexistent/ca.crt"}, "ConnectTLS.CertFile (--tunnel-connect-tls-cert): open /nonexistent/tls.crt"},
 		{[]string{"--tunnel-forward=127.0.0.1:9100=a*b/127.0.0.1:9100"}, "tunnel: Forwards[0].Node"},
 		{[]string{"--cluster-domain=.cluster.local"}, "hostrecords: ClusterDomain"},
 	}

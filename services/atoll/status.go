@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -101,13 +102,13 @@ func renderStatus(w io.Writer, cs *atollv1.ClusterStatus) error {
 		if err := tw.Flush(); err != nil { // the node table aligns on its own
 			return err
 		}
-		fmt.Fprintln(tw, "  NODE\tCLOUD\tVERDICT\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED\tVIEWS")
+		fmt.Fprintln(tw, "  NODE\tCLOUD\tVERDICT\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED\tVIEWS\tTUNNELS")
 		for _, n := range u.GetNodes() {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t%s\t%s\t%s\t%s\n",
 				n.GetName(), n.GetReady(), verdictName(n.GetVerdict()),
 				n.GetHealthyVotes(), n.GetUnhealthyVotes(), n.GetUndecidedVotes(),
 				n.GetNormal(), n.GetAbnormal(), n.GetCheckers(),
-				age(n, at), yesNo(n.GetProtected()), viewsColumn(n))
+				age(n, at), yesNo(n.GetProtected()), viewsColumn(n), tunnelsColumn(cs, n))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -128,6 +129,15 @@ func viewsColumn(n *atollv1.NodeStatus) string {
 	default:
 		return "behind: " + b
 	}
+}
+
+// tunnelsColumn is the node's live tunnel sessions summed over the cloud
+// replicas, "-" when no replica told its sessions.
+func tunnelsColumn(cs *atollv1.ClusterStatus, n *atollv1.NodeStatus) string {
+	if cs.GetTunnelReplicas() == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(n.GetTunnelSessions()), 10)
 }
 
 func holdUntil(u *atollv1.UnitStatus, at time.Time) string {

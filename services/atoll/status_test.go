@@ -37,9 +37,9 @@ func TestRenderStatus(t *testing.T) {
 		want string
 	}{
 		{"no units", &atollv1.ClusterStatus{Time: ts(0)}, "no edge units: no node carries a unit label\n"},
-		{"units", &atollv1.ClusterStatus{Time: ts(0), Replica: "atoll-hub-0", Units: []*atollv1.UnitStatus{
+		{"units", &atollv1.ClusterStatus{Time: ts(0), Replica: "atoll-hub-0", TunnelReplicas: 2, Units: []*atollv1.UnitStatus{
 			{Unit: "site-a", State: "PartialDisruption", Nodes: []*atollv1.NodeStatus{
-				{Name: "site-a-1", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2, LastVote: ts(-1500 * time.Millisecond)},
+				{Name: "site-a-1", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2, LastVote: ts(-1500 * time.Millisecond), TunnelSessions: 12},
 				{Name: "site-a-2", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 1, UndecidedVotes: 1, Normal: 1, Abnormal: 1, Checkers: 2, LastVote: ts(-90 * time.Second), Protected: true, ViewsBehind: "unit view"},
 				{Name: "site-a-3", Ready: "False", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, UnhealthyVotes: 2, Abnormal: 2, Checkers: 2, LastVote: ts(time.Second)},
 			}},
@@ -51,20 +51,20 @@ func TestRenderStatus(t *testing.T) {
 			}},
 		}}, `UNIT    STATE              HOLD-UNTIL
 site-a  PartialDisruption  -
-  NODE      CLOUD    VERDICT    VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE    PROTECTED  VIEWS
-  site-a-1  True     healthy    2/0/0         2/0/2                            2s     no         current
-  site-a-2  Unknown  healthy    1/0/1         1/1/2                            1m30s  yes        behind: unit view
-  site-a-3  False    unhealthy  0/2/0         0/2/2                            0s     no         current
+  NODE      CLOUD    VERDICT    VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE    PROTECTED  VIEWS              TUNNELS
+  site-a-1  True     healthy    2/0/0         2/0/2                            2s     no         current            12
+  site-a-2  Unknown  healthy    1/0/1         1/1/2                            1m30s  yes        behind: unit view  0
+  site-a-3  False    unhealthy  0/2/0         0/2/2                            0s     no         current            0
 
 UNIT    STATE           HOLD-UNTIL
 site-b  FullDisruption  2026-05-01T10:09:58Z (in 9m58s)
-  NODE      CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS
-  site-b-1  Unknown  none     0/0/0         0/0/0                            -    yes        unknown
+  NODE      CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS    TUNNELS
+  site-b-1  Unknown  none     0/0/0         0/0/0                            -    yes        unknown  0
 
 UNIT    STATE           HOLD-UNTIL
 site-c  FullDisruption  2026-05-01T09:59:57Z (ended 3s ago)
-  NODE  CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS
-  c     Unknown  none     0/0/0         0/0/0                            -    no         current
+  NODE  CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS    TUNNELS
+  c     Unknown  none     0/0/0         0/0/0                            -    no         current  0
 `},
 	}
 	for _, tt := range tests {

@@ -56,6 +56,9 @@ type Config struct {
 	// "host:port") kube-apiserver's egress selector uses for egress
 	// "cluster" (see WithClusterEgress).
 	ClusterEgress string
+	// ClusterEgressTLS, when set, reaches a TCP ClusterEgress over mutual
+	// TLS (see WithClusterEgressTLS).
+	ClusterEgressTLS *EgressTLS
 
 	// Extra*Flags are appended after the generated flags, so they override
 	// them (the last value of a flag wins).

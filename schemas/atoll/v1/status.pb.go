@@ -79,9 +79,12 @@ type ClusterStatus struct {
 	// When the replica built this status, by its clock.
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// The answering replica: the name of its hub server (--hub-name).
-	Replica       string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replica string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	// How many replicas told their tunnel sessions (NodeStatus
+	// tunnel_sessions) within the gather window.
+	TunnelReplicas uint32 `protobuf:"varint,4,opt,name=tunnel_replicas,json=tunnelReplicas,proto3" json:"tunnel_replicas,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterStatus) Reset() {
@@ -133,6 +136,13 @@ func (x *ClusterStatus) GetReplica() string {
 		return x.Replica
 	}
 	return ""
+}
+
+func (x *ClusterStatus) GetTunnelReplicas() uint32 {
+	if x != nil {
+		return x.TunnelReplicas
+	}
+	return 0
 }
 
 // UnitStatus is one NodeUnit's disruption state and its nodes.
@@ -237,9 +247,12 @@ type NodeStatus struct {
 	// them ("assignment", "unit view", or both joined by ", "), by the
 	// agent's last topology report; empty when current, "unknown" when the
 	// agent reports no fingerprints or has not reported since the change.
-	ViewsBehind   string `protobuf:"bytes,20,opt,name=views_behind,json=viewsBehind,proto3" json:"views_behind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ViewsBehind string `protobuf:"bytes,20,opt,name=views_behind,json=viewsBehind,proto3" json:"views_behind,omitempty"`
+	// Live tunnel sessions to the node, summed over the replicas that
+	// answered (ClusterStatus tunnel_replicas).
+	TunnelSessions uint32 `protobuf:"varint,21,opt,name=tunnel_sessions,json=tunnelSessions,proto3" json:"tunnel_sessions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -363,24 +376,127 @@ func (x *NodeStatus) GetViewsBehind() string {
 	return ""
 }
 
+func (x *NodeStatus) GetTunnelSessions() uint32 {
+	if x != nil {
+		return x.TunnelSessions
+	}
+	return 0
+}
+
+// TunnelSessionsRequest asks every atoll-cloud replica for the tunnel
+// sessions it holds. Subject: atoll.cloud.tunnels (core NATS request,
+// no queue group: every replica answers with a TunnelSessions); the
+// replica answering a StatusRequest gathers them.
+type TunnelSessionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelSessionsRequest) Reset() {
+	*x = TunnelSessionsRequest{}
+	mi := &file_atoll_v1_status_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelSessionsRequest) ProtoMessage() {}
+
+func (x *TunnelSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_status_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelSessionsRequest.ProtoReflect.Descriptor instead.
+func (*TunnelSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_status_proto_rawDescGZIP(), []int{4}
+}
+
+// TunnelSessions are one replica's live tunnel sessions.
+type TunnelSessions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replica: the name of its hub server.
+	Replica string `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	// Live sessions by node; nodes without sessions are left out.
+	Nodes         map[string]uint32 `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelSessions) Reset() {
+	*x = TunnelSessions{}
+	mi := &file_atoll_v1_status_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelSessions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelSessions) ProtoMessage() {}
+
+func (x *TunnelSessions) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_status_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelSessions.ProtoReflect.Descriptor instead.
+func (*TunnelSessions) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_status_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TunnelSessions) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *TunnelSessions) GetNodes() map[string]uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 var File_atoll_v1_status_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_status_proto_rawDesc = "" +
 	"\n" +
 	"\x15atoll/v1/status.proto\x12\batoll.v1\x1a\x15atoll/v1/health.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n" +
 	"\rStatusRequest\x12\x12\n" +
-	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x85\x01\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\"\xae\x01\n" +
 	"\rClusterStatus\x12*\n" +
 	"\x05units\x18\x01 \x03(\v2\x14.atoll.v1.UnitStatusR\x05units\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
-	"\areplica\x18\x03 \x01(\tR\areplica\"\x9d\x01\n" +
+	"\areplica\x18\x03 \x01(\tR\areplica\x12'\n" +
+	"\x0ftunnel_replicas\x18\x04 \x01(\rR\x0etunnelReplicas\"\x9d\x01\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x129\n" +
 	"\n" +
 	"hold_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12*\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\xe5\x03\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\x8e\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -396,7 +512,16 @@ const file_atoll_v1_status_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\fverdictSince\x127\n" +
 	"\tlast_vote\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\blastVote\x12\x1c\n" +
 	"\tprotected\x18\f \x01(\bR\tprotected\x12!\n" +
-	"\fviews_behind\x18\x14 \x01(\tR\vviewsBehindB6Z4github.com/atoll-edge/atoll/schemas/atoll/v1;atollv1b\x06proto3"
+	"\fviews_behind\x18\x14 \x01(\tR\vviewsBehind\x12'\n" +
+	"\x0ftunnel_sessions\x18\x15 \x01(\rR\x0etunnelSessions\"\x17\n" +
+	"\x15TunnelSessionsRequest\"\x9f\x01\n" +
+	"\x0eTunnelSessions\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x129\n" +
+	"\x05nodes\x18\x02 \x03(\v2#.atoll.v1.TunnelSessions.NodesEntryR\x05nodes\x1a8\n" +
+	"\n" +
+	"NodesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01B6Z4github.com/atoll-edge/atoll/schemas/atoll/v1;atollv1b\x06proto3"
 
 var (
 	file_atoll_v1_status_proto_rawDescOnce sync.Once
@@ -410,28 +535,32 @@ func file_atoll_v1_status_proto_rawDescGZIP() []byte {
 	return file_atoll_v1_status_proto_rawDescData
 }
 
-var file_atoll_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_atoll_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_atoll_v1_status_proto_goTypes = []any{
 	(*StatusRequest)(nil),         // 0: atoll.v1.StatusRequest
 	(*ClusterStatus)(nil),         // 1: atoll.v1.ClusterStatus
 	(*UnitStatus)(nil),            // 2: atoll.v1.UnitStatus
 	(*NodeStatus)(nil),            // 3: atoll.v1.NodeStatus
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(Verdict)(0),                  // 5: atoll.v1.Verdict
+	(*TunnelSessionsRequest)(nil), // 4: atoll.v1.TunnelSessionsRequest
+	(*TunnelSessions)(nil),        // 5: atoll.v1.TunnelSessions
+	nil,                           // 6: atoll.v1.TunnelSessions.NodesEntry
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(Verdict)(0),                  // 8: atoll.v1.Verdict
 }
 var file_atoll_v1_status_proto_depIdxs = []int32{
 	2, // 0: atoll.v1.ClusterStatus.units:type_name -> atoll.v1.UnitStatus
-	4, // 1: atoll.v1.ClusterStatus.time:type_name -> google.protobuf.Timestamp
-	4, // 2: atoll.v1.UnitStatus.hold_until:type_name -> google.protobuf.Timestamp
+	7, // 1: atoll.v1.ClusterStatus.time:type_name -> google.protobuf.Timestamp
+	7, // 2: atoll.v1.UnitStatus.hold_until:type_name -> google.protobuf.Timestamp
 	3, // 3: atoll.v1.UnitStatus.nodes:type_name -> atoll.v1.NodeStatus
-	5, // 4: atoll.v1.NodeStatus.verdict:type_name -> atoll.v1.Verdict
-	4, // 5: atoll.v1.NodeStatus.verdict_since:type_name -> google.protobuf.Timestamp
-	4, // 6: atoll.v1.NodeStatus.last_vote:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	8, // 4: atoll.v1.NodeStatus.verdict:type_name -> atoll.v1.Verdict
+	7, // 5: atoll.v1.NodeStatus.verdict_since:type_name -> google.protobuf.Timestamp
+	7, // 6: atoll.v1.NodeStatus.last_vote:type_name -> google.protobuf.Timestamp
+	6, // 7: atoll.v1.TunnelSessions.nodes:type_name -> atoll.v1.TunnelSessions.NodesEntry
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_status_proto_init() }
@@ -446,7 +575,7 @@ func file_atoll_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_status_proto_rawDesc), len(file_atoll_v1_status_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
