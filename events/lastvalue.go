@@ -58,7 +58,9 @@ type PutResult struct {
 	// holds as the subject's value, after which the message was
 	// published again.
 	Republished int
-	// Bytes is the size of the message stored (0 when not Changed).
+	// Seq and Bytes are the stream sequence and size of the message
+	// stored (0 when not Changed).
+	Seq   uint64
 	Bytes int
 	// PublishFailed: the error is a publish's (not a read of the stream,
 	// nor a subject that kept changing).
@@ -209,7 +211,7 @@ func (lv *LastValue[T]) Put(ctx context.Context, subj string, m T) (PutResult, e
 			ack.Sequence = now.Seq
 		}
 		lv.remember(subj, Stored{Fingerprint: fp, Seq: ack.Sequence, Time: time.Now(), Empty: lv.empty(m)})
-		res.Changed = true
+		res.Changed, res.Seq = true, ack.Sequence
 		res.Bytes = proto.Size(msg)
 		return res, nil
 	}
