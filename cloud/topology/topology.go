@@ -8,9 +8,9 @@
 // Every replica computes the same views from the same events and publishes
 // a view only when the stream's last value for its subject differs, with a
 // message id made of its content and the value it replaces
-// (events.LastValue, see put), so
-// replicas run active-active without electing a leader: JetStream drops
-// the duplicates, yet a view that returns to earlier content is stored.
+// (events.LastValue, see put), so replicas run active-active without
+// electing a leader: JetStream drops the duplicates, yet a view that
+// returns to earlier content is stored.
 // Each view and assignment is published on its own, and a periodic resync
 // compares every one with the stream and repairs what is missing.
 package topology
