@@ -144,10 +144,15 @@ func NewLastValue[T Fingerprinted](js func() jetstream.JetStream, stream string,
 
 // Put makes m, with fingerprint m.GetFingerprint(), the last value stored
 // on subj, unless the stream already holds that content there (or m is
-// empty and the subject holds nothing). See LastValue for the rules.
+// empty and the subject holds nothing). See LastValue for the rules. A
+// message without a fingerprint is an error.
 func (lv *LastValue[T]) Put(ctx context.Context, subj string, m T) (PutResult, error) {
 	var res PutResult
 	fp := m.GetFingerprint()
+	if fp == "" {
+		// "" is also the fingerprint of nothing stored.
+		return res, fmt.Errorf("events: put %s: %s has no fingerprint", subj, TypeName(m))
+	}
 	last, known := lv.Known(subj)
 	res.Remembered = known
 	nonce := ""

@@ -253,6 +253,21 @@ func TestLastValueReplacesUndecodable(t *testing.T) {
 	}
 }
 
+// TestLastValueNeedsFingerprint: a message without a fingerprint is
+// refused with an error naming the field, and nothing is stored.
+func TestLastValueNeedsFingerprint(t *testing.T) {
+	js, st := lastValueHub(t)
+	subj, _ := events.UnitViewSubject("u1")
+	var stamps atomic.Int32
+	_, err := unitViews(js, &stamps).Put(context.Background(), subj, view("u1", "", "n1"))
+	if err == nil || !strings.Contains(err.Error(), "fingerprint") {
+		t.Fatalf("err = %v, want one naming the fingerprint", err)
+	}
+	if _, seq := last(t, st, subj); seq != 0 || stamps.Load() != 0 {
+		t.Fatalf("stored at %d after %d publishes, want nothing", seq, stamps.Load())
+	}
+}
+
 // rivalJS stores another value on the subject right before every
 // publish, as a writer that always wins the race would.
 type rivalJS struct {
