@@ -24,6 +24,13 @@
 // present at start has been handled, for readiness. Subscribe reads core
 // NATS subjects through the same decode, terminal-state and metrics path.
 //
+// LastValue keeps one value per subject on a stream that holds each
+// subject's last message (the VIEWS stream): it stores a message only when
+// its fingerprint differs from the subject's stored one, under the msg-id
+// rule <subject>@<fingerprint>@<sequence replaced> and expecting that last
+// subject sequence, reading the stream again after a conflict and
+// checking Duplicate acks, so writers can run active-active.
+//
 // Request/reply endpoints are nats.go micro services (CloudService);
 // Endpoint adapts a typed handler and Request is the typed client, with
 // errors as micro's Nats-Service-Error headers (ServiceError).

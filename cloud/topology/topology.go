@@ -7,9 +7,10 @@
 //
 // Every replica computes the same views from the same events and publishes
 // a view only when the stream's last value for its subject differs, with a
-// message id made of its content and the value it replaces (see put), so
-// replicas run active-active without electing a leader: JetStream drops
-// the duplicates, yet a view that returns to earlier content is stored.
+// message id made of its content and the value it replaces
+// (events.LastValue, see put), so replicas run active-active without
+// electing a leader: JetStream drops the duplicates, yet a view that
+// returns to earlier content is stored.
 // Each view and assignment is published on its own, and a periodic resync
 // compares every one with the stream and repairs what is missing.
 package topology
@@ -77,19 +78,21 @@ type Service struct {
 
 	mu        sync.Mutex
 	nodes     map[string]node
-	published map[string]stored // view subject → what the stream holds there, as last seen
-	believed  map[string]stored // published as it was before the last resync
-	units     map[string]bool   // units with a published view
-	assigned  map[string]string // node → unit, as last published
-	rejected  map[string]string // "node/field" → the input rejected, logged once
-	oversized map[string]int    // unit → size of its view, rejected and logged once
-	gate      EdgeGate          // nil: nobody to tell of deleted Nodes
-	kubeNodes map[string]bool   // Kubernetes Nodes in the last listing
-	listed    map[string]bool   // the listing before, to find deleted Nodes
-	resync    bool              // the next pass compares every view with the stream
+	believed  map[string]events.Stored // what views and assignments held before the last resync
+	units     map[string]bool          // units with a published view
+	assigned  map[string]string        // node → unit, as last published
+	rejected  map[string]string        // "node/field" → the input rejected, logged once
+	oversized map[string]int           // unit → size of its view, rejected and logged once
+	gate      EdgeGate                 // nil: nobody to tell of deleted Nodes
+	kubeNodes map[string]bool          // Kubernetes Nodes in the last listing
+	listed    map[string]bool          // the listing before, to find deleted Nodes
+	resync    bool                     // the next pass compares every view with the stream
 	kv        jetstream.KeyValue
-	views     jetstream.Stream
 	changed   chan struct{}
+
+	// The unit views and node assignments, as stored (publish.go).
+	unitViews   *events.LastValue[*atollv1.UnitView]
+	assignments *events.LastValue[*atollv1.NodeAssignment]
 
 	secrets map[string]cachedSecret // unit → its route secret (routes.go), as last read or written; under mu
 	keys    NodeKeys                // nil: members are published without keys
@@ -122,10 +125,9 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 	if m == nil {
 		m = newMetrics(nil)
 	}
-	return &Service{
+	s := &Service{
 		cfg: cfg, bus: b, kube: nodes, log: log.With("component", "topology"), metrics: m, evm: evm,
 		nodes:     map[string]node{},
-		published: map[string]stored{},
 		units:     map[string]bool{},
 		assigned:  map[string]string{},
 		secrets:   map[string]cachedSecret{},
@@ -134,7 +136,9 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 		changed:   make(chan struct{}, 1),
 		dirty:     map[string]bool{},
 		full:      true,
-	}, nil
+	}
+	s.unitViews, s.assignments = lastValues(s)
+	return s, nil
 }
 
 // open binds the service to the hub's JetStream and its secrets bucket.
@@ -401,8 +405,8 @@ func (s *Service) publish(ctx context.Context) error {
 		// Forget what was published: every put below compares with the
 		// stream's last stored value of its subject.
 		s.resync = false
-		s.believed = s.published
-		s.published = map[string]stored{}
+		s.believed = s.unitViews.ForgetAll()
+		maps.Copy(s.believed, s.assignments.ForgetAll())
 	}
 	for name, n := range s.nodes {
 		if now.Sub(n.seen) > s.cfg.NodeTTL {
@@ -527,7 +531,7 @@ func (s *Service) publishUnit(ctx context.Context, unit string, ms []*atollv1.Un
 		return err
 	}
 	delete(s.oversized, unit)
-	if err := s.put(ctx, subj, view, func(fp string) { view.Fingerprint, view.Time = fp, timestamppb.New(now) }); err != nil {
+	if err := put(ctx, s, s.unitViews, subj, view, func(fp string) { view.Fingerprint, view.Time = fp, timestamppb.New(now) }); err != nil {
 		fail(reasonPublish, "unit "+unit, err)
 		return nil
 	}
@@ -558,7 +562,7 @@ func (s *Service) publishAssignment(ctx context.Context, name, unit string, name
 		fail(reasonPublish, "assignment of "+name, err)
 		return
 	}
-	if err := s.put(ctx, subj, a, func(fp string) { a.Fingerprint, a.Time = fp, timestamppb.New(now) }); err != nil {
+	if err := put(ctx, s, s.assignments, subj, a, func(fp string) { a.Fingerprint, a.Time = fp, timestamppb.New(now) }); err != nil {
 		fail(reasonPublish, "assignment of "+name, err)
 	}
 }
@@ -588,18 +592,18 @@ func (s *Service) ViewsBehind(node string) string {
 		return BehindUnknown
 	}
 	var behind []string
-	check := func(what, subj, held string) {
-		st, ok := s.published[subj]
-		if ok && st.fp != held && n.seen.After(st.at.Add(reportGrace)) {
+	check := func(what, subj, held string, known func(string) (events.Stored, bool)) {
+		st, ok := known(subj)
+		if ok && st.Fingerprint != held && n.seen.After(st.Time.Add(reportGrace)) {
 			behind = append(behind, what)
 		}
 	}
 	if subj, err := events.AssignmentSubject(node); err == nil {
-		check(BehindAssignment, subj, n.report.GetAssignmentFingerprint())
+		check(BehindAssignment, subj, n.report.GetAssignmentFingerprint(), s.assignments.Known)
 	}
 	if unit := s.assigned[node]; unit != "" {
 		if subj, err := events.UnitViewSubject(unit); err == nil {
-			check(BehindUnitView, subj, n.report.GetUnitViewFingerprint())
+			check(BehindUnitView, subj, n.report.GetUnitViewFingerprint(), s.unitViews.Known)
 		}
 	}
 	return strings.Join(behind, ", ")

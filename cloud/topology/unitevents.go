@@ -161,7 +161,7 @@ func (s *Service) putUnitEvent(ctx context.Context, unit string, members []strin
 		id := subj + "@" + fp + "@" + strconv.FormatUint(last.seq, 10) + nonce
 		ack, err := events.PublishDurable(ctx, s.js, subj, ev, id, jetstream.WithExpectLastSequencePerSubject(last.seq))
 		switch {
-		case isWrongLastSequence(err):
+		case events.IsWrongLastSequence(err):
 			// Another replica stored an event: read it and decide again.
 			delete(ue.last, unit)
 			continue

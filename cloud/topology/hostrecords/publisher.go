@@ -2,18 +2,13 @@ package hostrecords
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -27,9 +22,6 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// maxPutAttempts bounds the publishes of one unit's records in one pass.
-const maxPutAttempts = 5
-
 // Publisher publishes the host records of every unit.
 type Publisher struct {
 	cfg     Config
@@ -38,19 +30,8 @@ type Publisher struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	js    jetstream.JetStream
-	views jetstream.Stream
-
-	mu        sync.Mutex
-	published map[string]stored // subject → the stream's last value there, as last seen
-	changed   chan struct{}
-}
-
-// stored is the stream's last value on one subject as last seen.
-type stored struct {
-	fp    string
-	seq   uint64
-	empty bool
+	views   *events.LastValue[*atollv1.HostRecords] // each unit's set, as stored
+	changed chan struct{}
 }
 
 // New returns a publisher reading the cluster through reader (the
@@ -65,7 +46,16 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, re
 	}
 	return &Publisher{
 		cfg: cfg, reader: reader, bus: b, log: log.With("component", "hostrecords"), metrics: newMetrics(reg),
-		published: map[string]stored{}, changed: make(chan struct{}, 1),
+		views: events.NewLastValue(b.JetStream, events.StreamViews, events.LastValueOptions[*atollv1.HostRecords]{
+			Stamp: func(recs *atollv1.HostRecords) *atollv1.HostRecords {
+				m := proto.Clone(recs).(*atollv1.HostRecords)
+				m.Time = timestamppb.Now()
+				return m
+			},
+			// A unit without records gets no empty set where none was stored.
+			Empty: func(recs *atollv1.HostRecords) bool { return len(recs.GetRecords()) == 0 },
+		}),
+		changed: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -79,15 +69,12 @@ func (p *Publisher) Changed() {
 
 // Resync has the next pass compare every unit's records with the stream.
 func (p *Publisher) Resync() {
-	p.mu.Lock()
-	p.published = map[string]stored{}
-	p.mu.Unlock()
+	p.views.ForgetAll()
 	p.Changed()
 }
 
 // Run publishes until ctx is done. The first pass runs at once.
 func (p *Publisher) Run(ctx context.Context) error {
-	p.js = p.bus.JetStream()
 	resync := time.NewTicker(p.cfg.Resync)
 	defer resync.Stop()
 	link := time.NewTicker(2 * time.Second)
@@ -195,111 +182,19 @@ func (p *Publisher) unitOf(n *corev1.Node) string {
 
 // put makes recs the last value stored on the unit's subject, unless it
 // already is (same fingerprint) or recs is empty and nothing was ever
-// stored there. The publish expects the subject's last sequence to be the
-// one read; the message id is <subject>@<fingerprint>@<sequence it
-// replaces>, and a Duplicate ack is checked against the stream.
+// stored there (events.LastValue).
 func (p *Publisher) put(ctx context.Context, unit string, recs *atollv1.HostRecords) error {
 	subj, err := events.HostsSubject(unit)
 	if err != nil {
 		return fmt.Errorf("hostrecords: %w", err)
 	}
-	fp := recs.GetFingerprint()
-	p.mu.Lock()
-	last, known := p.published[subj]
-	p.mu.Unlock()
-	nonce := ""
-	for attempt := 1; ; attempt++ {
-		if !known {
-			if last, err = p.stored(ctx, subj); err != nil {
-				return err
-			}
-		}
-		if last.fp == fp || (last.seq == 0 && len(recs.GetRecords()) == 0) {
-			p.remember(subj, last)
-			return nil
-		}
-		if attempt > maxPutAttempts {
-			p.forget(subj)
-			return fmt.Errorf("hostrecords: %s: the stored value kept changing under %d attempts", subj, maxPutAttempts)
-		}
-		m := proto.Clone(recs).(*atollv1.HostRecords)
-		m.Time = timestamppb.Now()
-		id := subj + "@" + fp + "@" + strconv.FormatUint(last.seq, 10) + nonce
-		ack, err := events.PublishDurable(ctx, p.js, subj, m, id, jetstream.WithExpectLastSequencePerSubject(last.seq))
-		if isWrongLastSequence(err) {
-			p.metrics.conflicts.Inc()
-			known = false
-			continue
-		}
-		if err != nil {
-			p.forget(subj)
-			return err
-		}
-		if ack.Duplicate {
-			now, err := p.stored(ctx, subj)
-			if err != nil {
-				p.forget(subj)
-				return err
-			}
-			if now.fp != fp {
-				if now.seq == last.seq {
-					var raw [8]byte
-					_, _ = rand.Read(raw[:])
-					nonce = "@" + hex.EncodeToString(raw[:])
-				}
-				last, known = now, true
-				continue
-			}
-			ack.Sequence = now.seq
-		}
-		p.remember(subj, stored{fp: fp, seq: ack.Sequence, empty: len(recs.GetRecords()) == 0})
-		p.metrics.published.Inc()
-		p.metrics.bytes.Add(float64(proto.Size(m)))
-		p.log.Debug("host records published", "unit", unit, "records", len(recs.GetRecords()), "seq", ack.Sequence)
-		return nil
+	res, err := p.views.Put(ctx, subj, recs)
+	p.metrics.conflicts.Add(float64(res.Conflicts))
+	if err != nil || !res.Changed {
+		return err
 	}
-}
-
-func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
-
-func (p *Publisher) remember(subj string, st stored) {
-	p.mu.Lock()
-	p.published[subj] = st
-	p.mu.Unlock()
-}
-
-func (p *Publisher) forget(subj string) {
-	p.mu.Lock()
-	delete(p.published, subj)
-	p.mu.Unlock()
-}
-
-// stored reads the last message the VIEWS stream holds on subj.
-func (p *Publisher) stored(ctx context.Context, subj string) (stored, error) {
-	if p.views == nil {
-		st, err := p.js.Stream(ctx, events.StreamViews)
-		if err != nil {
-			return stored{}, fmt.Errorf("hostrecords: stream %s: %w", events.StreamViews, err)
-		}
-		p.views = st
-	}
-	raw, err := p.views.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return stored{}, nil
-	}
-	if err != nil {
-		return stored{}, fmt.Errorf("hostrecords: last value of %s: %w", subj, err)
-	}
-	var v atollv1.HostRecords
-	if err := proto.Unmarshal(raw.Data, &v); err != nil {
-		return stored{seq: raw.Sequence}, nil
-	}
-	return stored{fp: v.GetFingerprint(), seq: raw.Sequence, empty: len(v.GetRecords()) == 0}, nil
+	p.metrics.published.Inc()
+	p.metrics.bytes.Add(float64(res.Bytes))
+	p.log.Debug("host records published", "unit", unit, "records", len(recs.GetRecords()), "seq", res.Seq)
+	return nil
 }

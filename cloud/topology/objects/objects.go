@@ -10,11 +10,11 @@
 // uid and labels only (the filter reads the labels of the endpoints'
 // nodes). A deleted object leaves a tombstone (ObjectView.deleted).
 //
-// Publication follows the unit views' rules (cloud/topology): a view is
-// published only when the stream's last value for its subject has another
-// fingerprint, under the message id <subject>@<fingerprint>@<sequence it
-// replaces> and expecting that last subject sequence, so replicas run
-// active-active and a resync republishes nothing that did not change.
+// Each view is stored with events.LastValue: published only when the
+// stream's last value for its subject has another fingerprint, under the
+// message id <subject>@<fingerprint>@<sequence it replaces> and expecting
+// that last subject sequence, so replicas run active-active and a resync
+// republishes nothing that did not change.
 package objects
 
 import (
@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -52,24 +54,17 @@ type Publisher struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	js    jetstream.JetStream
-	views jetstream.Stream
+	js     jetstream.JetStream
+	stream jetstream.Stream                       // VIEWS, for its subjects (tombstoneStale)
+	views  *events.LastValue[*atollv1.ObjectView] // each subject's view, as stored
 
-	mu        sync.Mutex
-	dirty     map[key]bool
-	all       bool              // the next pass handles every object
-	units     map[string]bool   // units of the last pass
-	nodeUnit  map[string]string // node → unit, of the last pass
-	published map[string]stored // subject → what the stream holds there, as last seen
-	uids      map[key]string    // uid of each object last seen, for its tombstone
-	changed   chan struct{}
-}
-
-// stored is the stream's last value on one subject as last seen.
-type stored struct {
-	fp      string
-	seq     uint64
-	deleted bool
+	mu       sync.Mutex
+	dirty    map[key]bool
+	all      bool              // the next pass handles every object
+	units    map[string]bool   // units of the last pass
+	nodeUnit map[string]string // node → unit, of the last pass
+	uids     map[key]string    // uid of each object last seen, for its tombstone
+	changed  chan struct{}
 }
 
 // New returns a publisher reading the cluster through reader (the
@@ -87,7 +82,16 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 	return &Publisher{
 		cfg: cfg, reader: reader, bus: b, log: log.With("component", "objectviews"), metrics: m,
 		dirty: map[key]bool{}, all: true, units: map[string]bool{}, nodeUnit: map[string]string{},
-		published: map[string]stored{}, uids: map[key]string{},
+		views: events.NewLastValue(b.JetStream, events.StreamViews, events.LastValueOptions[*atollv1.ObjectView]{
+			Stamp: func(v *atollv1.ObjectView) *atollv1.ObjectView {
+				m := proto.Clone(v).(*atollv1.ObjectView)
+				m.Time = timestamppb.Now()
+				return m
+			},
+			// A tombstone is not stored where nothing was.
+			Empty: (*atollv1.ObjectView).GetDeleted,
+		}),
+		uids:    map[key]string{},
 		changed: make(chan struct{}, 1),
 	}, nil
 }
@@ -104,8 +108,8 @@ func (p *Publisher) Changed(kind, namespace, name string) {
 func (p *Publisher) Resync() {
 	p.mu.Lock()
 	p.all = true
-	p.published = map[string]stored{}
 	p.mu.Unlock()
+	p.views.ForgetAll()
 	p.poke()
 }
 
@@ -343,17 +347,13 @@ func (p *Publisher) publishObject(ctx context.Context, k key, units []string, no
 // nothing there or a tombstone already, and says whether it stored it.
 func (p *Publisher) tombstone(ctx context.Context, subj string, k key) (bool, error) {
 	p.mu.Lock()
-	last, known := p.published[subj]
 	uid := p.uids[k]
 	p.mu.Unlock()
-	if !known {
-		var err error
-		if last, err = p.stored(ctx, subj); err != nil {
-			return false, err
-		}
+	last, err := p.views.Last(ctx, subj)
+	if err != nil {
+		return false, err
 	}
-	if last.seq == 0 || last.deleted {
-		p.remember(subj, last)
+	if last.Seq == 0 || last.Empty {
 		return false, nil
 	}
 	v, err := objectview.Tombstone(k.kind, k.namespace, k.name, uid)
@@ -361,6 +361,22 @@ func (p *Publisher) tombstone(ctx context.Context, subj string, k key) (bool, er
 		return false, err
 	}
 	return p.put(ctx, subj, v)
+}
+
+// put makes v the last value stored on subj, unless it already is (same
+// fingerprint), and says whether it stored it.
+func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView) (bool, error) {
+	res, err := p.views.Put(ctx, subj, v)
+	p.metrics.conflicts.Add(float64(res.Conflicts))
+	if res.PublishFailed {
+		p.metrics.rejected.WithLabelValues("publish_failed").Inc()
+	}
+	if err != nil || !res.Changed {
+		return false, err
+	}
+	p.metrics.published.WithLabelValues(v.GetKind()).Inc()
+	p.metrics.bytes.Add(float64(res.Bytes))
+	return true, nil
 }
 
 // tombstoneStale leaves a tombstone on every subject of the stream that
@@ -375,12 +391,12 @@ func (p *Publisher) tombstoneStale(ctx context.Context, live []key, units []stri
 			}
 		}
 	}
-	if p.views == nil {
+	if p.stream == nil {
 		st, err := p.js.Stream(ctx, events.StreamViews)
 		if err != nil {
 			return fmt.Errorf("objects: stream %s: %w", events.StreamViews, err)
 		}
-		p.views = st
+		p.stream = st
 	}
 	var errs []error
 	for _, u := range units {
@@ -391,7 +407,7 @@ func (p *Publisher) tombstoneStale(ctx context.Context, live []key, units []stri
 			}
 			filter := strings.TrimSuffix(unitViews, ">") + kind + ".>"
 
-			info, err := p.views.Info(ctx, jetstream.WithSubjectFilter(filter))
+			info, err := p.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 			if err != nil {
 				errs = append(errs, fmt.Errorf("objects: subjects %s: %w", filter, err))
 				continue
