@@ -184,47 +184,23 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	defer wg.Wait()
 
-	expire := time.NewTicker(max(s.cfg.NodeTTL/10, time.Second))
-	defer expire.Stop()
-	resync := time.NewTicker(s.cfg.Resync)
-	defer resync.Stop()
 	// A reconnect may land on a hub that lost views (a restarted server,
-	// a store rebuilt from peers): resync at once rather than at the next
-	// tick.
-	linkCheck := time.NewTicker(reconnectCheck)
-	defer linkCheck.Stop()
-	reconnects := s.reconnects()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.changed:
-		case <-expire.C:
-			s.expireNodes(time.Now())
-		case <-resync.C:
-			s.requestResync()
-		case <-linkCheck.C:
-			n := s.reconnects()
-			if n == reconnects {
-				continue
-			}
-			reconnects = n
-			s.log.Info("hub link reconnected; comparing every view with the stream")
-			s.requestResync()
-		}
-		if s.cfg.Debounce > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(s.cfg.Debounce):
-			}
-		}
-		if err := s.pass(ctx); errors.Is(err, errRetry) && ctx.Err() == nil {
+	// a store rebuilt from peers): RunPasses resyncs at once rather than
+	// at the next tick.
+	return s.bus.RunPasses(ctx, hublink.Passes{
+		Name: "topology views", Changed: s.changed, Log: s.log,
+		Resync: s.cfg.Resync, OnResync: s.requestResync,
+		Tick: max(s.cfg.NodeTTL/10, time.Second), OnTick: func() { s.expireNodes(time.Now()) },
+		Debounce: s.cfg.Debounce,
+		Pass: func(ctx context.Context) error {
 			// Each failed view was logged and counted; the others are
 			// out. Rejected inputs wait for a change instead.
-			time.AfterFunc(time.Second, s.Changed)
-		}
-	}
+			if err := s.pass(ctx); errors.Is(err, errRetry) {
+				return err
+			}
+			return nil
+		},
+	})
 }
 
 // SetEdgeGate has the service suspend the hub link of an edge whose
@@ -241,16 +217,6 @@ func (s *Service) SetEdgeGate(g EdgeGate) { s.gate = g }
 func (s *Service) SetNodeKeys(keys NodeKeys) {
 	s.keys = keys
 	keys.NotifyKeys(s.Changed)
-}
-
-// reconnectCheck is how often Run looks for a reconnect of the hub link.
-const reconnectCheck = 2 * time.Second
-
-func (s *Service) reconnects() uint64 {
-	if nc := s.bus.Conn(); nc != nil {
-		return nc.Stats().Reconnects
-	}
-	return 0
 }
 
 func (s *Service) requestResync() {

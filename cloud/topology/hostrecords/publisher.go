@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
@@ -75,47 +74,11 @@ func (p *Publisher) Resync() {
 
 // Run publishes until ctx is done. The first pass runs at once.
 func (p *Publisher) Run(ctx context.Context) error {
-	resync := time.NewTicker(p.cfg.Resync)
-	defer resync.Stop()
-	link := time.NewTicker(2 * time.Second)
-	defer link.Stop()
-	reconnects := p.reconnects()
-	p.Changed()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.changed:
-		case <-resync.C:
-			p.Resync()
-			continue
-		case <-link.C:
-			if n := p.reconnects(); n != reconnects {
-				reconnects = n
-				p.log.Info("hub link reconnected; comparing every unit's host records with the stream")
-				p.Resync()
-			}
-			continue
-		}
-		if p.cfg.Debounce > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(p.cfg.Debounce):
-			}
-		}
-		if err := p.pass(ctx); err != nil && ctx.Err() == nil {
-			p.log.Warn("host records pass incomplete; retrying", "err", err)
-			time.AfterFunc(time.Second, p.Changed)
-		}
-	}
-}
-
-func (p *Publisher) reconnects() uint64 {
-	if nc := p.bus.Conn(); nc != nil {
-		return nc.Stats().Reconnects
-	}
-	return 0
+	return p.bus.RunPasses(ctx, hublink.Passes{
+		Name: "host records", Changed: p.changed, Log: p.log, First: true,
+		Resync: p.cfg.Resync, OnResync: func() { p.views.ForgetAll() },
+		Debounce: p.cfg.Debounce, Pass: p.pass,
+	})
 }
 
 // pass computes every unit's records and publishes those the stream does

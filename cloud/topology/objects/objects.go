@@ -26,7 +26,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -106,11 +105,16 @@ func (p *Publisher) Changed(kind, namespace, name string) {
 
 // Resync has the next pass compare every view with the stream.
 func (p *Publisher) Resync() {
+	p.forgetAll()
+	p.poke()
+}
+
+// forgetAll has the next pass compare every view with the stream.
+func (p *Publisher) forgetAll() {
 	p.mu.Lock()
 	p.all = true
 	p.mu.Unlock()
 	p.views.ForgetAll()
-	p.poke()
 }
 
 func (p *Publisher) poke() {
@@ -123,46 +127,11 @@ func (p *Publisher) poke() {
 // Run publishes until ctx is done.
 func (p *Publisher) Run(ctx context.Context) error {
 	p.js = p.bus.JetStream()
-	resync := time.NewTicker(p.cfg.Resync)
-	defer resync.Stop()
-	link := time.NewTicker(2 * time.Second)
-	defer link.Stop()
-	reconnects := p.reconnects()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.changed:
-		case <-resync.C:
-			p.Resync()
-			continue
-		case <-link.C:
-			if n := p.reconnects(); n != reconnects {
-				reconnects = n
-				p.log.Info("hub link reconnected; comparing every object view with the stream")
-				p.Resync()
-			}
-			continue
-		}
-		if p.cfg.Debounce > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(p.cfg.Debounce):
-			}
-		}
-		if err := p.pass(ctx); err != nil && ctx.Err() == nil {
-			p.log.Warn("object views pass incomplete; retrying", "err", err)
-			time.AfterFunc(time.Second, p.poke)
-		}
-	}
-}
-
-func (p *Publisher) reconnects() uint64 {
-	if nc := p.bus.Conn(); nc != nil {
-		return nc.Stats().Reconnects
-	}
-	return 0
+	return p.bus.RunPasses(ctx, hublink.Passes{
+		Name: "object views", Changed: p.changed, Log: p.log,
+		Resync: p.cfg.Resync, OnResync: p.forgetAll,
+		Debounce: p.cfg.Debounce, Pass: p.pass,
+	})
 }
 
 // pass publishes the views of the changed objects, or of every object
