@@ -17,8 +17,9 @@
 //     verdict or its counts change (a checker's reports went stale or came
 //     back), the membership changes, or the node's leaf link to the hub
 //     comes back up or moves to a new connection (another hub server: a
-//     reconnect between two evaluations counts too); a verdict change therefore reaches the hub within one
-//     Tick of the report that caused it. In a steady unit nothing of this
+//     reconnect between two evaluations counts too); a verdict change
+//     therefore reaches the hub within one Tick of the report that caused
+//     it. In a steady unit nothing of this
 //     moves: every checker reports every 2 s, well within the timeout;
 //   - keep-alive: otherwise the same verdicts are sent again every
 //     KeepAlive (30 s), marked keepalive;
