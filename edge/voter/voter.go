@@ -19,8 +19,8 @@
 //     comes back up or moves to a new connection (another hub server: a
 //     reconnect between two evaluations counts too); a verdict change
 //     therefore reaches the hub within one Tick of the report that caused
-//     it. In a steady unit nothing of this
-//     moves: every checker reports every 2 s, well within the timeout;
+//     it. In a steady unit nothing of this moves: every checker reports
+//     every 2 s, well within the timeout;
 //   - keep-alive: otherwise the same verdicts are sent again every
 //     KeepAlive (30 s), marked keepalive;
 //   - acknowledged: each ballot is published with a JetStream
