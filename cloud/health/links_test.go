@@ -1,0 +1,55 @@
+package health
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// TestLeafLossReasons: which closed connections are an edge node's link
+// loss, and which of those a hub server's shutdown caused (the node moves
+// to another server; its votes are not cut).
+func TestLeafLossReasons(t *testing.T) {
+	stop := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ev := func(kind string, reason server.ClosedState, tags ...string) server.DisconnectEventMsg {
+		var m server.DisconnectEventMsg
+		m.Time = stop.Add(time.Second)
+		m.Server.Name = "atoll-hub-1"
+		m.Client.Kind = kind
+		m.Client.Tags = tags
+		m.Client.Stop = &stop
+		m.Reason = reason.String()
+		return m
+	}
+	tests := []struct {
+		name           string
+		ev             server.DisconnectEventMsg
+		loss, shutdown bool
+	}{
+		{"edge leaf, read error", ev("Leafnode", server.ReadError, "role:edge", "name:e1"), true, false},
+		{"edge leaf, stale", ev("Leafnode", server.StaleConnection, "role:edge", "name:e1"), true, false},
+		{"edge leaf, revoked", ev("Leafnode", server.Revocation, "role:edge", "name:e1"), true, false},
+		{"edge leaf, server shutting down", ev("Leafnode", server.ServerShutdown, "role:edge", "name:e1"), true, true},
+		{"client, not a leaf", ev("Client", server.ReadError, "role:edge", "name:e1"), false, false},
+		{"leaf of no edge role", ev("Leafnode", server.ReadError, "name:e1"), false, false},
+		{"edge leaf without a name", ev("Leafnode", server.ReadError, "role:edge"), false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, ok := leafLoss(tt.ev)
+			if ok != tt.loss {
+				t.Fatalf("loss = %v, want %v", ok, tt.loss)
+			}
+			if !ok {
+				return
+			}
+			if l.Node != "e1" || !l.At.Equal(stop) || l.Server != "atoll-hub-1" {
+				t.Fatalf("loss = %+v", l)
+			}
+			if got := l.ServerShutdown(); got != tt.shutdown {
+				t.Fatalf("server shutdown = %v, want %v (reason %q)", got, tt.shutdown, l.Reason)
+			}
+		})
+	}
+}
