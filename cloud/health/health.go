@@ -274,6 +274,10 @@ func (s *Service) Judge(node string) Judgement {
 	return s.judge(&n, s.now())
 }
 
+// LastBallot returns when the hub stored voter's latest ballot this
+// replica recorded (zero: none).
+func (s *Service) LastBallot(voter string) time.Time { return s.tracker.LastBallot(voter) }
+
 // UnitState returns a unit's disruption state and the end of its hold.
 func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 	s.mu.RLock()

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // TestLeafLossReasons: which closed connections are an edge node's link
@@ -51,5 +53,25 @@ func TestLeafLossReasons(t *testing.T) {
 				t.Fatalf("server shutdown = %v, want %v (reason %q)", got, tt.shutdown, l.Reason)
 			}
 		})
+	}
+}
+
+// TestLastBallot: the voter's latest recorded ballot is the last one the
+// tracker took, not one refused after a cut.
+func TestLastBallot(t *testing.T) {
+	tr := NewTracker(30 * time.Second)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if got := tr.LastBallot("a"); !got.IsZero() {
+		t.Fatalf("no ballot yet: %v", got)
+	}
+	healthy := atollv1.Verdict_VERDICT_HEALTHY
+	observeBallot(tr, ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(time.Second))
+	if got := tr.LastBallot("a"); !got.Equal(now.Add(time.Second)) {
+		t.Fatalf("last ballot stored %v, want %v", got, now.Add(time.Second))
+	}
+	tr.Cut("a", now.Add(3*time.Second))
+	observeBallot(tr, ballot("a", now.Add(2*time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(2*time.Second))
+	if got := tr.LastBallot("a"); !got.Equal(now.Add(time.Second)) {
+		t.Fatalf("a ballot stored before the cut recorded: last %v", got)
 	}
 }

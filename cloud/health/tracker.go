@@ -108,6 +108,14 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	return touched
 }
 
+// LastBallot returns when the hub stored the latest ballot of voter this
+// tracker recorded (zero: none).
+func (t *Tracker) LastBallot(voter string) time.Time {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ballots[voter].published
+}
+
 // set records voter's vote about node; callers hold mu.
 func (t *Tracker) set(node, voter string, e entry) {
 	voters := t.byNode[node]
