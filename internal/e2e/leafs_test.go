@@ -22,6 +22,8 @@ import (
 // every node's verdict stays healthy throughout (in atoll-cloud's vote
 // state and on the Node) with every other member's vote counting, and the
 // moved voters' ballots sent over their new connections are recorded.
+// Then the killed server returns and another is stopped in lame duck
+// mode, which reports every leaf it closes: the same holds.
 func TestHubServerLoss(t *testing.T) {
 	inUnit.reset()
 	e := startShape(t, hubShape{name: "hub cluster", cluster: true, net: 5})
@@ -176,6 +178,61 @@ func TestHubServerLoss(t *testing.T) {
 		t.Logf("%s's ballot recorded %v after the kill", v, e.bed.Health.LastBallot(v).Sub(killed).Round(100*time.Millisecond))
 	}
 	// And they keep counting a while after.
+	holdsFor(t, 5*time.Second, healthy)
+
+	// A server stopped in lame duck mode (a rolling restart of the hub)
+	// closes its leafs one at a time and reports each closed with the
+	// reason "Server Shutdown": not a lost link, so no vote is cut while
+	// they move. The killed server returns first (the hub's streams need
+	// two of three servers); no leaf moves back to it.
+	if err := c.Restart(t.Context(), victim); err != nil {
+		t.Fatal(err)
+	}
+	placed, err := leafPlacement(c, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per = make([]int, natstest.ClusterSize)
+	for _, i := range placed {
+		per[i]++
+	}
+	duck := (victim + 1) % natstest.ClusterSize
+	if other := (victim + 2) % natstest.ClusterSize; per[other] > per[duck] {
+		duck = other
+	}
+	moved = moved[:0]
+	for n, i := range placed {
+		if i == duck {
+			moved = append(moved, n)
+		}
+	}
+	slices.Sort(moved)
+	name = c.Server(duck).Name()
+	ducked := time.Now()
+	if err := c.LameDuck(t.Context(), duck); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("hub server %s stopped in lame duck mode in %v, holding the leafs of %v", name, time.Since(ducked).Round(100*time.Millisecond), moved)
+	poll.Eventually(t, 20*time.Second, func() error {
+		now, err := leafPlacement(c, nodes)
+		if err != nil {
+			return err
+		}
+		if missing := len(nodes) - len(now); missing > 0 {
+			return fmt.Errorf("%d edges not linked again: %v", missing, now)
+		}
+		return nil
+	})
+	now, _ = leafPlacement(c, nodes)
+	t.Logf("the %d leafs of %s linked again %v after lame duck mode began: %v", len(moved), name, time.Since(ducked).Round(100*time.Millisecond), now)
+	poll.Eventually(t, 30*time.Second, func() error {
+		for _, v := range moved {
+			if at := e.bed.Health.LastBallot(v); !at.After(ducked) {
+				return fmt.Errorf("%s's latest recorded ballot was stored at %v, before lame duck mode", v, at.Format(time.TimeOnly))
+			}
+		}
+		return healthy()
+	})
 	holdsFor(t, 5*time.Second, healthy)
 	if err := stopWatching(); err != nil {
 		t.Fatalf("a verdict flipped: %v", err)
