@@ -184,11 +184,12 @@ func TestBallotOnLinkUp(t *testing.T) {
 	}
 }
 
-// TestBallotOnReconnectBetweenTicks: a leaf link that moves to another
-// hub server between two evaluations (never seen down) is a new
-// connection, and the ballot goes out at once: the old server may have
-// reported the old connection closed (a lame-duck shutdown does), and the
-// hub stopped counting the voter then.
+// TestBallotOnReconnectBetweenTicks: a leaf link that reconnects (to the
+// same hub server or another) between two evaluations, never seen down,
+// is a new connection, and the ballot goes out at once: the hub may have
+// reported the old connection closed (one that died silently is closed by
+// the hub's pings, often before the edge notices), and the cloud stopped
+// counting the voter then.
 func TestBallotOnReconnectBetweenTicks(t *testing.T) {
 	c := newClocked(t)
 	conn := uint64(7)

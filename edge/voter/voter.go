@@ -227,8 +227,9 @@ func New(cfg Config, self string, members Members, link *hublink.Link, log *slog
 // the node's leaf connection to the hub (0 while down), names a new
 // connection: the hub may have stopped counting the voter when the old
 // one closed. A reconnect counts even when no evaluation saw the link
-// down (a hub server died and the leaf moved to another within a Tick).
-// Call it before Run.
+// down (a hub server died and the leaf moved to another within a Tick; a
+// silently dead link the hub closed by its pings before the edge noticed
+// and reconnected). Call it before Run.
 func (v *Voter) SetLink(conn func() uint64) { v.leaf = conn }
 
 // Run follows the unit and votes until ctx is done.
