@@ -75,3 +75,31 @@ func TestLastBallot(t *testing.T) {
 		t.Fatalf("a ballot stored before the cut recorded: last %v", got)
 	}
 }
+
+// TestLinkDown: a voter is cut from the cloud from the hub's report of its
+// link closing until its next ballot.
+func TestLinkDown(t *testing.T) {
+	tr := NewTracker(30 * time.Second)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	healthy := atollv1.Verdict_VERDICT_HEALTHY
+	if tr.LinkDown("a") {
+		t.Fatal("a voter never reported is down")
+	}
+	observeBallot(tr, ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now)
+	if tr.LinkDown("a") {
+		t.Fatal("down before any cut")
+	}
+	tr.Cut("a", now.Add(time.Second))
+	if !tr.LinkDown("a") {
+		t.Fatal("up after its link was reported closed")
+	}
+	observeBallot(tr, ballot("a", now.Add(2*time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(2*time.Second))
+	if tr.LinkDown("a") {
+		t.Fatal("down after a ballot stored after the cut")
+	}
+	// A voter cut before its first ballot.
+	tr.Cut("b", now)
+	if !tr.LinkDown("b") {
+		t.Fatal("a voter cut before any ballot is up")
+	}
+}
