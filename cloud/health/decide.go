@@ -21,25 +21,36 @@ const (
 	// PartialDisruption: some nodes are not Ready, or all are but their
 	// peers still vote (the cloud hears the site).
 	PartialDisruption UnitState = "PartialDisruption"
-	// FullDisruption: every node is not Ready and no fresh vote comes from
-	// the unit: the whole site is cut from the cloud.
+	// FullDisruption: no fresh vote comes from the unit and every node is
+	// not Ready or had its leaf link to the hub reported closed: the whole
+	// site is cut from the cloud.
 	FullDisruption UnitState = "FullDisruption"
 )
 
-// Disruption classifies a unit from its nodes' Ready conditions and
-// whether any fresh vote about any of its nodes reached the cloud.
-func Disruption(ready []corev1.ConditionStatus, freshVotes bool) UnitState {
-	notReady := 0
-	for _, r := range ready {
+// Disruption classifies a unit from its nodes' Ready conditions, whether
+// the hub reported each node's leaf link closed since its last vote
+// (linkDown, in the same order; nil: none), and whether any fresh vote
+// about any of its nodes reached the cloud. A unit whose every link the
+// hub reported closed is fully disrupted at once, before the node
+// lifecycle controller notices its nodes one by one (their Leases expire
+// at different times): its hold then applies to each node as soon as it
+// is lost, before the controller's NoExecute taint.
+func Disruption(ready []corev1.ConditionStatus, linkDown []bool, freshVotes bool) UnitState {
+	notReady, silent := 0, 0
+	for i, r := range ready {
+		down := i < len(linkDown) && linkDown[i]
 		if r != corev1.ConditionTrue {
 			notReady++
 		}
+		if r != corev1.ConditionTrue || down {
+			silent++
+		}
 	}
 	switch {
+	case len(ready) > 0 && silent == len(ready) && !freshVotes:
+		return FullDisruption
 	case notReady == 0:
 		return Normal
-	case notReady == len(ready) && !freshVotes:
-		return FullDisruption
 	default:
 		return PartialDisruption
 	}

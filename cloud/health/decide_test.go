@@ -61,19 +61,29 @@ func TestDisruption(t *testing.T) {
 	tests := []struct {
 		name  string
 		ready []corev1.ConditionStatus
+		down  []bool
 		votes bool
 		want  UnitState
 	}{
-		{"all ready", []corev1.ConditionStatus{T, T, T}, true, Normal},
-		{"empty unit", nil, false, Normal},
-		{"one lost", []corev1.ConditionStatus{T, U, T}, true, PartialDisruption},
-		{"all lost, silent", []corev1.ConditionStatus{U, U, U}, false, FullDisruption},
-		{"all lost, peers still vote", []corev1.ConditionStatus{U, U, U}, true, PartialDisruption},
-		{"most lost, silent", []corev1.ConditionStatus{U, U, T}, false, PartialDisruption},
+		{"all ready", []corev1.ConditionStatus{T, T, T}, nil, true, Normal},
+		{"empty unit", nil, nil, false, Normal},
+		{"one lost", []corev1.ConditionStatus{T, U, T}, nil, true, PartialDisruption},
+		{"all lost, silent", []corev1.ConditionStatus{U, U, U}, nil, false, FullDisruption},
+		{"all lost, peers still vote", []corev1.ConditionStatus{U, U, U}, nil, true, PartialDisruption},
+		{"most lost, silent", []corev1.ConditionStatus{U, U, T}, nil, false, PartialDisruption},
+		// No agents: nobody votes, no link is reported closed.
+		{"one lost, no agents", []corev1.ConditionStatus{U, T, T}, []bool{false, false, false}, false, PartialDisruption},
+		// The site's links closed: held before the controller loses
+		// every node.
+		{"every link closed, none lost yet", []corev1.ConditionStatus{T, T, T}, []bool{true, true, true}, false, FullDisruption},
+		{"one lost, the others' links closed", []corev1.ConditionStatus{U, T, T}, []bool{true, true, true}, false, FullDisruption},
+		{"one lost, one link still up", []corev1.ConditionStatus{U, T, T}, []bool{true, true, false}, false, PartialDisruption},
+		{"links closed, a fresh vote still counts", []corev1.ConditionStatus{U, T, T}, []bool{true, true, true}, true, PartialDisruption},
+		{"one link closed, all ready", []corev1.ConditionStatus{T, T, T}, []bool{false, true, false}, true, Normal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Disruption(tt.ready, tt.votes); got != tt.want {
+			if got := Disruption(tt.ready, tt.down, tt.votes); got != tt.want {
 				t.Fatalf("Disruption = %v, want %v", got, tt.want)
 			}
 		})

@@ -276,6 +276,10 @@ func (s *Service) Judge(node string) Judgement {
 	return s.judge(&n, s.now())
 }
 
+// LastBallot returns when the hub stored voter's latest ballot this
+// replica recorded (zero: none).
+func (s *Service) LastBallot(voter string) time.Time { return s.tracker.LastBallot(voter) }
+
 // UnitState returns a unit's disruption state and the end of its hold.
 func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 	s.mu.RLock()
@@ -535,14 +539,16 @@ func (s *Service) resync(ctx context.Context) {
 	protected := 0
 	for unit, members := range byUnit {
 		ready := make([]corev1.ConditionStatus, 0, len(members))
+		down := make([]bool, 0, len(members))
 		fresh := false
 		names := make([]string, 0, len(members))
 		for _, n := range members {
 			ready = append(ready, ReadyStatus(n))
+			down = append(down, s.tracker.LinkDown(n.Name))
 			names = append(names, n.Name)
 			fresh = fresh || s.judge(n, now).Votes() > 0
 		}
-		st := unitStatus{state: Disruption(ready, fresh), nodes: names}
+		st := unitStatus{state: Disruption(ready, down, fresh), nodes: names}
 		if st.state == FullDisruption && s.cfg.HoldTime > 0 {
 			since, err := s.holdSince(ctx, unit, now)
 			if err != nil {

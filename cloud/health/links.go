@@ -22,6 +22,18 @@ type LeafLoss struct {
 	Server, Reason string
 }
 
+// ServerShutdown reports whether the hub server closed the connection
+// because it is shutting down (lame duck mode closes every connection
+// with this reason). It says nothing about the edge node's link: the node
+// reconnects to another server of the hub within seconds, and its voter
+// sends its ballot again on the new connection (edge/voter), so its votes
+// are not cut. Should the node not come back, its ballots expire by their
+// TTL. (A server killed outright reports nothing; nats-server 2.15 in
+// lame duck mode reported none of the leafs it closed in
+// internal/e2e TestHubServerLoss either: this rule is for a server that
+// does.)
+func (l LeafLoss) ServerShutdown() bool { return l.Reason == server.ServerShutdown.String() }
+
 // leafDisconnects is the system subject on which every hub server reports
 // the connections of account it closes, leaf connections included.
 func leafDisconnects(account string) string { return "$SYS.ACCOUNT." + account + ".DISCONNECT" }
@@ -82,12 +94,19 @@ func leafLoss(ev server.DisconnectEventMsg) (LeafLoss, bool) {
 
 // FollowLinks has the service stop counting a voter's votes as soon as the
 // hub reports its leaf link closed (FollowLeafLosses over sys), until ctx
-// is done. Each loss is recorded in LinksBucket, which every replica
+// is done; a link closed by a hub server shutting down is not a loss
+// (LeafLoss.ServerShutdown). Each loss is recorded in LinksBucket, which every replica
 // follows (Run), so the replicas agree and one that starts later knows
 // it too; every replica records the same loss, which is harmless. Losses
 // while no replica runs are not seen: their ballots expire by their TTL.
 func (s *Service) FollowLinks(ctx context.Context, sys *nats.Conn, account string) error {
 	sub, err := FollowLeafLosses(sys, account, s.log, func(l LeafLoss) {
+		if l.ServerShutdown() {
+			s.log.Info("a hub server shutting down closed a voter's leaf link: its votes keep counting while it reconnects to another server",
+				"node", l.Node, "server", l.Server)
+			s.metrics.linksMoved.Inc()
+			return
+		}
 		s.log.Debug("edge leaf link closed", "node", l.Node, "server", l.Server, "reason", l.Reason, "at", l.At)
 		s.metrics.linksLost.Inc()
 		s.LinkLost(ctx, l.Node, l.At) // at once on this replica

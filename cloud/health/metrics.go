@@ -9,6 +9,9 @@ type metrics struct {
 	deferred  prometheus.Counter
 	votes     prometheus.Gauge
 	linksLost prometheus.Counter
+	// linksMoved counts leaf connections closed by a hub server's
+	// shutdown, which cut nothing.
+	linksMoved prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,9 +40,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "health", Name: "voter_links_lost_total",
 			Help: "Edge leaf connections the hub reported closed; each stops its voter's votes from counting until its next ballot.",
 		}),
+		linksMoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "voter_links_moved_total",
+			Help: "Edge leaf connections a hub server closed because it was shutting down (lame duck): the node reconnects to another server and its votes keep counting.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes, m.linksLost)
+		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes, m.linksLost, m.linksMoved)
 	}
 	return m
 }

@@ -108,6 +108,33 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	return touched
 }
 
+// LinkDown reports whether the hub reported voter's leaf link closed
+// after it stored the voter's latest vote or ballot (or the voter has
+// none since): the voter is cut from the cloud until it sends again.
+func (t *Tracker) LinkDown(voter string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	cut, ok := t.cuts[voter]
+	if !ok {
+		return false
+	}
+	last := t.ballots[voter].published
+	for node := range t.byVoter[voter] {
+		if e := t.byNode[node][voter]; e.published.After(last) {
+			last = e.published
+		}
+	}
+	return !last.After(cut)
+}
+
+// LastBallot returns when the hub stored the latest ballot of voter this
+// tracker recorded (zero: none).
+func (t *Tracker) LastBallot(voter string) time.Time {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ballots[voter].published
+}
+
 // set records voter's vote about node; callers hold mu.
 func (t *Tracker) set(node, voter string, e entry) {
 	voters := t.byNode[node]

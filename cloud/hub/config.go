@@ -55,6 +55,11 @@ type Config struct {
 	// (MaxPingsOut+1) × PingInterval: 12 s by default, inside the 15 s a
 	// vote used to live. 0: DefaultPingInterval.
 	PingInterval time.Duration
+	// LameDuck is how long LameDuck takes to close the server's
+	// connections, one at a time after a fifth of it, so that clients and
+	// edge leafs move to the other servers of a cluster without a
+	// reconnect storm (0: nats-server's 2 minutes).
+	LameDuck time.Duration
 }
 
 // DefaultPingInterval and MaxPingsOut bound how long a silently dead
@@ -161,6 +166,8 @@ func (c Config) Validate() error {
 		return errors.New("hub: identity dir and trust are exclusive")
 	case c.PingInterval < 0:
 		return errors.New("hub: ping interval must not be negative")
+	case c.LameDuck < 0:
+		return errors.New("hub: lame duck duration must not be negative")
 	}
 	if err := c.LeafTLS.Validate(); err != nil {
 		return err

@@ -118,6 +118,9 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	if opts.PingInterval == 0 {
 		opts.PingInterval = DefaultPingInterval
 	}
+	if h.cfg.LameDuck > 0 {
+		opts.LameDuckDuration, opts.LameDuckGracePeriod = h.cfg.LameDuck, h.cfg.LameDuck/5
+	}
 	opts.LeafNode.Host = h.cfg.Host
 	opts.LeafNode.Port = h.cfg.LeafPort
 	opts.LeafNode.Advertise = h.cfg.LeafAdvertise
@@ -216,6 +219,27 @@ func (h *Hub) Start(ctx context.Context) error {
 // Shutdown stops the server, waiting at most until ctx is done.
 func (h *Hub) Shutdown(ctx context.Context) error {
 	return natsembed.Shutdown(ctx, h.srv)
+}
+
+// LameDuck stops the server the gentle way: it stops accepting
+// connections, hands its JetStream leaderships to the other servers of the
+// cluster, closes its connections one at a time over Config.LameDuck
+// (each closed with the reason "Server Shutdown", which the other servers'
+// system events carry), then shuts down. It returns once the server is
+// down or ctx is done.
+func (h *Hub) LameDuck(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		h.srv.LameDuckShutdown()
+		h.srv.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("hub: lame duck %s: %w", h.cfg.ServerName, ctx.Err())
+	}
 }
 
 // Server is the embedded server, for tests and monitoring.

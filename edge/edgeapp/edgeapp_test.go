@@ -2,6 +2,7 @@ package edgeapp_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -280,5 +281,31 @@ func TestViewCheckWithinProbePeriod(t *testing.T) {
 	c.Membership.CheckPeriod = 0
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "check period") {
 		t.Fatalf("Validate() = %v, want an error about the check period", err)
+	}
+}
+
+// TestHubURLsFlag: --hub-url takes every hub server's URL, repeated or
+// comma-separated, and a bad one is refused naming it.
+func TestHubURLsFlag(t *testing.T) {
+	c := edgeapp.Default()
+	fs := flag.NewFlagSet("atoll-edge", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.RegisterFlags(fs)
+	err := fs.Parse([]string{"--node-name=n1",
+		"--hub-url=nats-leaf://hub-0:7422,nats-leaf://hub-1:7422", "--hub-url", "tls://hub-2:7422"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Finish()
+	want := []string{"nats-leaf://hub-0:7422", "nats-leaf://hub-1:7422", "tls://hub-2:7422"}
+	if !slices.Equal(c.NATS.HubURLs, want) {
+		t.Fatalf("hub URLs %v, want %v", c.NATS.HubURLs, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("three hub URLs: %v", err)
+	}
+	c.NATS.HubURLs = append(c.NATS.HubURLs, "http://hub-3:7422")
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "http://hub-3:7422") {
+		t.Fatalf("Validate() = %v, want the bad URL named", err)
 	}
 }

@@ -194,7 +194,7 @@ func (n *Node) options() *server.Options {
 		}
 	}
 	hubs := make([]*url.URL, 0, len(n.cfg.HubURLs))
-	for _, s := range n.cfg.HubURLs {
+	for _, s := range HubOrder(n.cfg.NodeName, n.cfg.HubURLs) {
 		u, _ := parseLeafURL(s)
 		hubs = append(hubs, u)
 	}
@@ -219,7 +219,9 @@ func (n *Node) options() *server.Options {
 // the nonce with the node's key; without, it authenticates with the bare
 // nkey.
 func (n *Node) remote(hubs []*url.URL) *server.RemoteLeafOpts {
-	r := &server.RemoteLeafOpts{URLs: hubs, Disabled: !n.leafEnabled}
+	// The URLs are already in this node's order (HubOrder): nats-server
+	// must not shuffle them again.
+	r := &server.RemoteLeafOpts{URLs: hubs, NoRandomize: true, Disabled: !n.leafEnabled}
 	if n.hubTLS != nil {
 		r.TLS, r.TLSConfig, r.TLSTimeout = true, n.hubTLS.Clone(), 5
 	}
@@ -469,6 +471,37 @@ func (n *Node) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	return natsembed.Connect(n.srv, n.agent, name, opts...)
 }
 
+// HubLink identifies the node's current leaf connection to the hub.
+type HubLink struct {
+	// ID is the connection's id on the node's server: a new connection
+	// (a reconnect, to the same hub server or another) has a new one. 0
+	// while the link is down.
+	ID uint64
+	// Server is the hub server's name.
+	Server string
+}
+
+// HubLink returns the node's current leaf connection to the hub (zero
+// while it is down).
+func (n *Node) HubLink() HubLink {
+	if n.srv == nil || n.srv.NumLeafNodes() == 0 {
+		return HubLink{}
+	}
+	lz, err := n.srv.Leafz(nil)
+	if err != nil {
+		return HubLink{}
+	}
+	var l HubLink
+	for _, li := range lz.Leafs {
+		// One remote, so one connection; the newest wins should a
+		// closing one still be listed.
+		if li.ID > l.ID {
+			l = HubLink{ID: li.ID, Server: li.Name}
+		}
+	}
+	return l
+}
+
 // Status is a snapshot of the server's links.
 type Status struct {
 	Unit string
@@ -476,6 +509,8 @@ type Status struct {
 	RoutedPeers []string
 	// HubConnected is true while the leaf link to the hub is up.
 	HubConnected bool
+	// HubServer names the hub server the leaf link is on ("" while down).
+	HubServer string
 	// RouteRotations counts the route credential changes applied within
 	// one unit since the server started.
 	RouteRotations uint64
@@ -484,8 +519,11 @@ type Status struct {
 // Status reports the server's current links.
 func (n *Node) Status() Status {
 	n.mu.Lock()
-	st := Status{Unit: n.mesh.Unit, HubConnected: n.srv.NumLeafNodes() > 0, RouteRotations: n.rotations}
+	st := Status{Unit: n.mesh.Unit, RouteRotations: n.rotations}
 	n.mu.Unlock()
+	if l := n.HubLink(); l.ID != 0 {
+		st.HubConnected, st.HubServer = true, l.Server
+	}
 	if rz, err := n.srv.Routez(nil); err == nil {
 		for _, r := range rz.Routes {
 			if !slices.Contains(st.RoutedPeers, r.RemoteName) {

@@ -162,25 +162,54 @@ func TestBallotKeepAlive(t *testing.T) {
 // counting the voter when the link went (cloud/health).
 func TestBallotOnLinkUp(t *testing.T) {
 	c := newClocked(t)
-	up := true
-	c.v.SetLinkState(func() bool { return up })
+	conn := uint64(1)
+	c.v.SetLink(func() uint64 { return conn })
 	c.report()
 	if c.v.Evaluate() == nil {
 		t.Fatal("no first ballot")
 	}
 	c.now = c.now.Add(time.Second)
-	up = false
+	conn = 0
 	if b := c.v.Evaluate(); b != nil {
 		t.Fatalf("link going down sent %v", b)
 	}
 	c.now = c.now.Add(time.Second)
-	up = true
+	conn = 2
 	if b := c.v.Evaluate(); b == nil || b.GetKeepalive() {
 		t.Fatalf("link back sent %v, want a change ballot at once", b)
 	}
 	c.now = c.now.Add(time.Second)
 	if b := c.v.Evaluate(); b != nil {
 		t.Fatalf("link staying up sent %v", b)
+	}
+}
+
+// TestBallotOnReconnectBetweenTicks: a leaf link that reconnects (to the
+// same hub server or another) between two evaluations, never seen down,
+// is a new connection, and the ballot goes out at once: the hub may have
+// reported the old connection closed (one that died silently is closed by
+// the hub's pings, often before the edge notices), and the cloud stopped
+// counting the voter then.
+func TestBallotOnReconnectBetweenTicks(t *testing.T) {
+	c := newClocked(t)
+	conn := uint64(7)
+	c.v.SetLink(func() uint64 { return conn })
+	c.report()
+	if c.v.Evaluate() == nil {
+		t.Fatal("no first ballot")
+	}
+	c.now = c.now.Add(time.Second)
+	if b := c.v.Evaluate(); b != nil {
+		t.Fatalf("same connection sent %v", b)
+	}
+	c.now = c.now.Add(time.Second)
+	conn = 8
+	if b := c.v.Evaluate(); b == nil || b.GetKeepalive() {
+		t.Fatalf("new connection sent %v, want a change ballot at once", b)
+	}
+	c.now = c.now.Add(time.Second)
+	if b := c.v.Evaluate(); b != nil {
+		t.Fatalf("connection staying up sent %v", b)
 	}
 }
 

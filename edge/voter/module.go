@@ -24,9 +24,10 @@ func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.L
 	if err != nil {
 		return nil, err
 	}
-	// A ballot goes out again as soon as the leaf link is back: the hub
-	// stopped counting this voter when it went.
-	v.SetLinkState(func() bool { return node.Server() != nil && node.Server().NumLeafNodes() > 0 })
+	// A ballot goes out again as soon as the leaf link is back, or on
+	// another connection: the hub stopped counting this voter when the old
+	// one closed.
+	v.SetLink(func() uint64 { return node.HubLink().ID })
 	fxrun.Background(lc, log, "voter", v.Run)
 	return v, nil
 }

@@ -16,9 +16,11 @@
 //   - change: a ballot goes out at the first evaluation (every Tick) after a
 //     verdict or its counts change (a checker's reports went stale or came
 //     back), the membership changes, or the node's leaf link to the hub
-//     comes back up; a verdict change therefore reaches the hub within one
-//     Tick of the report that caused it. In a steady unit nothing of this
-//     moves: every checker reports every 2 s, well within the timeout;
+//     comes back up or moves to a new connection (another hub server: a
+//     reconnect between two evaluations counts too); a verdict change
+//     therefore reaches the hub within one Tick of the report that caused
+//     it. In a steady unit nothing of this moves: every checker reports
+//     every 2 s, well within the timeout;
 //   - keep-alive: otherwise the same verdicts are sent again every
 //     KeepAlive (30 s), marked keepalive;
 //   - acknowledged: each ballot is published with a JetStream
@@ -178,8 +180,8 @@ type Voter struct {
 	evm     *events.Metrics
 	now     func() time.Time
 
-	out    *sender     // set by Run
-	linkUp func() bool // whether the node's leaf link is up (nil: always)
+	out  *sender       // set by Run
+	leaf func() uint64 // the node's leaf connection to the hub: its id, 0 while down (nil: always up)
 
 	warns *limiter // WARNs about reports that fail verification
 
@@ -190,9 +192,10 @@ type Voter struct {
 	reports map[string]*atollv1.ProbeReport
 	sent    map[string]sent
 	// ballot is the last ballot made (nil: none since the unit or the
-	// membership changed) and wasUp the link state at the last evaluation.
+	// membership changed) and conn the leaf connection at the last
+	// evaluation.
 	ballot *atollv1.Ballot
-	wasUp  bool
+	conn   uint64
 	// outsiders counts, per checker, the reports ignored as coming from
 	// a non-member since the membership last changed; warned is set once
 	// the WARN about them is out.
@@ -220,11 +223,14 @@ func New(cfg Config, self string, members Members, link *hublink.Link, log *slog
 		outsiders: map[string]int{}, keys: map[string]string{}, warns: newLimiter(unverifiedWarnEvery)}, nil
 }
 
-// SetLinkState has the voter send its ballot again as soon as up, the
-// state of the node's leaf link to the hub, turns true after being false:
-// the hub may have stopped counting the voter when the link went. Call it
-// before Run.
-func (v *Voter) SetLinkState(up func() bool) { v.linkUp = up }
+// SetLink has the voter send its ballot again as soon as conn, the id of
+// the node's leaf connection to the hub (0 while down), names a new
+// connection: the hub may have stopped counting the voter when the old
+// one closed. A reconnect counts even when no evaluation saw the link
+// down (a hub server died and the leaf moved to another within a Tick; a
+// silently dead link the hub closed by its pings before the edge noticed
+// and reconnected). Call it before Run.
+func (v *Voter) SetLink(conn func() uint64) { v.leaf = conn }
 
 // Run follows the unit and votes until ctx is done.
 func (v *Voter) Run(ctx context.Context) error {
@@ -235,10 +241,10 @@ func (v *Voter) Run(ctx context.Context) error {
 	v.mu.Lock()
 	v.out = out
 	v.mu.Unlock()
-	if v.linkUp != nil {
-		up := v.linkUp()
+	if v.leaf != nil {
+		conn := v.leaf()
 		v.mu.Lock()
-		v.wasUp = up
+		v.conn = conn
 		v.mu.Unlock()
 	}
 	sending := make(chan struct{})
@@ -404,7 +410,10 @@ func (v *Voter) ignoreOutsider(checker string) {
 // keep-alive is up. It returns that ballot (nil: none was due).
 func (v *Voter) Evaluate() *atollv1.Ballot {
 	now := v.now()
-	up := v.linkUp == nil || v.linkUp()
+	var conn uint64
+	if v.leaf != nil {
+		conn = v.leaf()
+	}
 	v.mu.Lock()
 	unit := v.unit
 	if unit == "" {
@@ -418,8 +427,8 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	for _, e := range v.ballot.GetEntries() {
 		prev[e.GetNode()] = e
 	}
-	changed := v.ballot == nil || (up && !v.wasUp)
-	v.wasUp = up
+	changed := v.ballot == nil || (conn != 0 && conn != v.conn)
+	v.conn = conn
 	entries := make([]*atollv1.BallotEntry, 0, len(v.member))
 	for node := range v.member {
 		normal, abnormal := tally[node].Normal, tally[node].Abnormal

@@ -59,6 +59,8 @@ type options struct {
 	window      time.Duration
 	grace       time.Duration
 	scale       scaleOptions
+	outage      bool
+	outageOpts  outageOptions
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -75,6 +77,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&o.scale.warmup, "scale-warmup", 2*time.Minute, "scale: time after every node is registered before measuring")
 	fs.DurationVar(&o.scale.window, "scale-window", 5*time.Minute, "scale: how long each size is measured")
 	fs.DurationVar(&o.scale.renew, "scale-renew", 10*time.Second, "scale: simulated kubelets' Lease renewal interval (a kubelet's is 10 s)")
+	fs.BoolVar(&o.outage, "scale-outage", false, "scale: run the mass outage at each size instead of the steady state (outage.go)")
+	fs.IntVar(&o.outageOpts.units, "outage-units", 5, "mass outage: units cut whole")
+	fs.IntVar(&o.outageOpts.scatter, "outage-scatter", 50, "mass outage: other units that lose one node each")
+	fs.IntVar(&o.outageOpts.deadEvery, "outage-dead-every", 5, "mass outage: every n-th scattered node is really dead (its peers vote it unhealthy; 0: none)")
+	fs.DurationVar(&o.outageOpts.toleration, "outage-toleration", 30*time.Second, "mass outage: the pods' unreachable and not-ready toleration")
+	fs.DurationVar(&o.outageOpts.killAfter, "outage-kill-after", 15*time.Second, "mass outage: when, after the cut, one hub server is killed")
+	fs.DurationVar(&o.outageOpts.settle, "outage-settle", time.Minute, "mass outage: time after the heal before writes are counted")
+	fs.DurationVar(&o.outageOpts.quiet, "outage-quiet", time.Minute, "mass outage: window after the settle in which Atoll's writes are counted (want 0)")
 	if err := cliflags.Parse(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			cliflags.PrintUsage(out, fs, "atoll-bench [flags]")
@@ -93,6 +103,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return cliflags.Usagef("unexpected argument %q (atoll-bench takes only flags)", fs.Arg(0))
 	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= 40*time.Second || o.scale.warmup < 0):
 		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-renew positive and under the 40 s grace period")
+	case o.outage && len(o.scale.sizes) == 0:
+		return cliflags.Usagef("--scale-outage needs --scale sizes")
+	case o.outage && (o.outageOpts.units < 0 || o.outageOpts.scatter < 0 || o.outageOpts.units+o.outageOpts.scatter == 0 || o.outageOpts.deadEvery < 0):
+		return cliflags.Usagef("--outage-units and --outage-scatter must not be negative and not both 0, --outage-dead-every not negative")
+	case o.outage && (o.outageOpts.toleration < time.Second || o.outageOpts.killAfter < 0 || o.outageOpts.settle < 0 || o.outageOpts.quiet <= 0):
+		return cliflags.Usagef("--outage-toleration must be at least 1s, --outage-kill-after and --outage-settle not negative, --outage-quiet positive")
+	case o.outage:
+		return runOutage(ctx, out, o.scale, o.outageOpts)
 	case len(o.scale.sizes) > 0:
 		return runScale(ctx, out, o.scale)
 	case o.trials < 1:

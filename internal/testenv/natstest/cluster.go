@@ -100,6 +100,7 @@ func startHubCluster(ctx context.Context, dir string, log *slog.Logger, mutate .
 		cfg.StoreDir = filepath.Join(dir, cfg.ServerName)
 		cfg.Cluster = hub.ClusterConfig{Host: "127.0.0.1", Port: ports[i][2], Routes: routes, User: "hub-route", Password: "hub-route-secret"}
 		cfg.Trust = &trust
+		cfg.LameDuck = 5 * time.Second // LameDuck is quick in tests
 		for _, m := range mutate {
 			m(&cfg)
 		}
@@ -207,6 +208,22 @@ func (c *HubCluster) Kill(i int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return h.Shutdown(ctx)
+}
+
+// LameDuck stops server i in lame duck mode (hub.Hub.LameDuck; set
+// hub.Config.LameDuck to make it quick) and waits until it is down.
+func (c *HubCluster) LameDuck(ctx context.Context, i int) error {
+	c.mu.Lock()
+	h := c.servers[i]
+	c.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("hub server %d is not running", i)
+	}
+	err := h.LameDuck(ctx)
+	c.mu.Lock()
+	c.servers[i] = nil
+	c.mu.Unlock()
+	return err
 }
 
 // Restart starts server i again, on its old ports and store, and waits
