@@ -136,6 +136,7 @@ func (p *Proxy) keep(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			save()
+			p.store.Close()
 			return
 		case <-changed:
 		}
