@@ -1,12 +1,12 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"

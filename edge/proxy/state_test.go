@@ -47,7 +47,6 @@ func fileSize(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
-
 func feedBase(t *testing.T, s *Store) {
 	t.Helper()
 	feed(t, s, testNode("a1", map[string]string{zone: "A"}), testNode("a2", map[string]string{zone: "A"}),
