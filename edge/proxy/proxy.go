@@ -291,10 +291,29 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 		return fmt.Errorf("proxy: consume views of %s: %w", unit, err)
 	}
 	defer cc.Stop()
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-failed:
-		return err
+	// A stream rebuilt while the consumer runs does not always end it
+	// (the ordered consumer recreates itself past the old sequence): look
+	// now and then.
+	tick := time.NewTicker(streamCheckPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return err
+		case <-tick.C:
+			seq := p.store.Seq()
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			info, err := str.Info(ictx)
+			cancel()
+			if err == nil && (info.Created.UnixNano() != created || seq > info.State.LastSeq) {
+				return errors.New("proxy: the views stream was rebuilt")
+			}
+		}
 	}
 }
+
+// streamCheckPeriod is how often the follower checks that the VIEWS
+// stream is the one it reads.
+const streamCheckPeriod = 30 * time.Second
