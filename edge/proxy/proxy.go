@@ -237,6 +237,8 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 			p.endReload(unit, created)
 		case err != nil:
 			return fmt.Errorf("proxy: views stream: last view of %s: %w", unit, err)
+		case last.Sequence <= p.store.Seq():
+			p.endReload(unit, created) // applied before the consumer restarted
 		default:
 			reloadUntil = last.Sequence
 		}
