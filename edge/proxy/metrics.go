@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		stateBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "proxy", Name: "state_bytes",
-			Help: "Size of the views kept on disk, as last written.",
+			Help: "Size of the views kept on disk (snapshot and log), as last written.",
 		}),
 	}
 	if reg != nil {

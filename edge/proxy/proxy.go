@@ -136,6 +136,7 @@ func (p *Proxy) keep(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			save()
+			p.store.Close()
 			return
 		case <-changed:
 		}
@@ -194,6 +195,13 @@ func (p *Proxy) follow(ctx context.Context) {
 	}
 }
 
+// endReload ends a reload of the views of unit from the stream created
+// at created.
+func (p *Proxy) endReload(unit string, created int64) {
+	gone := p.store.EndReload(created)
+	p.log.Info("reloaded the views of the rebuilt stream", "unit", unit, "seq", p.store.Seq(), "deleted", gone)
+}
+
 // consume reads unit's views from the store's sequence on, until ctx is
 // done or the consumer fails.
 func (p *Proxy) consume(ctx context.Context, unit string) error {
@@ -205,13 +213,44 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 	if err != nil {
 		return err
 	}
+	// The stream as it is now: one rebuilt since the store's sequence
+	// is reloaded in full (reload.go).
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	str, err := js.Stream(ictx, events.StreamViews)
+	if err != nil {
+		return fmt.Errorf("proxy: views stream: %w", err)
+	}
+	info := str.CachedInfo()
+	created, seq := info.Created.UnixNano(), p.store.Seq()
+	if held := p.store.StreamCreated(); !p.store.Reloading() && ((held != 0 && held != created) || seq > info.State.LastSeq) {
+		p.log.Warn("the views stream was rebuilt; reading the unit's views again", "unit", unit,
+			"seq", seq, "stream_last_seq", info.State.LastSeq, "created", info.Created, "held_created", held)
+		p.store.BeginReload()
+	}
+	// Reloading: the last view of the unit now, at which the reload ends.
+	var reloadUntil uint64
+	if p.store.Reloading() {
+		last, err := str.GetLastMsgForSubject(ictx, filter)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			p.endReload(unit, created)
+		case err != nil:
+			return fmt.Errorf("proxy: views stream: last view of %s: %w", unit, err)
+		case last.Sequence <= p.store.Seq():
+			p.endReload(unit, created) // applied before the consumer restarted
+		default:
+			reloadUntil = last.Sequence
+		}
+	} else {
+		p.store.SetStreamCreated(created)
+	}
+	seq = p.store.Seq()
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if seq := p.store.Seq(); seq > 0 {
+	if seq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	cons, err := js.OrderedConsumer(cctx, events.StreamViews, cfg)
-	cancel()
+	cons, err := js.OrderedConsumer(ictx, events.StreamViews, cfg)
 	if err != nil {
 		return fmt.Errorf("proxy: views consumer of %s: %w", unit, err)
 	}
@@ -220,6 +259,10 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 		md, err := msg.Metadata()
 		if err != nil {
 			return
+		}
+		if reloadUntil > 0 && md.Sequence.Stream >= reloadUntil {
+			reloadUntil = 0
+			defer p.endReload(unit, created)
 		}
 		key, err := events.ParseViewSubject(msg.Subject())
 		if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
@@ -250,10 +293,29 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 		return fmt.Errorf("proxy: consume views of %s: %w", unit, err)
 	}
 	defer cc.Stop()
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-failed:
-		return err
+	// A stream rebuilt while the consumer runs does not always end it
+	// (the ordered consumer recreates itself past the old sequence): look
+	// now and then.
+	tick := time.NewTicker(streamCheckPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return err
+		case <-tick.C:
+			seq := p.store.Seq()
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			info, err := str.Info(ictx)
+			cancel()
+			if err == nil && (info.Created.UnixNano() != created || seq > info.State.LastSeq) {
+				return errors.New("proxy: the views stream was rebuilt")
+			}
+		}
 	}
 }
+
+// streamCheckPeriod is how often the follower checks that the VIEWS
+// stream is the one it reads.
+const streamCheckPeriod = 30 * time.Second

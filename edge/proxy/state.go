@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -13,8 +17,34 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// StateFile is the name of the proxy's state in its state directory.
-const StateFile = "proxy.pb"
+// StateFile is the name of the proxy's state snapshot in its state
+// directory, and LogFile the log of the changes since it.
+const (
+	StateFile = "proxy.pb"
+	LogFile   = "proxy.log"
+)
+
+// disk is what changed since the last save.
+type disk struct {
+	raw, served, pruned map[objectKey]struct{}
+	// full: the next save writes a snapshot (none on disk yet, a reset,
+	// a failed save, a torn log).
+	full bool
+	// The scalars as last saved.
+	seq, rev, compacted uint64
+	created             int64
+}
+
+func (d *disk) reset() {
+	d.raw, d.served, d.pruned = map[objectKey]struct{}{}, map[objectKey]struct{}{}, map[objectKey]struct{}{}
+}
+
+// saver is the state of the files, owned by Save.
+type saver struct {
+	mu                  sync.Mutex
+	log                 *os.File // open for appending, nil: open at the next append
+	snapBytes, logBytes int64
+}
 
 // Unit is the unit whose views the store holds ("" before any).
 func (s *Store) Unit() string { s.mu.RLock(); defer s.mu.RUnlock(); return s.unit }
@@ -32,11 +62,14 @@ func (s *Store) Reset(unit string) {
 		}
 		s.rawViews[kind] = map[string]*atollv1.ObjectView{}
 	}
+	s.bySvc = map[string]map[string]struct{}{}
+	s.streamCreated, s.reloading = 0, nil
 	for _, kind := range objectview.Kinds {
 		for _, k := range slices.Sorted(mapKeys(s.served[kind])) {
 			s.recompute(kind, k)
 		}
 	}
+	s.dirty.full = true
 	s.notify()
 }
 
@@ -58,31 +91,136 @@ func (s *Store) Advance(seq uint64) {
 func (s *Store) Snapshot() (*atollv1.ProxyState, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	st := &atollv1.ProxyState{Unit: s.unit, Host: s.host, Seq: s.seq, Rev: s.rev, Compacted: s.compacted}
+	return s.snapshot()
+}
+
+// snapshot: call with mu held.
+func (s *Store) snapshot() (*atollv1.ProxyState, error) {
+	st := &atollv1.ProxyState{Unit: s.unit, Host: s.host, Seq: s.seq, Rev: s.rev, Compacted: s.compacted,
+		Generation: s.generation, StreamCreated: s.streamCreated}
 	for _, kind := range objectview.Kinds {
 		for _, k := range slices.Sorted(mapKeys(s.raw[kind])) {
-			v := s.rawViews[kind][k]
-			if v == nil {
-				var err error
-				if v, err = objectview.Encode(kind, s.raw[kind][k]); err != nil {
-					return nil, err
-				}
+			v, err := s.rawView(kind, k)
+			if err != nil {
+				return nil, err
 			}
 			st.Raw = append(st.Raw, v)
 		}
 		for _, k := range slices.Sorted(mapKeys(s.served[kind])) {
-			e := s.served[kind][k]
-			v := e.view
-			if v == nil {
-				var err error
-				if v, err = objectview.Encode(kind, e.obj); err != nil {
-					return nil, err
-				}
+			so, err := s.servedObject(kind, k)
+			if err != nil {
+				return nil, err
 			}
-			st.Served = append(st.Served, &atollv1.ServedObject{View: v, Rv: e.rv, Created: e.created, Deleted: e.deleted})
+			st.Served = append(st.Served, so)
 		}
 	}
 	return st, nil
+}
+
+// rawView is the raw object at kind/k as received, or a deletion when
+// there is none. Call with mu held.
+func (s *Store) rawView(kind, k string) (*atollv1.ObjectView, error) {
+	o, ok := s.raw[kind][k]
+	if !ok {
+		ns, name := splitKey(k)
+		return &atollv1.ObjectView{Kind: kind, Namespace: ns, Name: name, Deleted: true}, nil
+	}
+	if v := s.rawViews[kind][k]; v != nil {
+		return v, nil
+	}
+	return objectview.Encode(kind, o)
+}
+
+// servedObject is the served object (or tombstone) at kind/k, which
+// exists. Call with mu held.
+func (s *Store) servedObject(kind, k string) (*atollv1.ServedObject, error) {
+	e := s.served[kind][k]
+	v := e.view
+	if v == nil {
+		var err error
+		if v, err = objectview.Encode(kind, e.obj); err != nil {
+			return nil, err
+		}
+	}
+	return &atollv1.ServedObject{View: v, Rv: e.rv, Created: e.created, Deleted: e.deleted}, nil
+}
+
+// take returns what the next save writes and forgets it as changed: a
+// snapshot (with a new generation) when one is due or compact is set,
+// else a record of what changed, else neither (nothing changed).
+func (s *Store) take(compact bool) (*atollv1.ProxyState, *atollv1.ProxyStateRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := &s.dirty
+	if d.full || compact {
+		s.generation++
+		st, err := s.snapshot()
+		if err != nil {
+			d.full = true
+			return nil, nil, err
+		}
+		s.taken()
+		return st, nil, nil
+	}
+	if len(d.raw)+len(d.served)+len(d.pruned) == 0 &&
+		d.seq == s.seq && d.rev == s.rev && d.compacted == s.compacted && d.created == s.streamCreated {
+		return nil, nil, nil
+	}
+	rec := &atollv1.ProxyStateRecord{Generation: s.generation, Seq: s.seq, Rev: s.rev, Compacted: s.compacted, StreamCreated: s.streamCreated}
+	for _, ok := range sortedKeys(d.raw) {
+		v, err := s.rawView(ok.kind, ok.key)
+		if err != nil {
+			d.full = true
+			return nil, nil, err
+		}
+		rec.Raw = append(rec.Raw, v)
+	}
+	for _, ok := range sortedKeys(d.served) {
+		so, err := s.servedObject(ok.kind, ok.key)
+		if err != nil {
+			d.full = true
+			return nil, nil, err
+		}
+		rec.Served = append(rec.Served, so)
+	}
+	for _, ok := range sortedKeys(d.pruned) {
+		ns, name := splitKey(ok.key)
+		rec.Pruned = append(rec.Pruned, &atollv1.ObjectView{Kind: ok.kind, Namespace: ns, Name: name, Deleted: true})
+	}
+	s.taken()
+	return nil, rec, nil
+}
+
+// taken records that the state as it is now is being saved. Call with mu
+// held.
+func (s *Store) taken() {
+	s.dirty.reset()
+	s.dirty.full = false
+	s.dirty.seq, s.dirty.rev, s.dirty.compacted, s.dirty.created = s.seq, s.rev, s.compacted, s.streamCreated
+}
+
+func sortedKeys(m map[objectKey]struct{}) []objectKey {
+	out := make([]objectKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b objectKey) int {
+		if a.kind != b.kind {
+			return cmpString(a.kind, b.kind)
+		}
+		return cmpString(a.key, b.key)
+	})
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // Restore replaces the store's state with st (of the same host).
@@ -98,6 +236,9 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 	}
 	tombstones := 0
 	for _, v := range st.GetRaw() {
+		if _, ok := objectview.Kind(v.GetKind()); !ok {
+			return fmt.Errorf("proxy: state: raw view of unknown kind %q", v.GetKind())
+		}
 		o, err := objectview.Decode(v)
 		if err != nil {
 			return err
@@ -107,6 +248,9 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 	}
 	for _, so := range st.GetServed() {
 		v := so.GetView()
+		if _, ok := objectview.Kind(v.GetKind()); !ok {
+			return fmt.Errorf("proxy: state: served object of unknown kind %q", v.GetKind())
+		}
 		o, err := objectview.Decode(v)
 		if err != nil {
 			return err
@@ -121,47 +265,215 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unit, s.seq, s.rev, s.compacted = st.GetUnit(), st.GetSeq(), st.GetRev(), st.GetCompacted()
+	s.generation, s.streamCreated = st.GetGeneration(), st.GetStreamCreated()
 	s.raw, s.rawViews, s.served, s.tombstones = raw, rawViews, served, tombstones
+	s.bySvc = map[string]map[string]struct{}{}
+	for k, o := range raw[objectview.KindEndpointSlices] {
+		s.indexSlice(k, nil, o)
+	}
+	s.reloading = nil
+	s.taken()
 	return nil
 }
 
-// Save writes the store's state to dir atomically (a temporary file
-// renamed over the last one).
-func (s *Store) Save(dir string) (int, error) {
-	st, err := s.Snapshot()
+// Save writes what changed since the last save to dir: a record appended
+// to the log (and fsynced), or, first, after a reset or a failure, or
+// when the log has grown past the snapshot, a new snapshot (temporary
+// file, fsync, rename) and an empty log. The store's lock is held only to
+// collect the changed objects (already encoded), not to marshal or write.
+// It returns the bytes the state takes on disk.
+func (s *Store) Save(dir string) (int64, error) {
+	sv := &s.saver
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	st, rec, err := s.take(sv.logBytes > sv.snapBytes)
+	if err == nil {
+		switch {
+		case st != nil:
+			err = sv.writeSnapshot(dir, st)
+		case rec != nil:
+			err = sv.append(dir, rec)
+		}
+	}
 	if err != nil {
+		s.mu.Lock()
+		s.dirty.full = true
+		s.mu.Unlock()
 		return 0, err
 	}
+	return sv.snapBytes + sv.logBytes, nil
+}
+
+func (sv *saver) writeSnapshot(dir string, st *atollv1.ProxyState) error {
 	b, err := proto.Marshal(st)
 	if err != nil {
-		return 0, fmt.Errorf("proxy: encode state: %w", err)
+		return fmt.Errorf("proxy: encode state: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, fmt.Errorf("proxy: state dir: %w", err)
+		return fmt.Errorf("proxy: state dir: %w", err)
 	}
 	f, err := os.CreateTemp(dir, StateFile+".tmp-*")
 	if err != nil {
-		return 0, fmt.Errorf("proxy: save state: %w", err)
+		return fmt.Errorf("proxy: save state: %w", err)
 	}
 	defer os.Remove(f.Name())
 	if _, err := f.Write(b); err != nil {
 		f.Close()
-		return 0, fmt.Errorf("proxy: save state: %w", err)
+		return fmt.Errorf("proxy: save state: %w", err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return 0, fmt.Errorf("proxy: save state: %w", err)
+		return fmt.Errorf("proxy: save state: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return 0, fmt.Errorf("proxy: save state: %w", err)
+		return fmt.Errorf("proxy: save state: %w", err)
 	}
 	if err := os.Rename(f.Name(), filepath.Join(dir, StateFile)); err != nil {
-		return 0, fmt.Errorf("proxy: save state: %w", err)
+		return fmt.Errorf("proxy: save state: %w", err)
 	}
-	return len(b), nil
+	syncDir(dir)
+	sv.snapBytes = int64(len(b))
+	// The log's records are of the previous generation now: empty it. A
+	// crash before this leaves them, and loading ignores them.
+	if sv.log != nil {
+		sv.log.Close()
+		sv.log = nil
+	}
+	sv.logBytes = 0
+	if err := os.Truncate(filepath.Join(dir, LogFile), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("proxy: empty the state log: %w", err)
+	}
+	return nil
 }
 
-// Load restores the store from dir; a missing file is no error.
+// A log record is the length of its body (uvarint), the body's CRC-32C
+// (4 bytes, little endian) and the body, a ProxyStateRecord.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+func (sv *saver) append(dir string, rec *atollv1.ProxyStateRecord) error {
+	body, err := proto.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("proxy: encode state record: %w", err)
+	}
+	if sv.log == nil {
+		f, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("proxy: open the state log: %w", err)
+		}
+		sv.log = f
+	}
+	b := binary.AppendUvarint(make([]byte, 0, len(body)+binary.MaxVarintLen64+4), uint64(len(body)))
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(body, crcTable))
+	b = append(b, body...)
+	if _, err := sv.log.Write(b); err != nil {
+		return fmt.Errorf("proxy: append to the state log: %w", err)
+	}
+	if err := sv.log.Sync(); err != nil {
+		return fmt.Errorf("proxy: append to the state log: %w", err)
+	}
+	sv.logBytes += int64(len(b))
+	return nil
+}
+
+// Close closes the log (the proxy's end).
+func (s *Store) Close() {
+	s.saver.mu.Lock()
+	defer s.saver.mu.Unlock()
+	if s.saver.log != nil {
+		s.saver.log.Close()
+		s.saver.log = nil
+	}
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+// readLog returns the records of log b, up to the first torn or
+// corrupt one (a crash in the middle of an append), the length of that
+// valid prefix, and whether anything followed it.
+func readLog(b []byte) ([]*atollv1.ProxyStateRecord, int64, bool) {
+	var recs []*atollv1.ProxyStateRecord
+	off := 0
+	for off < len(b) {
+		n, w := binary.Uvarint(b[off:])
+		if w <= 0 || len(b)-off-w < 4 || n > uint64(len(b)-off-w-4) {
+			return recs, int64(off), true
+		}
+		sum := binary.LittleEndian.Uint32(b[off+w:])
+		body := b[off+w+4 : off+w+4+int(n)]
+		var rec atollv1.ProxyStateRecord
+		if crc32.Checksum(body, crcTable) != sum || proto.Unmarshal(body, &rec) != nil {
+			return recs, int64(off), true
+		}
+		recs = append(recs, &rec)
+		off += w + 4 + int(n)
+	}
+	return recs, int64(off), false
+}
+
+// replay applies the records of st's generation to st, in order.
+func replay(st *atollv1.ProxyState, recs []*atollv1.ProxyStateRecord) int {
+	type key struct{ kind, ns, name string }
+	kv := func(v *atollv1.ObjectView) key { return key{v.GetKind(), v.GetNamespace(), v.GetName()} }
+	raw := map[key]*atollv1.ObjectView{}
+	served := map[key]*atollv1.ServedObject{}
+	for _, v := range st.GetRaw() {
+		raw[kv(v)] = v
+	}
+	for _, so := range st.GetServed() {
+		served[kv(so.GetView())] = so
+	}
+	n := 0
+	for _, rec := range recs {
+		if rec.GetGeneration() != st.GetGeneration() {
+			continue
+		}
+		n++
+		st.Seq, st.Rev, st.Compacted, st.StreamCreated = rec.GetSeq(), rec.GetRev(), rec.GetCompacted(), rec.GetStreamCreated()
+		for _, v := range rec.GetRaw() {
+			if v.GetDeleted() {
+				delete(raw, kv(v))
+			} else {
+				raw[kv(v)] = v
+			}
+		}
+		for _, so := range rec.GetServed() {
+			served[kv(so.GetView())] = so
+		}
+		for _, v := range rec.GetPruned() {
+			delete(served, kv(v))
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	less := func(a, b key) int {
+		if c := cmpString(a.kind, b.kind); c != 0 {
+			return c
+		}
+		if c := cmpString(a.ns, b.ns); c != 0 {
+			return c
+		}
+		return cmpString(a.name, b.name)
+	}
+	st.Raw, st.Served = st.Raw[:0], st.Served[:0]
+	for _, k := range slices.SortedFunc(mapKeys(raw), less) {
+		st.Raw = append(st.Raw, raw[k])
+	}
+	for _, k := range slices.SortedFunc(mapKeys(served), less) {
+		st.Served = append(st.Served, served[k])
+	}
+	return n
+}
+
+// Load restores the store from dir: the snapshot, then the records of
+// its generation in the log, up to a torn last one (which the next save
+// replaces with a new snapshot). A missing snapshot is no error (and no
+// state, whatever the log holds).
 func (s *Store) Load(dir string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(dir, StateFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -174,8 +486,35 @@ func (s *Store) Load(dir string) (bool, error) {
 	if err := proto.Unmarshal(b, &st); err != nil {
 		return false, fmt.Errorf("proxy: load state: %w", err)
 	}
+	lb, err := readFile(filepath.Join(dir, LogFile))
+	if err != nil {
+		return false, fmt.Errorf("proxy: load state log: %w", err)
+	}
+	recs, valid, torn := readLog(lb)
+	replay(&st, recs)
 	if err := s.Restore(&st); err != nil {
 		return false, err
 	}
+	s.saver.mu.Lock()
+	s.saver.snapBytes, s.saver.logBytes = int64(len(b)), valid
+	s.saver.mu.Unlock()
+	if torn {
+		s.mu.Lock()
+		s.dirty.full = true
+		s.mu.Unlock()
+	}
 	return true, nil
+}
+
+// readFile reads path; a missing file is empty.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }

@@ -56,10 +56,24 @@ type Store struct {
 	raw        map[string]map[string]objectview.Object
 	rawViews   map[string]map[string]*atollv1.ObjectView // the raw objects as received, for the state on disk
 	served     map[string]map[string]*entry
+	bySvc      map[string]map[string]struct{} // namespace/service → keys of its raw slices
 	tombstones int
 	watchers   map[*watcher]struct{}
 	changed    chan struct{} // closed and replaced at every change (persistence)
+
+	generation    uint64 // of the last snapshot taken
+	streamCreated int64  // creation time of the VIEWS stream seq is of (Unix ns; 0: unknown)
+
+	// What changed since the last save, and the files (state.go).
+	dirty disk
+	saver saver
+	// A reload of the whole stream (reload.go): the raw objects seen so
+	// far, nil when none is under way.
+	reloading map[objectKey]struct{}
 }
+
+// objectKey names one object of a kind.
+type objectKey struct{ kind, key string }
 
 // NewStore returns an empty store serving host's view.
 func NewStore(host string, maxTombstones int, m *metrics) *Store {
@@ -68,7 +82,10 @@ func NewStore(host string, maxTombstones int, m *metrics) *Store {
 	}
 	s := &Store{host: host, maxTombstones: maxTombstones, metrics: m,
 		raw: map[string]map[string]objectview.Object{}, rawViews: map[string]map[string]*atollv1.ObjectView{},
-		served: map[string]map[string]*entry{}, watchers: map[*watcher]struct{}{}, changed: make(chan struct{})}
+		served: map[string]map[string]*entry{}, bySvc: map[string]map[string]struct{}{},
+		watchers: map[*watcher]struct{}{}, changed: make(chan struct{})}
+	s.dirty.reset()
+	s.dirty.full = true // no snapshot on disk yet
 	for _, k := range objectview.Kinds {
 		s.raw[k] = map[string]objectview.Object{}
 		s.rawViews[k] = map[string]*atollv1.ObjectView{}
@@ -117,6 +134,9 @@ func (s *Store) Apply(v *atollv1.ObjectView, seq uint64) error {
 	} else {
 		s.rawViews[v.GetKind()][k] = v
 	}
+	if s.reloading != nil {
+		s.reloading[objectKey{v.GetKind(), k}] = struct{}{}
+	}
 	s.apply(v.GetKind(), k, obj)
 	s.notify()
 	return nil
@@ -130,6 +150,10 @@ func (s *Store) apply(kind, k string, obj objectview.Object) {
 		delete(s.raw[kind], k)
 	} else {
 		s.raw[kind][k] = obj
+	}
+	s.dirty.raw[objectKey{kind, k}] = struct{}{}
+	if kind == objectview.KindEndpointSlices {
+		s.indexSlice(k, old, obj)
 	}
 	switch kind {
 	case objectview.KindServices:
@@ -168,8 +192,8 @@ func (s *Store) apply(kind, k string, obj objectview.Object) {
 	}
 }
 
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
 		for k := range m {
 			if !yield(k) {
 				return
@@ -187,14 +211,26 @@ func splitKey(k string) (ns, name string) {
 
 // slicesOf are the keys of the raw slices of Service ns/svc.
 func (s *Store) slicesOf(ns, svc string) []string {
-	var out []string
-	for k, o := range s.raw[objectview.KindEndpointSlices] {
-		if o.GetNamespace() == ns && o.GetLabels()[discoveryv1.LabelServiceName] == svc {
-			out = append(out, k)
+	return slices.Sorted(mapKeys(s.bySvc[objKey(ns, svc)]))
+}
+
+// indexSlice moves the raw slice at k from old's Service to obj's in
+// bySvc (either nil).
+func (s *Store) indexSlice(k string, old, obj objectview.Object) {
+	if old != nil {
+		svc := objKey(old.GetNamespace(), old.GetLabels()[discoveryv1.LabelServiceName])
+		delete(s.bySvc[svc], k)
+		if len(s.bySvc[svc]) == 0 {
+			delete(s.bySvc, svc)
 		}
 	}
-	slices.Sort(out)
-	return out
+	if obj != nil {
+		svc := objKey(obj.GetNamespace(), obj.GetLabels()[discoveryv1.LabelServiceName])
+		if s.bySvc[svc] == nil {
+			s.bySvc[svc] = map[string]struct{}{}
+		}
+		s.bySvc[svc][k] = struct{}{}
+	}
 }
 
 func (s *Store) nodeLabels(node string) (map[string]string, bool) {
@@ -255,6 +291,7 @@ func (s *Store) recompute(kind, k string) {
 		last := withRV(cur.obj, s.rev)
 		old := cur.obj
 		cur.obj, cur.rv, cur.deleted, cur.view = last, s.rev, true, encoded(kind, last)
+		s.dirty.served[objectKey{kind, k}] = struct{}{}
 		s.tombstones++
 		s.emit(Event{Type: watch.Deleted, Kind: kind, Obj: last, Old: old, RV: s.rev})
 		s.prune(kind)
@@ -278,6 +315,7 @@ func (s *Store) recompute(kind, k string) {
 		ev.Old = cur.obj
 	}
 	cur.obj, cur.fp, cur.rv, cur.deleted, cur.view = served, fp, s.rev, false, encoded(kind, served)
+	s.dirty.served[objectKey{kind, k}] = struct{}{}
 	s.emit(ev)
 }
 
@@ -298,6 +336,8 @@ func (s *Store) prune(kind string) {
 			return
 		}
 		delete(s.served[oldestKind], oldestKey)
+		delete(s.dirty.served, objectKey{oldestKind, oldestKey})
+		s.dirty.pruned[objectKey{oldestKind, oldestKey}] = struct{}{}
 		s.tombstones--
 		if oldest > s.compacted {
 			s.compacted = oldest

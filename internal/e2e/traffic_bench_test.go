@@ -67,7 +67,8 @@ func (fixedUnit) Changes() <-chan struct{} { return nil }
 //     compression, with the consumers' heartbeats) per proxy and change,
 //     and the size of the view message as stored;
 //   - the RSS of an edge process (edge NATS server + endpoints proxy, its
-//     own process) before and after it holds the views of the Services.
+//     own process) before and after it holds the views of the Services,
+//     and the size of its proxy's state on disk (snapshot and log).
 func BenchmarkTraffic(b *testing.B) {
 	proxies := benchInt(b, "ATOLL_BENCH_PROXIES", 100, 1)
 	units := benchInt(b, "ATOLL_BENCH_UNITS", 10, 1)
@@ -219,6 +220,7 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 	loaded := time.Since(start)
 	rssAfter := probe.rss(b)
 	probe.stop()
+	snapBytes, logBytes := probe.stateSize(b)
 
 	// Watches of s0's slice on every proxy.
 	type seen struct {
@@ -323,6 +325,8 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 	fmt.Printf("%-62s %d B\n", "the slice's view message (payload + headers):", viewSize)
 	fmt.Printf("%-62s %.1f MiB → %.1f MiB (peak %.1f MiB)\n", fmt.Sprintf("edge process RSS, nodes only → %d Services:", services),
 		mib(rssBefore.rss), mib(rssAfter.rss), mib(rssAfter.hwm))
+	fmt.Printf("%-62s %.0f KiB (snapshot %.0f KiB, log %.0f KiB)\n", fmt.Sprintf("edge proxy state on disk, %d Services:", services),
+		float64(snapBytes+logBytes)/1024, float64(snapBytes)/1024, float64(logBytes)/1024)
 	b.ReportMetric(float64(pctDur(all, 50).Milliseconds()), "p50-ms")
 	b.ReportMetric(float64(pctDur(all, 99).Milliseconds()), "p99-ms")
 	b.ReportMetric(perProxy, "B/change/edge")
@@ -492,7 +496,27 @@ type edgeProcess struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	addr  string
+	dir   string // its state directory
 	once  sync.Once
+}
+
+// stateSize is the size of the proxy's state files in the process's state
+// directory: the snapshot and the log.
+func (p *edgeProcess) stateSize(b *testing.B) (snapshot, log int64) {
+	b.Helper()
+	for _, f := range []struct {
+		name string
+		n    *int64
+	}{{proxy.StateFile, &snapshot}, {proxy.LogFile, &log}} {
+		fi, err := os.Stat(filepath.Join(p.dir, f.name))
+		if err != nil && !os.IsNotExist(err) {
+			b.Fatal(err)
+		}
+		if err == nil {
+			*f.n = fi.Size()
+		}
+	}
+	return snapshot, log
 }
 
 type memory struct{ rss, hwm int64 }
@@ -509,11 +533,12 @@ func startEdgeProcess(b *testing.B, h *hub.Hub, unit, node string) *edgeProcess 
 	if err != nil {
 		b.Fatal(err)
 	}
+	dir := b.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTrafficEdgeProcess$", "-test.bench=^$", "-test.count=1")
 	cmd.Env = append(os.Environ(),
 		"ATOLL_TRAFFIC_EDGE=1", "ATOLL_TRAFFIC_EDGE_LEAF="+strings.Join(h.LeafURLs(), ","),
 		"ATOLL_TRAFFIC_EDGE_DOMAIN="+h.Domain(), "ATOLL_TRAFFIC_EDGE_UNIT="+unit, "ATOLL_TRAFFIC_EDGE_NODE="+node,
-		"ATOLL_TRAFFIC_EDGE_SEED="+string(seed), "ATOLL_TRAFFIC_EDGE_JWT="+jwt, "ATOLL_TRAFFIC_EDGE_DIR="+b.TempDir())
+		"ATOLL_TRAFFIC_EDGE_SEED="+string(seed), "ATOLL_TRAFFIC_EDGE_JWT="+jwt, "ATOLL_TRAFFIC_EDGE_DIR="+dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -526,7 +551,7 @@ func startEdgeProcess(b *testing.B, h *hub.Hub, unit, node string) *edgeProcess 
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	p := &edgeProcess{cmd: cmd, stdin: stdin}
+	p := &edgeProcess{cmd: cmd, stdin: stdin, dir: dir}
 	b.Cleanup(p.stop)
 	addr := make(chan string, 1)
 	go func() {

@@ -36,8 +36,16 @@ type ProxyState struct {
 	Rev       uint64 `protobuf:"varint,4,opt,name=rev,proto3" json:"rev,omitempty"`
 	Compacted uint64 `protobuf:"varint,5,opt,name=compacted,proto3" json:"compacted,omitempty"`
 	// The views as received (live objects only).
-	Raw           []*ObjectView   `protobuf:"bytes,6,rep,name=raw,proto3" json:"raw,omitempty"`
-	Served        []*ServedObject `protobuf:"bytes,7,rep,name=served,proto3" json:"served,omitempty"`
+	Raw    []*ObjectView   `protobuf:"bytes,6,rep,name=raw,proto3" json:"raw,omitempty"`
+	Served []*ServedObject `protobuf:"bytes,7,rep,name=served,proto3" json:"served,omitempty"`
+	// Generation of this snapshot: the records of the log beside it
+	// (ProxyStateRecord) that carry another generation are from before it
+	// and are ignored.
+	Generation uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Creation time of the VIEWS stream the sequence is of (Unix
+	// nanoseconds, 0: unknown): a stream created at another time was
+	// rebuilt, and its sequences say nothing about the state's.
+	StreamCreated int64 `protobuf:"varint,9,opt,name=stream_created,json=streamCreated,proto3" json:"stream_created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +129,128 @@ func (x *ProxyState) GetServed() []*ServedObject {
 	return nil
 }
 
+func (x *ProxyState) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ProxyState) GetStreamCreated() int64 {
+	if x != nil {
+		return x.StreamCreated
+	}
+	return 0
+}
+
+// ProxyStateRecord is one record of the log kept beside a ProxyState
+// snapshot (edge/proxy, proxy.log): what changed since the record before
+// (or the snapshot). Applying the snapshot and then its generation's
+// records in order gives the state as last saved.
+type ProxyStateRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Rev           uint64                 `protobuf:"varint,3,opt,name=rev,proto3" json:"rev,omitempty"`
+	Compacted     uint64                 `protobuf:"varint,4,opt,name=compacted,proto3" json:"compacted,omitempty"`
+	StreamCreated int64                  `protobuf:"varint,5,opt,name=stream_created,json=streamCreated,proto3" json:"stream_created,omitempty"`
+	// Views as received that changed; one with deleted set (kind,
+	// namespace and name) removes the object.
+	Raw []*ObjectView `protobuf:"bytes,6,rep,name=raw,proto3" json:"raw,omitempty"`
+	// Served objects and tombstones that changed.
+	Served []*ServedObject `protobuf:"bytes,7,rep,name=served,proto3" json:"served,omitempty"`
+	// Tombstones dropped (kind, namespace and name).
+	Pruned        []*ObjectView `protobuf:"bytes,8,rep,name=pruned,proto3" json:"pruned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProxyStateRecord) Reset() {
+	*x = ProxyStateRecord{}
+	mi := &file_atoll_v1_proxy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProxyStateRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProxyStateRecord) ProtoMessage() {}
+
+func (x *ProxyStateRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_proxy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProxyStateRecord.ProtoReflect.Descriptor instead.
+func (*ProxyStateRecord) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_proxy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ProxyStateRecord) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ProxyStateRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ProxyStateRecord) GetRev() uint64 {
+	if x != nil {
+		return x.Rev
+	}
+	return 0
+}
+
+func (x *ProxyStateRecord) GetCompacted() uint64 {
+	if x != nil {
+		return x.Compacted
+	}
+	return 0
+}
+
+func (x *ProxyStateRecord) GetStreamCreated() int64 {
+	if x != nil {
+		return x.StreamCreated
+	}
+	return 0
+}
+
+func (x *ProxyStateRecord) GetRaw() []*ObjectView {
+	if x != nil {
+		return x.Raw
+	}
+	return nil
+}
+
+func (x *ProxyStateRecord) GetServed() []*ServedObject {
+	if x != nil {
+		return x.Served
+	}
+	return nil
+}
+
+func (x *ProxyStateRecord) GetPruned() []*ObjectView {
+	if x != nil {
+		return x.Pruned
+	}
+	return nil
+}
+
 // ServedObject is one object as the proxy serves it (after the topology
 // filter), or a tombstone.
 type ServedObject struct {
@@ -135,7 +265,7 @@ type ServedObject struct {
 
 func (x *ServedObject) Reset() {
 	*x = ServedObject{}
-	mi := &file_atoll_v1_proxy_proto_msgTypes[1]
+	mi := &file_atoll_v1_proxy_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +277,7 @@ func (x *ServedObject) String() string {
 func (*ServedObject) ProtoMessage() {}
 
 func (x *ServedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_proxy_proto_msgTypes[1]
+	mi := &file_atoll_v1_proxy_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +290,7 @@ func (x *ServedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServedObject.ProtoReflect.Descriptor instead.
 func (*ServedObject) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_proxy_proto_rawDescGZIP(), []int{1}
+	return file_atoll_v1_proxy_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ServedObject) GetView() *ObjectView {
@@ -195,7 +325,7 @@ var File_atoll_v1_proxy_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"\n" +
-	"\x14atoll/v1/proxy.proto\x12\batoll.v1\x1a\x13atoll/v1/view.proto\"\xce\x01\n" +
+	"\x14atoll/v1/proxy.proto\x12\batoll.v1\x1a\x13atoll/v1/view.proto\"\x95\x02\n" +
 	"\n" +
 	"ProxyState\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x12\n" +
@@ -204,7 +334,22 @@ const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"\x03rev\x18\x04 \x01(\x04R\x03rev\x12\x1c\n" +
 	"\tcompacted\x18\x05 \x01(\x04R\tcompacted\x12&\n" +
 	"\x03raw\x18\x06 \x03(\v2\x14.atoll.v1.ObjectViewR\x03raw\x12.\n" +
-	"\x06served\x18\a \x03(\v2\x16.atoll.v1.ServedObjectR\x06served\"|\n" +
+	"\x06served\x18\a \x03(\v2\x16.atoll.v1.ServedObjectR\x06served\x12\x1e\n" +
+	"\n" +
+	"generation\x18\b \x01(\x04R\n" +
+	"generation\x12%\n" +
+	"\x0estream_created\x18\t \x01(\x03R\rstreamCreated\"\xa1\x02\n" +
+	"\x10ProxyStateRecord\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03rev\x18\x03 \x01(\x04R\x03rev\x12\x1c\n" +
+	"\tcompacted\x18\x04 \x01(\x04R\tcompacted\x12%\n" +
+	"\x0estream_created\x18\x05 \x01(\x03R\rstreamCreated\x12&\n" +
+	"\x03raw\x18\x06 \x03(\v2\x14.atoll.v1.ObjectViewR\x03raw\x12.\n" +
+	"\x06served\x18\a \x03(\v2\x16.atoll.v1.ServedObjectR\x06served\x12,\n" +
+	"\x06pruned\x18\b \x03(\v2\x14.atoll.v1.ObjectViewR\x06pruned\"|\n" +
 	"\fServedObject\x12(\n" +
 	"\x04view\x18\x01 \x01(\v2\x14.atoll.v1.ObjectViewR\x04view\x12\x0e\n" +
 	"\x02rv\x18\x02 \x01(\x04R\x02rv\x12\x18\n" +
@@ -223,21 +368,25 @@ func file_atoll_v1_proxy_proto_rawDescGZIP() []byte {
 	return file_atoll_v1_proxy_proto_rawDescData
 }
 
-var file_atoll_v1_proxy_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_atoll_v1_proxy_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_atoll_v1_proxy_proto_goTypes = []any{
-	(*ProxyState)(nil),   // 0: atoll.v1.ProxyState
-	(*ServedObject)(nil), // 1: atoll.v1.ServedObject
-	(*ObjectView)(nil),   // 2: atoll.v1.ObjectView
+	(*ProxyState)(nil),       // 0: atoll.v1.ProxyState
+	(*ProxyStateRecord)(nil), // 1: atoll.v1.ProxyStateRecord
+	(*ServedObject)(nil),     // 2: atoll.v1.ServedObject
+	(*ObjectView)(nil),       // 3: atoll.v1.ObjectView
 }
 var file_atoll_v1_proxy_proto_depIdxs = []int32{
-	2, // 0: atoll.v1.ProxyState.raw:type_name -> atoll.v1.ObjectView
-	1, // 1: atoll.v1.ProxyState.served:type_name -> atoll.v1.ServedObject
-	2, // 2: atoll.v1.ServedObject.view:type_name -> atoll.v1.ObjectView
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	3, // 0: atoll.v1.ProxyState.raw:type_name -> atoll.v1.ObjectView
+	2, // 1: atoll.v1.ProxyState.served:type_name -> atoll.v1.ServedObject
+	3, // 2: atoll.v1.ProxyStateRecord.raw:type_name -> atoll.v1.ObjectView
+	2, // 3: atoll.v1.ProxyStateRecord.served:type_name -> atoll.v1.ServedObject
+	3, // 4: atoll.v1.ProxyStateRecord.pruned:type_name -> atoll.v1.ObjectView
+	3, // 5: atoll.v1.ServedObject.view:type_name -> atoll.v1.ObjectView
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_proxy_proto_init() }
@@ -252,7 +401,7 @@ func file_atoll_v1_proxy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_proxy_proto_rawDesc), len(file_atoll_v1_proxy_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/objectview"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+)
+
+// deleteViews deletes the hub's VIEWS stream.
+func (r *restartableHub) deleteViews(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	h := r.h
+	r.mu.Unlock()
+	nc, err := h.Connect("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, events.StreamViews); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRebuiltStream: the hub's VIEWS stream is deleted and created again,
+// holding more messages than before (so its sequences pass the proxy's)
+// and the unit's views at new sequences: web-1 as it was, web-2 gone,
+// web-3 new. The proxy notices the new stream, reads the unit's views
+// again and emits only the real changes: web-2 deleted, web-3 added,
+// nothing for web-1, the Service or the Nodes.
+func TestRebuiltStream(t *testing.T) {
+	rh := newRestartableHub(t)
+	base := []objectview.Object{testNode("a1", map[string]string{zone: "A"}), testNode("b1", map[string]string{zone: "B"}),
+		testService("web", zone, false), testSlice("web-1", "web", "a1", "b1")}
+	rh.publish(t, "u1", append(base, testSlice("web-2", "web", "a1"))...)
+	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
+	nc, err := edge.Connect("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p, _ := runProxy(t, addr, t.TempDir(), hublink.Of(nc, js), nil)
+	s := p.Store()
+	poll.Eventually(t, 30*time.Second, func() error {
+		if _, ok := s.Get(objectview.KindEndpointSlices, "default", "web-2"); !ok {
+			return fmt.Errorf("web-2 not served yet")
+		}
+		return nil
+	})
+	oldSeq, oldCreated := s.Seq(), s.StreamCreated()
+	if oldCreated == 0 {
+		t.Fatal("the stream's creation time was not recorded")
+	}
+	var chans []<-chan Event
+	for _, kind := range objectview.Kinds {
+		_, _, ch, stop, err := s.Watch(kind, match{}, s.Rev(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		chans = append(chans, ch)
+	}
+
+	rh.deleteViews(t)
+	var padding []objectview.Object
+	for i := range 2 * int(oldSeq) {
+		padding = append(padding, testNode(fmt.Sprintf("x%d", i), nil))
+	}
+	rh.publish(t, "u9", padding...)
+	rh.publish(t, "u1", append(base, testSlice("web-3", "web", "b1"))...)
+
+	poll.Eventually(t, 60*time.Second, func() error {
+		if _, ok := s.Get(objectview.KindEndpointSlices, "default", "web-2"); ok {
+			return fmt.Errorf("web-2 still served")
+		}
+		if _, ok := s.Get(objectview.KindEndpointSlices, "default", "web-3"); !ok {
+			return fmt.Errorf("web-3 not served")
+		}
+		if s.Reloading() || s.StreamCreated() == oldCreated {
+			return fmt.Errorf("reload not ended")
+		}
+		return nil
+	})
+	if seq := s.Seq(); seq <= oldSeq {
+		t.Fatalf("sequence %d after the reload, want the new stream's (past %d)", seq, oldSeq)
+	}
+	var got []string
+	for _, ch := range chans {
+		got = append(got, eventNames(collect(ch))...)
+	}
+	want := []string{string(watch.Deleted) + " web-2", string(watch.Added) + " web-3"}
+	if fmt.Sprint(got) != fmt.Sprint(want) && fmt.Sprint(got) != fmt.Sprint([]string{want[1], want[0]}) {
+		t.Fatalf("events %v, want only %v", got, want)
+	}
+}
+
+func eventNames(evs []Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, string(e.Type)+" "+e.Obj.GetName())
+	}
+	return out
+}
