@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -249,9 +250,26 @@ func bounded(h http.Handler, timeout time.Duration, limit int64) http.Handler {
 			http.Error(w, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		r.Body = closeOnError{ReadCloser: http.MaxBytesReader(w, r.Body, limit), h: w.Header()}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// closeOnError has the server close the connection after its answer once
+// reading the body failed (a timeout, the limit): what is left of the body
+// on the connection is unknown, so it cannot carry another request, and a
+// trickling client must not keep it open waiting for one.
+type closeOnError struct {
+	io.ReadCloser
+	h http.Header
+}
+
+func (c closeOnError) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		c.h.Set("Connection", "close")
+	}
+	return n, err
 }
 
 // countInvalid counts and logs the requests controller-runtime refuses
