@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/topology/objects"
 	"github.com/atoll-edge/atoll/edge/proxy"
@@ -111,6 +112,7 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	kube.RouteLogs(log) // as atoll-cloud does: no controller-runtime stack trace about an unset logger
 	mcfg := manager.DefaultConfig()
 	mcfg.LeaderElect = false
 	m, err := manager.New(mcfg, rc, log)
