@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,7 +22,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/grid"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/testenv/crds"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -34,25 +33,9 @@ import (
 // installCRDs applies deploy/crds to the cluster.
 func installCRDs(t *testing.T, cluster *kubetest.Cluster) {
 	t.Helper()
-	names, err := deploy.CRDNames()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, n := range names {
-		data, err := deploy.Read(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := kubetest.DecodeManifests(n, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o...)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+	if err := crds.Install(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,12 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/topology"
-	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/testenv/crds"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -36,22 +35,9 @@ import (
 // deleted.
 func TestNodeUnits(t *testing.T) {
 	cluster := kubetest.Start(t)
-	names, err := deploy.CRDNames()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, n := range names {
-		data, _ := deploy.Read(n)
-		o, err := kubetest.DecodeManifests(n, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o...)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+	if err := crds.Install(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
 	log := natstest.Logger(t, slog.LevelWarn)

@@ -10,10 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/testenv/crds"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
@@ -23,22 +22,9 @@ import (
 // status` prints the units and the rollout position from the status.
 func TestGridCommands(t *testing.T) {
 	cluster := kubetest.Start(t)
-	names, err := deploy.CRDNames()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, n := range names {
-		data, _ := deploy.Read(n)
-		o, err := kubetest.DecodeManifests(n, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o...)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+	if err := crds.Install(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
 	gf := &gridFlags{kubeconfig: cluster.KubeconfigPath(), namespace: "default", kind: "dg"}

@@ -14,7 +14,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -23,10 +22,10 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/topology/hostrecords"
-	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/edge/hosts"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/testenv/crds"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -40,27 +39,12 @@ type staticUnit string
 func (u staticUnit) Unit() string           { return string(u) }
 func (staticUnit) Changes() <-chan struct{} { return nil }
 
+// installCRDs applies deploy/crds to the cluster.
 func installCRDs(t *testing.T, cluster *kubetest.Cluster) {
 	t.Helper()
-	names, err := deploy.CRDNames()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, n := range names {
-		data, err := deploy.Read(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := kubetest.DecodeManifests(n, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o...)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+	if err := crds.Install(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
 }
