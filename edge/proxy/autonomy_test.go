@@ -128,9 +128,10 @@ type staticUnit string
 func (u staticUnit) Unit() string           { return string(u) }
 func (staticUnit) Changes() <-chan struct{} { return nil }
 
-// runProxy runs a proxy of host a1 on addr with state in dir, over the
-// edge server's link, until the returned stop is called.
-func runProxy(t *testing.T, addr, dir string, link *hublink.Link, reg *metrics) (*Proxy, func()) {
+// runProxy runs a proxy of host a1 on addr (in network namespace ns, or
+// the test's own when nil) with state in dir, over the edge server's
+// link, until the returned stop is called.
+func runProxy(t *testing.T, ns *netns, addr, dir string, link *hublink.Link, reg *metrics) (*Proxy, func()) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Enabled, cfg.Addr, cfg.StateDir, cfg.Bookmark, cfg.SaveDelay = true, addr, dir, 200*time.Millisecond, 10*time.Millisecond
@@ -138,7 +139,11 @@ func runProxy(t *testing.T, addr, dir string, link *hublink.Link, reg *metrics) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Listen(); err != nil {
+	listen := p.Listen
+	if ns != nil {
+		listen = func() error { return ns.do(p.Listen) }
+	}
+	if err := listen(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -180,7 +185,7 @@ func TestOfflineRestart(t *testing.T) {
 	l.Close()
 	cfg := &rest.Config{Host: "http://" + addr}
 
-	_, stop := runProxy(t, addr, dir, link, nil)
+	_, stop := runProxy(t, nil, addr, dir, link, nil)
 	long := informerView(t, cfg)
 	poll.Eventually(t, 30*time.Second, wantView(long, map[string][]string{"web-1": {"a1"}}))
 
@@ -189,7 +194,7 @@ func TestOfflineRestart(t *testing.T) {
 	stop()
 	m := newMetrics(nil)
 	started := time.Now()
-	p, _ := runProxy(t, addr, dir, link, m)
+	p, _ := runProxy(t, nil, addr, dir, link, m)
 	fresh := informerView(t, cfg)
 	if err := wantView(fresh, map[string][]string{"web-1": {"a1"}})(); err != nil {
 		t.Fatalf("after a restart with the hub down: %v", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -94,14 +95,16 @@ func (n *netns) listen(addr string) net.Listener {
 	return l
 }
 
+// dial connects from inside the namespace.
+func (n *netns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var conn net.Conn
+	err := n.do(func() (err error) { conn, err = (&net.Dialer{}).DialContext(ctx, network, addr); return err })
+	return conn, err
+}
+
 // get fetches url from inside the namespace, on a new connection.
 func (n *netns) get(url string) (string, error) {
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var conn net.Conn
-			err := n.do(func() (err error) { conn, err = (&net.Dialer{}).DialContext(ctx, network, addr); return err })
-			return conn, err
-		}}}
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: n.dial}}
 	resp, err := c.Get(url)
 	if err != nil {
 		return "", err
@@ -144,6 +147,45 @@ func endpointsOf(ruleset, svc string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// waitRules waits until the ruleset of ns (node's) holds exactly the
+// endpoints want for Service default/<svc>.
+func waitRules(t *testing.T, ns *netns, node, svc string, want ...string) {
+	t.Helper()
+	poll.Eventually(t, 60*time.Second, func() error { return rulesHold(ns, node, svc, want...) })
+}
+
+// rulesHold says how the ruleset of ns differs from holding exactly the
+// endpoints want for Service default/<svc>.
+func rulesHold(ns *netns, node, svc string, want ...string) error {
+	rs := ns.ruleset()
+	if got := endpointsOf(rs, svc); !slices.Equal(got, want) {
+		var chains []string
+		for _, l := range strings.Split(rs, "\n") {
+			if strings.Contains(l, "chain ") {
+				chains = append(chains, strings.TrimSpace(l))
+			}
+		}
+		return fmt.Errorf("%s: endpoints of %s in the ruleset: %v, want %v; chains: %v", node, svc, got, want, chains)
+	}
+	return nil
+}
+
+// answers fetches url count times from inside ns, each on a new
+// connection, and counts the answers (the backends' node names) and
+// errors.
+func answers(ns *netns, url string, count int) map[string]int {
+	got := map[string]int{}
+	for range count {
+		body, err := ns.get(url)
+		if err != nil {
+			got["error: "+err.Error()]++
+			continue
+		}
+		got[body]++
+	}
+	return got
 }
 
 // backend serves its node's name on l.
@@ -308,19 +350,7 @@ func TestKubeProxy(t *testing.T) {
 
 	waitRules := func(n *simNode, svc string, want ...string) {
 		t.Helper()
-		poll.Eventually(t, 60*time.Second, func() error {
-			rs := n.ns.ruleset()
-			if got := endpointsOf(rs, svc); !slices.Equal(got, want) {
-				var chains []string
-				for _, l := range strings.Split(rs, "\n") {
-					if strings.Contains(l, "chain ") {
-						chains = append(chains, strings.TrimSpace(l))
-					}
-				}
-				return fmt.Errorf("%s: endpoints of %s in the ruleset: %v, want %v; chains: %v", n.name, svc, got, want, chains)
-			}
-			return nil
-		})
+		waitRules(t, n.ns, n.name, svc, want...)
 	}
 	waitRules(a, "web", "10.244.1.1")
 	waitRules(a, "plain", "10.244.1.1", "10.244.2.1")
@@ -337,19 +367,6 @@ func TestKubeProxy(t *testing.T) {
 
 	// Clients reach the ClusterIP: web lands only on the unit's backends,
 	// plain on all.
-	answers := func(n *simNode, url string, count int) map[string]int {
-		t.Helper()
-		got := map[string]int{}
-		for range count {
-			body, err := n.ns.get(url)
-			if err != nil {
-				got["error: "+err.Error()]++
-				continue
-			}
-			got[body]++
-		}
-		return got
-	}
 	poll.Eventually(t, 20*time.Second, func() error {
 		if _, err := a.ns.get("http://10.96.0.50/"); err != nil {
 			return err
@@ -365,13 +382,8 @@ func TestKubeProxy(t *testing.T) {
 		{b, "http://10.96.0.50/", []string{"b1"}},
 		{a, "http://10.96.0.60/", []string{"a1", "b1"}},
 	} {
-		got := answers(tc.n, tc.url, 40)
-		var seen []string
-		for k := range got {
-			seen = append(seen, k)
-		}
-		slices.Sort(seen)
-		if !slices.Equal(seen, tc.want) {
+		got := answers(tc.n.ns, tc.url, 40)
+		if seen := slices.Sorted(maps.Keys(got)); !slices.Equal(seen, tc.want) {
 			t.Errorf("%s → %s answered by %v, want exactly %v", tc.n.name, tc.url, got, tc.want)
 		}
 	}

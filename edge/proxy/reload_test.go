@@ -67,7 +67,7 @@ func TestRebuiltStream(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	p, _ := runProxy(t, addr, t.TempDir(), hublink.Of(nc, js), nil)
+	p, _ := runProxy(t, nil, addr, t.TempDir(), hublink.Of(nc, js), nil)
 	s := p.Store()
 	poll.Eventually(t, 30*time.Second, func() error {
 		if _, ok := s.Get(objectview.KindEndpointSlices, "default", "web-2"); !ok {
