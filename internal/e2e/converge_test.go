@@ -461,6 +461,12 @@ func waitViews(tb testing.TB, ctx context.Context, js jetstream.JetStream, agent
 			if as, v := a.m.Fingerprints(); as != f.assignment || v != f.view {
 				return poll.Errorf("%s holds assignment %q view %q, the stream %q %q", a.name, as, v, f.assignment, f.view)
 			}
+			// The agent's history is appended after its membership
+			// applied the views: wait for it too, so that heldSince
+			// reads when the final views arrived.
+			if _, ok := a.heldSince(f.assignment, f.view); !ok {
+				return poll.Errorf("%s holds its final views, its history does not show them yet", a.name)
+			}
 		}
 		return nil
 	})
