@@ -278,12 +278,20 @@ func (c *Conn) stopDeadlineTimers() {
 }
 
 // ReadFrom implements io.ReaderFrom, so io.Copy into a Conn (Pipe) reads
-// in frame-sized pieces: it starts with a 32 KiB buffer, as io.Copy would,
-// and grows it to MaxFrame once a read fills it (a bulk stream), so bulk
-// data leaves in full frames while an idle session holds no more than
-// io.Copy's buffer.
+// in frame-sized pieces while data streams, and holds little while the
+// session idles: it waits with a small buffer of its own, borrows a
+// MaxFrame buffer from a pool once a read fills the small one (a bulk
+// stream, whose bytes then leave in full frames), and gives it back when
+// a read returns less than half of it (the burst is over). Write copies
+// what it is given, so a buffer is free again as soon as Write returns.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, min(32<<10, c.s.cfg.MaxFrame))
+	small := make([]byte, idleReadBuffer)
+	buf, borrowed := small, (*[]byte)(nil)
+	defer func() {
+		if borrowed != nil {
+			frameBufs.Put(borrowed)
+		}
+	}()
 	var total int64
 	for {
 		n, err := r.Read(buf)
@@ -293,9 +301,6 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			if werr != nil {
 				return total, werr
 			}
-			if n == len(buf) && len(buf) < c.s.cfg.MaxFrame {
-				buf = make([]byte, c.s.cfg.MaxFrame)
-			}
 		}
 		if err == io.EOF {
 			return total, nil
@@ -303,7 +308,31 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		if err != nil {
 			return total, err
 		}
+		switch {
+		case borrowed == nil && n == len(buf) && c.s.cfg.MaxFrame > len(small):
+			borrowed = frameBuf(c.s.cfg.MaxFrame)
+			buf = *borrowed
+		case borrowed != nil && n < len(buf)/2:
+			frameBufs.Put(borrowed)
+			borrowed, buf = nil, small
+		}
 	}
+}
+
+// idleReadBuffer is what ReadFrom holds per session while it waits.
+const idleReadBuffer = 4 << 10
+
+// frameBufs holds ReadFrom's MaxFrame buffers between bursts.
+var frameBufs sync.Pool
+
+// frameBuf borrows a buffer of n bytes from frameBufs.
+func frameBuf(n int) *[]byte {
+	if b, ok := frameBufs.Get().(*[]byte); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n)
+	return &b
 }
 
 // WriteTo implements io.WriterTo, so io.Copy out of a Conn (Pipe) writes
