@@ -89,20 +89,11 @@ type outageRow struct {
 // three-server cluster in this process (R3 streams); atoll-cloud runs in
 // its own process and dials it, with its webhook registered.
 func runOutage(ctx context.Context, out io.Writer, so scaleOptions, o outageOptions) error {
-	dir, err := os.MkdirTemp("", "atoll-outage-")
+	dir, bin, done, err := workDir(ctx, out, "atoll-outage-")
 	if err != nil {
 		return err
 	}
-	if os.Getenv("ATOLL_SCALE_KEEP") == "" {
-		defer os.RemoveAll(dir)
-	} else {
-		fmt.Fprintf(out, "keeping %s\n", dir)
-	}
-	bin := filepath.Join(dir, "atoll-cloud")
-	fmt.Fprintln(out, "building atoll-cloud ...")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/atoll-cloud").CombinedOutput(); err != nil {
-		return fmt.Errorf("build atoll-cloud (run from the repository root): %w: %s", err, b)
-	}
+	defer done()
 	var rows []outageRow
 	for _, n := range so.sizes {
 		fmt.Fprintf(out, "mass outage at %d nodes ...\n", n)

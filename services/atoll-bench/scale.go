@@ -62,6 +62,28 @@ type scaleRow struct {
 	writes               map[string]int // atoll-cloud's writes in the window, by verb and resource
 }
 
+// workDir makes the run's directory (removed when done, unless
+// ATOLL_SCALE_KEEP is set) and builds atoll-cloud into it, so that it
+// runs in its own process.
+func workDir(ctx context.Context, out io.Writer, prefix string) (dir, bin string, done func(), err error) {
+	dir, err = os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", "", nil, err
+	}
+	done = func() { _ = os.RemoveAll(dir) }
+	if os.Getenv("ATOLL_SCALE_KEEP") != "" {
+		fmt.Fprintf(out, "keeping %s\n", dir)
+		done = func() {}
+	}
+	bin = filepath.Join(dir, "atoll-cloud")
+	fmt.Fprintln(out, "building atoll-cloud ...")
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/atoll-cloud").CombinedOutput(); err != nil {
+		done()
+		return "", "", nil, fmt.Errorf("build atoll-cloud (run from the repository root): %w: %s", err, b)
+	}
+	return dir, bin, done, nil
+}
+
 // runScale measures, for each size, the steady state of a real
 // installation of that many nodes: a real etcd, kube-apiserver and
 // kube-controller-manager (internal/testenv/kubetest); atoll-cloud with
@@ -75,20 +97,11 @@ type scaleRow struct {
 // one leaf per node (bench:leafs measures leafs). Not calibrated against
 // real agents yet: compare its edge→hub column with bench:health's.
 func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
-	dir, err := os.MkdirTemp("", "atoll-scale-")
+	dir, bin, done, err := workDir(ctx, out, "atoll-scale-")
 	if err != nil {
 		return err
 	}
-	if os.Getenv("ATOLL_SCALE_KEEP") == "" {
-		defer os.RemoveAll(dir)
-	} else {
-		fmt.Fprintf(out, "keeping %s\n", dir)
-	}
-	bin := filepath.Join(dir, "atoll-cloud")
-	fmt.Fprintln(out, "building atoll-cloud ...")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/atoll-cloud").CombinedOutput(); err != nil {
-		return fmt.Errorf("build atoll-cloud (run from the repository root): %w: %s", err, b)
-	}
+	defer done()
 	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, window %v\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.window)
 	var rows []scaleRow
