@@ -97,10 +97,9 @@ func TestNodeUnits(t *testing.T) {
 	// A change notice that brings nothing new writes nothing, nor does
 	// one while the states are not known (as after a restart of the
 	// health service): the NodeUnit keeps its state.
-	writes := nodeUnitWrites(t, reg)
-	for i := range 4 {
+	notice := func(unknown bool) {
 		states.mu.Lock()
-		states.unknown = i == 3
+		states.unknown = unknown
 		states.mu.Unlock()
 		asked := states.askedFor("a")
 		states.notify("a")
@@ -110,6 +109,16 @@ func TestNodeUnits(t *testing.T) {
 			}
 			return nil
 		})
+	}
+	// Two notices first: the unit's reconciles run one at a time, so once
+	// the second is asked for, the first and every earlier reconcile (of
+	// the state change above, or of a Node event from a cache a moment
+	// behind) have finished writing.
+	notice(false)
+	notice(false)
+	writes := nodeUnitWrites(t, reg)
+	for i := range 4 {
+		notice(i == 3)
 	}
 	if w := nodeUnitWrites(t, reg); w != writes {
 		t.Errorf("%v NodeUnit writes after change notices without a change", w-writes)
