@@ -33,7 +33,11 @@ var benchLog = strings.Repeat("2026-11-26T12:00:00Z INFO request served path=/he
 // load of a shared machine falls on both alike.
 //
 // (a) ATOLL_BENCH_LOGS_N (default 200) requests each way through
-// client-go's GetLogs().DoRaw, the request kubectl makes; (b)
+// client-go's GetLogs().DoRaw, the request kubectl makes, twice: with the
+// apiserver's kubelet connection kept alive (pod bench; through the
+// tunnel no session opens per request) and with a new one per request
+// (pod bench-new, whose log the kubelet answers with Connection: close:
+// one session each, and the kubelet's TLS handshake); (b)
 // ATOLL_BENCH_KUBECTL_N (default 20) runs each way of the kubectl binary,
 // whose process start dominates. It prints p50/p90/p99 of each and the
 // overhead tunnel − direct of each quantile, and the tunnel sessions the
