@@ -69,6 +69,17 @@ func (c Config) Validate() error {
 			"a bearer token file (%s) or mutual TLS (%s, %s and %s); or bind it to loopback",
 			c.Addr, FlagAddr, FlagTokenFile, FlagTLSCert, FlagTLSKey, FlagClientCA)
 	}
+	// The files must load now: a typo fails the start, not the first scrape.
+	if c.TokenFile != "" {
+		if _, err := (&tokenFile{path: c.TokenFile}).load(); err != nil {
+			return err
+		}
+	}
+	if c.TLS.enabled() {
+		if _, err := (&tlsFiles{files: c.TLS}).load(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
