@@ -27,9 +27,11 @@ var (
 
 // Metrics parses the table rows of METRICS.md: | `name` | type | labels |
 // meaning | services |.
-func Metrics() (map[string]Metric, error) {
+func Metrics() (map[string]Metric, error) { return parseMetrics(metricsMD) }
+
+func parseMetrics(md string) (map[string]Metric, error) {
 	out := map[string]Metric{}
-	for i, line := range strings.Split(metricsMD, "\n") {
+	for i, line := range strings.Split(md, "\n") {
 		if !rowRE.MatchString(line) {
 			continue
 		}
