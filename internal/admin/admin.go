@@ -225,12 +225,6 @@ func (s *Server) Start(context.Context) error {
 	return nil
 }
 
-// Loopback reports whether addr is a loopback address (127.0.0.0/8, ::1).
-func Loopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
-}
-
 // Addr is the listen address (after Start).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
