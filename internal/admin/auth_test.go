@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
 
 // TestRefusesOffLoopbackWithoutAuth: an address other hosts reach needs a
@@ -295,4 +298,41 @@ func TestLoopbackOpen(t *testing.T) {
 			t.Errorf("%s on loopback = %d", path, resp.StatusCode)
 		}
 	}
+}
+
+// TestTLSRotation: a renewed serving certificate written over the files
+// is served without a restart.
+func TestTLSRotation(t *testing.T) {
+	p := newPKI(t, "admin-ca")
+	certFile, keyFile, _ := p.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	s := start(t, Config{Addr: "127.0.0.1:0", TLS: TLS{CertFile: certFile, KeyFile: keyFile}})
+	served := func() string {
+		conn, err := tls.Dial("tcp", s.Addr(), &tls.Config{RootCAs: p.caPool, ServerName: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	if got := served(); got != "server" {
+		t.Fatalf("served %q", got)
+	}
+	// issue writes <name>.crt/.key: renew under the same names, later
+	// modification times, as a cert-manager Secret update does.
+	renewed, renewedKey, _ := p.issue(t, "server-renewed", x509.ExtKeyUsageServerAuth)
+	for _, f := range [][2]string{{renewed, certFile}, {renewedKey, keyFile}} {
+		if err := os.Rename(f[0], f[1]); err != nil {
+			t.Fatal(err)
+		}
+		later := time.Now().Add(time.Minute)
+		if err := os.Chtimes(f[1], later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if got := served(); got != "server-renewed" {
+			return fmt.Errorf("served %q, want the renewed certificate", got)
+		}
+		return nil
+	})
 }
