@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,7 +39,7 @@ func TestRenderStatus(t *testing.T) {
 		cs   *atollv1.ClusterStatus
 		want string
 	}{
-		
+
 		{"units", &atollv1.ClusterStatus{Time: ts(0), Replica: "atoll-hub-0", TunnelReplicas: 2, Units: []*atollv1.UnitStatus{
 			{Unit: "site-a", State: "PartialDisruption", Nodes: []*atollv1.NodeStatus{
 				{Name: "site-a-1", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2, LastVote: ts(-1500 * time.Millisecond), TunnelSessions: 12},
