@@ -53,6 +53,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"grid"}, "atoll: grid: give a subcommand: [status resume]", "atoll grid"},
 		{[]string{"grid", "resume"}, "atoll: grid resume: give exactly one grid name", "atoll grid resume"},
 		{[]string{"grid", "status", "a", "b"}, "atoll: grid status: give exactly one grid name", "atoll grid status"},
+		{[]string{"grid", "status", "-o", "wide", "web"}, `atoll: invalid value "wide" for flag -o: want one of json, yaml`, "atoll grid status"},
 		{[]string{"stats"}, `atoll: unknown command "stats"`, "atoll"},
 		{[]string{"status", "--bogus"}, "atoll: flag provided but not defined: -bogus", "atoll status"},
 		{[]string{"status", "--timeout=soon"}, `atoll: invalid value "soon" for flag -timeout: parse error`, "atoll status"},
