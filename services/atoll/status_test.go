@@ -83,19 +83,23 @@ site-c  FullDisruption  2026-05-01T09:59:57Z (ended 3s ago)
 	}
 }
 
-// fakeHealth: u1 has a lost node its peers keep, u2 is silent and held.
+// fakeHealth: u1 has a lost node its peers keep, u2 is silent and held,
+// u3's n4 has no peer verdict.
 type fakeHealth struct{ hold time.Time }
 
 func (fakeHealth) Judge(node string) health.Judgement {
-	if node == "n2" {
+	if node == "n2" || node == "n5" {
 		return health.Judgement{Verdict: atollv1.Verdict_VERDICT_HEALTHY, Healthy: 2, Normal: 2, Checkers: 2, LastVote: time.Now()}
 	}
 	return health.Judgement{Verdict: atollv1.Verdict_VERDICT_NONE}
 }
 func (fakeHealth) Protected(node string) bool { return node == "n2" || node == "n3" }
 func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
-	if unit == "u2" {
+	switch unit {
+	case "u2":
 		return health.FullDisruption, f.hold
+	case "u3":
+		return health.Normal, time.Time{}
 	}
 	return health.PartialDisruption, time.Time{}
 }
@@ -103,7 +107,7 @@ func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
 func startResponder(t *testing.T, h *hub.Hub) {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	for _, n := range []struct{ name, unit, ready string }{{"n2", "u1", "Unknown"}, {"n1", "u1", "True"}, {"n3", "u2", "Unknown"}, {"cp", "", "True"}} {
+	for _, n := range []struct{ name, unit, ready string }{{"n2", "u1", "Unknown"}, {"n1", "u1", "True"}, {"n3", "u2", "Unknown"}, {"n4", "u3", "True"}, {"n5", "u3", "True"}, {"cp", "", "True"}} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{}}}
 		if n.unit != "" {
 			node.Labels[wellknown.LabelUnit] = n.unit
@@ -150,14 +154,16 @@ func TestStatusCommand(t *testing.T) {
 		not   []string
 	}{
 		{"verdict and units", nil, []string{
-			"AT RISK: 2 units, 3 nodes; unit u2 partitioned (hold ends ",
-			"; node n1 has no peer verdict; 1 node protected (cloud link lost, peers healthy)\n\nUNIT  SAFETY    STATE ",
-			"\nu1    DEGRADED  PartialDisruption  2      1      1              1          -  ",
-			"  no peer verdict: n1; protected: n2\n",
+			"AT RISK: 3 units, 5 nodes; unit u2 partitioned (hold ends ",
+			"; node n4 has no peer verdict; 1 node protected (cloud link lost, peers healthy)\n\nUNIT  SAFETY    STATE ",
+			"\nu1    SAFE      PartialDisruption  2      1      1              1          -  ",
+			"  protected: n2\n",
+			"\nu3    DEGRADED  Normal             2      2      1              0          -  ",
+			"  no peer verdict: n4\n",
 			"\nu2    AT RISK   FullDisruption     1      0      0              1          ",
 		}, []string{"cp", "VOTES", "\x1b"}},
 		{"every unit, wide", []string{"-o", "wide"}, []string{
-			"AT RISK: 2 units, 3 nodes; unit u2 partitioned (hold ends ",
+			"AT RISK: 3 units, 5 nodes; unit u2 partitioned (hold ends ",
 			"UNIT  STATE              HOLD-UNTIL\nu1    PartialDisruption  -\n",
 			"  n1    True     none     0/0/0         0/0/0                            -    no",
 			"  n2    Unknown  healthy  2/0/0         2/0/2                            0s   yes",
@@ -165,8 +171,8 @@ func TestStatusCommand(t *testing.T) {
 			" (in 10m0s)\n",
 			"  n3    Unknown  none     0/0/0         0/0/0                            -    yes",
 		}, []string{"cp"}},
-		{"one unit", []string{"--unit", "u1", "--output=wide"}, []string{"DEGRADED: unit u1, 2 nodes; node n1 has no peer verdict;", "u1    PartialDisruption  -"}, []string{"u2"}},
-		{"colour always", []string{"--unit", "u1", "--color=always"}, []string{"\x1b[33mDEGRADED\x1b[0m: unit u1"}, nil},
+		{"one unit", []string{"--unit", "u1", "--output=wide"}, []string{"SAFE: unit u1, 2 nodes; 1 node protected (cloud link lost, peers healthy); no unit partitioned\n", "u1    PartialDisruption  -"}, []string{"u2"}},
+		{"colour always", []string{"--unit", "u3", "--color=always"}, []string{"\x1b[33mDEGRADED\x1b[0m: unit u3, 2 nodes; node n4 has no peer verdict;", "\x1b[33mDEGRADED\x1b[0m  Normal"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -231,7 +237,7 @@ func TestStatusCommand(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(string(out), "AT RISK: 2 units") || strings.Contains(string(out), "\x1b") {
+		if !strings.HasPrefix(string(out), "AT RISK: 3 units") || strings.Contains(string(out), "\x1b") {
 			t.Fatalf("on a pipe:\n%q", out)
 		}
 	})
@@ -240,7 +246,7 @@ func TestStatusCommand(t *testing.T) {
 		for _, tt := range []struct {
 			args []string
 			code int
-		}{{nil, 0}, {[]string{"--exit-code"}, ExitAtRisk}, {[]string{"--exit-code", "--unit", "u1"}, ExitDegraded}, {[]string{"--exit-code", "-o", "json"}, ExitAtRisk}} {
+		}{{nil, 0}, {[]string{"--exit-code"}, ExitAtRisk}, {[]string{"--exit-code", "--unit", "u3"}, ExitDegraded}, {[]string{"--exit-code", "--unit", "u1"}, 0}, {[]string{"--exit-code", "-o", "json"}, ExitAtRisk}} {
 			code, stdout, stderr := cli(t, append(append([]string{"status"}, login...), tt.args...)...)
 			if code != tt.code || stderr != "" || stdout == "" {
 				t.Errorf("%v: exit %d, stderr %q, want exit %d", tt.args, code, stderr, tt.code)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,10 +22,12 @@ const (
 	// verdict and its agent holds the current views.
 	Safe Safety = iota
 	// Degraded: nothing is being evicted, but a safety net is thin: a
-	// Ready node (in a unit of two or more) without a peer verdict (if its
-	// cloud link drops, nothing protects it), a Ready node its peers judge
-	// unhealthy (they cannot reach it), or an agent behind on the views
-	// the cloud published.
+	// Ready node without a peer verdict in a unit of two or more whose
+	// nodes are all Ready (if its cloud link drops, nothing protects it;
+	// while a peer is lost, the verdicts lacking that peer's votes are
+	// expected and not counted), a Ready node its peers judge unhealthy
+	// (they cannot reach it), or an agent behind on the views the cloud
+	// published.
 	Degraded
 	// AtRisk: Kubernetes evicts or will evict pods: a unit partitioned
 	// (FullDisruption: held until its hold ends, then released to
@@ -110,6 +113,10 @@ func assessUnit(u *atollv1.UnitStatus, at time.Time) *assessment {
 		a.add(&fPartitioned, u.GetUnit()+" partitioned"+holdNote(u, at))
 		return a
 	}
+	// While a node is lost, its votes about its peers do not reach the
+	// cloud either, so their verdicts may lack a majority: expected, not
+	// a fault of their own.
+	lost := slices.ContainsFunc(u.GetNodes(), func(n *atollv1.NodeStatus) bool { return n.GetReady() != "True" })
 	for _, n := range u.GetNodes() {
 		ready := n.GetReady() == "True"
 		switch {
@@ -122,7 +129,7 @@ func assessUnit(u *atollv1.UnitStatus, at time.Time) *assessment {
 			a.add(&fExposed, n.GetName())
 		case n.GetVerdict() == atollv1.Verdict_VERDICT_UNHEALTHY:
 			a.add(&fDisputed, n.GetName())
-		case n.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY && len(u.GetNodes()) > 1:
+		case n.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY && len(u.GetNodes()) > 1 && !lost:
 			a.add(&fUnwatched, n.GetName())
 		}
 		if b := n.GetViewsBehind(); b != "" && b != "unknown" {
