@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -71,20 +72,17 @@ func statusCmd(ctx context.Context, args []string, stdout io.Writer) error {
 // per-unit table, "wide" the verdict and the per-node tables, "json" or
 // "yaml" the ClusterStatus. unit is the --unit asked for.
 func printStatus(w io.Writer, cs *atollv1.ClusterStatus, unit, output string, p painter) error {
-	var b []byte
-	var err error
 	switch output {
-	case "json":
-		b, err = toJSON(cs, true)
-		b = append(b, '\n')
-	case "yaml":
-		b, err = toYAML(cs)
-	}
-	if b != nil || err != nil {
+	case "json", "yaml":
+		encode := func() ([]byte, error) { return toJSON(cs, true) }
+		if output == "yaml" {
+			encode = func() ([]byte, error) { return toYAML(cs) }
+		}
+		b, err := encode()
 		if err != nil {
 			return err
 		}
-		_, err = w.Write(b)
+		_, err = fmt.Fprintf(w, "%s\n", bytes.TrimSuffix(b, []byte("\n")))
 		return err
 	}
 	if len(cs.GetUnits()) == 0 {
