@@ -120,8 +120,8 @@ func gridResume(ctx context.Context, args []string, stdout io.Writer) error {
 func gridStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	out := &outputFlag{accepted: []string{"json", "yaml"}}
 	gf, name, err := gridCommand("status", args, stdout, func(fs *flag.FlagSet) string {
-		fs.Var(out, "o", "output: json or yaml (the whole grid object); default: the units table, the rollout and the conditions")
-		fs.Var(out, "output", "same as -o")
+		fs.Var(out, "o", "output `format`: json or yaml (the whole grid object); default: the units table, the rollout and the conditions")
+		fs.Var(out, "output", "same as -o `format`")
 		return " [-o json|yaml]"
 	})
 	if err != nil {

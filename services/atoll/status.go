@@ -25,11 +25,11 @@ func statusCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	hf.register(fs)
 	unit := fs.String("unit", "", "only this unit")
 	out := &outputFlag{accepted: []string{"wide", "json", "yaml"}}
-	fs.Var(out, "o", "output: wide (the per-node table), json or yaml (the ClusterStatus); default: the verdict and the per-unit table")
-	fs.Var(out, "output", "same as -o")
+	fs.Var(out, "o", "output `format`: wide (the per-node table), json or yaml (the ClusterStatus); default: the verdict and the per-unit table")
+	fs.Var(out, "output", "same as -o `format`")
 	asJSON := fs.Bool("json", false, "deprecated: same as -o json")
 	col := colorFlag("auto")
-	fs.Var(&col, "color", "colour the tables: auto (only on a terminal, and $NO_COLOR unset), always or never")
+	fs.Var(&col, "color", "`when` to colour: auto (only on a terminal, and $NO_COLOR unset), always or never")
 	exitCode := fs.Bool("exit-code", false, "exit 3 when the verdict is DEGRADED, 4 when AT RISK (0 when SAFE)")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for atoll-cloud to answer")
 	if err := parseFlags(fs, args, stdout, "atoll status [--unit U] [-o wide|json|yaml] [--color auto|always|never] [--exit-code] [hub flags]"); err != nil {
