@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Var(&sizes, "scale", "comma-separated node counts: measure the steady state of installations of these sizes instead (e.g. 1000,2000,5000,10000)")
 	fs.IntVar(&o.scale.unit, "scale-unit", 10, "nodes per unit in the scale measurement")
 	fs.DurationVar(&o.scale.warmup, "scale-warmup", 2*time.Minute, "scale: time after every node is registered before measuring")
+	fs.DurationVar(&o.scale.settle, "scale-settle", 20*time.Minute, "scale: after the warm-up, at most this long until atoll-cloud's writes of the joining nodes stop (30 s without one); a steady state that keeps writing fails the run")
 	fs.DurationVar(&o.scale.window, "scale-window", 5*time.Minute, "scale: how long each size is measured")
 	fs.DurationVar(&o.scale.renew, "scale-renew", 10*time.Second, "scale: simulated kubelets' Lease renewal interval (a kubelet's is 10 s)")
 	fs.BoolVar(&o.outage, "scale-outage", false, "scale: run the mass outage at each size instead of the steady state (outage.go)")
@@ -101,8 +102,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	switch {
 	case fs.NArg() > 0:
 		return cliflags.Usagef("unexpected argument %q (atoll-bench takes only flags)", fs.Arg(0))
-	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= 40*time.Second || o.scale.warmup < 0):
-		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-renew positive and under the 40 s grace period")
+	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= 40*time.Second || o.scale.warmup < 0 || o.scale.settle <= 0):
+		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-settle and --scale-renew positive, --scale-renew under the 40 s grace period")
 	case o.outage && len(o.scale.sizes) == 0:
 		return cliflags.Usagef("--scale-outage needs --scale sizes")
 	case o.outage && (o.outageOpts.units < 0 || o.outageOpts.scatter < 0 || o.outageOpts.units+o.outageOpts.scatter == 0 || o.outageOpts.deadEvery < 0):

@@ -3,16 +3,19 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +46,7 @@ type scaleOptions struct {
 	sizes  []int
 	unit   int
 	warmup time.Duration
+	settle time.Duration // at most this long for atoll-cloud's joining writes to stop
 	window time.Duration
 	renew  time.Duration
 }
@@ -60,6 +64,9 @@ type scaleRow struct {
 	publishedBallots     int64
 	publishedTopology    int64
 	writes               map[string]int // atoll-cloud's writes in the window, by verb and resource
+	paths                map[string]int // what those writes changed: JSON patch paths (or the verb of other writes)
+	joinWrites           int            // atoll-cloud's writes before the window: the nodes joining
+	settled              time.Duration  // from the end of the warm-up until those writes stopped
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -102,8 +109,8 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		return err
 	}
 	defer done()
-	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, window %v\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.window)
+	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, then until atoll-cloud's writes stop for 30 s (at most %v), window %v\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.settle, o.window)
 	var rows []scaleRow
 	for _, n := range o.sizes {
 		fmt.Fprintf(out, "measuring %d nodes ...\n", n)
@@ -114,9 +121,9 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		rows = append(rows, r)
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nnodes\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
+	fmt.Fprintln(w, "\nnodes\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%.3f\t%.0f\t%.4f\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.cloudCores, r.cloudMiB, r.msgsPerNode,
+		fmt.Fprintf(w, "%d\t%d\t%v\t%.3f\t%.0f\t%.4f\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.joinWrites, r.settled.Round(time.Second), r.cloudCores, r.cloudMiB, r.msgsPerNode,
 			r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec, r.apiCores, r.etcdCores, r.leaseRenewalsPerSec)
 	}
 	if err := w.Flush(); err != nil {
@@ -124,7 +131,7 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	}
 	for _, r := range rows {
 		if len(r.writes) > 0 {
-			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v\n", r.nodes, r.writes)
+			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v; what they changed: %v\n", r.nodes, r.writes, r.paths)
 		}
 	}
 	return nil
@@ -241,6 +248,11 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, ctx.Err()
 	case <-time.After(o.warmup):
 	}
+	settleStart := time.Now()
+	if row.joinWrites, err = settleWrites(ctx, auditDir, o.settle); err != nil {
+		return row, err
+	}
+	row.settled = time.Since(settleStart)
 	pids := map[string]int{"cloud": cloud.Process.Pid, "etcd": findProcess(cluster.Dir(), "etcd"), "apiserver": findProcess(cluster.Dir(), "kube-apiserver")}
 	before := map[string]int64{}
 	for k, pid := range pids {
@@ -274,6 +286,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		if d := v - writes0[k]; d > 0 {
 			row.writes[k] = d
 		}
+	}
+	if row.paths, err = writePaths(auditDir, sum(writes0)); err != nil {
+		return row, err
 	}
 	row.leaseRenewalsPerSec = float64(sim.Stats().LeaseRenewals-renew0.LeaseRenewals) / secs
 	row.pending, row.oldest = consumerLag(ctx, js, events.BallotConsumer.Name)
@@ -457,4 +472,87 @@ func findProcess(dir, name string) int {
 		}
 	}
 	return 0
+}
+
+// settleWrites waits, at most max, until atoll-cloud has written nothing
+// for settleQuiet: the writes of the nodes joining (first verdict
+// annotations, at the informational client's rate) must not be counted as
+// steady state. It returns how many writes atoll-cloud made until then,
+// and an error when they never stopped: a steady state that writes.
+func settleWrites(ctx context.Context, auditDir string, max time.Duration) (int, error) {
+	const poll, settleQuiet = 5 * time.Second, 30 * time.Second
+	deadline := time.Now().Add(max)
+	last, lastChange := -1, time.Now()
+	for {
+		w, err := atollWrites(auditDir)
+		if err != nil {
+			return 0, err
+		}
+		if n := sum(w); n != last {
+			last, lastChange = n, time.Now()
+		}
+		if time.Since(lastChange) >= settleQuiet {
+			return last, nil
+		}
+		if time.Now().After(deadline) {
+			return last, fmt.Errorf("atoll-cloud still writing %v after the warm-up (%d writes so far; --scale-settle)", max, last)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// writePaths tells what atoll-cloud's writes after the first skip changed:
+// the paths of their JSON patches ("/metadata/annotations/atoll.io~1…"),
+// the top-level fields of other patches, or the verb and resource.
+func writePaths(auditDir string, skip int) (map[string]int, error) {
+	f, err := os.Open(kubetest.AuditLog(auditDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<22)
+	seen := 0
+	for sc.Scan() {
+		var e struct {
+			kubetest.AuditEvent
+			RequestObject json.RawMessage `json:"requestObject"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) != nil || !strings.HasPrefix(e.UserAgent, wellknown.FieldManager) {
+			continue
+		}
+		switch e.Verb {
+		case "create", "update", "patch", "delete":
+		default:
+			continue
+		}
+		if seen++; seen <= skip {
+			continue
+		}
+		var ops []struct {
+			Path string `json:"path"`
+		}
+		var obj map[string]json.RawMessage
+		switch {
+		case json.Unmarshal(e.RequestObject, &ops) == nil && len(ops) > 0:
+			for _, op := range ops {
+				out[e.ObjectRef.Resource+" "+op.Path]++
+			}
+		case json.Unmarshal(e.RequestObject, &obj) == nil && len(obj) > 0:
+			for _, k := range slices.Sorted(maps.Keys(obj)) {
+				out[e.ObjectRef.Resource+" "+k]++
+			}
+		default:
+			out[e.Verb+" "+e.ObjectRef.Resource]++
+		}
+	}
+	return out, sc.Err()
 }
