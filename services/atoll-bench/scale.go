@@ -49,6 +49,10 @@ type scaleOptions struct {
 	settle time.Duration // at most this long for atoll-cloud's joining writes to stop
 	window time.Duration
 	renew  time.Duration
+	status time.Duration // simulated kubelets' full status re-post interval
+	// profileDir, when set, receives a CPU profile of atoll-cloud over
+	// the window (cpu-<N>.pprof, from its admin endpoint).
+	profileDir string
 }
 
 // scaleRow is one size's measurement.
@@ -212,7 +216,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 
 	// Nodes and their kubelets.
-	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, Logger: slog.New(slog.DiscardHandler)})
+	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, StatusInterval: o.status, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return row, err
 	}
@@ -265,10 +269,22 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	renew0 := sim.Stats()
 	b0, t0 := ballots.Load(), topology.Load()
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if o.profileDir != "" {
+		go func() {
+			profiled <- cpuProfile(ctx, fmt.Sprintf("http://127.0.0.1:%d", adminPort), o.window,
+				filepath.Join(o.profileDir, fmt.Sprintf("cpu-%d.pprof", n)))
+		}()
+	} else {
+		profiled <- nil
+	}
 	select {
 	case <-ctx.Done():
 		return row, ctx.Err()
 	case <-time.After(o.window):
+	}
+	if err := <-profiled; err != nil {
+		return row, err
 	}
 	secs := time.Since(start).Seconds()
 	cores := func(k string) float64 { return float64(cpuTicks(pids[k])-before[k]) / clockTicks / secs }
@@ -293,6 +309,13 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	row.leaseRenewalsPerSec = float64(sim.Stats().LeaseRenewals-renew0.LeaseRenewals) / secs
 	row.pending, row.oldest = consumerLag(ctx, js, events.BallotConsumer.Name)
 	return row, nil
+}
+
+// emulatedRate is the messages per second an emulated agent publishes to
+// the hub in a steady unit: a TopologyUpdate every reporter period and a
+// keep-alive Ballot every voter keep-alive.
+func emulatedRate() float64 {
+	return 1/reporter.DefaultConfig().Period.Seconds() + 1/voter.DefaultConfig().KeepAlive.Seconds()
 }
 
 // emulateAgent publishes what node's agent publishes in a steady unit of
@@ -555,4 +578,34 @@ func writePaths(auditDir string, skip int) (map[string]int, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// cpuProfile saves a CPU profile of the process serving admin (its
+// /debug/pprof/profile) over d into path.
+func cpuProfile(ctx context.Context, admin string, d time.Duration, path string) error {
+	secs := max(1, int(d.Seconds())-1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: d + time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %s", resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	return f.Close()
 }
