@@ -38,7 +38,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/prober"
+	"github.com/atoll-edge/atoll/edge/reporter"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -69,7 +71,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.trials, "trials", 5, "trials per latency measurement")
 	fs.IntVar(&o.unitSize, "unit", 5, "nodes in the unit used for latency trials")
 	fs.IntVar(&o.trafficSize, "traffic-unit", 10, "nodes in the unit whose probe traffic is measured")
-	fs.DurationVar(&o.window, "traffic-window", 2*time.Minute, "how long probe traffic is measured")
+	fs.DurationVar(&o.window, "traffic-window", 5*time.Minute, "how long probe traffic is measured")
 	fs.DurationVar(&o.grace, "node-monitor-grace", 5*time.Second, "kube-controller-manager's --node-monitor-grace-period")
 	var sizes cliflags.List
 	fs.Var(&sizes, "scale", "comma-separated node counts: measure the steady state of installations of these sizes instead (e.g. 1000,2000,5000,10000)")
@@ -139,6 +141,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		Dir: dir, Net: 3,
 		Logger: slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Kube:   kubetest.Config{NodeMonitorGracePeriod: o.grace},
+		// The traffic unit's agents run at the defaults (the test
+		// harness reports topology every 2 s): its messages to the hub
+		// are the calibration of bench:scale's emulated agents.
+		Agent: func(c *edgeapp.Config) {
+			if c.Reporter.Unit == trafficUnit {
+				c.Reporter.Period = reporter.DefaultConfig().Period
+			}
+		},
 	})
 	if err != nil {
 		return err

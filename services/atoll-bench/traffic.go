@@ -86,8 +86,11 @@ func model(unit string, n int) (report, ballot int, routeOut, leafOut float64) {
 	return report, ballot, routeOut, leafOut
 }
 
+// trafficUnit is the unit whose traffic is measured.
+const trafficUnit = "traffic"
+
 func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) error {
-	unit := "traffic"
+	unit := trafficUnit
 	nodes, err := bed.Sites.AddSite(ctx, unit, o.trafficSize)
 	if err != nil {
 		return err
