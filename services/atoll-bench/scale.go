@@ -50,6 +50,9 @@ type scaleOptions struct {
 	window time.Duration
 	renew  time.Duration
 	status time.Duration // simulated kubelets' full status re-post interval
+	// followers has each emulated agent hold the hub-side consumers a
+	// real agent holds (emulateFollowers).
+	followers bool
 	// profileDir, when set, receives a CPU profile of atoll-cloud over
 	// the window (cpu-<N>.pprof, from its admin endpoint).
 	profileDir string
@@ -244,7 +247,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	for i, name := range names {
 		unit := specs[i].Labels[wellknown.LabelUnit]
 		first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
-		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology) })
+		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology, o.followers) })
 	}
 
 	select {
@@ -267,7 +270,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	renew0 := sim.Stats()
-	b0, t0 := ballots.Load(), topology.Load()
+	b0, t0, out0 := ballots.Load(), topology.Load(), nc.Stats().OutMsgs
 	start := time.Now()
 	profiled := make(chan error, 1)
 	if o.profileDir != "" {
@@ -291,7 +294,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
 	row.cloudMiB = float64(rssKiB(pids["cloud"])) / 1024
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
-	row.msgsPerNode = float64(row.publishedBallots+row.publishedTopology) / secs / float64(n)
+	// Everything the agents' connection sent the hub: ballots, topology
+	// and the followers' pull requests.
+	row.msgsPerNode = float64(nc.Stats().OutMsgs-out0) / secs / float64(n)
 	writes1, err := atollWrites(auditDir)
 	if err != nil {
 		return row, err
@@ -318,12 +323,47 @@ func emulatedRate() float64 {
 	return 1/reporter.DefaultConfig().Period.Seconds() + 1/voter.DefaultConfig().KeepAlive.Seconds()
 }
 
+// emulateFollowers holds the hub-side consumers a real agent holds, as it
+// holds them: ordered consumers of the VIEWS stream with the pull requests
+// and heartbeats of events' Follow consumers (its assignment, its unit's
+// view, the host records, and the endpoints proxy's object views), each
+// delivering the last value of its subjects and then every change.
+func emulateFollowers(ctx context.Context, js jetstream.JetStream, node, unit string) {
+	assign, _ := events.AssignmentSubject(node)
+	view, _ := events.UnitViewSubject(unit)
+	hosts, _ := events.HostsSubject(unit)
+	objects, _ := events.UnitViewSubjects(unit)
+	for _, f := range []string{assign, view, hosts, objects} {
+		for ctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			cons, err := js.OrderedConsumer(cctx, events.StreamViews, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{f}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+			cancel()
+			if err != nil {
+				time.Sleep(time.Second + rand.N(time.Second))
+				continue
+			}
+			cc, err := cons.Consume(func(jetstream.Msg) {},
+				jetstream.PullExpiry(events.FollowPullExpiry), jetstream.PullHeartbeat(events.FollowHeartbeat))
+			if err != nil {
+				time.Sleep(time.Second + rand.N(time.Second))
+				continue
+			}
+			context.AfterFunc(ctx, cc.Stop)
+			break
+		}
+	}
+}
+
 // emulateAgent publishes what node's agent publishes in a steady unit of
 // members: its TopologyUpdate every reporter period and its Ballot (every
 // other member healthy) every voter keep-alive, the first of each at a
 // random point of the period.
-func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64) {
+func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64, followers bool) {
 	rc, vc := reporter.DefaultConfig(), voter.DefaultConfig()
+	if followers {
+		go emulateFollowers(ctx, js, node, unit)
+	}
 	tsubj, _ := events.TopologySubject(node)
 	bsubj, _ := events.BallotSubject(unit, node)
 	since := timestamppb.Now()
