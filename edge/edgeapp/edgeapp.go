@@ -103,7 +103,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.Map)(&c.Reporter.Labels), "labels", "node labels to report, k=v,k=v")
 	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
-	fs.DurationVar(&c.Membership.CheckPeriod, "view-check-period", c.Membership.CheckPeriod, "how often the agent compares its assignment and unit view with the hub's stored ones (at most the probe period)")
+	fs.DurationVar(&c.Membership.CheckPeriod, "view-check-period", c.Membership.CheckPeriod, "how often the agent compares its assignment and unit view with the hub's stored ones, besides after every leaf reconnect and follower restart; each check is two requests to the hub")
 	fs.Var(proxyAddr{c}, "proxy-addr", "listen address of the endpoints proxy that kube-proxy uses as its apiserver, e.g. 127.0.0.1:9471 (empty: no proxy)")
 	fs.StringVar(&c.Hosts.Path, "hosts-file", c.Hosts.Path, "CoreDNS hosts-plugin file kept with the unit's StatefulSetGrid names (empty: none; see deploy/coredns-atoll-hosts.conf)")
 	fs.StringVar(&c.Hosts.ClusterDomain, "cluster-domain", c.Hosts.ClusterDomain, "cluster DNS domain appended to the StatefulSetGrid names")
@@ -162,9 +162,6 @@ func (c Config) Validate() error {
 		if err := v.Validate(); err != nil {
 			return err
 		}
-	}
-	if c.Membership.CheckPeriod > c.Prober.Period {
-		return fmt.Errorf("--view-check-period %v must be at most --probe-period %v, so an agent that missed a view catches up within two probe rounds", c.Membership.CheckPeriod, c.Prober.Period)
 	}
 	if 2*c.Prober.RoundBudget > c.Voter.Timeout {
 		return fmt.Errorf("probe round budget %v must be at most half the vote timeout %v, or reports go stale before the next round is out", c.Prober.RoundBudget, c.Voter.Timeout)

@@ -26,11 +26,14 @@ func (m *Membership) watch(ctx context.Context) {
 	leaf := time.NewTicker(leafPoll)
 	defer leaf.Stop()
 	connected := m.node.Status().HubConnected
+	var recheck <-chan time.Time // a value read lower than the one held: look again soon
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-recheck:
+			recheck = nil
 		case <-leaf.C:
 			now := m.node.Status().HubConnected
 			back := now && !connected
@@ -43,8 +46,19 @@ func (m *Membership) watch(ctx context.Context) {
 			m.log.Info("leaf link to the hub is back; checking the views held")
 		}
 		m.check(ctx)
+		m.mu.Lock()
+		suspect := len(m.suspect) > 0
+		m.mu.Unlock()
+		if suspect && recheck == nil {
+			recheck = time.After(suspectRecheck)
+		}
 	}
 }
+
+// suspectRecheck is how soon a check that read a lower sequence than the
+// one held (a read racing a delivery, or a recreated stream) is repeated,
+// rather than a whole CheckPeriod later.
+const suspectRecheck = 2 * time.Second
 
 // stored is the last message the stream holds on a subject.
 type stored struct {

@@ -38,7 +38,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/prober"
+	"github.com/atoll-edge/atoll/edge/reporter"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -74,14 +76,18 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.IntVar(&o.trials, "trials", 5, "trials per latency measurement")
 	fs.IntVar(&o.unitSize, "unit", 5, "nodes in the unit used for latency trials")
 	fs.IntVar(&o.trafficSize, "traffic-unit", 10, "nodes in the unit whose probe traffic is measured")
-	fs.DurationVar(&o.window, "traffic-window", 30*time.Second, "how long probe traffic is measured")
+	fs.DurationVar(&o.window, "traffic-window", 5*time.Minute, "how long probe traffic is measured")
 	fs.DurationVar(&o.grace, "node-monitor-grace", 5*time.Second, "kube-controller-manager's --node-monitor-grace-period")
 	var sizes cliflags.List
 	fs.Var(&sizes, "scale", "comma-separated node counts: measure the steady state of installations of these sizes instead (e.g. 1000,2000,5000,10000)")
 	fs.IntVar(&o.scale.unit, "scale-unit", 10, "nodes per unit in the scale measurement")
 	fs.DurationVar(&o.scale.warmup, "scale-warmup", 2*time.Minute, "scale: time after every node is registered before measuring")
+	fs.DurationVar(&o.scale.settle, "scale-settle", 20*time.Minute, "scale: after the warm-up, at most this long until atoll-cloud's writes of the joining nodes stop (30 s without one); a steady state that keeps writing fails the run")
 	fs.DurationVar(&o.scale.window, "scale-window", 5*time.Minute, "scale: how long each size is measured")
 	fs.DurationVar(&o.scale.renew, "scale-renew", 10*time.Second, "scale: simulated kubelets' Lease renewal interval (a kubelet's is 10 s)")
+	fs.DurationVar(&o.scale.status, "scale-status", 5*time.Minute, "scale: simulated kubelets' full Node status re-post interval (a kubelet's nodeStatusReportFrequency is 5m)")
+	fs.StringVar(&o.scale.profileDir, "scale-cpuprofile", "", "scale: directory to save a CPU profile of atoll-cloud over each window in (cpu-<N>.pprof)")
+	fs.BoolVar(&o.scale.followers, "scale-followers", true, "scale: each emulated agent holds the four VIEWS consumers a real agent holds (assignment, unit view, host records, object views)")
 	fs.BoolVar(&o.outage, "scale-outage", false, "scale: run the mass outage at each size instead of the steady state (outage.go)")
 	fs.IntVar(&o.outageOpts.units, "outage-units", 5, "mass outage: units cut whole")
 	fs.IntVar(&o.outageOpts.scatter, "outage-scatter", 50, "mass outage: other units that lose one node each")
@@ -106,8 +112,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	switch {
 	case fs.NArg() > 0:
 		return cliflags.Usagef("unexpected argument %q (atoll-bench takes only flags)", fs.Arg(0))
-	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= 40*time.Second || o.scale.warmup < 0):
-		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-renew positive and under the 40 s grace period")
+	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= 40*time.Second || o.scale.warmup < 0 || o.scale.settle <= 0 || o.scale.status <= 0):
+		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-settle, --scale-status and --scale-renew positive, --scale-renew under the 40 s grace period")
 	case o.outage && len(o.scale.sizes) == 0:
 		return cliflags.Usagef("--scale-outage needs --scale sizes")
 	case o.outage && (o.outageOpts.units < 0 || o.outageOpts.scatter < 0 || o.outageOpts.units+o.outageOpts.scatter == 0 || o.outageOpts.deadEvery < 0):
@@ -141,6 +147,14 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		Dir: dir, Net: 3,
 		Logger: slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Kube:   kubetest.Config{NodeMonitorGracePeriod: o.grace},
+		// The traffic unit's agents run at the defaults (the test
+		// harness reports topology every 2 s): its messages to the hub
+		// are the calibration of bench:scale's emulated agents.
+		Agent: func(c *edgeapp.Config) {
+			if c.Reporter.Unit == trafficUnit {
+				c.Reporter.Period = reporter.DefaultConfig().Period
+			}
+		},
 	})
 	if err != nil {
 		return err

@@ -3,16 +3,19 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,8 +46,16 @@ type scaleOptions struct {
 	sizes  []int
 	unit   int
 	warmup time.Duration
+	settle time.Duration // at most this long for atoll-cloud's joining writes to stop
 	window time.Duration
 	renew  time.Duration
+	status time.Duration // simulated kubelets' full status re-post interval
+	// followers has each emulated agent hold the hub-side consumers a
+	// real agent holds (emulateFollowers).
+	followers bool
+	// profileDir, when set, receives a CPU profile of atoll-cloud over
+	// the window (cpu-<N>.pprof, from its admin endpoint).
+	profileDir string
 
 	progress *progress // long phases' progress lines (stderr)
 }
@@ -62,6 +73,9 @@ type scaleRow struct {
 	publishedBallots     int64
 	publishedTopology    int64
 	writes               map[string]int // atoll-cloud's writes in the window, by verb and resource
+	paths                map[string]int // what those writes changed: JSON patch paths (or the verb of other writes)
+	joinWrites           int            // atoll-cloud's writes before the window: the nodes joining
+	settled              time.Duration  // from the end of the warm-up until those writes stopped
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -104,8 +118,8 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		return err
 	}
 	defer done()
-	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, window %v\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.window)
+	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, then until atoll-cloud's writes stop for 30 s (at most %v), window %v\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.settle, o.window)
 	var rows []scaleRow
 	for _, n := range o.sizes {
 		fmt.Fprintf(out, "measuring %d nodes ...\n", n)
@@ -116,9 +130,9 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		rows = append(rows, r)
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nnodes\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
+	fmt.Fprintln(w, "\nnodes\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%.3f\t%.0f\t%.4f\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.cloudCores, r.cloudMiB, r.msgsPerNode,
+		fmt.Fprintf(w, "%d\t%d\t%v\t%.3f\t%.0f\t%.4f\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.joinWrites, r.settled.Round(time.Second), r.cloudCores, r.cloudMiB, r.msgsPerNode,
 			r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec, r.apiCores, r.etcdCores, r.leaseRenewalsPerSec)
 	}
 	if err := w.Flush(); err != nil {
@@ -126,7 +140,7 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	}
 	for _, r := range rows {
 		if len(r.writes) > 0 {
-			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v\n", r.nodes, r.writes)
+			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v; what they changed: %v\n", r.nodes, r.writes, r.paths)
 		}
 	}
 	return nil
@@ -207,7 +221,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 
 	// Nodes and their kubelets.
-	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, Logger: slog.New(slog.DiscardHandler)})
+	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, StatusInterval: o.status, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return row, err
 	}
@@ -238,12 +252,17 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	for i, name := range names {
 		unit := specs[i].Labels[wellknown.LabelUnit]
 		first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
-		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology) })
+		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology, o.followers) })
 	}
 
 	if err := o.progress.wait(ctx, fmt.Sprintf("scale %d: warm-up", n), o.warmup); err != nil {
 		return row, err
 	}
+	settleStart := time.Now()
+	if row.joinWrites, err = settleWrites(ctx, auditDir, o.settle); err != nil {
+		return row, err
+	}
+	row.settled = time.Since(settleStart)
 	pids := map[string]int{"cloud": cloud.Process.Pid, "etcd": findProcess(cluster.Dir(), "etcd"), "apiserver": findProcess(cluster.Dir(), "kube-apiserver")}
 	before := map[string]int64{}
 	for k, pid := range pids {
@@ -254,9 +273,21 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	renew0 := sim.Stats()
-	b0, t0 := ballots.Load(), topology.Load()
+	b0, t0, out0 := ballots.Load(), topology.Load(), nc.Stats().OutMsgs
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if o.profileDir != "" {
+		go func() {
+			profiled <- cpuProfile(ctx, fmt.Sprintf("http://127.0.0.1:%d", adminPort), o.window,
+				filepath.Join(o.profileDir, fmt.Sprintf("cpu-%d.pprof", n)))
+		}()
+	} else {
+		profiled <- nil
+	}
 	if err := o.progress.wait(ctx, fmt.Sprintf("scale %d: window", n), o.window); err != nil {
+		return row, err
+	}
+	if err := <-profiled; err != nil {
 		return row, err
 	}
 	secs := time.Since(start).Seconds()
@@ -264,7 +295,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
 	row.cloudMiB = float64(rssKiB(pids["cloud"])) / 1024
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
-	row.msgsPerNode = float64(row.publishedBallots+row.publishedTopology) / secs / float64(n)
+	// Everything the agents' connection sent the hub: ballots, topology
+	// and the followers' pull requests.
+	row.msgsPerNode = float64(nc.Stats().OutMsgs-out0) / secs / float64(n)
 	writes1, err := atollWrites(auditDir)
 	if err != nil {
 		return row, err
@@ -276,17 +309,62 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 			row.writes[k] = d
 		}
 	}
+	if row.paths, err = writePaths(auditDir, sum(writes0)); err != nil {
+		return row, err
+	}
 	row.leaseRenewalsPerSec = float64(sim.Stats().LeaseRenewals-renew0.LeaseRenewals) / secs
 	row.pending, row.oldest = consumerLag(ctx, js, events.BallotConsumer.Name)
 	return row, nil
+}
+
+// emulatedRate is the messages per second an emulated agent publishes to
+// the hub in a steady unit: a TopologyUpdate every reporter period and a
+// keep-alive Ballot every voter keep-alive.
+func emulatedRate() float64 {
+	return 1/reporter.DefaultConfig().Period.Seconds() + 1/voter.DefaultConfig().KeepAlive.Seconds()
+}
+
+// emulateFollowers holds the hub-side consumers a real agent holds, as it
+// holds them: ordered consumers of the VIEWS stream with the pull requests
+// and heartbeats of events' Follow consumers (its assignment, its unit's
+// view, the host records, and the endpoints proxy's object views), each
+// delivering the last value of its subjects and then every change.
+func emulateFollowers(ctx context.Context, js jetstream.JetStream, node, unit string) {
+	assign, _ := events.AssignmentSubject(node)
+	view, _ := events.UnitViewSubject(unit)
+	hosts, _ := events.HostsSubject(unit)
+	objects, _ := events.UnitViewSubjects(unit)
+	for _, f := range []string{assign, view, hosts, objects} {
+		for ctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			cons, err := js.OrderedConsumer(cctx, events.StreamViews, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{f}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+			cancel()
+			if err != nil {
+				time.Sleep(time.Second + rand.N(time.Second))
+				continue
+			}
+			cc, err := cons.Consume(func(jetstream.Msg) {},
+				jetstream.PullExpiry(events.FollowPullExpiry), jetstream.PullHeartbeat(events.FollowHeartbeat))
+			if err != nil {
+				time.Sleep(time.Second + rand.N(time.Second))
+				continue
+			}
+			context.AfterFunc(ctx, cc.Stop)
+			break
+		}
+	}
 }
 
 // emulateAgent publishes what node's agent publishes in a steady unit of
 // members: its TopologyUpdate every reporter period and its Ballot (every
 // other member healthy) every voter keep-alive, the first of each at a
 // random point of the period.
-func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64) {
+func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64, followers bool) {
 	rc, vc := reporter.DefaultConfig(), voter.DefaultConfig()
+	if followers {
+		go emulateFollowers(ctx, js, node, unit)
+	}
 	tsubj, _ := events.TopologySubject(node)
 	bsubj, _ := events.BallotSubject(unit, node)
 	since := timestamppb.Now()
@@ -458,4 +536,117 @@ func findProcess(dir, name string) int {
 		}
 	}
 	return 0
+}
+
+// settleWrites waits, at most max, until atoll-cloud has written nothing
+// for settleQuiet: the writes of the nodes joining (first verdict
+// annotations, at the informational client's rate) must not be counted as
+// steady state. It returns how many writes atoll-cloud made until then,
+// and an error when they never stopped: a steady state that writes.
+func settleWrites(ctx context.Context, auditDir string, max time.Duration) (int, error) {
+	const poll, settleQuiet = 5 * time.Second, 30 * time.Second
+	deadline := time.Now().Add(max)
+	last, lastChange := -1, time.Now()
+	for {
+		w, err := atollWrites(auditDir)
+		if err != nil {
+			return 0, err
+		}
+		if n := sum(w); n != last {
+			last, lastChange = n, time.Now()
+		}
+		if time.Since(lastChange) >= settleQuiet {
+			return last, nil
+		}
+		if time.Now().After(deadline) {
+			return last, fmt.Errorf("atoll-cloud still writing %v after the warm-up (%d writes so far; --scale-settle)", max, last)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// writePaths tells what atoll-cloud's writes after the first skip changed:
+// the paths of their JSON patches ("/metadata/annotations/atoll.io~1…"),
+// the top-level fields of other patches, or the verb and resource.
+func writePaths(auditDir string, skip int) (map[string]int, error) {
+	f, err := os.Open(kubetest.AuditLog(auditDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<22)
+	seen := 0
+	for sc.Scan() {
+		var e struct {
+			kubetest.AuditEvent
+			RequestObject json.RawMessage `json:"requestObject"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) != nil || !strings.HasPrefix(e.UserAgent, wellknown.FieldManager) {
+			continue
+		}
+		switch e.Verb {
+		case "create", "update", "patch", "delete":
+		default:
+			continue
+		}
+		if seen++; seen <= skip {
+			continue
+		}
+		var ops []struct {
+			Path string `json:"path"`
+		}
+		var obj map[string]json.RawMessage
+		switch {
+		case json.Unmarshal(e.RequestObject, &ops) == nil && len(ops) > 0:
+			for _, op := range ops {
+				out[e.ObjectRef.Resource+" "+op.Path]++
+			}
+		case json.Unmarshal(e.RequestObject, &obj) == nil && len(obj) > 0:
+			for _, k := range slices.Sorted(maps.Keys(obj)) {
+				out[e.ObjectRef.Resource+" "+k]++
+			}
+		default:
+			out[e.Verb+" "+e.ObjectRef.Resource]++
+		}
+	}
+	return out, sc.Err()
+}
+
+// cpuProfile saves a CPU profile of the process serving admin (its
+// /debug/pprof/profile) over d into path.
+func cpuProfile(ctx context.Context, admin string, d time.Duration, path string) error {
+	secs := max(1, int(d.Seconds())-1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: d + time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %s", resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	return f.Close()
 }

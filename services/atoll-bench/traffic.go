@@ -23,7 +23,7 @@ import (
 
 // linkBytes are the bytes a node's server moved over its unit routes and
 // its leaf link to the hub.
-type linkBytes struct{ routeIn, routeOut, leafIn, leafOut int64 }
+type linkBytes struct{ routeIn, routeOut, leafIn, leafOut, leafOutMsgs int64 }
 
 func sample(n *sitesim.Node) linkBytes {
 	var b linkBytes
@@ -38,6 +38,7 @@ func sample(n *sitesim.Node) linkBytes {
 		for _, l := range lz.Leafs {
 			b.leafIn += l.InBytes
 			b.leafOut += l.OutBytes
+			b.leafOutMsgs += l.OutMsgs
 		}
 	}
 	return b
@@ -85,8 +86,11 @@ func model(unit string, n int) (report, ballot int, routeOut, leafOut float64) {
 	return report, ballot, routeOut, leafOut
 }
 
+// trafficUnit is the unit whose traffic is measured.
+const trafficUnit = "traffic"
+
 func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) error {
-	unit := "traffic"
+	unit := trafficUnit
 	nodes, err := bed.Sites.AddSite(ctx, unit, o.trafficSize)
 	if err != nil {
 		return err
@@ -123,6 +127,7 @@ func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 		sum.routeOut += after.routeOut - before[i].routeOut
 		sum.leafIn += after.leafIn - before[i].leafIn
 		sum.leafOut += after.leafOut - before[i].leafOut
+		sum.leafOutMsgs += after.leafOutMsgs - before[i].leafOutMsgs
 	}
 	per := func(v int64) float64 { return float64(v) / float64(len(nodes)) / secs }
 
@@ -146,5 +151,11 @@ func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	}
 	_ = w.Flush()
 	fmt.Fprintf(out, "server chatter besides probe messages, measured at %d nodes: %.0f B/s per route, %.0f B/s on the leaf\n", len(nodes), routeOther, leafOther)
+	// The calibration of bench:scale's emulated agents (scale.go's
+	// emulateAgent): what real agents send the hub in a steady unit, next
+	// to what an emulated one publishes.
+	real, emulated := per(sum.leafOutMsgs), emulatedRate()
+	fmt.Fprintf(out, "messages to the hub per node/s in a steady unit: real agents %.4f, bench:scale's emulated agents %.4f (real/emulated %.2f)\n",
+		real, emulated, real/emulated)
 	return nil
 }
