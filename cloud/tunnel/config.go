@@ -8,6 +8,7 @@ import (
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/events/tunnel"
+	"github.com/atoll-edge/atoll/internal/tlsreload"
 )
 
 // Forward is a TCP port forward: connections to Listen reach Target
@@ -66,7 +67,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.ConnectTLS.Enabled() {
-		if _, err := (&tlsFiles{files: c.ConnectTLS}).load(); err != nil {
+		if err := tlsreload.Check(tlsreload.Files(c.ConnectTLS), names); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ package tunnel
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/events/tunnel"
+	"github.com/atoll-edge/atoll/internal/tlsreload"
 )
 
 // Resolver names the node a CONNECT host (a node name or an address of
@@ -43,9 +45,9 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	dialer  *tunnel.Dialer
-	peers   Peers     // nil: no relaying
-	links   LinkState // nil: link state unknown
-	tls     *tlsFiles // nil: plain CONNECT
+	peers   Peers             // nil: no relaying
+	links   LinkState         // nil: link state unknown
+	tls     *tlsreload.Server // nil: plain CONNECT
 	byNode  nodeSessions
 
 	mu        sync.Mutex
@@ -65,7 +67,7 @@ func New(cfg Config, res Resolver, m *Metrics, log *slog.Logger) (*Server, error
 	s := &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}}
 	if cfg.ConnectTLS.Enabled() {
 		var err error
-		if s.tls, err = newTLSFiles(cfg.ConnectTLS, log); err != nil {
+		if s.tls, err = tlsreload.New(tlsreload.Files(cfg.ConnectTLS), names, tls.RequireAndVerifyClientCert, log); err != nil {
 			return nil, err
 		}
 	}
@@ -128,7 +130,7 @@ func (s *Server) Start(nc *nats.Conn) error {
 		}
 		s.listeners = append(s.listeners, ln)
 		if s.tls != nil {
-			ln = s.tls.listener(ln)
+			ln = s.tls.Listener(ln)
 		}
 		s.http = &http.Server{Handler: http.HandlerFunc(s.connect), ReadHeaderTimeout: 10 * time.Second}
 		s.wg.Add(1)

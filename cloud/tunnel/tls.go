@@ -1,15 +1,11 @@
 package tunnel
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"strings"
-	"sync"
-	"time"
+
+	"github.com/atoll-edge/atoll/internal/tlsreload"
 )
 
 // TLS is the CONNECT listener's mutual TLS: the server certificate and
@@ -77,92 +73,5 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// tlsFiles serves a tls.Config built from TLS, reloaded on change.
-type tlsFiles struct {
-	files TLS
-	log   *slog.Logger
-
-	mu      sync.Mutex
-	cfg     *tls.Config
-	stamp   string // the files' sizes and modification times
-	checked time.Time
-}
-
-func newTLSFiles(t TLS, log *slog.Logger) (*tlsFiles, error) {
-	f := &tlsFiles{files: t, log: log}
-	cfg, err := f.load()
-	if err != nil {
-		return nil, err
-	}
-	f.cfg, f.stamp, f.checked = cfg, f.fileStamp(), time.Now()
-	return f, nil
-}
-
-func (f *tlsFiles) fileStamp() string {
-	var b strings.Builder
-	for _, p := range []string{f.files.CertFile, f.files.KeyFile, f.files.ClientCAFile} {
-		if p == "" {
-			continue
-		}
-		if st, err := os.Stat(p); err == nil {
-			fmt.Fprintf(&b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
-		} else {
-			b.WriteString("missing;")
-		}
-	}
-	return b.String()
-}
-
-func (f *tlsFiles) load() (*tls.Config, error) {
-	certPEM, err := os.ReadFile(f.files.CertFile)
-	if err != nil {
-		return nil, fmt.Errorf("tunnel: ConnectTLS.CertFile (%s): %w", flagCert, err)
-	}
-	keyPEM, err := os.ReadFile(f.files.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("tunnel: ConnectTLS.KeyFile (%s): %w", flagKey, err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("tunnel: ConnectTLS.CertFile (%s) %s and KeyFile (%s) %s: %w", flagCert, f.files.CertFile, flagKey, f.files.KeyFile, err)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if f.files.ClientCAFile != "" {
-		caPEM, err := os.ReadFile(f.files.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tunnel: ConnectTLS.ClientCAFile (%s): %w", flagClientCA, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(caPEM) {
-			return nil, fmt.Errorf("tunnel: ConnectTLS.ClientCAFile (%s) %s: no PEM certificate", flagClientCA, f.files.ClientCAFile)
-		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
-}
-
-// config is tls.Config.GetConfigForClient: the current files' config.
-func (f *tlsFiles) config(*tls.ClientHelloInfo) (*tls.Config, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if now := time.Now(); now.Sub(f.checked) >= time.Second {
-		f.checked = now
-		if st := f.fileStamp(); st != f.stamp {
-			cfg, err := f.load()
-			if err != nil {
-				// Mid-rotation (one file written, not the other) or broken:
-				// keep serving the last good pair and look again later.
-				f.log.Warn("tunnel TLS files changed but do not load; keeping the previous ones", "err", err)
-			} else {
-				f.cfg, f.stamp = cfg, st
-				f.log.Info("tunnel TLS files reloaded")
-			}
-		}
-	}
-	return f.cfg, nil
-}
-
-// listener wraps ln in TLS.
-func (f *tlsFiles) listener(ln net.Listener) net.Listener {
-	return tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: f.config})
-}
+// names name the CONNECT listener's TLS files in errors.
+var names = tlsreload.Names{Component: "tunnel", Field: "ConnectTLS", CertFlag: flagCert, KeyFlag: flagKey, CAFlag: flagClientCA}

@@ -14,6 +14,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +31,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/atoll-edge/atoll/internal/tlsreload"
 )
 
 // Config configures the admin listener.
@@ -76,7 +79,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.TLS.enabled() {
-		if _, err := (&tlsFiles{files: c.TLS}).load(); err != nil {
+		if err := tlsreload.Check(tlsreload.Files(c.TLS), tlsNames); err != nil {
 			return err
 		}
 	}
@@ -94,8 +97,8 @@ type Server struct {
 	registry *prometheus.Registry
 	recorder *recorder
 	mux      *http.ServeMux
-	tokens   *tokenFile // nil without Config.TokenFile
-	tls      *tlsFiles  // nil without Config.TLS
+	tokens   *tokenFile        // nil without Config.TokenFile
+	tls      *tlsreload.Server // nil without Config.TLS
 
 	mu        sync.RWMutex
 	liveness  map[string]Check
@@ -127,7 +130,10 @@ func New(cfg Config, log *slog.Logger) (s *Server, err error) {
 		}
 	}
 	if cfg.TLS.enabled() {
-		if s.tls, err = newTLSFiles(cfg.TLS, s.log); err != nil {
+		// Verified if given, not required: the kubelet's probes of
+		// /healthz and /readyz come without a client certificate; the
+		// other paths check for a verified chain (authenticate).
+		if s.tls, err = tlsreload.New(tlsreload.Files(cfg.TLS), tlsNames, tls.VerifyClientCertIfGiven, s.log); err != nil {
 			return nil, err
 		}
 	}
@@ -212,7 +218,7 @@ func (s *Server) Start(context.Context) error {
 		return fmt.Errorf("admin: listen %s: %w", s.cfg.Addr, err)
 	}
 	if s.tls != nil {
-		ln = s.tls.listener(ln)
+		ln = s.tls.Listener(ln)
 	}
 	s.ln = ln
 	go func() {

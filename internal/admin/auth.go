@@ -3,8 +3,6 @@ package admin
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +11,8 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"time"
+
+	"github.com/atoll-edge/atoll/internal/tlsreload"
 )
 
 // The flags that configure authentication, named in errors.
@@ -129,84 +128,8 @@ func (f *tokenFile) valid(token string) bool {
 	return ok == 1
 }
 
-// tlsFiles serves a tls.Config built from TLS, reloaded when the files
-// change (checked at most once a second).
-type tlsFiles struct {
-	files TLS
-	log   *slog.Logger
-
-	mu      sync.Mutex
-	cfg     *tls.Config
-	stamp   string
-	checked time.Time
-}
-
-func newTLSFiles(t TLS, log *slog.Logger) (*tlsFiles, error) {
-	f := &tlsFiles{files: t, log: log}
-	cfg, err := f.load()
-	if err != nil {
-		return nil, err
-	}
-	f.cfg, f.stamp, f.checked = cfg, f.fileStamps(), time.Now()
-	return f, nil
-}
-
-func (f *tlsFiles) fileStamps() string {
-	var b strings.Builder
-	for _, p := range []string{f.files.CertFile, f.files.KeyFile, f.files.ClientCAFile} {
-		if p == "" {
-			continue
-		}
-		st, err := fileStamp(p)
-		if err != nil {
-			st = "missing"
-		}
-		b.WriteString(st + ";")
-	}
-	return b.String()
-}
-
-func (f *tlsFiles) load() (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(f.files.CertFile, f.files.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("admin: TLS.CertFile (%s) %s and TLS.KeyFile (%s) %s: %w",
-			FlagTLSCert, f.files.CertFile, FlagTLSKey, f.files.KeyFile, err)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if f.files.ClientCAFile != "" {
-		caPEM, err := os.ReadFile(f.files.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("admin: TLS.ClientCAFile (%s): %w", FlagClientCA, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(caPEM) {
-			return nil, fmt.Errorf("admin: TLS.ClientCAFile (%s) %s: no PEM certificate", FlagClientCA, f.files.ClientCAFile)
-		}
-		// Verified if given, not required: the kubelet's probes of
-		// /healthz and /readyz come without a client certificate; the
-		// other paths check for a verified chain.
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
-	}
-	return cfg, nil
-}
-
-// config is tls.Config.GetConfigForClient: the current files' config.
-func (f *tlsFiles) config(*tls.ClientHelloInfo) (*tls.Config, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if now := time.Now(); now.Sub(f.checked) >= time.Second {
-		f.checked = now
-		if st := f.fileStamps(); st != f.stamp {
-			if cfg, err := f.load(); err != nil {
-				f.log.Warn("admin TLS files changed but do not load; keeping the previous ones", "err", err)
-			} else {
-				f.cfg, f.stamp = cfg, st
-				f.log.Info("admin TLS files reloaded")
-			}
-		}
-	}
-	return f.cfg, nil
-}
+// tlsNames name the admin TLS files in errors.
+var tlsNames = tlsreload.Names{Component: "admin", Field: "TLS", CertFlag: FlagTLSCert, KeyFlag: FlagTLSKey, CAFlag: FlagClientCA}
 
 // authenticate wraps next: /healthz and /readyz are open; every other
 // path needs a verified client certificate (with a client CA) or a
@@ -238,9 +161,4 @@ func (s *Server) authenticated(r *http.Request) bool {
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	return ok && strings.EqualFold(scheme, "Bearer") && s.tokens.valid(strings.TrimSpace(token))
-}
-
-// listener wraps ln in TLS.
-func (f *tlsFiles) listener(ln net.Listener) net.Listener {
-	return tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: f.config})
 }

@@ -38,7 +38,7 @@ func TestRefusesOffLoopbackWithoutAuth(t *testing.T) {
 		{"all interfaces", Config{Addr: ":0"}, "needs authentication, a bearer token file (--admin-token-file) or mutual TLS (--admin-tls-cert, --admin-tls-key and --admin-client-ca)"},
 		{"pod address", Config{Addr: "10.0.0.5:8080"}, "--admin-addr"},
 		{"TLS without client CA", Config{Addr: ":0", TLS: TLS{CertFile: "c", KeyFile: "k"}}, "--admin-token-file"},
-		{"missing cert", Config{Addr: "127.0.0.1:0", TLS: TLS{CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k"}}, "TLS.CertFile (--admin-tls-cert) /nonexistent/c and TLS.KeyFile (--admin-tls-key)"},
+		{"missing cert", Config{Addr: "127.0.0.1:0", TLS: TLS{CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k"}}, "TLS.CertFile (--admin-tls-cert): open /nonexistent/c"},
 		{"token file", Config{Addr: ":0", TokenFile: token}, ""},
 		{"CA without cert", Config{Addr: "127.0.0.1:0", TLS: TLS{ClientCAFile: "ca"}}, "certificate and key (--admin-tls-cert and --admin-tls-key)"},
 	}
