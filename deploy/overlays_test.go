@@ -1,0 +1,252 @@
+package deploy_test
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/atoll-edge/atoll/deploy"
+)
+
+// find returns the object of kind and name in objs, or nil.
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// atollCloud returns the one atoll-cloud workload of an overlay and its
+// container, failing unless there is exactly one.
+func atollCloud(t *testing.T, objs []*unstructured.Unstructured) (*unstructured.Unstructured, map[string]any) {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, kind := range []string{"Deployment", "StatefulSet", "DaemonSet"} {
+		if o := find(objs, kind, "atoll-cloud"); o != nil {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d atoll-cloud workloads, want 1", len(found))
+	}
+	return found[0], container(t, found[0], "atoll-cloud")
+}
+
+// container returns the container name of a workload's pod template.
+func container(t *testing.T, w *unstructured.Unstructured, name string) map[string]any {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(w.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		if m, ok := c.(map[string]any); ok && m["name"] == name {
+			return m
+		}
+	}
+	t.Fatalf("%s %s has no container %s", w.GetKind(), w.GetName(), name)
+	return nil
+}
+
+// flag returns the value of --name=value in a container's args, if set.
+func flag(c map[string]any, name string) (string, bool) {
+	args, _, _ := unstructured.NestedStringSlice(c, "args")
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// env returns the literal value of a container's environment variable.
+func env(c map[string]any, name string) string {
+	vars, _, _ := unstructured.NestedSlice(c, "env")
+	for _, v := range vars {
+		if m, ok := v.(map[string]any); ok && m["name"] == name {
+			s, _ := m["value"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// replicas returns a workload's spec.replicas (1 when unset, as the
+// apiserver defaults it).
+func replicas(w *unstructured.Unstructured) int64 {
+	n, ok := integer(w.Object, "spec", "replicas")
+	if !ok {
+		return 1
+	}
+	return n
+}
+
+// integer returns the number at fields of obj: decoded YAML holds
+// float64s (JSON numbers) where the apiserver's objects hold int64s.
+func integer(obj map[string]any, fields ...string) (int64, bool) {
+	v, ok, _ := unstructured.NestedFieldNoCopy(obj, fields...)
+	switch v := v.(type) {
+	case int64:
+		return v, ok
+	case float64:
+		return int64(v), ok && v == float64(int64(v))
+	}
+	return 0, false
+}
+
+// selects reports whether selector (matchLabels) selects labels.
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// hubServers returns the client URLs of the hub StatefulSet's pods, from
+// its name, Service and replicas: what atoll-cloud must dial.
+func hubServers(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	hub := find(objs, "StatefulSet", "atoll-hub")
+	if hub == nil {
+		t.Fatal("no StatefulSet atoll-hub (the NATS servers)")
+	}
+	svc, _, _ := unstructured.NestedString(hub.Object, "spec", "serviceName")
+	var urls []string
+	for i := range replicas(hub) {
+		urls = append(urls, fmt.Sprintf("nats://%s-%d.%s.%s.svc:4222", hub.GetName(), i, svc, hub.GetNamespace()))
+	}
+	return urls
+}
+
+// TestOverlayContents: every overlay is a full installation (the CRDs,
+// the base's objects, one atoll-cloud workload that the webhook and
+// tunnel Services select), and each shape is what its name says: the
+// embedded hub runs one atoll-cloud that dials no hub; the external one
+// runs three NATS servers and atoll-cloud dials all three, as the edges
+// list three leaf URLs; HA runs two or more atoll-cloud replicas with
+// leader election, a PodDisruptionBudget and anti-affinity.
+func TestOverlayContents(t *testing.T) {
+	crds, err := deploy.CRDNames()
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs (%v)", err)
+	}
+	overlays := objects(t)
+	for _, name := range wantOverlays {
+		objs := overlays[name]
+		t.Run(name, func(t *testing.T) {
+			for _, f := range crds {
+				// crds/apps.atoll.io_deploymentgrids.yaml holds
+				// deploymentgrids.apps.atoll.io.
+				group, plural, _ := strings.Cut(strings.TrimSuffix(path.Base(f), ".yaml"), "_")
+				if find(objs, "CustomResourceDefinition", plural+"."+group) == nil {
+					t.Errorf("no CustomResourceDefinition %s.%s (list %s in crds/kustomization.yaml)", plural, group, path.Base(f))
+				}
+			}
+			for _, want := range []struct{ kind, name string }{
+				{"Namespace", "atoll-system"},
+				{"ServiceAccount", "atoll-cloud"},
+				{"ClusterRole", "atoll-cloud"},
+				{"ClusterRole", "atoll-cloud-grids"},
+				{"MutatingWebhookConfiguration", "atoll-health"},
+				{"Secret", "atoll-cloud-webhook-certs"},
+				{"Service", "atoll-hub"},
+				{"DaemonSet", "atoll-edge"},
+			} {
+				if find(objs, want.kind, want.name) == nil {
+					t.Errorf("no %s %s", want.kind, want.name)
+				}
+			}
+			cloud, c := atollCloud(t, objs)
+			labels, _, _ := unstructured.NestedStringMap(cloud.Object, "spec", "template", "metadata", "labels")
+			for _, svc := range []string{"atoll-cloud-webhook", "atoll-cloud-tunnel"} {
+				s := find(objs, "Service", svc)
+				if s == nil {
+					t.Errorf("no Service %s", svc)
+					continue
+				}
+				sel, _, _ := unstructured.NestedStringMap(s.Object, "spec", "selector")
+				if !selects(sel, labels) {
+					t.Errorf("Service %s selects %v, not atoll-cloud's pods (%v)", svc, sel, labels)
+				}
+			}
+			if le, ok := flag(c, "leader-elect"); ok && le != "true" {
+				t.Errorf("atoll-cloud runs with --leader-elect=%s", le)
+			}
+			edgeHub := strings.Split(env(container(t, find(objs, "DaemonSet", "atoll-edge"), "atoll-edge"), "ATOLL_HUB_URL"), ",")
+
+			switch name {
+			case "embedded-hub":
+				if cloud.GetKind() != "StatefulSet" || replicas(cloud) != 1 {
+					t.Errorf("atoll-cloud is a %s of %d replicas, want one StatefulSet replica (it holds the hub's store)", cloud.GetKind(), replicas(cloud))
+				}
+				if u, ok := flag(c, "hub-url"); ok {
+					t.Errorf("the embedded hub's atoll-cloud dials --hub-url=%s", u)
+				}
+				if find(objs, "StatefulSet", "atoll-hub") != nil {
+					t.Error("the embedded hub's overlay runs NATS servers")
+				}
+				if len(edgeHub) != 1 {
+					t.Errorf("edges dial %v, want the one hub", edgeHub)
+				}
+			case "external-nats", "ha":
+				want := hubServers(t, objs)
+				if len(want) != 3 {
+					t.Errorf("%d hub servers, want 3", len(want))
+				}
+				u, _ := flag(c, "hub-url")
+				if got := strings.Split(u, ","); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+					t.Errorf("atoll-cloud --hub-url=%s, want every hub server: %v", u, want)
+				}
+				if r, _ := flag(c, "stream-replicas"); r != "3" {
+					t.Errorf("atoll-cloud --stream-replicas=%q, want 3 (R3 on three servers)", r)
+				}
+				if len(edgeHub) != len(want) {
+					t.Errorf("edges dial %v, want a leaf URL per hub server (%d)", edgeHub, len(want))
+				}
+				if cloud.GetKind() != "Deployment" {
+					t.Errorf("atoll-cloud is a %s, want a Deployment (stateless with an external hub)", cloud.GetKind())
+				}
+			}
+
+			pdb := find(objs, "PodDisruptionBudget", "atoll-cloud")
+			anti, _, _ := unstructured.NestedSlice(cloud.Object, "spec", "template", "spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+			if name != "ha" {
+				if replicas(cloud) != 1 {
+					t.Errorf("%d atoll-cloud replicas, want 1 (../ha runs more)", replicas(cloud))
+				}
+				return
+			}
+			if n := replicas(cloud); n < 2 {
+				t.Errorf("%d atoll-cloud replicas, want >= 2", n)
+			}
+			if le, _ := flag(c, "leader-elect"); le != "true" {
+				t.Errorf("HA atoll-cloud without --leader-elect=true (got %q)", le)
+			}
+			if pdb == nil {
+				t.Fatal("no PodDisruptionBudget atoll-cloud")
+			}
+			sel, _, _ := unstructured.NestedStringMap(pdb.Object, "spec", "selector", "matchLabels")
+			if minAvail, _ := integer(pdb.Object, "spec", "minAvailable"); minAvail < 1 || minAvail >= replicas(cloud) || !selects(sel, labels) {
+				t.Errorf("PodDisruptionBudget minAvailable %d selecting %v: want 1 <= minAvailable < %d replicas, selecting %v", minAvail, sel, replicas(cloud), labels)
+			}
+			spread := false
+			for _, a := range anti {
+				term, _, _ := unstructured.NestedMap(a.(map[string]any), "podAffinityTerm")
+				key, _, _ := unstructured.NestedString(term, "topologyKey")
+				asel, _, _ := unstructured.NestedStringMap(term, "labelSelector", "matchLabels")
+				spread = spread || key == "kubernetes.io/hostname" && selects(asel, labels)
+			}
+			if !spread {
+				t.Errorf("no anti-affinity spreading atoll-cloud over hosts: %v", anti)
+			}
+		})
+	}
+}
