@@ -20,7 +20,7 @@ import (
 	"strings"
 )
 
-//go:embed base/*.yaml overlays/*/*.yaml crds/*.yaml examples/*.yaml
+//go:embed base/*.yaml overlays/*/*.yaml components/*/*.yaml crds/*.yaml examples/*.yaml
 var manifests embed.FS
 
 // Files of the base that the local installations apply on their own.
@@ -56,13 +56,36 @@ func Overlays() ([]string, error) {
 	return out, nil
 }
 
-// Render returns the objects of an overlay as `kubectl kustomize` builds
-// them (multi-document YAML), from the embedded files: it writes them to a
-// temporary directory and runs kubectl (its path) there, so that a file
-// an overlay needs but the package does not embed fails here.
-func Render(ctx context.Context, kubectl, overlay string) ([]byte, error) {
+// Components lists the optional kustomize components, sorted: the
+// directories of components/ ("tunnel-mtls"), each to add to an overlay
+// of the operator's own.
+func Components() ([]string, error) {
+	files, err := fs.Glob(manifests, "components/*/kustomization.yaml")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = path.Base(path.Dir(f))
+	}
+	return out, nil
+}
+
+// Render returns the objects of an overlay, with the given components, as
+// `kubectl kustomize` builds them (multi-document YAML), from the embedded
+// files: it writes them to a temporary directory and runs kubectl (its
+// path) there, so that a file an overlay needs but the package does not
+// embed fails here. With components, it builds a kustomization of
+// resources [overlays/<overlay>] and those components, as an operator's
+// own overlay would.
+func Render(ctx context.Context, kubectl, overlay string, components ...string) ([]byte, error) {
 	if _, err := fs.Stat(manifests, path.Join("overlays", overlay, "kustomization.yaml")); err != nil {
 		return nil, fmt.Errorf("overlay %q: no overlays/%s/kustomization.yaml", overlay, overlay)
+	}
+	for _, c := range components {
+		if _, err := fs.Stat(manifests, path.Join("components", c, "kustomization.yaml")); err != nil {
+			return nil, fmt.Errorf("component %q: no components/%s/kustomization.yaml", c, c)
+		}
 	}
 	dir, err := os.MkdirTemp("", "atoll-deploy-")
 	if err != nil {
@@ -72,11 +95,26 @@ func Render(ctx context.Context, kubectl, overlay string) ([]byte, error) {
 	if err := os.CopyFS(dir, manifests); err != nil {
 		return nil, fmt.Errorf("overlay %s: copy manifests: %w", overlay, err)
 	}
+	build := filepath.Join(dir, "overlays", overlay)
+	if len(components) > 0 {
+		var k strings.Builder
+		fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../overlays/%s]\ncomponents:\n", overlay)
+		for _, c := range components {
+			fmt.Fprintf(&k, "  - ../components/%s\n", c)
+		}
+		build = filepath.Join(dir, "custom")
+		if err := os.Mkdir(build, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(build, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(dir, "overlays", overlay))
+	cmd := exec.CommandContext(ctx, kubectl, "kustomize", build)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("overlay %s: kubectl kustomize: %w: %s", overlay, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("overlay %s %v: kubectl kustomize: %w: %s", overlay, components, err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.Bytes(), nil
 }

@@ -20,11 +20,16 @@ import (
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
-// wantOverlays are the installation shapes deploy/overlays must hold.
-var wantOverlays = []string{"embedded-hub", "external-nats", "ha"}
+// wantOverlays are the installation shapes deploy/overlays must hold, and
+// wantComponents the components of deploy/components.
+var (
+	wantOverlays   = []string{"embedded-hub", "external-nats", "ha"}
+	wantComponents = []string{"tunnel-mtls"}
+)
 
-// renderAll renders every overlay with the kubectl of bin/ (the version
-// of the test apiserver), once per test binary.
+// renderAll renders every overlay, alone ("ha") and with each component
+// ("ha+tunnel-mtls"), with the kubectl of bin/ (the version of the test
+// apiserver), once per test binary.
 var renderAll = sync.OnceValues(func() (map[string][]*unstructured.Unstructured, error) {
 	names, err := deploy.Overlays()
 	if err != nil {
@@ -33,6 +38,13 @@ var renderAll = sync.OnceValues(func() (map[string][]*unstructured.Unstructured,
 	if !slices.Equal(names, wantOverlays) {
 		return nil, fmt.Errorf("overlays/ holds %v, want %v", names, wantOverlays)
 	}
+	components, err := deploy.Components()
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(components, wantComponents) {
+		return nil, fmt.Errorf("components/ holds %v, want %v", components, wantComponents)
+	}
 	kubectl, err := kubetest.Kubectl()
 	if err != nil {
 		return nil, err
@@ -40,22 +52,33 @@ var renderAll = sync.OnceValues(func() (map[string][]*unstructured.Unstructured,
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out := map[string][]*unstructured.Unstructured{}
+	render := func(key, overlay string, components ...string) error {
+		data, err := deploy.Render(ctx, kubectl, overlay, components...)
+		if err != nil {
+			return err
+		}
+		objs, err := kubetest.DecodeManifests("overlays/"+key, data)
+		if err != nil {
+			return err
+		}
+		out[key] = objs
+		return nil
+	}
 	for _, n := range names {
-		data, err := deploy.Render(ctx, kubectl, n)
-		if err != nil {
+		if err := render(n, n); err != nil {
 			return nil, err
 		}
-		objs, err := kubetest.DecodeManifests("overlays/"+n, data)
-		if err != nil {
-			return nil, err
+		for _, c := range components {
+			if err := render(n+"+"+c, n, c); err != nil {
+				return nil, err
+			}
 		}
-		out[n] = objs
 	}
 	return out, nil
 })
 
 // objects returns every overlay's objects as `kubectl kustomize` renders
-// them, by overlay.
+// them, by overlay (and overlay+component).
 func objects(t *testing.T) map[string][]*unstructured.Unstructured {
 	t.Helper()
 	out, err := renderAll()
@@ -65,11 +88,12 @@ func objects(t *testing.T) map[string][]*unstructured.Unstructured {
 	return out
 }
 
-// TestOverlaysApply renders every overlay and applies the result to a
-// real apiserver with server-side dry-run (CustomResourceDefinitions and
-// Namespaces for real, first): every object must pass the apiserver's
-// decoding, schema validation, defaulting and admission. Then it runs the
-// install command deploy/README.md gives, `kubectl apply --server-side -k
+// TestOverlaysApply renders every overlay (alone and with each component)
+// and applies the result to a real apiserver with server-side dry-run
+// (CustomResourceDefinitions and Namespaces for real, first): every object
+// must pass the apiserver's decoding, schema validation, defaulting and
+// admission. For each overlay it then runs the install command
+// deploy/README.md gives, `kubectl apply --server-side -k
 // overlays/<name>`, on the files of this directory (server-side dry-run
 // too).
 func TestOverlaysApply(t *testing.T) {
@@ -87,12 +111,15 @@ func TestOverlaysApply(t *testing.T) {
 			if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{DryRun: true}); err != nil {
 				t.Fatalf("apiserver refused objects of overlays/%s:\n%v", name, err)
 			}
+			t.Logf("%d objects accepted", len(objs))
+			if strings.Contains(name, "+") {
+				return // no directory of deploy/ holds it
+			}
 			cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", cluster.KubeconfigPath(),
 				"apply", "--server-side", "--dry-run=server", "-k", filepath.Join("overlays", name))
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("kubectl apply --server-side -k overlays/%s: %v\n%s", name, err, out)
 			}
-			t.Logf("%d objects accepted", len(objs))
 		})
 	}
 

@@ -250,3 +250,65 @@ func TestOverlayContents(t *testing.T) {
 		})
 	}
 }
+
+// TestTunnelComponent: components/tunnel-mtls gives atoll-cloud, in every
+// shape, the TCP listener the Service atoll-cloud-tunnel points at, its
+// three TLS flags on files of the mounted Secret atoll-cloud-tunnel-tls,
+// and keeps the overlay's own arguments and volumes.
+func TestTunnelComponent(t *testing.T) {
+	overlays := objects(t)
+	for _, name := range wantOverlays {
+		t.Run(name, func(t *testing.T) {
+			objs := overlays[name+"+tunnel-mtls"]
+			_, plain := atollCloud(t, overlays[name])
+			_, c := atollCloud(t, objs)
+			plainArgs, _, _ := unstructured.NestedStringSlice(plain, "args")
+			args, _, _ := unstructured.NestedStringSlice(c, "args")
+			if !slices.Equal(args[:min(len(plainArgs), len(args))], plainArgs) {
+				t.Errorf("the overlay's arguments changed: %v, then %v", plainArgs, args)
+			}
+			if addr, _ := flag(c, "tunnel-connect-addr"); addr != ":8132" {
+				t.Errorf("--tunnel-connect-addr=%q, want :8132", addr)
+			}
+			svc := find(objs, "Service", "atoll-cloud-tunnel")
+			if svc == nil {
+				t.Fatal("no Service atoll-cloud-tunnel")
+			}
+			ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+			if len(ports) != 1 {
+				t.Fatalf("Service atoll-cloud-tunnel ports %v", ports)
+			}
+			if target, _ := integer(ports[0].(map[string]any), "targetPort"); target != 8132 {
+				t.Errorf("Service atoll-cloud-tunnel targets port %d, atoll-cloud listens on 8132", target)
+			}
+			mount := ""
+			mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+			for _, m := range mounts {
+				if m := m.(map[string]any); m["name"] == "tunnel-tls" {
+					mount, _ = m["mountPath"].(string)
+				}
+			}
+			if mount == "" {
+				t.Fatal("no volume tunnel-tls mounted")
+			}
+			for _, f := range []string{"tunnel-connect-tls-cert", "tunnel-connect-tls-key", "tunnel-connect-client-ca"} {
+				if v, _ := flag(c, f); path.Dir(v) != mount {
+					t.Errorf("--%s=%q, want a file of %s", f, v, mount)
+				}
+			}
+			cloud, _ := atollCloud(t, objs)
+			vols, _, _ := unstructured.NestedSlice(cloud.Object, "spec", "template", "spec", "volumes")
+			plainCloud, _ := atollCloud(t, overlays[name])
+			plainVols, _, _ := unstructured.NestedSlice(plainCloud.Object, "spec", "template", "spec", "volumes")
+			secret := ""
+			for _, v := range vols {
+				if v := v.(map[string]any); v["name"] == "tunnel-tls" {
+					secret, _, _ = unstructured.NestedString(v, "secret", "secretName")
+				}
+			}
+			if secret != "atoll-cloud-tunnel-tls" || len(vols) != len(plainVols)+1 {
+				t.Errorf("volumes %v, want the overlay's %d and tunnel-tls from the Secret atoll-cloud-tunnel-tls", vols, len(plainVols))
+			}
+		})
+	}
+}
