@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"fmt"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
 // find returns the object of kind and name in objs, or nil.
@@ -310,5 +312,30 @@ func TestTunnelComponent(t *testing.T) {
 				t.Errorf("volumes %v, want the overlay's %d and tunnel-tls from the Secret atoll-cloud-tunnel-tls", vols, len(plainVols))
 			}
 		})
+	}
+}
+
+// TestLocalManifests: the files the testbed applies on their own
+// (deploy.CloudManifest, deploy.GridsManifest) are embedded, and every
+// overlay holds each of their objects as they are.
+func TestLocalManifests(t *testing.T) {
+	overlays := objects(t)
+	for _, name := range []string{deploy.CloudManifest, deploy.GridsManifest} {
+		data, err := deploy.Read(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kubetest.DecodeManifests(name, data)
+		if err != nil || len(objs) == 0 {
+			t.Fatalf("%s: %d objects, %v", name, len(objs), err)
+		}
+		for _, o := range objs {
+			for _, overlay := range wantOverlays {
+				got := find(overlays[overlay], o.GetKind(), o.GetName())
+				if got == nil || !reflect.DeepEqual(got.Object, o.Object) {
+					t.Errorf("overlay %s: %s %s differs from %s", overlay, o.GetKind(), o.GetName(), name)
+				}
+			}
+		}
 	}
 }
