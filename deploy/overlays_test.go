@@ -2,7 +2,10 @@ package deploy_test
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -337,5 +340,57 @@ func TestLocalManifests(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReadmeOverlay renders the "Your own overlay" example of README.md
+// beside a copy of deploy/: it must build, and set what it says (the
+// images, the edges' hub URLs, the tunnel component).
+func TestReadmeOverlay(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const start = "```yaml\n# my-atoll/kustomization.yaml\n"
+	_, rest, ok := strings.Cut(string(readme), start)
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatalf("README.md has no block starting %q", start)
+	}
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "deploy"), deploy.Manifests()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "my-atoll"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "my-atoll", "kustomization.yaml"), []byte(example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := kubetest.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(t.Context(), kubectl, "kustomize", filepath.Join(dir, "my-atoll")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize of README.md's example: %v", err)
+	}
+	objs, err := kubetest.DecodeManifests("my-atoll", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := atollCloud(t, objs)
+	edge := container(t, find(objs, "DaemonSet", "atoll-edge"), "atoll-edge")
+	if img, _ := c["image"].(string); !strings.HasPrefix(img, "registry.example.com/") {
+		t.Errorf("atoll-cloud image %q", img)
+	}
+	if img, _ := edge["image"].(string); !strings.HasPrefix(img, "registry.example.com/") {
+		t.Errorf("atoll-edge image %q", img)
+	}
+	if u := env(edge, "ATOLL_HUB_URL"); !strings.Contains(u, "hub-a.example.net") {
+		t.Errorf("edges dial %q", u)
+	}
+	if _, ok := flag(c, "tunnel-connect-addr"); !ok {
+		t.Error("no tunnel listener")
 	}
 }
