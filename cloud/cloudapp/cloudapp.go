@@ -106,7 +106,7 @@ func Default() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
-	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz, /metrics and /debug/pprof (no authentication: keep it on loopback unless probes need it)")
+	c.Admin.RegisterFlags(fs)
 	fs.Var((*cliflags.List)(&c.HubLink.URLs), "hub-url", "external hub: comma-separated nats:// or tls:// URLs of its servers (empty: run the embedded hub)")
 	fs.StringVar(&c.HubLink.Domain, "hub-domain", c.HubLink.Domain, "JetStream domain of the hub")
 	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file of the service (default: atoll-cloud issues its own with the --identity-dir keys)")

@@ -28,6 +28,6 @@ func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server)
 		}
 		return nil
 	})
-	adm.Registry().MustRegister(newCollector(h))
+	adm.Registerer().MustRegister(newCollector(h))
 	return h, nil
 }

@@ -72,6 +72,6 @@ func newForApp(lc fx.Lifecycle, ep Endpoint, streams events.StreamOptions, log *
 		OnStop: link.Stop,
 	})
 	adm.AddReadiness("hub-link", link.Ready)
-	adm.Registry().MustRegister(link.Collector(ConnName))
+	adm.Registerer().MustRegister(link.Collector(ConnName))
 	return link, nil
 }

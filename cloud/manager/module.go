@@ -31,7 +31,7 @@ func newForApp(lc fx.Lifecycle, sd fx.Shutdowner, cfg Config, k *kube.Kube, log 
 		return nil, err
 	}
 	adm.AddReadiness("kube-cache", m.Ready)
-	if err := RegisterMetrics(adm.Registry()); err != nil {
+	if err := RegisterMetrics(adm.Registerer()); err != nil {
 		return nil, fmt.Errorf("manager: metrics: %w", err)
 	}
 	lc.Append(fx.Hook{

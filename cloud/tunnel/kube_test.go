@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
@@ -69,8 +70,11 @@ func (c container) PortForward(ctx context.Context, _, _ string, _ int32, stream
 // kubeletStandIn serves, over TLS like a kubelet, containerLogs (plain,
 // and with follow=true a line every 100 ms until the client goes), and
 // exec, attach and portForward with the upstream streaming packages
-// (k8s.io/cri-streaming).
-func kubeletStandIn(t *testing.T) string {
+// (k8s.io/cri-streaming). The log of pods bench and bench-new is
+// benchLog, a few hundred bytes (bench-new's with Connection: close, so
+// that the apiserver opens a connection for each request); any other's is
+// one hello line.
+func kubeletStandIn(t testing.TB) string {
 	t.Helper()
 	rt := container{echoAddr: echoServer(t)}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -98,6 +102,13 @@ func kubeletStandIn(t *testing.T) string {
 		case len(parts) == 4 && parts[0] == "containerLogs":
 		default:
 			http.NotFound(w, r)
+			return
+		}
+		if parts[2] == "bench" || parts[2] == "bench-new" {
+			if parts[2] == "bench-new" { // the apiserver dials anew for each request
+				w.Header().Set("Connection", "close")
+			}
+			_, _ = io.WriteString(w, benchLog)
 			return
 		}
 		fmt.Fprintf(w, "hello from %s/%s/%s on the edge\n", parts[1], parts[2], parts[3])
@@ -132,24 +143,24 @@ func (l *lazyNodes) NodeFor(host string) (string, bool) {
 
 // kubeCluster is the real apiserver with its egress selector pointed at
 // the first tunnel replica, a node n1 whose InternalIP (10.255.255.1)
-// does not route (only the tunnel reaches its kubelet stand-in) and a
-// running pod default/web on it.
+// does not route (only the tunnel reaches its kubelet stand-in) and the
+// running pods of addNodeAndPod on it.
 type kubeCluster struct {
-	kc  *kubetest.Cluster
-	rig *rig
-	bin string
+	kc      *kubetest.Cluster
+	rig     *rig
+	bin     string
+	kubelet string // the kubelet stand-in's address
 }
 
 // startKubeCluster starts the rig (first tunes the first replica) and
 // then the apiserver with egress(the first replica's CONNECT address).
-func startKubeCluster(t *testing.T, first func(*tunnel.Config), egress func(addr string) kubetest.Option) *kubeCluster {
+func startKubeCluster(t testing.TB, first func(*tunnel.Config), egress func(addr string) kubetest.Option) *kubeCluster {
 	t.Helper()
 	kubectlPath, err := kubetest.Kubectl()
 	if err != nil {
 		t.Fatal(err)
 	}
 	kubelet := kubeletStandIn(t)
-	_, port, _ := net.SplitHostPort(kubelet)
 	res := &lazyNodes{}
 	r := setupWith(t, kubelet, res, first)
 	addr := r.servers[0].Addrs()[0]
@@ -158,9 +169,18 @@ func startKubeCluster(t *testing.T, first func(*tunnel.Config), egress func(addr
 		connect = "unix:" + connect
 	}
 	kc := kubetest.Start(t, egress(connect))
+	_, port, _ := net.SplitHostPort(kubelet)
+	res.n.Store(&tunnel.Nodes{Lister: addNodeAndPod(t, kc, "10.255.255.1", port)})
+	return &kubeCluster{kc: kc, rig: r, bin: kubectlPath, kubelet: kubelet}
+}
+
+// addNodeAndPod creates in kc the node n1 with InternalIP addr and its
+// kubelet on port, and the running pods default/web, bench and bench-new
+// (container app) on it; it returns a synced Node lister.
+func addNodeAndPod(t testing.TB, kc *kubetest.Cluster, addr, port string) listersv1.NodeLister {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
 	cs := kc.Client()
 	f := informers.NewSharedInformerFactory(cs, 0)
 	lister := f.Core().V1().Nodes().Lister()
@@ -171,29 +191,33 @@ func startKubeCluster(t *testing.T, first func(*tunnel.Config), egress func(addr
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := strconv.Atoi(port)
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.255.255.1"}}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("kubelet port %q: %v", port, err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(p)
 	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.WaitForCacheSync(ctx.Done())
-	res.n.Store(&tunnel.Nodes{Lister: lister})
 	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	pod, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "example"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"web", "bench", "bench-new"} {
+		pod, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "example"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.Phase = corev1.PodRunning // kubectl port-forward and attach want a running pod
+		if _, err := cs.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	pod.Status.Phase = corev1.PodRunning // kubectl port-forward and attach want a running pod
-	if _, err := cs.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return &kubeCluster{kc: kc, rig: r, bin: kubectlPath}
+	return lister
 }
 
 func (k *kubeCluster) kubectl(ctx context.Context, args ...string) *exec.Cmd {

@@ -81,6 +81,7 @@ type rig struct {
 	proxy       *natstest.Proxy
 	servers     []*tunnel.Server
 	serverNCs   []*nats.Conn
+	serverRegs  []*prometheus.Registry
 	agentReg    *prometheus.Registry
 	agentNC     *nats.Conn
 }
@@ -136,7 +137,8 @@ func setupWith(t testing.TB, kubelet string, res tunnel.Resolver, first func(*tu
 		}
 		cfg.Forwards = []tunnel.Forward{{Listen: "127.0.0.1:0", Node: "n1", Target: "localhost:" + r.kubeletPort}}
 		cfg.Session.KeepAlive, cfg.Session.LinkTimeout = 500*time.Millisecond, 8*time.Second
-		s, err := tunnel.New(cfg, res, tunnel.NewMetrics(prometheus.NewRegistry()), natstest.Logger(t, 0))
+		reg := prometheus.NewRegistry()
+		s, err := tunnel.New(cfg, res, tunnel.NewMetrics(reg), natstest.Logger(t, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,6 +148,7 @@ func setupWith(t testing.TB, kubelet string, res tunnel.Resolver, first func(*tu
 		t.Cleanup(func() { _ = s.Stop(context.Background()); nc.Close() })
 		r.servers = append(r.servers, s)
 		r.serverNCs = append(r.serverNCs, nc)
+		r.serverRegs = append(r.serverRegs, reg)
 	}
 	return r
 }

@@ -59,7 +59,7 @@ func newForApp(p appParams) (*Server, error) {
 	// Route client-go's and controller-runtime's logs to ours.
 	kube.RouteLogs(p.Log)
 
-	s, err := New(cfg, p.Policy, p.Log, p.Admin.Registry())
+	s, err := New(cfg, p.Policy, p.Log, p.Admin.Registerer())
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,7 @@ func Default() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
-	fs.StringVar(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "listen address of /healthz, /readyz, /metrics and /debug/pprof (no authentication: keep it on loopback unless probes need it)")
+	c.Admin.RegisterFlags(fs)
 	fs.StringVar(&c.NATS.NodeName, "node-name", c.NATS.NodeName, "Kubernetes node name (default $NODE_NAME)")
 	fs.Var((*cliflags.List)(&c.NATS.HubURLs), "hub-url", "hub leafnode URL, nats-leaf://host:7422 (repeatable)")
 	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")

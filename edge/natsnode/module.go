@@ -40,7 +40,7 @@ func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server)
 		}
 		return nil
 	})
-	adm.Registry().MustRegister(newCollector(n))
+	adm.Registerer().MustRegister(newCollector(n))
 	return n, nil
 }
 

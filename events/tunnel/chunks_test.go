@@ -58,14 +58,29 @@ func TestChunks(t *testing.T) {
 	}
 }
 
-// TestCumulativeAck: DATA is acknowledged once AckDelay passed or
-// Window/8 bytes wait, in one WINDOW frame covering every frame before.
+// TestCumulativeAck: OPEN and DATA are acknowledged once AckDelay passed
+// or Window/8 bytes wait, in one WINDOW frame covering every frame before
+// or on the next frame sent; CLOSE at once.
 func TestCumulativeAck(t *testing.T) {
 	cfg := Config{Window: 1 << 20, AckDelay: 5 * time.Millisecond}.Defaults()
 	s := NewSession("s", cfg, t0)
+	// An OPEN's ack is held too: the answering OPEN carries it.
 	s.Receive(frame(kOpen, 1), t0)
-	if out := s.Outgoing(t0); len(out) != 1 || out[0].Kind != kWindow || out[0].Ack != 1 {
-		t.Fatalf("OPEN not acknowledged at once: %v", out)
+	if out := s.Outgoing(t0); len(out) != 0 {
+		t.Fatalf("OPEN acknowledged before AckDelay: %v", out)
+	}
+	s.Open("")
+	if out := s.Outgoing(t0.Add(time.Millisecond)); len(out) != 1 || out[0].Kind != kOpen || out[0].Ack != 1 {
+		t.Fatalf("answering OPEN: %v, want one OPEN acking 1", out)
+	}
+	// Unanswered, it is acknowledged after AckDelay.
+	u := NewSession("s", cfg, t0)
+	u.Receive(frame(kOpen, 1), t0)
+	if d := u.Deadline(); !d.Equal(t0.Add(cfg.AckDelay)) {
+		t.Fatalf("deadline %v, want the ack delay %v", d, t0.Add(cfg.AckDelay))
+	}
+	if out := u.Outgoing(t0.Add(cfg.AckDelay)); len(out) != 1 || out[0].Kind != kWindow || out[0].Ack != 1 {
+		t.Fatalf("unanswered OPEN after AckDelay: %v, want one WINDOW acking 1", out)
 	}
 	small := strings.Repeat("x", 1000)
 	off := uint64(0)

@@ -25,9 +25,11 @@ type Config struct {
 	// Resend is the first delay before an unacknowledged frame is resent;
 	// it doubles per resend up to MaxResend.
 	Resend, MaxResend time.Duration
-	// AckDelay: received DATA is acknowledged within this long, or at once
-	// when Window/8 bytes wait for an acknowledgement (cumulative acks,
-	// not one WINDOW frame per DATA frame); other frames at once.
+	// AckDelay: received OPEN and DATA are acknowledged within this long,
+	// or at once when Window/8 bytes wait for an acknowledgement
+	// (cumulative acks, not one WINDOW frame per DATA frame, and an OPEN's
+	// ack rides on the answering OPEN or the first DATA); CLOSE,
+	// duplicates and gaps at once.
 	AckDelay time.Duration
 	// KeepAlive: a WINDOW frame is sent when nothing was sent for this long.
 	KeepAlive time.Duration
@@ -125,7 +127,7 @@ type Session struct {
 	target   string
 	peerFin  bool
 	needAck  bool
-	ackAt    time.Time // when held acknowledgements of DATA are due (zero: none held)
+	ackAt    time.Time // when held acknowledgements of OPEN and DATA are due (zero: none held)
 	ackHeld  int       // DATA bytes received since the last acknowledgement
 	sentAck  uint64
 	sentLim  uint64
@@ -380,8 +382,11 @@ func (s *Session) sequenced(f *atollv1.TunnelFrame, now time.Time) {
 		s.peerFin = true
 	}
 	s.recvNext++
-	if f.Kind == atollv1.FrameKind_FRAME_KIND_DATA {
-		// Cumulative acks: hold them up to AckDelay or Window/8 bytes.
+	if f.Kind != atollv1.FrameKind_FRAME_KIND_CLOSE {
+		// Cumulative acks: hold them up to AckDelay or Window/8 bytes. An
+		// OPEN's too: the accepting end's OPEN, or the dialling end's
+		// first DATA, carries it, instead of a WINDOW of its own on the
+		// way of the session's opening.
 		s.ackHeld += len(f.Payload)
 		if s.ackHeld < s.cfg.Window/8 {
 			if s.ackAt.IsZero() {

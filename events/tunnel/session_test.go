@@ -177,11 +177,11 @@ func TestTimeouts(t *testing.T) {
 	s.Open("x:1")
 	s.Outgoing(t0)
 	s.Receive(frame(kOpen, 1, func(f *atollv1.TunnelFrame) { f.Ack = 1 }), t0)
-	s.Outgoing(t0)
-	if d := s.Deadline(); !d.Equal(t0.Add(time.Second)) {
-		t.Fatalf("deadline %s, want the keepalive at +1s", d.Sub(t0))
+	s.Outgoing(t0.Add(cfg.AckDelay)) // the OPEN's ack
+	if d := s.Deadline(); !d.Equal(t0.Add(cfg.AckDelay + time.Second)) {
+		t.Fatalf("deadline %s, want the keepalive at +1s after the ack", d.Sub(t0))
 	}
-	if out := s.Outgoing(t0.Add(time.Second)); len(out) != 1 || out[0].Kind != kWindow {
+	if out := s.Outgoing(t0.Add(cfg.AckDelay + time.Second)); len(out) != 1 || out[0].Kind != kWindow {
 		t.Fatalf("keepalive %v", out)
 	}
 	// The peer keeps talking: no link timeout, but no data → idle.

@@ -58,27 +58,3 @@ func TestBadAddr(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
-
-// TestWarnsOffLoopback: the endpoints authenticate nobody, so a listener
-// reachable from other hosts is logged as a warning; loopback is not.
-func TestWarnsOffLoopback(t *testing.T) {
-	for _, tt := range []struct {
-		addr string
-		warn bool
-	}{{"127.0.0.1:0", false}, {"127.3.2.1:0", false}, {"[::1]:0", false}, {":0", true}} {
-		t.Run(tt.addr, func(t *testing.T) {
-			var buf strings.Builder
-			s, err := New(Config{Addr: tt.addr}, slog.New(slog.NewTextHandler(&buf, nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Start(context.Background()); err != nil {
-				t.Skipf("cannot listen on %s here: %v", tt.addr, err)
-			}
-			defer s.Stop(context.Background())
-			if got := strings.Contains(buf.String(), "level=WARN"); got != tt.warn {
-				t.Fatalf("warned=%v, want %v; log:\n%s", got, tt.warn, buf.String())
-			}
-		})
-	}
-}

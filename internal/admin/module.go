@@ -10,7 +10,7 @@ import (
 var Module = fx.Module("admin",
 	fx.Provide(
 		New,
-		func(s *Server) prometheus.Registerer { return s.Registry() },
+		func(s *Server) prometheus.Registerer { return s.Registerer() },
 	),
 	fx.Invoke(func(lc fx.Lifecycle, s *Server) {
 		lc.Append(fx.StartStopHook(s.Start, s.Stop))

@@ -29,6 +29,12 @@ type UsageError struct {
 func (e UsageError) Error() string { return e.Err.Error() }
 func (e UsageError) Unwrap() error { return e.Err }
 
+// ExitCode ends a command that has printed what it means with Code and
+// no further message (`atoll status --exit-code`: 3 degraded, 4 at risk).
+type ExitCode struct{ Code int }
+
+func (e ExitCode) Error() string { return fmt.Sprintf("exit code %d", e.Code) }
+
 // Usage marks err as a usage error (exit code 2); nil stays nil.
 func Usage(err error) error {
 	if err == nil {
@@ -73,14 +79,17 @@ func PrintUsage(w io.Writer, fs *flag.FlagSet, synopsis string) {
 }
 
 // Exit reports err for the command prog and returns the process exit code:
-// 0 for nil or flag.ErrHelp, 2 with a hint to run prog -h for a usage
-// error, 1 for anything else. Each error is one line on w:
+// 0 for nil or flag.ErrHelp, an ExitCode's own code (nothing printed), 2
+// with a hint to run prog -h for a usage error, 1 for anything else. Each error is one line on w:
 // "prog: what is wrong".
 func Exit(w io.Writer, prog string, err error) int {
 	var u UsageError
+	var code ExitCode
 	switch {
 	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &code):
+		return code.Code
 	case errors.As(err, &u):
 		cmd := u.Cmd
 		if cmd == "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,9 @@ func TestParseAndExit(t *testing.T) {
 		}
 	}
 	var errs bytes.Buffer
+	if code := Exit(&errs, "prog", fmt.Errorf("status: %w", ExitCode{Code: 4})); code != 4 || errs.String() != "" {
+		t.Fatalf("ExitCode: exit %d, stderr %q", code, errs.String())
+	}
 	if code := Exit(&errs, "prog", errors.New("kube: no config")); code != 1 || errs.String() != "prog: kube: no config\n" {
 		t.Errorf("runtime error: exit %d, %q", code, errs.String())
 	}

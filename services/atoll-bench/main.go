@@ -49,7 +49,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cliflags.Main("atoll-bench", func() error { return run(ctx, os.Args[1:], os.Stdout) })
+	cliflags.Main("atoll-bench", func() error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 type options struct {
@@ -61,10 +61,15 @@ type options struct {
 	scale       scaleOptions
 	outage      bool
 	outageOpts  outageOptions
+	progress    *progress // long phases' progress lines (stderr)
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
+// run runs the benchmark: its tables go to out, the progress of its long
+// phases to errOut.
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	var o options
+	o.progress = newProgress(errOut)
+	o.scale.progress = o.progress
 	fs := flag.NewFlagSet("atoll-bench", flag.ContinueOnError)
 	fs.IntVar(&o.trials, "trials", 5, "trials per latency measurement")
 	fs.IntVar(&o.unitSize, "unit", 5, "nodes in the unit used for latency trials")
@@ -216,7 +221,9 @@ func latency(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	}
 
 	var detect stats
+	o.progress.begin(fmt.Sprintf("latency: %d trials of a dying node", o.trials))
 	for i := range o.trials {
+		o.progress.count(i, o.trials, "trials")
 		x := nodes[i%len(nodes)].Name
 		start := time.Now()
 		if err := bed.Sites.StopAgent(ctx, x); err != nil {
@@ -236,9 +243,12 @@ func latency(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 		}
 	}
 
+	o.progress.end()
 	var lost, protect stats
 	gaps := 0
+	o.progress.begin(fmt.Sprintf("latency: %d trials of a cut cloud link", o.trials))
 	for i := range o.trials {
+		o.progress.count(i, o.trials, "trials")
 		x := nodes[i%len(nodes)].Name
 		pod := testbed.WebPod(x)
 		start := time.Now()
@@ -278,6 +288,7 @@ func latency(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 		}
 	}
 
+	o.progress.end()
 	fmt.Fprintf(out, "\nhealth latency, unit of %d nodes, %d trials\n", o.unitSize, o.trials)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "measurement\tp50\tmean\tmax")

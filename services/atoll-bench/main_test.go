@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -23,7 +24,7 @@ func TestCommandLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out, errs bytes.Buffer
-		code := cliflags.Exit(&errs, "atoll-bench", run(context.Background(), tt.args, &out))
+		code := cliflags.Exit(&errs, "atoll-bench", run(context.Background(), tt.args, &out, io.Discard))
 		if code != tt.code || errs.String() != tt.want {
 			t.Errorf("%v: exit %d, stderr %q; want %d, %q", tt.args, code, errs.String(), tt.code, tt.want)
 		}

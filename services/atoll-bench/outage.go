@@ -384,11 +384,14 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		f.units[unit] = append(f.units[unit], names[i])
 		f.kick[names[i]] = make(chan struct{}, 1)
 	}
+	so.progress.begin(fmt.Sprintf("outage %d: registering nodes", n))
 	for i := 0; i < n; i += 500 {
 		if err := sim.AddNodes(ctx, specs[i:min(i+500, n)]...); err != nil {
 			return row, err
 		}
+		so.progress.count(min(i+500, n), n, "registered")
 	}
+	so.progress.end()
 	if err := cluster.CreateNamespace(ctx, outageNamespace); err != nil {
 		return row, err
 	}
@@ -402,7 +405,8 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		wg.Go(func() { emulateVoter(actx, f, nc, js, name) })
 	}
 	fmt.Fprintln(out, "  waiting until every node is peer-healthy and every endpoint ready ...")
-	if err := waitFormed(ctx, client, n, 5*time.Minute); err != nil {
+	so.progress.begin(fmt.Sprintf("outage %d: waiting until every node is peer-healthy", n))
+	if err := waitFormed(ctx, client, n, 5*time.Minute, so.progress); err != nil {
 		return row, err
 	}
 
@@ -499,7 +503,9 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	end := cutAt.Add(outageGrace + o.toleration + 15*time.Second + 30*time.Second)
 	killed := false
 	tick := time.NewTicker(time.Second)
+	so.progress.begin(fmt.Sprintf("outage %d: watching the cut", n))
 	for now := time.Now(); now.Before(end); now = time.Now() {
+		so.progress.timed(end.Sub(cutAt))
 		if !killed && now.Sub(cutAt) >= o.killAfter {
 			row.killed = hubs.Server(0).Name()
 			if err := hubs.Kill(0); err != nil {
@@ -519,6 +525,7 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		}
 	}
 	tick.Stop()
+	so.progress.end()
 	writes1, err := atollWritesByObject(auditDir)
 	if err != nil {
 		return row, err
@@ -576,19 +583,15 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		}
 		f.kickUnit(m)
 	}
-	select {
-	case <-ctx.Done():
-		return row, ctx.Err()
-	case <-time.After(o.settle):
+	if err := so.progress.wait(ctx, fmt.Sprintf("outage %d: settle after the heal", n), o.settle); err != nil {
+		return row, err
 	}
 	h0, err := atollWritesByObject(auditDir)
 	if err != nil {
 		return row, err
 	}
-	select {
-	case <-ctx.Done():
-		return row, ctx.Err()
-	case <-time.After(o.quiet):
+	if err := so.progress.wait(ctx, fmt.Sprintf("outage %d: counting writes", n), o.quiet); err != nil {
+		return row, err
 	}
 	h1, err := atollWritesByObject(auditDir)
 	if err != nil {
@@ -636,7 +639,7 @@ func createPods(ctx context.Context, client kubernetes.Interface, nodes []string
 
 // waitFormed waits until every one of n nodes carries the healthy verdict
 // and every pod's endpoint is ready.
-func waitFormed(ctx context.Context, client kubernetes.Interface, n int, within time.Duration) error {
+func waitFormed(ctx context.Context, client kubernetes.Interface, n int, within time.Duration, p *progress) error {
 	deadline := time.Now().Add(within)
 	for {
 		healthy, ready := 0, 0
@@ -659,8 +662,10 @@ func waitFormed(ctx context.Context, client kubernetes.Interface, n int, within 
 			}
 		}
 		if healthy == n && ready == n {
+			p.end()
 			return nil
 		}
+		p.count(healthy, n, fmt.Sprintf("nodes peer-healthy, %d endpoints ready", ready))
 		if time.Now().After(deadline) {
 			return fmt.Errorf("after %v: %d of %d nodes peer-healthy, %d endpoints ready", within, healthy, n, ready)
 		}

@@ -45,6 +45,8 @@ type scaleOptions struct {
 	warmup time.Duration
 	window time.Duration
 	renew  time.Duration
+
+	progress *progress // long phases' progress lines (stderr)
 }
 
 // scaleRow is one size's measurement.
@@ -219,11 +221,14 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		names[i] = fmt.Sprintf("edge-%05d", i)
 		specs[i] = edgesim.NodeSpec{Name: names[i], Labels: map[string]string{wellknown.LabelUnit: fmt.Sprintf("u%04d", i/o.unit)}}
 	}
+	o.progress.begin(fmt.Sprintf("scale %d: registering nodes", n))
 	for i := 0; i < n; i += 500 {
 		if err := sim.AddNodes(ctx, specs[i:min(i+500, n)]...); err != nil {
 			return row, err
 		}
+		o.progress.count(min(i+500, n), n, "registered")
 	}
+	o.progress.end()
 
 	// The agents.
 	var ballots, topology atomic.Int64
@@ -236,10 +241,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology) })
 	}
 
-	select {
-	case <-ctx.Done():
-		return row, ctx.Err()
-	case <-time.After(o.warmup):
+	if err := o.progress.wait(ctx, fmt.Sprintf("scale %d: warm-up", n), o.warmup); err != nil {
+		return row, err
 	}
 	pids := map[string]int{"cloud": cloud.Process.Pid, "etcd": findProcess(cluster.Dir(), "etcd"), "apiserver": findProcess(cluster.Dir(), "kube-apiserver")}
 	before := map[string]int64{}
@@ -253,10 +256,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	renew0 := sim.Stats()
 	b0, t0 := ballots.Load(), topology.Load()
 	start := time.Now()
-	select {
-	case <-ctx.Done():
-		return row, ctx.Err()
-	case <-time.After(o.window):
+	if err := o.progress.wait(ctx, fmt.Sprintf("scale %d: window", n), o.window); err != nil {
+		return row, err
 	}
 	secs := time.Since(start).Seconds()
 	cores := func(k string) float64 { return float64(cpuTicks(pids[k])-before[k]) / clockTicks / secs }

@@ -112,10 +112,8 @@ func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 		before[i] = sample(n)
 	}
 	start := time.Now()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(o.window):
+	if err := o.progress.wait(ctx, fmt.Sprintf("traffic: measuring %d nodes", len(nodes)), o.window); err != nil {
+		return err
 	}
 	secs := time.Since(start).Seconds()
 	var sum linkBytes

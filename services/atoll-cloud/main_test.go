@@ -47,6 +47,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-leaf-port=70000"}, "leaf port"},
 		{[]string{"--stream-replicas=0"}, "stream replicas"},
 		{[]string{"--admin-addr=nonsense"}, "admin: addr"},
+		{[]string{"--admin-addr=:8080"}, "needs authentication, a bearer token file (--admin-token-file) or mutual TLS"},
+		{[]string{"--admin-addr=:8080", "--admin-client-ca=ca.crt"}, "admin: TLS needs a certificate and key"},
 		{[]string{"--hub-url=nats://hub:4222"}, "needs --identity-dir"},
 		{[]string{"--edge-creds-ttl=1s"}, "edge credentials TTL"},
 		{[]string{"--membership-source=guess"}, "source"},

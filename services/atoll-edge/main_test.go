@@ -69,6 +69,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--unit=a b"}, "unit"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--proxy-addr=nowhere"}, "proxy: Addr"},
 		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--hosts-file=relative"}, "hosts: Path"},
+		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--admin-addr=:9470"}, "needs authentication, a bearer token file (--admin-token-file) or mutual TLS"},
+		{[]string{"--node-name=n", "--hub-url=nats-leaf://h:7422", "--admin-addr=:9470", "--admin-token-file=/nonexistent/token"}, "admin: TokenFile (--admin-token-file)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

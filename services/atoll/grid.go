@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
@@ -70,12 +72,17 @@ func (f *gridFlags) client() (client.Client, error) {
 	return client.New(rc, client.Options{Scheme: scheme})
 }
 
-// gridCommand parses a grid command's flags and its one argument.
-func gridCommand(name string, args []string, stdout io.Writer) (*gridFlags, string, error) {
+// gridCommand parses a grid command's flags (and extra's, if not nil)
+// and its one argument.
+func gridCommand(name string, args []string, stdout io.Writer, extra func(*flag.FlagSet) string) (*gridFlags, string, error) {
 	fs := flag.NewFlagSet("atoll grid "+name, flag.ContinueOnError)
 	var gf gridFlags
 	gf.register(fs)
-	if err := parseFlags(fs, args, stdout, "atoll grid "+name+" [-n NAMESPACE] [--kind dg|ssg] [--kubeconfig F] NAME"); err != nil {
+	more := ""
+	if extra != nil {
+		more = extra(fs)
+	}
+	if err := parseFlags(fs, args, stdout, "atoll grid "+name+" [-n NAMESPACE] [--kind dg|ssg] [--kubeconfig F]"+more+" NAME"); err != nil {
 		return nil, "", err
 	}
 	if fs.NArg() != 1 {
@@ -88,7 +95,7 @@ func gridCommand(name string, args []string, stdout io.Writer) (*gridFlags, stri
 // it sets spec.rollout.resume to the current time (a value it never
 // held), which makes the controller pass the stalled units.
 func gridResume(ctx context.Context, args []string, stdout io.Writer) error {
-	gf, name, err := gridCommand("resume", args, stdout)
+	gf, name, err := gridCommand("resume", args, stdout, nil)
 	if err != nil {
 		return err
 	}
@@ -111,7 +118,12 @@ func gridResume(ctx context.Context, args []string, stdout io.Writer) error {
 
 // gridStatus prints a grid's units and its rollout position.
 func gridStatus(ctx context.Context, args []string, stdout io.Writer) error {
-	gf, name, err := gridCommand("status", args, stdout)
+	out := &outputFlag{accepted: []string{"json", "yaml"}}
+	gf, name, err := gridCommand("status", args, stdout, func(fs *flag.FlagSet) string {
+		fs.Var(out, "o", "output `format`: json or yaml (the whole grid object); default: the units table, the rollout and the conditions")
+		fs.Var(out, "output", "same as -o `format`")
+		return " [-o json|yaml]"
+	})
 	if err != nil {
 		return err
 	}
@@ -123,7 +135,32 @@ func gridStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("grid status: %w", err)
 	}
+	if out.value != "" {
+		return printObject(stdout, g, out.value)
+	}
 	return printGridStatus(stdout, g, st)
+}
+
+// printObject writes a grid object as JSON or YAML, with its apiVersion
+// and kind (the typed client leaves them empty), without managedFields.
+func printObject(w io.Writer, g client.Object, output string) error {
+	kind := "DeploymentGrid"
+	if _, ok := g.(*appsv1alpha1.StatefulSetGrid); ok {
+		kind = "StatefulSetGrid"
+	}
+	g.GetObjectKind().SetGroupVersionKind(appsv1alpha1.GroupVersion.WithKind(kind))
+	g.SetManagedFields(nil) // as kubectl get prints it
+	b, err := json.MarshalIndent(g, "", "  ")
+	if err == nil && output == "yaml" {
+		b, err = yaml.JSONToYAML(b)
+	} else {
+		b = append(b, '\n')
+	}
+	if err != nil {
+		return fmt.Errorf("grid status: encode %s: %w", output, err)
+	}
+	_, err = w.Write(b)
+	return err
 }
 
 // printGridStatus writes the per-unit table, the rollout and the

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/atoll-edge/atoll/internal/testenv/crds"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -81,6 +82,23 @@ func TestGridCommands(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(ctx, []string{"grid", "status", "--kubeconfig", cluster.KubeconfigPath(), "web"}, nil, &out); err != nil {
 		t.Fatal(err)
+	}
+	for _, output := range []string{"json", "yaml"} {
+		var out bytes.Buffer
+		if err := run(ctx, []string{"grid", "status", "--kubeconfig", cluster.KubeconfigPath(), "-o", output, "web"}, nil, &out); err != nil {
+			t.Fatal(err)
+		}
+		var got appsv1alpha1.DeploymentGrid
+		if err := yaml.UnmarshalStrict(out.Bytes(), &got); err != nil { // JSON is YAML
+			t.Fatalf("-o %s: %v in\n%s", output, err, out.String())
+		}
+		if got.Kind != "DeploymentGrid" || got.APIVersion != "apps.atoll.io/v1alpha1" || got.Name != "web" ||
+			got.Status.Rollout == nil || got.Status.Rollout.Revision != "abc" || len(got.Status.Units) != 2 {
+			t.Errorf("-o %s:\n%s", output, out.String())
+		}
+		if isJSON := strings.HasPrefix(out.String(), "{"); isJSON != (output == "json") {
+			t.Errorf("-o %s printed\n%s", output, out.String())
+		}
 	}
 	for _, want := range []string{"default/web: 1/2 units ready", "web-a", "stalled", "pending", "rollout abc: updated -; pending b; stalled a", "Progressing=False ProgressDeadlineExceeded: stopped"} {
 		if !strings.Contains(out.String(), want) {

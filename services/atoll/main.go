@@ -1,14 +1,14 @@
 // Command atoll is the operator's tool for an Atoll installation.
 //
-//	atoll decode [--type T | --subject S]   decode one message payload from stdin to JSON
-//	atoll events tail [subject]             print live events, decoded, one line each
-//	atoll events catalog                    print the subject catalog as Markdown
-//	atoll nats context [--name N]           write a nats CLI context for the hub
-//	atoll status [--unit U] [--json]        the cloud's view of every edge unit and node
-//	atoll node enroll [--ttl D] NODE        a one-time bootstrap token for NODE
-//	atoll node revoke NODE                  cut NODE off the hub for good
-//	atoll grid status [-n NS] NAME          a grid's units and rollout (kubeconfig)
-//	atoll grid resume [-n NS] NAME          continue a grid's stopped rollout (kubeconfig)
+//	atoll decode [--type T | --subject S]          decode one message payload from stdin to JSON
+//	atoll events tail [subject]                    print live events, decoded, one line each
+//	atoll events catalog                           print the subject catalog as Markdown
+//	atoll nats context [--name N]                  write a nats CLI context for the hub
+//	atoll status [--unit U] [-o wide|json|yaml]    is my site safe? then every edge unit (wide: node)
+//	atoll node enroll [--ttl D] NODE               a one-time bootstrap token for NODE
+//	atoll node revoke NODE                         cut NODE off the hub for good
+//	atoll grid status [-n NS] [-o json|yaml] NAME  a grid's units and rollout (kubeconfig)
+//	atoll grid resume [-n NS] NAME                 continue a grid's stopped rollout (kubeconfig)
 //
 // With the nats CLI: atoll nats context, then
 // nats --context atoll sub 'atoll.>' --translate 'atoll decode --subject {{Subject}}'
@@ -34,7 +34,7 @@ commands:
   events tail     print live events on a subject (default atoll.>), one line each
   events catalog  print the subject catalog and the hub streams as Markdown
   nats context    write a nats CLI context (~/.config/nats/context/atoll.json) for the hub
-  status          print each edge unit's disruption state and its nodes' health
+  status          is my site safe? a one-line verdict, then each edge unit's state (-o wide: each node's)
   node enroll     issue a one-time bootstrap token for a node (atoll-edge --bootstrap-token-file)
   node revoke     revoke a node's credentials: its hub link closes and it cannot reconnect
   grid status     print a DeploymentGrid's or StatefulSetGrid's units and rollout position

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -23,9 +24,15 @@ func statusCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	var hf hubFlags
 	hf.register(fs)
 	unit := fs.String("unit", "", "only this unit")
-	asJSON := fs.Bool("json", false, "print the ClusterStatus as JSON")
+	out := &outputFlag{accepted: []string{"wide", "json", "yaml"}}
+	fs.Var(out, "o", "output `format`: wide (the per-node table), json or yaml (the ClusterStatus); default: the verdict and the per-unit table")
+	fs.Var(out, "output", "same as -o `format`")
+	asJSON := fs.Bool("json", false, "deprecated: same as -o json")
+	col := colorFlag("auto")
+	fs.Var(&col, "color", "`when` to colour: auto (only on a terminal, and $NO_COLOR unset), always or never")
+	exitCode := fs.Bool("exit-code", false, "exit 3 when the verdict is DEGRADED, 4 when AT RISK (0 when SAFE)")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for atoll-cloud to answer")
-	if err := parseFlags(fs, args, stdout, "atoll status [--unit U] [--json] [hub flags]"); err != nil {
+	if err := parseFlags(fs, args, stdout, "atoll status [--unit U] [-o wide|json|yaml] [--color auto|always|never] [--exit-code] [hub flags]"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -33,6 +40,12 @@ func statusCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if *timeout <= 0 {
 		return cliflags.Usagef("status: --timeout %v must be positive", *timeout)
+	}
+	if *asJSON {
+		if out.value != "" && out.value != "json" {
+			return cliflags.Usagef("status: --json and -o %s: give one (--json is -o json)", out.value)
+		}
+		out.value = "json"
 	}
 	nc, err := hf.connect("atoll status")
 	if err != nil {
@@ -46,15 +59,69 @@ func statusCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if *unit != "" && len(cs.GetUnits()) == 0 {
 		return fmt.Errorf("status: atoll-cloud (replica %s) knows no unit %q: no node carries it as its unit label", cs.GetReplica(), *unit)
 	}
-	if *asJSON {
-		out, err := toJSON(cs, true)
+	if err := printStatus(stdout, cs, *unit, out.value, col.painter(stdout)); err != nil {
+		return err
+	}
+	if s := assess(cs).safety; *exitCode && s != Safe {
+		return cliflags.ExitCode{Code: s.exitCode()}
+	}
+	return nil
+}
+
+// printStatus writes cs in the output format: "" the verdict and the
+// per-unit table, "wide" the verdict and the per-node tables, "json" or
+// "yaml" the ClusterStatus. unit is the --unit asked for.
+func printStatus(w io.Writer, cs *atollv1.ClusterStatus, unit, output string, p painter) error {
+	switch output {
+	case "json", "yaml":
+		encode := func() ([]byte, error) { return toJSON(cs, true) }
+		if output == "yaml" {
+			encode = func() ([]byte, error) { return toYAML(cs) }
+		}
+		b, err := encode()
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintln(stdout, string(out))
+		_, err = fmt.Fprintf(w, "%s\n", bytes.TrimSuffix(b, []byte("\n")))
 		return err
 	}
-	return renderStatus(stdout, cs)
+	if len(cs.GetUnits()) == 0 {
+		_, err := fmt.Fprintln(w, "no edge units: no node carries a unit label")
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "%s\n\n", assess(cs).verdict(unit, p)); err != nil {
+		return err
+	}
+	if output == "wide" {
+		return renderStatus(w, cs, p)
+	}
+	return renderUnits(w, cs, p)
+}
+
+// renderUnits prints one line per unit: its safety, disruption state, node
+// counts and what the verdict found in it.
+func renderUnits(w io.Writer, cs *atollv1.ClusterStatus, p painter) error {
+	at := cs.GetTime().AsTime()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "UNIT\t%s\tSTATE\tNODES\tREADY\tPEERS-HEALTHY\tPROTECTED\tHOLD-UNTIL\tNOTES\n", p.paint(plain, "SAFETY"))
+	for _, u := range cs.GetUnits() {
+		a := assessUnit(u, at)
+		ready, healthy, protected := 0, 0, 0
+		for _, n := range u.GetNodes() {
+			if n.GetReady() == "True" {
+				ready++
+			}
+			if n.GetVerdict() == atollv1.Verdict_VERDICT_HEALTHY {
+				healthy++
+			}
+			if n.GetProtected() {
+				protected++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", u.GetUnit(), p.paint(safetyColor(a.safety), a.safety.String()),
+			u.GetState(), a.nodes, ready, healthy, protected, holdUntil(u, at), a.notes())
+	}
+	return tw.Flush()
 }
 
 // requestStatus asks one atoll-cloud replica (the status endpoint of the
@@ -86,11 +153,7 @@ func requestStatus(ctx context.Context, nc *nats.Conn, unit string, timeout time
 // renderStatus prints one table per unit: the unit's state, then its
 // nodes. Ages and the time left of a hold are measured against the
 // status's own time (the cloud's clock), not the local one.
-func renderStatus(w io.Writer, cs *atollv1.ClusterStatus) error {
-	if len(cs.GetUnits()) == 0 {
-		_, err := fmt.Fprintln(w, "no edge units: no node carries a unit label")
-		return err
-	}
+func renderStatus(w io.Writer, cs *atollv1.ClusterStatus, p painter) error {
 	at := cs.GetTime().AsTime()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i, u := range cs.GetUnits() {
@@ -102,10 +165,10 @@ func renderStatus(w io.Writer, cs *atollv1.ClusterStatus) error {
 		if err := tw.Flush(); err != nil { // the node table aligns on its own
 			return err
 		}
-		fmt.Fprintln(tw, "  NODE\tCLOUD\tVERDICT\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED\tVIEWS\tTUNNELS")
+		fmt.Fprintf(tw, "  NODE\t%s\t%s\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED\tVIEWS\tTUNNELS\n", p.paint(plain, "CLOUD"), p.paint(plain, "VERDICT"))
 		for _, n := range u.GetNodes() {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t%s\t%s\t%s\t%s\n",
-				n.GetName(), n.GetReady(), verdictName(n.GetVerdict()),
+				n.GetName(), p.paint(readyColor(n.GetReady()), n.GetReady()), p.paint(verdictColor(n.GetVerdict()), verdictName(n.GetVerdict())),
 				n.GetHealthyVotes(), n.GetUnhealthyVotes(), n.GetUndecidedVotes(),
 				n.GetNormal(), n.GetAbnormal(), n.GetCheckers(),
 				age(n, at), yesNo(n.GetProtected()), viewsColumn(n), tunnelsColumn(cs, n))
@@ -157,6 +220,26 @@ func age(n *atollv1.NodeStatus, at time.Time) string {
 		return "-"
 	}
 	return max(at.Sub(n.GetLastVote().AsTime()), 0).Round(time.Second).String()
+}
+
+func readyColor(r string) color {
+	switch r {
+	case "True":
+		return green
+	case "False":
+		return red
+	}
+	return yellow
+}
+
+func verdictColor(v atollv1.Verdict) color {
+	switch v {
+	case atollv1.Verdict_VERDICT_HEALTHY:
+		return green
+	case atollv1.Verdict_VERDICT_UNHEALTHY:
+		return red
+	}
+	return plain
 }
 
 func verdictName(v atollv1.Verdict) string {

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
 
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
@@ -36,7 +40,7 @@ func TestRenderStatus(t *testing.T) {
 		cs   *atollv1.ClusterStatus
 		want string
 	}{
-		{"no units", &atollv1.ClusterStatus{Time: ts(0)}, "no edge units: no node carries a unit label\n"},
+
 		{"units", &atollv1.ClusterStatus{Time: ts(0), Replica: "atoll-hub-0", TunnelReplicas: 2, Units: []*atollv1.UnitStatus{
 			{Unit: "site-a", State: "PartialDisruption", Nodes: []*atollv1.NodeStatus{
 				{Name: "site-a-1", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2, LastVote: ts(-1500 * time.Millisecond), TunnelSessions: 12},
@@ -70,7 +74,7 @@ site-c  FullDisruption  2026-05-01T09:59:57Z (ended 3s ago)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := renderStatus(&out, tt.cs); err != nil {
+			if err := renderStatus(&out, tt.cs, painter{}); err != nil {
 				t.Fatal(err)
 			}
 			if out.String() != tt.want {
@@ -80,19 +84,23 @@ site-c  FullDisruption  2026-05-01T09:59:57Z (ended 3s ago)
 	}
 }
 
-// fakeHealth: u1 has a lost node its peers keep, u2 is silent and held.
+// fakeHealth: u1 has a lost node its peers keep, u2 is silent and held,
+// u3's n4 has no peer verdict.
 type fakeHealth struct{ hold time.Time }
 
 func (fakeHealth) Judge(node string) health.Judgement {
-	if node == "n2" {
+	if node == "n2" || node == "n5" {
 		return health.Judgement{Verdict: atollv1.Verdict_VERDICT_HEALTHY, Healthy: 2, Normal: 2, Checkers: 2, LastVote: time.Now()}
 	}
 	return health.Judgement{Verdict: atollv1.Verdict_VERDICT_NONE}
 }
 func (fakeHealth) Protected(node string) bool { return node == "n2" || node == "n3" }
 func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
-	if unit == "u2" {
+	switch unit {
+	case "u2":
 		return health.FullDisruption, f.hold
+	case "u3":
+		return health.Normal, time.Time{}
 	}
 	return health.PartialDisruption, time.Time{}
 }
@@ -100,7 +108,7 @@ func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
 func startResponder(t *testing.T, h *hub.Hub) {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	for _, n := range []struct{ name, unit, ready string }{{"n2", "u1", "Unknown"}, {"n1", "u1", "True"}, {"n3", "u2", "Unknown"}, {"cp", "", "True"}} {
+	for _, n := range []struct{ name, unit, ready string }{{"n2", "u1", "Unknown"}, {"n1", "u1", "True"}, {"n3", "u2", "Unknown"}, {"n4", "u3", "True"}, {"n5", "u3", "True"}, {"cp", "", "True"}} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{}}}
 		if n.unit != "" {
 			node.Labels[wellknown.LabelUnit] = n.unit
@@ -145,16 +153,28 @@ func TestStatusCommand(t *testing.T) {
 		args  []string
 		lines []string // each must appear as is
 		not   []string
+		match string // a regexp the output must match, if set
 	}{
-		{"every unit", nil, []string{
+		{"verdict and units", nil, []string{
+			"AT RISK: 3 units, 5 nodes; unit u2 partitioned (hold ends ",
+			"; node n4 has no peer verdict; 1 node protected (cloud link lost, peers healthy)\n\nUNIT  SAFETY    STATE ",
+			"\nu1    SAFE      PartialDisruption  2      1      1              1          -  ",
+			"  protected: n2\n",
+			"\nu3    DEGRADED  Normal             2      2      1              0          -  ",
+			"  no peer verdict: n4\n",
+			"\nu2    AT RISK   FullDisruption     1      0      0              1          ",
+		}, []string{"cp", "VOTES", "\x1b"}, ""},
+		{"every unit, wide", []string{"-o", "wide"}, []string{
+			"AT RISK: 3 units, 5 nodes; unit u2 partitioned (hold ends ",
 			"UNIT  STATE              HOLD-UNTIL\nu1    PartialDisruption  -\n",
 			"  n1    True     none     0/0/0         0/0/0                            -    no",
 			"  n2    Unknown  healthy  2/0/0         2/0/2                            0s   yes",
 			"u2    FullDisruption  ",
-			" (in 10m0s)\n",
 			"  n3    Unknown  none     0/0/0         0/0/0                            -    yes",
-		}, []string{"cp"}},
-		{"one unit", []string{"--unit", "u1"}, []string{"u1    PartialDisruption  -"}, []string{"u2"}},
+		}, []string{"cp"}, `\nu2    FullDisruption  \S+ \(in (10m0s|9m\d+s)\)\n`}, // a hold of 10 minutes from the responder's start
+
+		{"one unit", []string{"--unit", "u1", "--output=wide"}, []string{"SAFE: unit u1, 2 nodes; 1 node protected (cloud link lost, peers healthy); no unit partitioned\n", "u1    PartialDisruption  -"}, []string{"u2"}, ""},
+		{"colour always", []string{"--unit", "u3", "--color=always"}, []string{"\x1b[33mDEGRADED\x1b[0m: unit u3, 2 nodes; node n4 has no peer verdict;", "\x1b[33mDEGRADED\x1b[0m  Normal"}, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,21 +192,70 @@ func TestStatusCommand(t *testing.T) {
 					t.Errorf("%q in\n%s", s, out)
 				}
 			}
+			if tt.match != "" && !regexp.MustCompile(tt.match).MatchString(out) {
+				t.Errorf("no match for %s in\n%s", tt.match, out)
+			}
 		})
 	}
 
-	t.Run("json", func(t *testing.T) {
-		out, err := runStatus("--json", "--unit", "u2")
+	for _, flags := range [][]string{{"-o", "json"}, {"--json"}, {"--json", "-o", "json"}, {"-o", "yaml"}} {
+		t.Run(strings.Join(flags, " "), func(t *testing.T) {
+			out, err := runStatus(append(flags, "--unit", "u2", "--color=always")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			js := []byte(out)
+			if flags[len(flags)-1] == "yaml" {
+				if !strings.Contains(out, "  state: FullDisruption\n") {
+					t.Fatalf("yaml:\n%s", out)
+				}
+				if js, err = yaml.YAMLToJSON(js); err != nil {
+					t.Fatalf("%v in\n%s", err, out)
+				}
+			} else if !strings.Contains(out, `"state": "FullDisruption"`) {
+				t.Fatalf("json:\n%s", out)
+			}
+			var cs atollv1.ClusterStatus
+			if err := protojson.Unmarshal(js, &cs); err != nil {
+				t.Fatalf("%v in\n%s", err, out)
+			}
+			if len(cs.GetUnits()) != 1 || cs.GetUnits()[0].GetUnit() != "u2" || cs.GetUnits()[0].GetHoldUntil() == nil ||
+				cs.GetReplica() != "atoll-hub-0" || !cs.GetUnits()[0].GetNodes()[0].GetProtected() || strings.Contains(out, "\x1b") {
+				t.Fatalf("%s:\n%s", flags, out)
+			}
+		})
+	}
+
+	// On a pipe, auto colour is off.
+	t.Run("pipe", func(t *testing.T) {
+		r, w, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var cs atollv1.ClusterStatus
-		if err := protojson.Unmarshal([]byte(out), &cs); err != nil {
-			t.Fatalf("%v in\n%s", err, out)
+		defer r.Close()
+		errc := make(chan error, 1)
+		go func() {
+			errc <- run(context.Background(), append(append([]string{"status"}, login...), "-o", "wide"), nil, w)
+			w.Close()
+		}()
+		out, _ := io.ReadAll(r)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
 		}
-		if len(cs.GetUnits()) != 1 || cs.GetUnits()[0].GetUnit() != "u2" || cs.GetUnits()[0].GetHoldUntil() == nil ||
-			cs.GetReplica() != "atoll-hub-0" || !strings.Contains(out, `"state": "FullDisruption"`) || !strings.Contains(out, `"protected": true`) {
-			t.Fatalf("json:\n%s", out)
+		if !strings.HasPrefix(string(out), "AT RISK: 3 units") || strings.Contains(string(out), "\x1b") {
+			t.Fatalf("on a pipe:\n%q", out)
+		}
+	})
+
+	t.Run("exit code", func(t *testing.T) {
+		for _, tt := range []struct {
+			args []string
+			code int
+		}{{nil, 0}, {[]string{"--exit-code"}, ExitAtRisk}, {[]string{"--exit-code", "--unit", "u3"}, ExitDegraded}, {[]string{"--exit-code", "--unit", "u1"}, 0}, {[]string{"--exit-code", "-o", "json"}, ExitAtRisk}} {
+			code, stdout, stderr := cli(t, append(append([]string{"status"}, login...), tt.args...)...)
+			if code != tt.code || stderr != "" || stdout == "" {
+				t.Errorf("%v: exit %d, stderr %q, want exit %d", tt.args, code, stderr, tt.code)
+			}
 		}
 	})
 
@@ -201,6 +270,9 @@ func TestStatusCommand(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 		if _, err := runStatus("--timeout", "0s"); err == nil || !strings.Contains(err.Error(), "--timeout") {
+			t.Fatalf("err = %v", err)
+		}
+		if _, err := runStatus("--json", "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "--json and -o yaml: give one") {
 			t.Fatalf("err = %v", err)
 		}
 	})
