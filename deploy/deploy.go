@@ -1,37 +1,122 @@
-// Package deploy holds Atoll's Kubernetes manifests (the YAML files of
-// this directory, and the CustomResourceDefinitions that controller-gen
-// generates into crds/), embedded so that the tests and the local installations
-// apply exactly what operators apply. Its tests apply every manifest to a
-// real apiserver (server-side dry-run) and scan them for literal secrets.
+// Package deploy holds Atoll's Kubernetes manifests: a kustomize base
+// (base/), one overlay per installation shape (overlays/), the
+// CustomResourceDefinitions that controller-gen generates into crds/ and
+// example grids (examples/), embedded so that the tests and the local
+// installations apply exactly what operators apply. Its tests render every
+// overlay with `kubectl kustomize`, apply the result to a real apiserver
+// (server-side dry-run) and scan it for literal secrets.
 package deploy
 
 import (
+	"bytes"
+	"context"
 	"embed"
+	"fmt"
 	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
 )
 
-//go:embed *.yaml crds/*.yaml examples/*.yaml
+//go:embed base/*.yaml overlays/*/*.yaml components/*/*.yaml crds/*.yaml examples/*.yaml
 var manifests embed.FS
 
-// Manifests is the manifests' file system: one YAML file per shape or
-// component, e.g. "atoll-cloud.yaml".
+// Files of the base that the local installations apply on their own.
+const (
+	// CloudManifest is what every atoll-cloud installation holds:
+	// namespace, ServiceAccount, RBAC, the webhook configuration and the
+	// Secret of its generated certificates, the webhook Service.
+	CloudManifest = "base/atoll-cloud.yaml"
+	// GridsManifest is the grid controllers' RBAC.
+	GridsManifest = "base/grids.yaml"
+)
+
+// Manifests is the manifests' file system, laid out as deploy/ is, e.g.
+// "base/atoll-cloud.yaml" or "overlays/ha/kustomization.yaml".
 func Manifests() fs.FS { return manifests }
 
-// Read returns one manifest file's content.
+// Read returns one manifest file's content, e.g. Read(CloudManifest).
 func Read(name string) ([]byte, error) { return manifests.ReadFile(name) }
 
-// Names lists the manifest files, sorted: the CustomResourceDefinitions
-// (crds/...) first.
-func Names() ([]string, error) {
-	crds, err := CRDNames()
+// Overlays lists the installation shapes, sorted: the directories of
+// overlays/ that hold a kustomization.yaml ("embedded-hub",
+// "external-nats", "ha"). Each is one `kubectl apply --server-side -k
+// deploy/overlays/<name>` for a full installation.
+func Overlays() ([]string, error) {
+	files, err := fs.Glob(manifests, "overlays/*/kustomization.yaml")
 	if err != nil {
 		return nil, err
 	}
-	top, err := fs.Glob(manifests, "*.yaml")
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = path.Base(path.Dir(f))
+	}
+	return out, nil
+}
+
+// Components lists the optional kustomize components, sorted: the
+// directories of components/ ("tunnel-mtls"), each to add to an overlay
+// of the operator's own.
+func Components() ([]string, error) {
+	files, err := fs.Glob(manifests, "components/*/kustomization.yaml")
 	if err != nil {
 		return nil, err
 	}
-	return append(crds, top...), nil
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = path.Base(path.Dir(f))
+	}
+	return out, nil
+}
+
+// Render returns the objects of an overlay, with the given components, as
+// `kubectl kustomize` builds them (multi-document YAML), from the embedded
+// files: it writes them to a temporary directory and runs kubectl (its
+// path) there, so that a file an overlay needs but the package does not
+// embed fails here. With components, it builds a kustomization of
+// resources [overlays/<overlay>] and those components, as an operator's
+// own overlay would.
+func Render(ctx context.Context, kubectl, overlay string, components ...string) ([]byte, error) {
+	if _, err := fs.Stat(manifests, path.Join("overlays", overlay, "kustomization.yaml")); err != nil {
+		return nil, fmt.Errorf("overlay %q: no overlays/%s/kustomization.yaml", overlay, overlay)
+	}
+	for _, c := range components {
+		if _, err := fs.Stat(manifests, path.Join("components", c, "kustomization.yaml")); err != nil {
+			return nil, fmt.Errorf("component %q: no components/%s/kustomization.yaml", c, c)
+		}
+	}
+	dir, err := os.MkdirTemp("", "atoll-deploy-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.CopyFS(dir, manifests); err != nil {
+		return nil, fmt.Errorf("overlay %s: copy manifests: %w", overlay, err)
+	}
+	build := filepath.Join(dir, "overlays", overlay)
+	if len(components) > 0 {
+		var k strings.Builder
+		fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../overlays/%s]\ncomponents:\n", overlay)
+		for _, c := range components {
+			fmt.Fprintf(&k, "  - ../components/%s\n", c)
+		}
+		build = filepath.Join(dir, "custom")
+		if err := os.Mkdir(build, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(build, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, kubectl, "kustomize", build)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("overlay %s %v: kubectl kustomize: %w: %s", overlay, components, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
 }
 
 // ExampleNames lists the example grids (examples/...), sorted: objects
@@ -40,5 +125,6 @@ func ExampleNames() ([]string, error) { return fs.Glob(manifests, "examples/*.ya
 
 // CRDNames lists the generated CustomResourceDefinitions of the
 // apps.atoll.io API (schemas/apps/v1alpha1), e.g.
-// "crds/apps.atoll.io_deploymentgrids.yaml", sorted.
-func CRDNames() ([]string, error) { return fs.Glob(manifests, "crds/*.yaml") }
+// "crds/apps.atoll.io_deploymentgrids.yaml", sorted (crds/kustomization.yaml
+// is not one).
+func CRDNames() ([]string, error) { return fs.Glob(manifests, "crds/apps.atoll.io_*.yaml") }

@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,48 +20,108 @@ import (
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
-// objects decodes every manifest of deploy/, by file.
+// wantOverlays are the installation shapes deploy/overlays must hold, and
+// wantComponents the components of deploy/components.
+var (
+	wantOverlays   = []string{"embedded-hub", "external-nats", "ha"}
+	wantComponents = []string{"tunnel-mtls"}
+)
+
+// renderAll renders every overlay, alone ("ha") and with each component
+// ("ha+tunnel-mtls"), with the kubectl of bin/ (the version of the test
+// apiserver), once per test binary.
+var renderAll = sync.OnceValues(func() (map[string][]*unstructured.Unstructured, error) {
+	names, err := deploy.Overlays()
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(names, wantOverlays) {
+		return nil, fmt.Errorf("overlays/ holds %v, want %v", names, wantOverlays)
+	}
+	components, err := deploy.Components()
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(components, wantComponents) {
+		return nil, fmt.Errorf("components/ holds %v, want %v", components, wantComponents)
+	}
+	kubectl, err := kubetest.Kubectl()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := map[string][]*unstructured.Unstructured{}
+	render := func(key, overlay string, components ...string) error {
+		data, err := deploy.Render(ctx, kubectl, overlay, components...)
+		if err != nil {
+			return err
+		}
+		objs, err := kubetest.DecodeManifests("overlays/"+key, data)
+		if err != nil {
+			return err
+		}
+		out[key] = objs
+		return nil
+	}
+	for _, n := range names {
+		if err := render(n, n); err != nil {
+			return nil, err
+		}
+		for _, c := range components {
+			if err := render(n+"+"+c, n, c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+})
+
+// objects returns every overlay's objects as `kubectl kustomize` renders
+// them, by overlay (and overlay+component).
 func objects(t *testing.T) map[string][]*unstructured.Unstructured {
 	t.Helper()
-	names, err := deploy.Names()
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no manifests (%v)", err)
-	}
-	out := map[string][]*unstructured.Unstructured{}
-	for _, n := range names {
-		data, err := deploy.Read(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := kubetest.DecodeManifests(n, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(objs) == 0 {
-			t.Fatalf("%s holds no object", n)
-		}
-		out[n] = objs
+	out, err := renderAll()
+	if err != nil {
+		t.Fatalf("render overlays: %v", err)
 	}
 	return out
 }
 
-// TestManifestsApply applies every manifest of deploy/ to a real
-// apiserver with server-side dry-run (CustomResourceDefinitions and
-// Namespaces for real, first): every object must pass the apiserver's
-// decoding, schema validation, defaulting and admission.
-func TestManifestsApply(t *testing.T) {
-	files := objects(t)
+// TestOverlaysApply renders every overlay (alone and with each component)
+// and applies the result to a real apiserver with server-side dry-run
+// (CustomResourceDefinitions and Namespaces for real, first): every object
+// must pass the apiserver's decoding, schema validation, defaulting and
+// admission. For each overlay it then runs the install command
+// deploy/README.md gives, `kubectl apply --server-side -k
+// overlays/<name>`, on the files of this directory (server-side dry-run
+// too).
+func TestOverlaysApply(t *testing.T) {
+	overlays := objects(t)
+	kubectl, err := kubetest.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cluster := kubetest.Start(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	var all []*unstructured.Unstructured
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		all = append(all, files[name]...)
+	for _, name := range slices.Sorted(maps.Keys(overlays)) {
+		t.Run(name, func(t *testing.T) {
+			objs := overlays[name]
+			if err := cluster.Apply(ctx, objs, kubetest.ApplyOptions{DryRun: true}); err != nil {
+				t.Fatalf("apiserver refused objects of overlays/%s:\n%v", name, err)
+			}
+			t.Logf("%d objects accepted", len(objs))
+			if strings.Contains(name, "+") {
+				return // no directory of deploy/ holds it
+			}
+			cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", cluster.KubeconfigPath(),
+				"apply", "--server-side", "--dry-run=server", "-k", filepath.Join("overlays", name))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("kubectl apply --server-side -k overlays/%s: %v\n%s", name, err, out)
+			}
+		})
 	}
-	if err := cluster.Apply(ctx, all, kubetest.ApplyOptions{DryRun: true}); err != nil {
-		t.Fatalf("apiserver refused manifests of deploy/:\n%v", err)
-	}
-	t.Logf("%d objects from %d manifests accepted", len(all), len(files))
 
 	// The check can fail: an object the apiserver must refuse.
 	bad, err := kubetest.DecodeManifests("bad", []byte("apiVersion: v1\nkind: Service\nmetadata: {name: x, namespace: atoll-system}\nspec: {ports: [{port: 99999}]}\n"))
@@ -127,8 +190,9 @@ func literalSecrets(obj *unstructured.Unstructured) []string {
 	return found
 }
 
-// TestNoLiteralSecrets scans every object of deploy/ (comments are not
-// objects: the examples in them are not applied) for credentials in clear.
+// TestNoLiteralSecrets scans every object of every overlay, rendered
+// (comments are not objects: the examples in them are not applied), for
+// credentials in clear.
 // Every credential comes from a Secret the operator creates, or that
 // atoll-cloud generates at start.
 func TestNoLiteralSecrets(t *testing.T) {
@@ -173,7 +237,7 @@ func TestLiteralSecretsFound(t *testing.T) {
 	}
 }
 
-// TestOnlyAtollCloudHoldsAToken: of every workload in deploy/, only
+// TestOnlyAtollCloudHoldsAToken: of every workload of every overlay, only
 // atoll-cloud's pods get a Kubernetes API token (its ServiceAccount's,
 // whose RBAC internal/e2e proves minimal); the edge agents and the hub
 // servers never talk to the apiserver and mount none.

@@ -404,7 +404,7 @@ func (f *forwardList) Set(v string) error {
 func externalHub(c Config) (*identity.Issuer, hubclient.Endpoint, error) {
 	keys, err := identity.LoadKeys(c.IdentityDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("external hub: %w (the hub servers must trust these keys: see deploy/hub-external.yaml)", err)
+		return nil, nil, fmt.Errorf("external hub: %w (the hub servers must trust these keys: see deploy/overlays/external-nats/hub-external.yaml)", err)
 	}
 	issuer := identity.NewIssuer(keys, c.HubLink.Domain)
 	l := c.HubLink

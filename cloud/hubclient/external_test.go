@@ -27,13 +27,13 @@ import (
 )
 
 // externalHub starts one stock nats-server from the nats.conf of
-// deploy/hub-external.yaml (listeners moved to random loopback ports, no
-// routes) with the trust.conf of `atoll-cloud hub-trust` as the
-// manifest's header describes: the servers trust the identity keys of
-// issuer.
+// deploy/overlays/external-nats/hub-external.yaml (listeners moved to
+// random loopback ports, no routes) with the trust.conf of `atoll-cloud
+// hub-trust` as the manifest's header describes: the servers trust the
+// identity keys of issuer.
 func externalHub(t *testing.T, trust identity.Trust) *server.Server {
 	t.Helper()
-	raw, err := os.ReadFile("../../deploy/hub-external.yaml")
+	raw, err := os.ReadFile("../../deploy/overlays/external-nats/hub-external.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,8 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 	return srv
 }
 
-// TestExternalHubManifest: the hub of deploy/hub-external.yaml, stock
+// TestExternalHubManifest: the hub of
+// deploy/overlays/external-nats/hub-external.yaml, stock
 // nats-server trusting atoll-cloud's identity keys, takes atoll-cloud (a
 // service JWT it issued itself, streams reconciled in domain hub) and an
 // edge node's leaf link, whose credentials cannot be used as a plain

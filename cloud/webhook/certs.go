@@ -122,7 +122,7 @@ func (r *Rotator) Sync(ctx context.Context) error {
 		s, err := secrets.Get(ctx, r.cfg.CertSecret.Name, metav1.GetOptions{})
 		if err != nil {
 			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-				return fmt.Errorf("get secret %s/%s: %w (deploy/atoll-cloud.yaml creates it empty and lets atoll-cloud get and update it)",
+				return fmt.Errorf("get secret %s/%s: %w (deploy/base/atoll-cloud.yaml creates it empty and lets atoll-cloud get and update it)",
 					r.cfg.CertSecret.Namespace, r.cfg.CertSecret.Name, err)
 			}
 			return fmt.Errorf("get secret %s/%s: %w", r.cfg.CertSecret.Namespace, r.cfg.CertSecret.Name, err)

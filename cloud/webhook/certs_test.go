@@ -25,7 +25,7 @@ import (
 )
 
 // TestGeneratedCertsRotate runs the webhook module as atoll-cloud's
-// ServiceAccount (deploy/atoll-cloud.yaml applied, a TokenRequest token)
+// ServiceAccount (deploy/base/atoll-cloud.yaml applied, a TokenRequest token)
 // with generated certificates of very short lifetimes: over 26 s the CA
 // rotates at least twice and the serving certificate many times, and
 // every write the apiserver sends to the (fail-open) webhook comes back
@@ -36,11 +36,11 @@ func TestGeneratedCertsRotate(t *testing.T) {
 	unrouteLogsAfter(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	data, err := deploy.Read("atoll-cloud.yaml")
+	data, err := deploy.Read(deploy.CloudManifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kubetest.DecodeManifests("atoll-cloud.yaml", data)
+	objs, err := kubetest.DecodeManifests(deploy.CloudManifest, data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ const (
 	CertFile = "tls.crt"
 	KeyFile  = "tls.key"
 	// DefaultCertSecret is the Secret of generated certificates, which
-	// deploy/atoll-cloud.yaml creates empty.
+	// deploy/base/atoll-cloud.yaml creates empty.
 	DefaultCertSecret = "atoll-cloud-webhook-certs"
 	// DefaultCALifetime and DefaultCertLifetime are the generated CA's and
 	// serving certificate's lifetimes; each is renewed in its last third.

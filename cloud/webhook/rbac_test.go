@@ -16,7 +16,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 )
 
-// TestDeployRBAC applies deploy/atoll-cloud.yaml to a real apiserver and
+// TestDeployRBAC applies deploy/base/atoll-cloud.yaml to a real apiserver and
 // checks, as atoll-cloud's ServiceAccount (a TokenRequest token), that it
 // may do what its code does and nothing wider: register its own webhook
 // configuration (and no other), patch Nodes and endpoints, hold its leader
@@ -28,11 +28,11 @@ func TestDeployRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	admin := cluster.Client()
-	data, err := deploy.Read("atoll-cloud.yaml")
+	data, err := deploy.Read(deploy.CloudManifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kubetest.DecodeManifests("atoll-cloud.yaml", data)
+	objs, err := kubetest.DecodeManifests(deploy.CloudManifest, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestDeployRBAC(t *testing.T) {
 	other := reg
 	other.Name = "someone-else"
 	err = Register(ctx, as, other)
-	if !apierrors.IsForbidden(errors.Unwrap(err)) || !strings.Contains(err.Error(), "deploy/atoll-cloud.yaml") {
+	if !apierrors.IsForbidden(errors.Unwrap(err)) || !strings.Contains(err.Error(), "deploy/base/atoll-cloud.yaml") {
 		t.Errorf("register another configuration: %v, want forbidden with a hint", err)
 	}
 

@@ -86,7 +86,7 @@ func Register(ctx context.Context, client kubernetes.Interface, cfg Registration
 	_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Apply(ctx, obj,
 		metav1.ApplyOptions{FieldManager: wellknown.FieldManager, Force: true})
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("apply mutatingwebhookconfiguration %s: %w (deploy/atoll-cloud.yaml creates it and lets atoll-cloud patch only that name: apply it, or disable --webhook-register)", *obj.Name, err)
+		return fmt.Errorf("apply mutatingwebhookconfiguration %s: %w (deploy/base/atoll-cloud.yaml creates it and lets atoll-cloud patch only that name: apply it, or disable --webhook-register)", *obj.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("apply mutatingwebhookconfiguration %s: %w", *obj.Name, err)

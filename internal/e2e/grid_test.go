@@ -247,7 +247,7 @@ func (e *gridEnv) gridWrites() (map[string]int, error) {
 //   - atoll-cloud restarted: no write to any grid object or child;
 //   - the grids deleted: the garbage collector takes their children
 //     (Deployments, StatefulSets, the Service);
-//   - deploy/grids.yaml: atoll-cloud is refused nothing and uses every
+//   - deploy/base/grids.yaml: atoll-cloud is refused nothing and uses every
 //     rule.
 func TestGrids(t *testing.T) {
 	e := startGrids(t)
@@ -561,7 +561,7 @@ func TestGrids(t *testing.T) {
 	e.checkGridPrivilege(t)
 }
 
-// gridsNotInE2E are the rules of deploy/grids.yaml TestGrids does not
+// gridsNotInE2E are the rules of deploy/base/grids.yaml TestGrids does not
 // exercise, with the reason.
 var gridsNotInE2E = map[grant]string{
 	{verb: "list", group: "apps.atoll.io", resource: "deploymentgrids"}:  listFallback,
@@ -584,7 +584,7 @@ var gridsNotInE2E = map[grant]string{
 const applyCreates = "a server-side apply that creates the object is audited as patch but authorized as create too"
 
 // checkGridPrivilege: atoll-cloud was refused nothing, and it used every
-// rule of deploy/grids.yaml (but gridsNotInE2E).
+// rule of deploy/base/grids.yaml (but gridsNotInE2E).
 func (e *gridEnv) checkGridPrivilege(t *testing.T) {
 	t.Helper()
 	data, err := deploy.Read(testbed.GridsManifest)

@@ -139,7 +139,7 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = logFile.Close() })
-	// atoll-cloud runs as the ServiceAccount of deploy/atoll-cloud.yaml,
+	// atoll-cloud runs as the ServiceAccount of deploy/base/atoll-cloud.yaml,
 	// and the apiserver logs every request it makes (least privilege:
 	// checkLeastPrivilege).
 	auditDir := t.TempDir()
@@ -399,7 +399,7 @@ func (e *env) killHub(t *testing.T) func() {
 // both hub shapes. On the hub cluster, one hub server (the one atoll-cloud
 // is connected to) is killed while scenario 1's node is protected, with
 // every other scenario running. atoll-cloud runs as the ServiceAccount of
-// deploy/atoll-cloud.yaml; once the scenarios are done, the apiserver's
+// deploy/base/atoll-cloud.yaml; once the scenarios are done, the apiserver's
 // audit log must show it was refused nothing and used every permission
 // the manifest grants it (checkLeastPrivilege).
 func TestDistributedHealth(t *testing.T) {

@@ -44,7 +44,7 @@ func (g grant) covers(r grant) bool {
 		(g.namespace == "" || g.namespace == r.namespace) && (g.name == "" || g.name == r.name)
 }
 
-// manifestGrants lists every permission deploy/atoll-cloud.yaml gives
+// manifestGrants lists every permission deploy/base/atoll-cloud.yaml gives
 // atoll-cloud's ServiceAccount: the rules of the roles bound to it, one
 // grant per verb, resource and name.
 func manifestGrants(t *testing.T) []grant {
@@ -185,7 +185,7 @@ var notInE2E = map[grant]string{
 
 const listFallback = "client-go informers fall back to list on an apiserver without WatchList streaming"
 
-// TestLeastPrivilege proves that deploy/atoll-cloud.yaml grants
+// TestLeastPrivilege proves that deploy/base/atoll-cloud.yaml grants
 // atoll-cloud nothing its code does not use: every verb on every resource
 // (and name) the manifest grants its ServiceAccount was used by
 // atoll-cloud during TestDistributedHealth and TestCloudOutage (the

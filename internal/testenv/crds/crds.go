@@ -1,5 +1,5 @@
 // Package crds installs Atoll's CustomResourceDefinitions (deploy/crds)
-// into a test cluster, as an operator's `kubectl apply -f deploy/crds`
+// into a test cluster, as an operator's `kubectl apply --server-side -k deploy/crds`
 // would.
 package crds
 

@@ -49,14 +49,14 @@ type Options struct {
 	// makes the streams R3. Default: the hub embedded in atoll-cloud.
 	HubCluster bool
 	// ServiceAccount runs atoll-cloud authenticated only as the
-	// ServiceAccount deploy/atoll-cloud.yaml defines (CloudNamespace/
+	// ServiceAccount deploy/base/atoll-cloud.yaml defines (CloudNamespace/
 	// CloudServiceAccount, user CloudUser): a token from the apiserver's
 	// TokenRequest API and the cluster CA, so every request it makes is
 	// authorized by the manifest's RBAC. Default: the admin's client
 	// certificate.
 	ServiceAccount bool
 	// Grids installs the apps.atoll.io CRDs (deploy/crds) and the grid
-	// controllers' RBAC (deploy/grids.yaml) before atoll-cloud starts, so
+	// controllers' RBAC (deploy/base/grids.yaml) before atoll-cloud starts, so
 	// its grid controllers run (--grids auto).
 	Grids bool
 	// Cloud and Agent adjust the cloud's and every agent's configuration.
@@ -68,14 +68,14 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Where deploy/atoll-cloud.yaml puts atoll-cloud, and the user name its
+// Where deploy/base/atoll-cloud.yaml puts atoll-cloud, and the user name its
 // ServiceAccount authenticates as.
 const (
 	CloudNamespace      = "atoll-system"
 	CloudServiceAccount = "atoll-cloud"
-	CloudManifest       = "atoll-cloud.yaml"
+	CloudManifest       = deploy.CloudManifest
 	// GridsManifest holds the grid controllers' RBAC.
-	GridsManifest = "grids.yaml"
+	GridsManifest = deploy.GridsManifest
 )
 
 // CloudUser is atoll-cloud's user name with Options.ServiceAccount.

@@ -1,0 +1,396 @@
+package deploy_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+)
+
+// find returns the object of kind and name in objs, or nil.
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// atollCloud returns the one atoll-cloud workload of an overlay and its
+// container, failing unless there is exactly one.
+func atollCloud(t *testing.T, objs []*unstructured.Unstructured) (*unstructured.Unstructured, map[string]any) {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, kind := range []string{"Deployment", "StatefulSet", "DaemonSet"} {
+		if o := find(objs, kind, "atoll-cloud"); o != nil {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d atoll-cloud workloads, want 1", len(found))
+	}
+	return found[0], container(t, found[0], "atoll-cloud")
+}
+
+// container returns the container name of a workload's pod template.
+func container(t *testing.T, w *unstructured.Unstructured, name string) map[string]any {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(w.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		if m, ok := c.(map[string]any); ok && m["name"] == name {
+			return m
+		}
+	}
+	t.Fatalf("%s %s has no container %s", w.GetKind(), w.GetName(), name)
+	return nil
+}
+
+// flag returns the value of --name=value in a container's args, if set.
+func flag(c map[string]any, name string) (string, bool) {
+	args, _, _ := unstructured.NestedStringSlice(c, "args")
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// env returns the literal value of a container's environment variable.
+func env(c map[string]any, name string) string {
+	vars, _, _ := unstructured.NestedSlice(c, "env")
+	for _, v := range vars {
+		if m, ok := v.(map[string]any); ok && m["name"] == name {
+			s, _ := m["value"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// replicas returns a workload's spec.replicas (1 when unset, as the
+// apiserver defaults it).
+func replicas(w *unstructured.Unstructured) int64 {
+	n, ok := integer(w.Object, "spec", "replicas")
+	if !ok {
+		return 1
+	}
+	return n
+}
+
+// integer returns the number at fields of obj: decoded YAML holds
+// float64s (JSON numbers) where the apiserver's objects hold int64s.
+func integer(obj map[string]any, fields ...string) (int64, bool) {
+	v, ok, _ := unstructured.NestedFieldNoCopy(obj, fields...)
+	switch v := v.(type) {
+	case int64:
+		return v, ok
+	case float64:
+		return int64(v), ok && v == float64(int64(v))
+	}
+	return 0, false
+}
+
+// selects reports whether selector (matchLabels) selects labels.
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// hubServers returns the client URLs of the hub StatefulSet's pods, from
+// its name, Service and replicas: what atoll-cloud must dial.
+func hubServers(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	hub := find(objs, "StatefulSet", "atoll-hub")
+	if hub == nil {
+		t.Fatal("no StatefulSet atoll-hub (the NATS servers)")
+	}
+	svc, _, _ := unstructured.NestedString(hub.Object, "spec", "serviceName")
+	var urls []string
+	for i := range replicas(hub) {
+		urls = append(urls, fmt.Sprintf("nats://%s-%d.%s.%s.svc:4222", hub.GetName(), i, svc, hub.GetNamespace()))
+	}
+	return urls
+}
+
+// TestOverlayContents: every overlay is a full installation (the CRDs,
+// the base's objects, one atoll-cloud workload that the webhook and
+// tunnel Services select), and each shape is what its name says: the
+// embedded hub runs one atoll-cloud that dials no hub; the external one
+// runs three NATS servers and atoll-cloud dials all three, as the edges
+// list three leaf URLs; HA runs two or more atoll-cloud replicas with
+// leader election, a PodDisruptionBudget and anti-affinity.
+func TestOverlayContents(t *testing.T) {
+	crds, err := deploy.CRDNames()
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs (%v)", err)
+	}
+	overlays := objects(t)
+	for _, name := range wantOverlays {
+		objs := overlays[name]
+		t.Run(name, func(t *testing.T) {
+			for _, f := range crds {
+				// crds/apps.atoll.io_deploymentgrids.yaml holds
+				// deploymentgrids.apps.atoll.io.
+				group, plural, _ := strings.Cut(strings.TrimSuffix(path.Base(f), ".yaml"), "_")
+				if find(objs, "CustomResourceDefinition", plural+"."+group) == nil {
+					t.Errorf("no CustomResourceDefinition %s.%s (list %s in crds/kustomization.yaml)", plural, group, path.Base(f))
+				}
+			}
+			for _, want := range []struct{ kind, name string }{
+				{"Namespace", "atoll-system"},
+				{"ServiceAccount", "atoll-cloud"},
+				{"ClusterRole", "atoll-cloud"},
+				{"ClusterRole", "atoll-cloud-grids"},
+				{"MutatingWebhookConfiguration", "atoll-health"},
+				{"Secret", "atoll-cloud-webhook-certs"},
+				{"Service", "atoll-hub"},
+				{"DaemonSet", "atoll-edge"},
+			} {
+				if find(objs, want.kind, want.name) == nil {
+					t.Errorf("no %s %s", want.kind, want.name)
+				}
+			}
+			cloud, c := atollCloud(t, objs)
+			labels, _, _ := unstructured.NestedStringMap(cloud.Object, "spec", "template", "metadata", "labels")
+			for _, svc := range []string{"atoll-cloud-webhook", "atoll-cloud-tunnel"} {
+				s := find(objs, "Service", svc)
+				if s == nil {
+					t.Errorf("no Service %s", svc)
+					continue
+				}
+				sel, _, _ := unstructured.NestedStringMap(s.Object, "spec", "selector")
+				if !selects(sel, labels) {
+					t.Errorf("Service %s selects %v, not atoll-cloud's pods (%v)", svc, sel, labels)
+				}
+			}
+			if le, ok := flag(c, "leader-elect"); ok && le != "true" {
+				t.Errorf("atoll-cloud runs with --leader-elect=%s", le)
+			}
+			edgeHub := strings.Split(env(container(t, find(objs, "DaemonSet", "atoll-edge"), "atoll-edge"), "ATOLL_HUB_URL"), ",")
+
+			switch name {
+			case "embedded-hub":
+				if cloud.GetKind() != "StatefulSet" || replicas(cloud) != 1 {
+					t.Errorf("atoll-cloud is a %s of %d replicas, want one StatefulSet replica (it holds the hub's store)", cloud.GetKind(), replicas(cloud))
+				}
+				if u, ok := flag(c, "hub-url"); ok {
+					t.Errorf("the embedded hub's atoll-cloud dials --hub-url=%s", u)
+				}
+				if find(objs, "StatefulSet", "atoll-hub") != nil {
+					t.Error("the embedded hub's overlay runs NATS servers")
+				}
+				if len(edgeHub) != 1 {
+					t.Errorf("edges dial %v, want the one hub", edgeHub)
+				}
+			case "external-nats", "ha":
+				want := hubServers(t, objs)
+				if len(want) != 3 {
+					t.Errorf("%d hub servers, want 3", len(want))
+				}
+				u, _ := flag(c, "hub-url")
+				if got := strings.Split(u, ","); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+					t.Errorf("atoll-cloud --hub-url=%s, want every hub server: %v", u, want)
+				}
+				if r, _ := flag(c, "stream-replicas"); r != "3" {
+					t.Errorf("atoll-cloud --stream-replicas=%q, want 3 (R3 on three servers)", r)
+				}
+				if len(edgeHub) != len(want) {
+					t.Errorf("edges dial %v, want a leaf URL per hub server (%d)", edgeHub, len(want))
+				}
+				if cloud.GetKind() != "Deployment" {
+					t.Errorf("atoll-cloud is a %s, want a Deployment (stateless with an external hub)", cloud.GetKind())
+				}
+			}
+
+			pdb := find(objs, "PodDisruptionBudget", "atoll-cloud")
+			anti, _, _ := unstructured.NestedSlice(cloud.Object, "spec", "template", "spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+			if name != "ha" {
+				if replicas(cloud) != 1 {
+					t.Errorf("%d atoll-cloud replicas, want 1 (../ha runs more)", replicas(cloud))
+				}
+				return
+			}
+			if n := replicas(cloud); n < 2 {
+				t.Errorf("%d atoll-cloud replicas, want >= 2", n)
+			}
+			if le, _ := flag(c, "leader-elect"); le != "true" {
+				t.Errorf("HA atoll-cloud without --leader-elect=true (got %q)", le)
+			}
+			if pdb == nil {
+				t.Fatal("no PodDisruptionBudget atoll-cloud")
+			}
+			sel, _, _ := unstructured.NestedStringMap(pdb.Object, "spec", "selector", "matchLabels")
+			if minAvail, _ := integer(pdb.Object, "spec", "minAvailable"); minAvail < 1 || minAvail >= replicas(cloud) || !selects(sel, labels) {
+				t.Errorf("PodDisruptionBudget minAvailable %d selecting %v: want 1 <= minAvailable < %d replicas, selecting %v", minAvail, sel, replicas(cloud), labels)
+			}
+			spread := false
+			for _, a := range anti {
+				term, _, _ := unstructured.NestedMap(a.(map[string]any), "podAffinityTerm")
+				key, _, _ := unstructured.NestedString(term, "topologyKey")
+				asel, _, _ := unstructured.NestedStringMap(term, "labelSelector", "matchLabels")
+				spread = spread || key == "kubernetes.io/hostname" && selects(asel, labels)
+			}
+			if !spread {
+				t.Errorf("no anti-affinity spreading atoll-cloud over hosts: %v", anti)
+			}
+		})
+	}
+}
+
+// TestTunnelComponent: components/tunnel-mtls gives atoll-cloud, in every
+// shape, the TCP listener the Service atoll-cloud-tunnel points at, its
+// three TLS flags on files of the mounted Secret atoll-cloud-tunnel-tls,
+// and keeps the overlay's own arguments and volumes.
+func TestTunnelComponent(t *testing.T) {
+	overlays := objects(t)
+	for _, name := range wantOverlays {
+		t.Run(name, func(t *testing.T) {
+			objs := overlays[name+"+tunnel-mtls"]
+			_, plain := atollCloud(t, overlays[name])
+			_, c := atollCloud(t, objs)
+			plainArgs, _, _ := unstructured.NestedStringSlice(plain, "args")
+			args, _, _ := unstructured.NestedStringSlice(c, "args")
+			if !slices.Equal(args[:min(len(plainArgs), len(args))], plainArgs) {
+				t.Errorf("the overlay's arguments changed: %v, then %v", plainArgs, args)
+			}
+			if addr, _ := flag(c, "tunnel-connect-addr"); addr != ":8132" {
+				t.Errorf("--tunnel-connect-addr=%q, want :8132", addr)
+			}
+			svc := find(objs, "Service", "atoll-cloud-tunnel")
+			if svc == nil {
+				t.Fatal("no Service atoll-cloud-tunnel")
+			}
+			ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+			if len(ports) != 1 {
+				t.Fatalf("Service atoll-cloud-tunnel ports %v", ports)
+			}
+			if target, _ := integer(ports[0].(map[string]any), "targetPort"); target != 8132 {
+				t.Errorf("Service atoll-cloud-tunnel targets port %d, atoll-cloud listens on 8132", target)
+			}
+			mount := ""
+			mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+			for _, m := range mounts {
+				if m := m.(map[string]any); m["name"] == "tunnel-tls" {
+					mount, _ = m["mountPath"].(string)
+				}
+			}
+			if mount == "" {
+				t.Fatal("no volume tunnel-tls mounted")
+			}
+			for _, f := range []string{"tunnel-connect-tls-cert", "tunnel-connect-tls-key", "tunnel-connect-client-ca"} {
+				if v, _ := flag(c, f); path.Dir(v) != mount {
+					t.Errorf("--%s=%q, want a file of %s", f, v, mount)
+				}
+			}
+			cloud, _ := atollCloud(t, objs)
+			vols, _, _ := unstructured.NestedSlice(cloud.Object, "spec", "template", "spec", "volumes")
+			plainCloud, _ := atollCloud(t, overlays[name])
+			plainVols, _, _ := unstructured.NestedSlice(plainCloud.Object, "spec", "template", "spec", "volumes")
+			secret := ""
+			for _, v := range vols {
+				if v := v.(map[string]any); v["name"] == "tunnel-tls" {
+					secret, _, _ = unstructured.NestedString(v, "secret", "secretName")
+				}
+			}
+			if secret != "atoll-cloud-tunnel-tls" || len(vols) != len(plainVols)+1 {
+				t.Errorf("volumes %v, want the overlay's %d and tunnel-tls from the Secret atoll-cloud-tunnel-tls", vols, len(plainVols))
+			}
+		})
+	}
+}
+
+// TestLocalManifests: the files the testbed applies on their own
+// (deploy.CloudManifest, deploy.GridsManifest) are embedded, and every
+// overlay holds each of their objects as they are.
+func TestLocalManifests(t *testing.T) {
+	overlays := objects(t)
+	for _, name := range []string{deploy.CloudManifest, deploy.GridsManifest} {
+		data, err := deploy.Read(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := kubetest.DecodeManifests(name, data)
+		if err != nil || len(objs) == 0 {
+			t.Fatalf("%s: %d objects, %v", name, len(objs), err)
+		}
+		for _, o := range objs {
+			for _, overlay := range wantOverlays {
+				got := find(overlays[overlay], o.GetKind(), o.GetName())
+				if got == nil || !reflect.DeepEqual(got.Object, o.Object) {
+					t.Errorf("overlay %s: %s %s differs from %s", overlay, o.GetKind(), o.GetName(), name)
+				}
+			}
+		}
+	}
+}
+
+// TestReadmeOverlay renders the "Your own overlay" example of README.md
+// beside a copy of deploy/: it must build, and set what it says (the
+// images, the edges' hub URLs, the tunnel component).
+func TestReadmeOverlay(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const start = "```yaml\n# my-atoll/kustomization.yaml\n"
+	_, rest, ok := strings.Cut(string(readme), start)
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatalf("README.md has no block starting %q", start)
+	}
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "deploy"), deploy.Manifests()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "my-atoll"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "my-atoll", "kustomization.yaml"), []byte(example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := kubetest.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(t.Context(), kubectl, "kustomize", filepath.Join(dir, "my-atoll")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize of README.md's example: %v", err)
+	}
+	objs, err := kubetest.DecodeManifests("my-atoll", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := atollCloud(t, objs)
+	edge := container(t, find(objs, "DaemonSet", "atoll-edge"), "atoll-edge")
+	if img, _ := c["image"].(string); !strings.HasPrefix(img, "registry.example.com/") {
+		t.Errorf("atoll-cloud image %q", img)
+	}
+	if img, _ := edge["image"].(string); !strings.HasPrefix(img, "registry.example.com/") {
+		t.Errorf("atoll-edge image %q", img)
+	}
+	if u := env(edge, "ATOLL_HUB_URL"); !strings.Contains(u, "hub-a.example.net") {
+		t.Errorf("edges dial %q", u)
+	}
+	if _, ok := flag(c, "tunnel-connect-addr"); !ok {
+		t.Error("no tunnel listener")
+	}
+}
