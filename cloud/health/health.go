@@ -276,6 +276,27 @@ func (s *Service) Judge(node string) Judgement {
 	return s.judge(&n, s.now())
 }
 
+// Votes returns the fresh votes about node that count (those Judge
+// reads), sorted by voter: who voted, what, and when.
+func (s *Service) Votes(node string) []CastVote {
+	var n corev1.Node
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
+		return nil
+	}
+	unit := n.Labels[s.cfg.UnitLabel]
+	if unit == "" {
+		return nil
+	}
+	return s.tracker.Votes(node, s.now(), func(v *atollv1.Vote) bool {
+		return v.GetUnit() == unit && s.unitOf(v.GetVoter()) == unit
+	})
+}
+
+// LinkDown reports whether the hub reported node's leaf link closed
+// after the latest vote or ballot it stored from the node: the node's
+// agent is cut from the cloud until it sends again.
+func (s *Service) LinkDown(node string) bool { return s.tracker.LinkDown(node) }
+
 // LastBallot returns when the hub stored voter's latest ballot this
 // replica recorded (zero: none).
 func (s *Service) LastBallot(voter string) time.Time { return s.tracker.LastBallot(voter) }

@@ -54,6 +54,7 @@ type Server struct {
 	liveness  map[string]Check
 	readiness map[string]Check
 
+	mux *http.ServeMux
 	ln  net.Listener
 	srv *http.Server
 }
@@ -74,6 +75,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		readiness: map[string]Check{},
 	}
 	mux := http.NewServeMux()
+	s.mux = mux
 	mux.HandleFunc("GET /healthz", s.serveChecks(func() map[string]Check { return s.liveness }))
 	mux.HandleFunc("GET /readyz", s.serveChecks(func() map[string]Check { return s.readiness }))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -87,6 +89,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 // Registry is where the service's components register their metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Handle serves h for pattern (http.ServeMux syntax) on the admin
+// listener, behind whatever guards the admin endpoints. Call it before
+// Start.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // AddLiveness registers a check that fails /healthz: the process is stuck
 // and should be restarted.
