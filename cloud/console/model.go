@@ -200,7 +200,7 @@ func (b *builder) units(ctx context.Context, tunnels map[string]uint32) ([]Unit,
 
 func (b *builder) node(n *corev1.Node, tunnels uint32) Node {
 	j := b.health.Judge(n.Name)
-	ready := health.ReadyStatus(n)
+	ready := readyCondition(n)
 	prot := b.health.Protected(n.Name)
 	out := Node{Name: n.Name, Ready: string(ready), Verdict: verdictName(j.Verdict), Protected: prot,
 		State: nodeState(ready, j.Verdict, prot), Link: "up", Tunnels: tunnels}
@@ -211,6 +211,16 @@ func (b *builder) node(n *corev1.Node, tunnels uint32) Node {
 		out.Votes = append(out.Votes, Vote{Voter: v.Voter, Verdict: verdictName(v.Verdict), Made: v.Made.UTC(), Stored: v.Stored.UTC()})
 	}
 	return out
+}
+
+// readyCondition is n's Ready condition, "" when it has none.
+func readyCondition(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 // gridUnits reads the grids' status from the manager's cache, by unit.
