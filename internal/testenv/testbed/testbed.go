@@ -27,6 +27,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
+	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -94,6 +95,8 @@ type Bed struct {
 	Sites   *sitesim.Sim
 	// Identity is atoll-cloud's identity service (enrollment, revocation).
 	Identity *identity.Service
+	// Admin is atoll-cloud's admin server (its /ui/ status page).
+	Admin *admin.Server
 	// OperatorCreds is a NATS credentials file of a human operator.
 	OperatorCreds string
 
@@ -110,7 +113,7 @@ func (b *Bed) StartCloud(ctx context.Context) error {
 	if b.cloud != nil {
 		return errors.New("testbed: atoll-cloud is running")
 	}
-	populate := fx.Populate(&b.HubLink, &b.Health, &b.Identity)
+	populate := fx.Populate(&b.HubLink, &b.Health, &b.Identity, &b.Admin)
 	if b.cloudCfg.EmbeddedHub() {
 		if b.Hub != nil {
 			// The agents and tools know the hub by its first ports and
