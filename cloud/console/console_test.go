@@ -244,10 +244,10 @@ func TestGrids(t *testing.T) {
 	g := &appsv1alpha1.DeploymentGrid{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"},
 		Status: appsv1alpha1.GridStatus{
 			Units: []appsv1alpha1.UnitStatus{
-				{Name: "u1", Revision: "new", Replicas: 2, ReadyReplicas: 1},
-				{Name: "u2", Revision: "old", Replicas: 2, ReadyReplicas: 2, Ready: true},
+				{Name: "u1", Revision: "new-u1", Replicas: 2, ReadyReplicas: 1},
+				{Name: "u2", Revision: "old-u2", Replicas: 2, ReadyReplicas: 2, Ready: true},
 			},
-			Rollout: &appsv1alpha1.RolloutStatus{Revision: "new", Updated: []string{"u1"}, Pending: []string{"u2"}},
+			Rollout: &appsv1alpha1.RolloutStatus{Revision: "spec2", Updated: []string{"u1"}, Pending: []string{"u2"}},
 		}}
 	r := fake.NewClientBuilder().WithScheme(scheme).WithObjects(g).Build()
 	c, err := New(testConfig(), h, l, r, nil, slog.New(slog.DiscardHandler))
@@ -259,8 +259,8 @@ func TestGrids(t *testing.T) {
 	}
 	units := decodeUnits(t, c.Snapshot())
 	want := map[string]GridUnit{
-		"u1": {Grid: "DeploymentGrid/ns/web", Revision: "new", Target: "new", ReadyReplicas: 1, Replicas: 2, Phase: "updated", Position: 1, Of: 2},
-		"u2": {Grid: "DeploymentGrid/ns/web", Revision: "old", Target: "new", Ready: true, ReadyReplicas: 2, Replicas: 2, Phase: "pending", Position: 2, Of: 2},
+		"u1": {Grid: "DeploymentGrid/ns/web", Revision: "new-u1", Rollout: "spec2", Current: true, ReadyReplicas: 1, Replicas: 2, Phase: "updated", Position: 1, Of: 2},
+		"u2": {Grid: "DeploymentGrid/ns/web", Revision: "old-u2", Rollout: "spec2", Ready: true, ReadyReplicas: 2, Replicas: 2, Phase: "pending", Position: 2, Of: 2},
 	}
 	for _, u := range units {
 		if len(u.Grids) != 1 || u.Grids[0] != want[u.Name] {

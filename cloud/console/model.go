@@ -99,11 +99,16 @@ type Vote struct {
 type GridUnit struct {
 	// Grid is kind/namespace/name (DeploymentGrid/ns/web).
 	Grid string `json:"grid"`
-	// Revision is the template hash the unit's child has; Target is
-	// the one the current rollout brings (they are equal once done).
+	// Revision is the hash of the template the unit's child has.
 	Revision string `json:"revision"`
-	Target   string `json:"target"`
-	Ready    bool   `json:"ready"`
+	// Rollout is the revision of the grid's spec the current rollout
+	// brings (a hash of the whole spec, not of one unit's template).
+	Rollout string `json:"rollout,omitempty"`
+	// Current: the unit's child has the template the rollout brings
+	// (the unit is among the rollout's updated units, or no rollout is
+	// recorded).
+	Current bool `json:"current"`
+	Ready   bool `json:"ready"`
 	// ReadyReplicas of Replicas.
 	ReadyReplicas int32 `json:"readyReplicas"`
 	Replicas      int32 `json:"replicas"`
@@ -254,9 +259,9 @@ func (b *builder) gridUnits(ctx context.Context) map[string][]GridUnit {
 func addGrid(out map[string][]GridUnit, name string, st *appsv1alpha1.GridStatus) {
 	phase, pos := map[string]string{}, map[string]int{}
 	of := 0
-	target := ""
+	rollout := ""
 	if r := st.Rollout; r != nil {
-		target = r.Revision
+		rollout = r.Revision
 		for _, u := range r.Updated {
 			of++
 			phase[u], pos[u] = "updated", of
@@ -273,11 +278,9 @@ func addGrid(out map[string][]GridUnit, name string, st *appsv1alpha1.GridStatus
 		}
 	}
 	for _, us := range st.Units {
-		gu := GridUnit{Grid: name, Revision: us.Revision, Target: target, Ready: us.Ready,
+		gu := GridUnit{Grid: name, Revision: us.Revision, Rollout: rollout, Ready: us.Ready,
 			ReadyReplicas: us.ReadyReplicas, Replicas: us.Replicas, Phase: phase[us.Name], Position: pos[us.Name]}
-		if gu.Target == "" {
-			gu.Target = us.Revision // no rollout under way: what it has is current
-		}
+		gu.Current = st.Rollout == nil || gu.Phase == "updated"
 		if gu.Position > 0 {
 			gu.Of = of
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,10 +57,9 @@ func browser(t *testing.T) context.Context {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
-	start, cancelStart := context.WithTimeout(ctx, time.Minute)
-	defer cancelStart()
-	// The first action starts the browser.
-	if err := chromedp.Do(start, chromedp.Navigate("about:blank")); err != nil {
+	// The first action starts the browser, which lives as long as the
+	// context of that action: the tab's.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("headless Chromium %s does not start: %v", path, err)
 	}
 	return ctx
@@ -152,8 +152,9 @@ func TestConsoleBrowser(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(g), &cur); err != nil {
 			return "", err
 		}
+		updated := cur.Status.Rollout != nil && slices.Contains(cur.Status.Rollout.Updated, "p")
 		for _, u := range cur.Status.Units {
-			if u.Name == "p" && u.Ready && cur.Status.ObservedGeneration == cur.Generation {
+			if u.Name == "p" && u.Ready && updated && cur.Status.ObservedGeneration == cur.Generation {
 				return u.Revision, nil
 			}
 		}

@@ -78,12 +78,13 @@
       if (u.grids && u.grids.length) {
         const g = el("div", { class: "grids" });
         for (const gu of u.grids) {
-          const current = gu.revision === gu.target;
+          const current = gu.current;
           const row = el("div", { class: "grid-row", "data-grid": gu.grid, "data-unit": u.name,
-            "data-revision": gu.revision, "data-target": gu.target, "data-current": String(current),
+            "data-revision": gu.revision, "data-rollout": gu.rollout || "", "data-current": String(current),
             "data-ready": String(gu.ready), "data-phase": gu.phase || "" });
           row.append(el("span", {}, gu.grid.replace(/^[^/]*\//, "")),
-            el("span", { class: "rev", title: "template revision" }, short(gu.revision) + (current ? "" : " → " + short(gu.target))),
+            el("span", { class: "rev", title: "template revision of the unit's child" + (gu.rollout ? "; rollout " + gu.rollout : "") },
+              short(gu.revision) + (current ? " (new)" : " (old)")),
             el("span", {}, `${gu.readyReplicas}/${gu.replicas} ready`),
             el("span", { class: "phase" }, (gu.phase || "") + (gu.position ? ` ${gu.position}/${gu.of}` : "")));
           g.append(row);
