@@ -16,6 +16,8 @@ import (
 
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/atoll-edge/atoll/cloud/health"
 )
 
 //go:embed assets
@@ -58,6 +60,9 @@ type Console struct {
 	clients  atomic.Int64  // open event streams
 	stop     chan struct{} // closed by Close: the event streams end
 	stopOnce sync.Once
+
+	wmu    sync.Mutex
+	writes []health.Write // protective writes since the last Update
 
 	mu       sync.Mutex
 	seq      uint64
@@ -128,6 +133,17 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 }
 
+// Wrote records a protective write of the health service for the
+// timeline (health.Service.OnProtectiveWrite); it never blocks for long.
+// Writes beyond the timeline's size before the next Update are dropped.
+func (c *Console) Wrote(w health.Write) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if len(c.writes) < c.cfg.Timeline {
+		c.writes = append(c.writes, w)
+	}
+}
+
 // Update rebuilds the model once; units that changed get a new sequence
 // number and wake the event streams, once for the whole rebuild.
 func (c *Console) Update(ctx context.Context) error {
@@ -140,6 +156,10 @@ func (c *Console) Update(ctx context.Context) error {
 		return err
 	}
 	now := c.now().UTC()
+	c.wmu.Lock()
+	writes := c.writes
+	c.writes = nil
+	c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	changed := false
@@ -176,6 +196,28 @@ func (c *Console) Update(ctx context.Context) error {
 	}
 	c.order = order
 	c.built = true
+	if len(writes) > 0 {
+		unitOf := map[string]string{}
+		for _, u := range units {
+			for _, n := range u.Nodes {
+				unitOf[n.Name] = u.Name
+			}
+		}
+		for _, w := range writes {
+			e := TimelineEntry{Time: w.Time.UTC(), Kind: "write", Detail: "patched " + w.Kind + " " + w.Name}
+			if w.Namespace != "" {
+				e.Detail = "patched " + w.Kind + " " + w.Namespace + "/" + w.Name
+			}
+			if w.Kind == "node" {
+				e.Node, e.Unit = w.Name, unitOf[w.Name]
+			}
+			c.append(e)
+		}
+		if !changed {
+			c.seq++
+			changed = true
+		}
+	}
 	if changed {
 		close(c.changed)
 		c.changed = make(chan struct{})
@@ -188,12 +230,7 @@ func (c *Console) Update(ctx context.Context) error {
 func (c *Console) record(now time.Time, prev, cur Unit) {
 	add := func(e TimelineEntry) {
 		e.Time, e.Unit = now, cur.Name
-		c.tlSeq++
-		e.Seq = c.tlSeq
-		c.timeline = append(c.timeline, e)
-		if len(c.timeline) > c.cfg.Timeline {
-			c.timeline = append(c.timeline[:0:0], c.timeline[len(c.timeline)-c.cfg.Timeline:]...)
-		}
+		c.append(e)
 	}
 	if prev.Disruption != cur.Disruption {
 		add(TimelineEntry{Kind: "disruption", From: prev.Disruption, To: cur.Disruption})
@@ -219,6 +256,16 @@ func (c *Console) record(now time.Time, prev, cur Unit) {
 		case p.State != n.State:
 			add(TimelineEntry{Kind: "state", Node: n.Name, From: p.State, To: n.State, Detail: "Ready=" + n.Ready + ", verdict " + n.Verdict})
 		}
+	}
+}
+
+// append adds e to the timeline ring; callers hold mu.
+func (c *Console) append(e TimelineEntry) {
+	c.tlSeq++
+	e.Seq = c.tlSeq
+	c.timeline = append(c.timeline, e)
+	if len(c.timeline) > c.cfg.Timeline {
+		c.timeline = append(c.timeline[:0:0], c.timeline[len(c.timeline)-c.cfg.Timeline:]...)
 	}
 }
 

@@ -582,3 +582,31 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWrites: the health service's protective writes enter the timeline
+// at the next rebuild, a Node's with its unit, and wake the streams even
+// when no unit changed.
+func TestWrites(t *testing.T) {
+	h, l, _ := fixture(t)
+	c := newConsole(t, h, l, testConfig(), nil)
+	ctx := t.Context()
+	if err := c.Update(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seq := c.Snapshot().Seq
+	c.Wrote(health.Write{Kind: "node", Name: "b", Time: t0})
+	c.Wrote(health.Write{Kind: "endpointslice", Namespace: "web", Name: "web-abc", Time: t0})
+	if err := c.Update(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Snapshot()
+	if m.Seq != seq+1 || len(m.Timeline) != 2 {
+		t.Fatalf("seq %d (was %d), timeline %+v", m.Seq, seq, m.Timeline)
+	}
+	if e := m.Timeline[0]; e.Kind != "write" || e.Node != "b" || e.Unit != "u1" || e.Detail != "patched node b" {
+		t.Fatalf("node write entry %+v", e)
+	}
+	if e := m.Timeline[1]; e.Kind != "write" || e.Node != "" || e.Detail != "patched endpointslice web/web-abc" {
+		t.Fatalf("slice write entry %+v", e)
+	}
+}

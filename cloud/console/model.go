@@ -121,12 +121,13 @@ type GridUnit struct {
 	Of       int `json:"of,omitempty"`
 }
 
-// TimelineEntry is one change the page saw: a verdict, a protection, a
-// unit's disruption state.
+// TimelineEntry is one change the page saw (a verdict, a protection, a
+// cell's colour, a unit's disruption state) or a protective write the
+// health service made.
 type TimelineEntry struct {
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
-	// Kind: verdict, protected, unprotected, disruption, state.
+	// Kind: verdict, protected, unprotected, state, disruption, write.
 	Kind   string `json:"kind"`
 	Unit   string `json:"unit"`
 	Node   string `json:"node,omitempty"`

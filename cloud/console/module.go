@@ -50,6 +50,7 @@ func newForApp(p params) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.Health.OnProtectiveWrite(c.Wrote)
 	p.Admin.Handle("/ui/", c.Handler())
 	fxrun.Background(p.Lifecycle, p.Log, "console", c.Run)
 	return c, nil

@@ -5,6 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -37,5 +42,27 @@ func TestTrackerVotes(t *testing.T) {
 	}
 	if got := tr.Votes("n", t0.Add(time.Minute), nil); len(got) != 0 {
 		t.Fatalf("a minute later: %+v, want none (expired)", got)
+	}
+}
+
+// TestPatcherReportsWrites: the write hook hears of each patch the
+// apiserver accepted, and of nothing when there is nothing to write.
+func TestPatcherReportsWrites(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	c := fake.NewClientBuilder().WithObjects(n).Build()
+	var got []Write
+	p := &patcher{client: c, fresh: c, metrics: newMetrics(prometheus.NewRegistry()), wrote: func(w Write) { got = append(got, w) }}
+	if err := p.node(t.Context(), n, func(*corev1.Node) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("writes %+v for an empty patch", got)
+	}
+	patch := []byte(`[{"op":"add","path":"/metadata/annotations","value":{"a":"b"}}]`)
+	if err := p.node(t.Context(), n, func(*corev1.Node) ([]byte, error) { return patch, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Kind != "node" || got[0].Name != "n1" || got[0].Time.IsZero() {
+		t.Fatalf("writes %+v, want one of node n1", got)
 	}
 }

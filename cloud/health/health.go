@@ -133,6 +133,7 @@ type Service struct {
 	holds    jetstream.KeyValue
 	recorded map[string]bool // units with a record in holds
 	watchers []func(unit string, state UnitState)
+	writes   []func(Write)
 	resynced atomic.Bool // the unit states have been computed once
 }
 
@@ -157,6 +158,7 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {
 		return nil, fmt.Errorf("health: protection client: %w", err)
 	}
+	s.patch.wrote = s.wrote
 	if s.infoW, err = newPatcher(m, cfg.Info, s.metrics); err != nil {
 		return nil, fmt.Errorf("health: informational client: %w", err)
 	}
@@ -330,6 +332,25 @@ func (s *Service) OnUnitState(fn func(unit string, state UnitState)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.watchers = append(s.watchers, fn)
+}
+
+// OnProtectiveWrite registers fn, called after each protection write the
+// apiserver accepted (a Node's taints and annotations, an EndpointSlice's
+// or Endpoints' readiness), with what was written. Writes happen on the
+// leader only. Calls come from the reconcile workers: fn must not block.
+func (s *Service) OnProtectiveWrite(fn func(Write)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes = append(s.writes, fn)
+}
+
+func (s *Service) wrote(w Write) {
+	s.mu.RLock()
+	fns := s.writes
+	s.mu.RUnlock()
+	for _, fn := range fns {
+		fn(w)
+	}
 }
 
 // Ready passes once this replica's vote state has caught up with the

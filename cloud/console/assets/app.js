@@ -169,7 +169,8 @@
     for (const e of entries) {
       const li = el("li", { "data-kind": e.kind, "data-node": e.node || "", "data-unit": e.unit });
       li.append(el("time", {}, clock(e.time)),
-        document.createTextNode(`${e.node || e.unit}: ${e.kind} ${e.from} → ${e.to}` + (e.detail ? ` (${e.detail})` : "")));
+        document.createTextNode(e.kind === "write" ? `${e.node || ""} ${e.detail}` :
+          `${e.node || e.unit}: ${e.kind} ${e.from} → ${e.to}` + (e.detail ? ` (${e.detail})` : "")));
       timelineEl.prepend(li);
     }
     while (timelineEl.children.length > 500) timelineEl.lastChild.remove();
