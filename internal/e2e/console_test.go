@@ -107,6 +107,14 @@ func TestConsoleBrowser(t *testing.T) {
 	ctx := t.Context()
 	nodes := e.site(t, "p", 4, true)
 	e.site(t, "q", 3, false)
+	screenshot := os.Getenv("ATOLL_UI_SCREENSHOT")
+	if screenshot != "" {
+		// A few more sites (without agents: Ready, no verdict) for a
+		// picture closer to an installation.
+		for _, u := range []string{"r", "s", "t"} {
+			e.site(t, u, 8, false)
+		}
+	}
 
 	url := "http://" + e.bed.Admin.Addr() + "/ui/"
 	if err := chromedp.Do(tab, chromedp.Navigate(url)); err != nil {
@@ -249,7 +257,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("after %s died the page shows %s as %q (%v), want still protected", dead, cut, got, err)
 	}
 
-	if out := os.Getenv("ATOLL_UI_SCREENSHOT"); out != "" {
+	if out := screenshot; out != "" {
 		png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)
