@@ -119,18 +119,26 @@ func (c *Console) Run(ctx context.Context) error {
 			}
 		})
 	}
-	t := time.NewTicker(c.cfg.Interval)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		if err := c.Update(ctx); err != nil {
 			c.log.Debug("model not built", "err", err)
 		}
+		t := time.NewTimer(nextBuild(c.cfg.Interval, time.Since(start)))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// nextBuild is the wait before the next rebuild: the interval, or four
+// times the last rebuild when that is longer, so the page never takes
+// more than about a quarter of a core however many nodes there are.
+func nextBuild(interval, took time.Duration) time.Duration {
+	return max(interval, 4*took)
 }
 
 // Wrote records a protective write of the health service for the

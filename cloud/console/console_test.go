@@ -610,3 +610,46 @@ func TestWrites(t *testing.T) {
 		t.Fatalf("slice write entry %+v", e)
 	}
 }
+
+// BenchmarkUpdate rebuilds the model of UNITS×NODES nodes (fake health;
+// the cost of reading the cache and encoding), the work of every
+// Interval. Numbers: not measured yet (the machine is shared).
+func BenchmarkUpdate(b *testing.B) {
+	for _, size := range []struct{ units, nodes int }{{10, 10}, {100, 50}, {200, 50}} {
+		b.Run(fmt.Sprintf("units=%d/nodes=%d", size.units, size.nodes), func(b *testing.B) {
+			h := newFakeHealth()
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			for u := range size.units {
+				for n := range size.nodes {
+					name := fmt.Sprintf("u%d-%d", u, n)
+					h.verdicts[name] = atollv1.Verdict_VERDICT_HEALTHY
+					h.votes[name] = []health.CastVote{{Voter: "x", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Made: t0, Stored: t0}}
+					if err := idx.Add(node(name, fmt.Sprintf("u%d", u), corev1.ConditionTrue)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			c, err := New(testConfig(), h, corelisters.NewNodeLister(idx), nil, nil, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Update(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestNextBuild(t *testing.T) {
+	for _, tt := range []struct{ interval, took, want time.Duration }{
+		{250 * time.Millisecond, time.Millisecond, 250 * time.Millisecond},
+		{250 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond},
+	} {
+		if got := nextBuild(tt.interval, tt.took); got != tt.want {
+			t.Fatalf("nextBuild(%s, %s) = %s, want %s", tt.interval, tt.took, got, tt.want)
+		}
+	}
+}

@@ -250,6 +250,47 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("no timeline entry for %s's protection (%v)", cut, err)
 	}
 
+	// The filter keeps the protected node alone; a collapsed unit
+	// renders no cells.
+	filterBy := func(text string) {
+		t.Helper()
+		_, err := chromedp.Run(tab, chromedp.Evaluate[bool](fmt.Sprintf(
+			`(function(){const f=document.getElementById("filter"); f.value=%q; f.dispatchEvent(new Event("input")); return true})()`, text)))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	filterBy("protected")
+	poll.Eventually(t, 10*time.Second, func() error {
+		shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](
+			`Array.from(document.querySelectorAll(".unit:not(.hidden) .nodes .node")).map(e => e.dataset.node)`))
+		if err != nil {
+			return err
+		}
+		if len(shown) != 1 || shown[0] != cut {
+			return fmt.Errorf("filter %q shows %v, want [%s]", "protected", shown, cut)
+		}
+		return nil
+	})
+	filterBy("")
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`.unit[data-unit="q"] h3`))); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		cells, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('.unit[data-unit="q"] .node[data-node]').length`))
+		if err != nil {
+			return err
+		}
+		if coll, _ := pageAttr(tab, `.unit[data-unit="q"]`, "data-collapsed"); coll != "true" || cells != 0 {
+			return fmt.Errorf("unit q collapsed=%q with %d cells, want collapsed and none", coll, cells)
+		}
+		return nil
+	})
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`.unit[data-unit="q"] h3`))); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, tab, "q-1", "healthy", 10*time.Second)
+
 	// Kill p-4: its peers call it unhealthy.
 	e.kill(t, dead)
 	waitState(t, tab, dead, "unhealthy", 2*time.Minute)

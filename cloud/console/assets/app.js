@@ -169,7 +169,7 @@
     for (const e of entries) {
       const li = el("li", { "data-kind": e.kind, "data-node": e.node || "", "data-unit": e.unit });
       li.append(el("time", {}, clock(e.time)),
-        document.createTextNode(e.kind === "write" ? `${e.node || ""} ${e.detail}` :
+        document.createTextNode(e.kind === "write" ? e.detail :
           `${e.node || e.unit}: ${e.kind} ${e.from} → ${e.to}` + (e.detail ? ` (${e.detail})` : "")));
       timelineEl.prepend(li);
     }
