@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
+	"github.com/atoll-edge/atoll/cloud/console"
 	"github.com/atoll-edge/atoll/cloud/grid"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
@@ -74,6 +75,10 @@ type Config struct {
 	// HostRecords publishes the StatefulSetGrid DNS records of each unit
 	// for the edge hosts writers (with the grid controllers).
 	HostRecords hostrecords.Config
+
+	// Console is the status page under /ui/ on the admin listener
+	// (kubernetes source only).
+	Console console.Config
 }
 
 // Default is the production configuration.
@@ -94,6 +99,7 @@ func Default() Config {
 		Tunnel:      tunnel.DefaultConfig(),
 		ObjectViews: objects.DefaultConfig(),
 		HostRecords: hostrecords.DefaultConfig(),
+		Console:     console.DefaultConfig(),
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -107,6 +113,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: json or text")
 	c.Admin.RegisterFlags(fs)
+	fs.BoolVar(&c.Console.Enabled, "console", c.Console.Enabled, "serve the live status page under /ui/ on the admin listener (--admin-addr; same access as the other admin endpoints)")
 	fs.Var((*cliflags.List)(&c.HubLink.URLs), "hub-url", "external hub: comma-separated nats:// or tls:// URLs of its servers (empty: run the embedded hub)")
 	fs.StringVar(&c.HubLink.Domain, "hub-domain", c.HubLink.Domain, "JetStream domain of the hub")
 	fs.StringVar(&c.HubLink.CredsFile, "hub-creds-file", c.HubLink.CredsFile, "external hub: NATS credentials file of the service (default: atoll-cloud issues its own with the --identity-dir keys)")
@@ -265,6 +272,11 @@ func (c Config) Validate() error {
 	}
 	if c.Kubernetes() {
 		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid, c.ObjectViews, c.HostRecords)
+		if c.Console.Enabled {
+			cc := c.Console
+			cc.UnitLabel = c.Topology.UnitLabel
+			checks = append(checks, cc)
+		}
 		if c.Registration.Enabled {
 			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
 				return err
@@ -304,6 +316,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	c.Grid.UnitLabel = c.Topology.UnitLabel
 	c.ObjectViews.UnitLabel = c.Topology.UnitLabel
 	c.HostRecords.UnitLabel = c.Topology.UnitLabel
+	c.Console.UnitLabel = c.Topology.UnitLabel
 	if c.Registration.Service.Namespace != "" {
 		c.Webhook.CertSecret.Namespace = c.Registration.Service.Namespace
 	}
@@ -331,6 +344,8 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			fx.Supply(c.HostRecords),
 			fx.Provide(func(g *grid.Controllers) hostrecords.GridsServed { return g != nil }),
 			hostrecords.Module,
+			fx.Supply(c.Console),
+			console.Module,
 		)
 	}
 	c.Identity.Replicas = c.Streams.Replicas

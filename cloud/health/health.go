@@ -133,6 +133,7 @@ type Service struct {
 	holds    jetstream.KeyValue
 	recorded map[string]bool // units with a record in holds
 	watchers []func(unit string, state UnitState)
+	writes   []func(Write)
 	resynced atomic.Bool // the unit states have been computed once
 }
 
@@ -157,6 +158,7 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {
 		return nil, fmt.Errorf("health: protection client: %w", err)
 	}
+	s.patch.wrote = s.wrote
 	if s.infoW, err = newPatcher(m, cfg.Info, s.metrics); err != nil {
 		return nil, fmt.Errorf("health: informational client: %w", err)
 	}
@@ -276,6 +278,27 @@ func (s *Service) Judge(node string) Judgement {
 	return s.judge(&n, s.now())
 }
 
+// Votes returns the fresh votes about node that count (those Judge
+// reads), sorted by voter: who voted, what, and when.
+func (s *Service) Votes(node string) []CastVote {
+	var n corev1.Node
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
+		return nil
+	}
+	unit := n.Labels[s.cfg.UnitLabel]
+	if unit == "" {
+		return nil
+	}
+	return s.tracker.Votes(node, s.now(), func(v *atollv1.Vote) bool {
+		return v.GetUnit() == unit && s.unitOf(v.GetVoter()) == unit
+	})
+}
+
+// LinkDown reports whether the hub reported node's leaf link closed
+// after the latest vote or ballot it stored from the node: the node's
+// agent is cut from the cloud until it sends again.
+func (s *Service) LinkDown(node string) bool { return s.tracker.LinkDown(node) }
+
 // LastBallot returns when the hub stored voter's latest ballot this
 // replica recorded (zero: none).
 func (s *Service) LastBallot(voter string) time.Time { return s.tracker.LastBallot(voter) }
@@ -309,6 +332,25 @@ func (s *Service) OnUnitState(fn func(unit string, state UnitState)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.watchers = append(s.watchers, fn)
+}
+
+// OnProtectiveWrite registers fn, called after each protection write the
+// apiserver accepted (a Node's taints and annotations, an EndpointSlice's
+// or Endpoints' readiness), with what was written. Writes happen on the
+// leader only. Calls come from the reconcile workers: fn must not block.
+func (s *Service) OnProtectiveWrite(fn func(Write)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes = append(s.writes, fn)
+}
+
+func (s *Service) wrote(w Write) {
+	s.mu.RLock()
+	fns := s.writes
+	s.mu.RUnlock()
+	for _, fn := range fns {
+		fn(w)
+	}
 }
 
 // Ready passes once this replica's vote state has caught up with the

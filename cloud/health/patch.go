@@ -156,6 +156,17 @@ type patcher struct {
 	client  client.Client // writes
 	fresh   client.Reader // reads that bypass the cache
 	metrics *metrics
+	// wrote, when set, is called after each patch the apiserver
+	// accepted.
+	wrote func(Write)
+}
+
+// Write is one patch the health service made.
+type Write struct {
+	// Kind is node, endpointslice or endpoints.
+	Kind            string
+	Namespace, Name string
+	Time            time.Time
 }
 
 // newPatcher builds a patcher on a client of its own, on m's
@@ -204,6 +215,9 @@ func do[T client.Object](ctx context.Context, p *patcher, kind string, obj T, bu
 		switch {
 		case err == nil:
 			p.metrics.patches.WithLabelValues(kind, "ok").Inc()
+			if p.wrote != nil {
+				p.wrote(Write{Kind: kind, Namespace: key.Namespace, Name: key.Name, Time: time.Now()})
+			}
 			return true, nil
 		case apierrors.IsNotFound(err):
 			return true, nil

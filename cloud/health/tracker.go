@@ -1,6 +1,8 @@
 package health
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -309,4 +311,32 @@ func (t *Tracker) Size() (nodes, votes int) {
 		votes += len(voters)
 	}
 	return len(t.byNode), votes
+}
+
+// CastVote is one voter's fresh vote about a node, as read for operators.
+type CastVote struct {
+	// Voter is the node that voted.
+	Voter string
+	// Verdict is the voter's verdict.
+	Verdict atollv1.Verdict
+	// Made is when the voter made it (its clock); Stored is when the
+	// hub stored it (the time its TTL runs from).
+	Made, Stored time.Time
+}
+
+// Votes returns the fresh votes about node at now that counts accepts
+// (nil: all), by voter name; the node's own vote is never among them.
+// They are the votes Judge counts.
+func (t *Tracker) Votes(node string, now time.Time, counts func(*atollv1.Vote) bool) []CastVote {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]CastVote, 0, len(t.byNode[node]))
+	for voter, e := range t.byNode[node] {
+		if voter == node || t.expired(e, now) || (counts != nil && !counts(e.vote)) {
+			continue
+		}
+		out = append(out, CastVote{Voter: voter, Verdict: e.vote.GetVerdict(), Made: e.vote.GetTime().AsTime(), Stored: e.published})
+	}
+	slices.SortFunc(out, func(a, b CastVote) int { return strings.Compare(a.Voter, b.Voter) })
+	return out
 }

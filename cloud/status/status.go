@@ -192,24 +192,40 @@ func (r *Responder) handleTunnels(_ context.Context, _ *atollv1.TunnelSessionsRe
 	return ts, nil
 }
 
-// addTunnels asks every replica (itself included) for its tunnel
-// sessions, waits the gather window for answers and sums them into the
-// node statuses. Any replica may hold sessions to any node, so none
-// alone knows them; a replica that does not answer in time is left out
-// (TunnelReplicas says how many did).
+// addTunnels sums every replica's tunnel sessions (GatherTunnels) into
+// the node statuses.
 func (r *Responder) addTunnels(cs *atollv1.ClusterStatus) {
+	sums, answered, ok := r.GatherTunnels()
+	if !ok {
+		return
+	}
+	cs.TunnelReplicas = answered
+	for _, u := range cs.GetUnits() {
+		for _, n := range u.GetNodes() {
+			n.TunnelSessions = sums[n.GetName()]
+		}
+	}
+}
+
+// GatherTunnels asks every replica (itself included) for its tunnel
+// sessions, waits the gather window for answers and returns the sessions
+// by node and how many replicas answered. Any replica may hold sessions
+// to any node, so none alone knows them; a replica that does not answer
+// in time is left out. ok is false when the request could not be sent
+// (not started, or the connection failed).
+func (r *Responder) GatherTunnels() (sessions map[string]uint32, replicas uint32, ok bool) {
 	r.mu.Lock()
 	nc := r.nc
 	r.mu.Unlock()
 	if nc == nil {
-		return
+		return nil, 0, false
 	}
 	inbox := nc.NewRespInbox()
 	replies := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(inbox, replies)
 	if err != nil {
 		r.log.Warn("tunnel sessions: subscribe", "err", err)
-		return
+		return nil, 0, false
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	req, err := events.NewMsg(events.TunnelsSubject, &atollv1.TunnelSessionsRequest{}, "")
@@ -219,7 +235,7 @@ func (r *Responder) addTunnels(cs *atollv1.ClusterStatus) {
 	}
 	if err != nil {
 		r.log.Warn("tunnel sessions: request", "err", err)
-		return
+		return nil, 0, false
 	}
 	sums := map[string]uint32{}
 	answered := uint32(0) // each replica answers once (several may share a hub server's name)
@@ -237,13 +253,7 @@ func (r *Responder) addTunnels(cs *atollv1.ClusterStatus) {
 				sums[n] += c
 			}
 		case <-timeout.C:
-			cs.TunnelReplicas = answered
-			for _, u := range cs.GetUnits() {
-				for _, n := range u.GetNodes() {
-					n.TunnelSessions = sums[n.GetName()]
-				}
-			}
-			return
+			return sums, answered, true
 		}
 	}
 }

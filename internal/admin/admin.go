@@ -164,7 +164,7 @@ func (s *Server) Descriptors() []*prometheus.Desc { return s.recorder.descriptor
 
 // Handle mounts h on pattern (http.ServeMux syntax) behind the same
 // authentication as the other endpoints: off loopback it needs the
-// bearer token or a client certificate.
+// bearer token or a client certificate. Call it before Start.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // AddLiveness registers a check that fails /healthz: the process is stuck

@@ -58,3 +58,25 @@ func TestBadAddr(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestHandle: a handler mounted with Handle is served on the listener
+// beside the built-in endpoints.
+func TestHandle(t *testing.T) {
+	s, err := New(Config{Addr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Handle("GET /ui/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("page " + r.URL.Path))
+	}))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	if code, body := get(t, "http://"+s.Addr()+"/ui/x"); code != http.StatusOK || body != "page /ui/x" {
+		t.Fatalf("GET /ui/x: %d %q", code, body)
+	}
+	if code, _ := get(t, "http://"+s.Addr()+"/healthz"); code != http.StatusOK {
+		t.Fatalf("GET /healthz: %d", code)
+	}
+}

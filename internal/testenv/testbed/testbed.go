@@ -95,7 +95,8 @@ type Bed struct {
 	Sites   *sitesim.Sim
 	// Identity is atoll-cloud's identity service (enrollment, revocation).
 	Identity *identity.Service
-	// Admin is atoll-cloud's admin server (its metrics registry).
+	// Admin is atoll-cloud's admin server (its metrics registry and its
+	// /ui/ status page).
 	Admin *admin.Server
 	// OperatorCreds is a NATS credentials file of a human operator.
 	OperatorCreds string

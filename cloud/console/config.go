@@ -1,0 +1,50 @@
+package console
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures the status page.
+type Config struct {
+	// Enabled serves the page under /ui/ on the admin listener
+	// (--console).
+	Enabled bool
+	// Interval is how often the model is rebuilt from memory and changes
+	// are sent to the browsers: at most 1/Interval updates per second
+	// (bursts within it coalesce). Minimum 250ms.
+	Interval time.Duration
+	// TunnelsEvery is how often the replicas' tunnel sessions are
+	// gathered (each gather waits for the replicas' answers).
+	TunnelsEvery time.Duration
+	// Heartbeat is the interval of the SSE comment lines that keep idle
+	// connections (and proxies) open.
+	Heartbeat time.Duration
+	// Timeline is how many timeline entries are kept (a ring).
+	Timeline int
+	// UnitLabel is the node label naming the unit (set by the app).
+	UnitLabel string
+}
+
+// DefaultConfig is the production configuration.
+func DefaultConfig() Config {
+	return Config{Enabled: true, Interval: 250 * time.Millisecond, TunnelsEvery: 3 * time.Second,
+		Heartbeat: 15 * time.Second, Timeline: 500}
+}
+
+// Validate names the field that is wrong.
+func (c Config) Validate() error {
+	switch {
+	case c.Interval < 250*time.Millisecond:
+		return fmt.Errorf("console: interval %s below 250ms", c.Interval)
+	case c.TunnelsEvery <= 0:
+		return fmt.Errorf("console: tunnels interval %s must be positive", c.TunnelsEvery)
+	case c.Heartbeat <= 0:
+		return fmt.Errorf("console: heartbeat %s must be positive", c.Heartbeat)
+	case c.Timeline < 1:
+		return fmt.Errorf("console: timeline %d must be at least 1", c.Timeline)
+	case c.UnitLabel == "":
+		return fmt.Errorf("console: unit label is empty")
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package console
+
+import (
+	"log/slog"
+
+	"go.uber.org/fx"
+
+	"github.com/atoll-edge/atoll/cloud/grid"
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/cloud/status"
+	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/fxrun"
+)
+
+// Module serves the status page under /ui/ on the admin listener when
+// Config.Enabled, from the health service, the manager's cache (Nodes
+// and, with the grid controllers, the grids) and the status responder's
+// gather of tunnel sessions. It provides *Console, nil when disabled.
+var Module = fx.Module("console",
+	fx.Provide(newForApp),
+	fx.Invoke(func(*Console) {}),
+)
+
+type params struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Config    Config
+	Health    *health.Service
+	Manager   *manager.Manager
+	Admin     *admin.Server
+	Log       *slog.Logger
+	Grids     *grid.Controllers `optional:"true"` // nil: the grid controllers do not run
+	Status    *status.Responder `optional:"true"` // gathers the replicas' tunnel sessions
+}
+
+func newForApp(p params) (*Console, error) {
+	if !p.Config.Enabled {
+		return nil, nil
+	}
+	var tunnels Tunnels
+	if p.Status != nil {
+		tunnels = p.Status
+	}
+	grids := p.Manager.GetClient()
+	if p.Grids == nil {
+		grids = nil
+	}
+	c, err := New(p.Config, p.Health, p.Manager.NodeLister(), grids, tunnels, p.Log)
+	if err != nil {
+		return nil, err
+	}
+	p.Health.OnProtectiveWrite(c.Wrote)
+	p.Admin.Handle("/ui/", c.Handler())
+	fxrun.Background(p.Lifecycle, p.Log, "console", c.Run)
+	return c, nil
+}
