@@ -84,8 +84,9 @@ type Config struct {
 // Default is the production configuration.
 func Default() Config {
 	return Config{
-		Log:         logging.Default(),
-		Admin:       admin.Config{Addr: "127.0.0.1:8080"},
+		Log: logging.Default(),
+		// A port-forward to the status page (/ui/) arrives from loopback.
+		Admin:       admin.Config{Addr: "127.0.0.1:8080", LoopbackPeers: true},
 		HubLink:     hublink.ClientConfig{Domain: hublink.DefaultDomain},
 		Hub:         hub.Default(),
 		Streams:     events.DefaultStreamOptions(),

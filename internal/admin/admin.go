@@ -47,6 +47,13 @@ type Config struct {
 	// TLS serves HTTPS; with ClientCAFile, client certificates it signs
 	// authenticate requests. Re-read when the files change.
 	TLS TLS
+	// LoopbackPeers lets requests from a loopback address through without
+	// credentials when TokenFile or TLS guard a listener off loopback: in
+	// a pod, that is `kubectl port-forward` (authorized by the apiserver:
+	// pods/portforward) and the pod's own processes. Leave it off where
+	// the listener shares the host's network (atoll-edge), where every
+	// local user is a loopback peer.
+	LoopbackPeers bool
 }
 
 // RegisterFlags binds c's fields to flags of fs.
@@ -56,6 +63,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLS.CertFile, "admin-tls-cert", c.TLS.CertFile, "PEM certificate the admin endpoints serve HTTPS with; re-read when it changes")
 	fs.StringVar(&c.TLS.KeyFile, "admin-tls-key", c.TLS.KeyFile, "PEM key of --admin-tls-cert")
 	fs.StringVar(&c.TLS.ClientCAFile, "admin-client-ca", c.TLS.ClientCAFile, "PEM CA bundle: client certificates it signs authenticate to the admin endpoints (mutual TLS; needs --admin-tls-cert)")
+	fs.BoolVar(&c.LoopbackPeers, "admin-loopback-open", c.LoopbackPeers, "requests from a loopback peer (kubectl port-forward into the pod) need no token or client certificate")
 }
 
 // Validate names what is wrong.

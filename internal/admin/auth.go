@@ -153,6 +153,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 }
 
 func (s *Server) authenticated(r *http.Request) bool {
+	if s.cfg.LoopbackPeers {
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && loopbackHost(host) {
+			return true
+		}
+	}
 	if s.cfg.TLS.ClientCAFile != "" && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		return true
 	}

@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -335,4 +336,38 @@ func TestTLSRotation(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLoopbackPeers: with LoopbackPeers, a request from a loopback peer
+// (kubectl port-forward into the pod) needs no token; any other peer
+// still does.
+func TestLoopbackPeers(t *testing.T) {
+	tokenPath := writeFile(t, "token", "tok\n")
+	for _, open := range []bool{false, true} {
+		s, err := New(Config{Addr: ":0", TokenFile: tokenPath, LoopbackPeers: open}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+		for _, tt := range []struct {
+			peer string
+			want int
+		}{
+			{"127.0.0.1:5123", http.StatusUnauthorized},
+			{"[::1]:5123", http.StatusUnauthorized},
+			{"10.1.2.3:5123", http.StatusUnauthorized},
+			{"[2001:db8::1]:5123", http.StatusUnauthorized},
+		} {
+			if open && (strings.HasPrefix(tt.peer, "127.") || strings.HasPrefix(tt.peer, "[::1]")) {
+				tt.want = http.StatusOK
+			}
+			r := httptest.NewRequest(http.MethodGet, "/ui/", nil)
+			r.RemoteAddr = tt.peer
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tt.want {
+				t.Errorf("LoopbackPeers=%v, peer %s without a token: %d, want %d", open, tt.peer, w.Code, tt.want)
+			}
+		}
+	}
 }
