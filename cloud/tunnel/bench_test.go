@@ -2,15 +2,21 @@ package tunnel_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	cloudtunnel "github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/events/tunnel"
 )
 
@@ -172,5 +178,205 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/session")
 	for _, c := range conns {
 		c.Close()
+	}
+}
+
+// bulkServer is the one-way target: a client sends 'U' and an 8-byte
+// length, then that many bytes, which it discards before answering one
+// byte; or 'D' and a length, and it sends that many bytes and closes.
+func bulkServer(b *testing.B, data []byte) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var hdr [9]byte
+				if _, err := io.ReadFull(c, hdr[:]); err != nil {
+					return
+				}
+				n := int64(binary.BigEndian.Uint64(hdr[1:]))
+				switch hdr[0] {
+				case 'U':
+					if m, err := io.CopyN(io.Discard, c, n); err == nil && m == n {
+						_, _ = c.Write([]byte{1})
+					}
+				case 'D':
+					_, _ = io.Copy(c, &repeatReader{data: data, left: n})
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// repeatReader reads left bytes of data, over and over.
+type repeatReader struct {
+	data []byte
+	off  int
+	left int64
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n := copy(p, r.data[r.off:])
+	r.off = (r.off + n) % len(r.data)
+	r.left -= int64(n)
+	return n, nil
+}
+
+// WriteTo writes in 64 KiB pieces, as an application would.
+func (r *repeatReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for r.left > 0 {
+		n := min(int64(64<<10), r.left, int64(len(r.data)-r.off))
+		m, err := w.Write(r.data[r.off : r.off+int(n)])
+		total += int64(m)
+		r.left -= int64(m)
+		r.off = (r.off + m) % len(r.data)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// bulkVariant is a tunnel configuration BenchmarkBulk measures.
+type bulkVariant struct {
+	name string
+	opts rigOptions
+}
+
+// bulkVariants: the tunnel as configured by default first, then the
+// A/B variants, run when ATOLL_TUNNEL_BENCH_VARIANTS=all (or a
+// comma-separated list of names).
+var bulkVariants = []bulkVariant{
+	{name: "tunnel"},
+	{name: "tunnel-s2off", opts: rigOptions{hubCompression: "off"}},
+	{name: "tunnel-s2fast", opts: rigOptions{hubCompression: "s2_fast"}},
+	{name: "tunnel-tcp", opts: rigOptions{serverTCP: true, agentTCP: true}},
+	{name: "tunnel-leafproxy", opts: rigOptions{directLeaf: false}},
+}
+
+func selectedVariants() []bulkVariant {
+	sel := os.Getenv("ATOLL_TUNNEL_BENCH_VARIANTS")
+	var out []bulkVariant
+	for i, v := range bulkVariants {
+		if i == 0 || sel == "all" || slices.Contains(strings.Split(sel, ","), v.name) {
+			if v.name != "tunnel-leafproxy" {
+				v.opts.directLeaf = true
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// BenchmarkBulk is the metric: one bulk stream in one direction
+// (up: cloud → edge, down: edge → cloud) of ATOLL_TUNNEL_BENCH_MIB
+// (default 256) MiB of random bytes (incompressible, like the TLS of a
+// kubelet session), per operation, directly over loopback TCP, through
+// the plain CONNECT proxy and through the tunnel (and its A/B variants,
+// see bulkVariants), each in its own rig with the leaf link dialling the
+// hub directly. It prints MB/s and the ratios to direct and to the plain
+// proxy measured in the same run.
+func BenchmarkBulk(b *testing.B) {
+	size := int64(256 << 20)
+	if s := os.Getenv("ATOLL_TUNNEL_BENCH_MIB"); s != "" {
+		mib, err := strconv.Atoi(s)
+		if err != nil || mib <= 0 {
+			b.Fatalf("ATOLL_TUNNEL_BENCH_MIB=%q: not a positive number", s)
+		}
+		size = int64(mib) << 20
+	}
+	data := make([]byte, 4<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	target := bulkServer(b, data)
+	proxy := plainProxy(b)
+	_, port, _ := net.SplitHostPort(target)
+	dial := map[string]func() net.Conn{
+		"direct": func() net.Conn {
+			c, err := net.Dial("tcp", target)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c
+		},
+		"connect-proxy": func() net.Conn { return connectVia(b, proxy, target) },
+	}
+	names := []string{"direct", "connect-proxy"}
+	for _, v := range selectedVariants() {
+		o := v.opts
+		o.kubelet, o.res = target, cloudtunnel.Names{}
+		r := setupRig(b, o)
+		addr := r.servers[0].Addrs()[0].String()
+		dial[v.name] = func() net.Conn { return connectVia(b, addr, "n1:"+port) }
+		names = append(names, v.name)
+	}
+	mbps := map[string]float64{}
+	for _, dir := range []string{"up", "down"} {
+		for _, name := range names {
+			b.Run(dir+"/"+name, func(b *testing.B) {
+				b.SetBytes(size)
+				for i := 0; i < b.N; i++ {
+					bulkOnce(b, dial[name](), dir, size, data)
+				}
+				mbps[dir+"/"+name] = float64(size) * float64(b.N) / b.Elapsed().Seconds() / 1e6
+			})
+		}
+	}
+	fmt.Printf("\nBulk: one stream of %d MiB each way, random bytes, GOMAXPROCS=%d\n", size>>20, runtime.GOMAXPROCS(0))
+	fmt.Printf("%-18s %-4s %10s %9s %9s\n", "path", "dir", "MB/s", "/direct", "/proxy")
+	for _, dir := range []string{"up", "down"} {
+		d, p := mbps[dir+"/direct"], mbps[dir+"/connect-proxy"]
+		for _, name := range names {
+			m := mbps[dir+"/"+name]
+			fmt.Printf("%-18s %-4s %10.0f %8.2fx %8.2fx\n", name, dir, m, m/d, m/p)
+		}
+	}
+}
+
+// bulkOnce moves size bytes over c in direction dir and closes c.
+func bulkOnce(b *testing.B, c net.Conn, dir string, size int64, data []byte) {
+	defer c.Close()
+	var hdr [9]byte
+	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
+	switch dir {
+	case "up":
+		hdr[0] = 'U'
+		if _, err := c.Write(hdr[:]); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(c, &repeatReader{data: data, left: size}); err != nil {
+			b.Fatal(err)
+		}
+		var ack [1]byte
+		if _, err := io.ReadFull(c, ack[:]); err != nil {
+			b.Fatalf("up: no acknowledgement of %d bytes: %v", size, err)
+		}
+	case "down":
+		hdr[0] = 'D'
+		if _, err := c.Write(hdr[:]); err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, c)
+		if err != nil || n != size {
+			b.Fatalf("down: received %d of %d bytes: %v", n, size, err)
+		}
 	}
 }
