@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,6 +269,9 @@ var bulkVariants = []bulkVariant{
 	{name: "tunnel-s2fast", opts: rigOptions{hubCompression: "s2_fast"}},
 	{name: "tunnel-tcp", opts: rigOptions{serverTCP: true, agentTCP: true}},
 	{name: "tunnel-leafproxy", opts: rigOptions{directLeaf: false}},
+	{name: "tunnel-win4m", opts: rigOptions{session: func(c *tunnel.Config) { c.Window, c.SendBuffer = 4<<20, 2<<20 }}},
+	{name: "tunnel-frame512k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 512 << 10 }}},
+	{name: "tunnel-win4m-f512k", opts: rigOptions{session: func(c *tunnel.Config) { c.Window, c.SendBuffer, c.MaxFrame = 4<<20, 2<<20, 512<<10 }}},
 }
 
 func selectedVariants() []bulkVariant {
@@ -328,27 +332,41 @@ func BenchmarkBulk(b *testing.B) {
 		dial[v.name] = func() net.Conn { return connectVia(b, addr, "n1:"+port) }
 		names = append(names, v.name)
 	}
-	mbps := map[string]float64{}
+	mbps, cpu := map[string]float64{}, map[string]float64{}
 	for _, dir := range []string{"up", "down"} {
 		for _, name := range names {
 			b.Run(dir+"/"+name, func(b *testing.B) {
 				b.SetBytes(size)
+				c0 := cpuTime()
 				for i := 0; i < b.N; i++ {
 					bulkOnce(b, dial[name](), dir, size, data)
 				}
 				mbps[dir+"/"+name] = float64(size) * float64(b.N) / b.Elapsed().Seconds() / 1e6
+				cpu[dir+"/"+name] = (cpuTime() - c0).Seconds() * 1e6 / float64(size*int64(b.N)>>20)
+				b.ReportMetric(cpu[dir+"/"+name], "cpu-µs/MiB")
 			})
 		}
 	}
 	fmt.Printf("\nBulk: one stream of %d MiB each way, random bytes, GOMAXPROCS=%d\n", size>>20, runtime.GOMAXPROCS(0))
-	fmt.Printf("%-18s %-4s %10s %9s %9s\n", "path", "dir", "MB/s", "/direct", "/proxy")
+	fmt.Printf("%-20s %-4s %8s %8s %8s %11s %8s\n", "path", "dir", "MB/s", "/direct", "/proxy", "cpu-µs/MiB", "/direct")
 	for _, dir := range []string{"up", "down"} {
-		d, p := mbps[dir+"/direct"], mbps[dir+"/connect-proxy"]
+		d, p, dc := mbps[dir+"/direct"], mbps[dir+"/connect-proxy"], cpu[dir+"/direct"]
 		for _, name := range names {
-			m := mbps[dir+"/"+name]
-			fmt.Printf("%-18s %-4s %10.0f %8.2fx %8.2fx\n", name, dir, m, m/d, m/p)
+			m, c := mbps[dir+"/"+name], cpu[dir+"/"+name]
+			fmt.Printf("%-20s %-4s %8.0f %7.2fx %7.2fx %11.0f %7.2fx\n", name, dir, m, m/d, m/p, c, c/dc)
 		}
 	}
+}
+
+// cpuTime is the CPU time (user and system) this process used so far:
+// every hop of every path runs in it, so CPU per byte compares the paths
+// even on a machine other work slows down.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // bulkOnce moves size bytes over c in direction dir and closes c.
