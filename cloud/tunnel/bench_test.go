@@ -271,6 +271,9 @@ var bulkVariants = []bulkVariant{
 	{name: "tunnel-leafproxy", opts: rigOptions{directLeaf: false}},
 	{name: "tunnel-win4m", opts: rigOptions{session: func(c *tunnel.Config) { c.Window, c.SendBuffer = 4<<20, 2<<20 }}},
 	{name: "tunnel-frame512k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 512 << 10 }}},
+	{name: "tunnel-frame60k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 60 << 10 }}},
+	{name: "tunnel-frame30k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 30 << 10 }}},
+	{name: "tunnel-s2off-f60k", opts: rigOptions{hubCompression: "off", session: func(c *tunnel.Config) { c.MaxFrame = 60 << 10 }}},
 	{name: "tunnel-win4m-f512k", opts: rigOptions{session: func(c *tunnel.Config) { c.Window, c.SendBuffer, c.MaxFrame = 4<<20, 2<<20, 512<<10 }}},
 }
 

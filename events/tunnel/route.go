@@ -89,7 +89,7 @@ func (r *route) subscribeLocked(via string) error {
 	}
 	sub, err := r.d.nc.Subscribe(subj, func(m *nats.Msg) {
 		var f atollv1.TunnelFrame
-		if proto.Unmarshal(m.Data, &f) != nil || f.Session != r.id {
+		if decodeFrame(m.Data, &f) != nil || f.Session != r.id {
 			return
 		}
 		r.mu.Lock()
