@@ -185,6 +185,18 @@ func (s *Session) Write(p []byte, now time.Time) int {
 	return n
 }
 
+// WriteOwned queues p itself, which the caller gives up, when all of it
+// fits into the send buffer, and reports whether it did (false: full,
+// closed for writing or failed; p is the caller's again).
+func (s *Session) WriteOwned(p []byte, now time.Time) bool {
+	if s.err != nil || s.wantFin || s.finished || len(p) == 0 || s.queue.len()+len(p) > s.cfg.SendBuffer {
+		return false
+	}
+	s.queue.pushOwned(p)
+	s.lastData = now
+	return true
+}
+
 // CloseWrite queues a half-close after the buffered bytes.
 func (s *Session) CloseWrite() { s.wantFin = true }
 
