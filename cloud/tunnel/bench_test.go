@@ -339,7 +339,9 @@ func BenchmarkBulk(b *testing.B) {
 		dial[v.name] = func() net.Conn { return connectVia(b, addr, "n1:"+port) }
 		names = append(names, v.name)
 	}
-	mbps, cpu := map[string]float64{}, map[string]float64{}
+	// Each sub-benchmark runs -count times within this one call: the
+	// table has the median of the runs (and their range).
+	mbps, cpu := map[string][]float64{}, map[string][]float64{}
 	for _, dir := range []string{"up", "down"} {
 		for _, name := range names {
 			b.Run(dir+"/"+name, func(b *testing.B) {
@@ -348,21 +350,41 @@ func BenchmarkBulk(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					bulkOnce(b, dial[name](), dir, size, data)
 				}
-				mbps[dir+"/"+name] = float64(size) * float64(b.N) / b.Elapsed().Seconds() / 1e6
-				cpu[dir+"/"+name] = (cpuTime() - c0).Seconds() * 1e6 / float64(size*int64(b.N)>>20)
-				b.ReportMetric(cpu[dir+"/"+name], "cpu-µs/MiB")
+				c := (cpuTime() - c0).Seconds() * 1e6 / float64(size*int64(b.N)>>20)
+				b.ReportMetric(c, "cpu-µs/MiB")
+				if b.N > 1 || b.Elapsed() > time.Second { // not the 1-op probe
+					mbps[dir+"/"+name] = append(mbps[dir+"/"+name], float64(size)*float64(b.N)/b.Elapsed().Seconds()/1e6)
+					cpu[dir+"/"+name] = append(cpu[dir+"/"+name], c)
+				}
 			})
 		}
 	}
-	fmt.Printf("\nBulk: one stream of %d MiB each way, random bytes, GOMAXPROCS=%d\n", size>>20, runtime.GOMAXPROCS(0))
-	fmt.Printf("%-20s %-4s %8s %8s %8s %11s %8s\n", "path", "dir", "MB/s", "/direct", "/proxy", "cpu-µs/MiB", "/direct")
+	fmt.Printf("\nBulk: one stream of %d MiB each way, random bytes, GOMAXPROCS=%d; median of %d runs (min–max)\n",
+		size>>20, runtime.GOMAXPROCS(0), len(mbps["up/direct"]))
+	fmt.Printf("%-18s %-4s %-16s %7s %7s %-17s %7s\n", "path", "dir", "MB/s", "/direct", "/proxy", "cpu-µs/MiB", "/direct")
 	for _, dir := range []string{"up", "down"} {
-		d, p, dc := mbps[dir+"/direct"], mbps[dir+"/connect-proxy"], cpu[dir+"/direct"]
+		d, p, dc := median(mbps[dir+"/direct"]), median(mbps[dir+"/connect-proxy"]), median(cpu[dir+"/direct"])
 		for _, name := range names {
 			m, c := mbps[dir+"/"+name], cpu[dir+"/"+name]
-			fmt.Printf("%-20s %-4s %8.0f %7.2fx %7.2fx %11.0f %7.2fx\n", name, dir, m, m/d, m/p, c, c/dc)
+			fmt.Printf("%-18s %-4s %-16s %6.2fx %6.2fx %-17s %6.2fx\n", name, dir, spread(m), median(m)/d, median(m)/p, spread(c), median(c)/dc)
 		}
 	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
+}
+
+// spread is "median (min–max)".
+func spread(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f (%.0f–%.0f)", median(v), slices.Min(v), slices.Max(v))
 }
 
 // cpuTime is the CPU time (user and system) this process used so far:
