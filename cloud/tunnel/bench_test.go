@@ -278,7 +278,8 @@ var bulkVariants = []bulkVariant{
 	{name: "tunnel-leafproxy", opts: rigOptions{directLeaf: false}},
 	{name: "tunnel-win4m", opts: rigOptions{session: func(c *tunnel.Config) { c.Window, c.SendBuffer = 4<<20, 2<<20 }}},
 	{name: "tunnel-frame512k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 512 << 10 }}},
-	{name: "tunnel-frame60k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 60 << 10 }}},
+	{name: "tunnel-frame128k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 128 << 10 }}},
+	{name: "tunnel-frame30k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 30 << 10 }}},
 }
 
 func selectedVariants() []bulkVariant {
