@@ -23,6 +23,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
+	eventtunnel "github.com/atoll-edge/atoll/events/tunnel"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
@@ -95,19 +96,63 @@ func setup(t testing.TB) *rig { return setupWith(t, echoServer(t), tunnel.Names{
 // setupWith is setup with another kubelet and resolver; first, when set,
 // changes the first replica's configuration (CONNECT on 127.0.0.1:0).
 func setupWith(t testing.TB, kubelet string, res tunnel.Resolver, first func(*tunnel.Config)) *rig {
+	return setupRig(t, rigOptions{kubelet: kubelet, res: res, first: first})
+}
+
+// rigOptions tune setupRig.
+type rigOptions struct {
+	kubelet string
+	res     tunnel.Resolver
+	first   func(*tunnel.Config)
+	// directLeaf dials the hub's leaf port without the cuttable proxy
+	// (r.proxy is then nil): the benchmarks.
+	directLeaf bool
+	// hubCompression is the leaf link's compression (empty: default).
+	hubCompression string
+	// tcp connects the replicas to the hub and the agent to its edge
+	// server over loopback TCP instead of in process.
+	serverTCP, agentTCP bool
+	// allow are further targets the agent allows.
+	allow []string
+	// session changes both ends' session configuration.
+	session func(*eventtunnel.Config)
+}
+
+// overTCP makes an in-process Connect dial url over TCP instead.
+func overTCP(url string) nats.Option {
+	return func(o *nats.Options) error {
+		o.InProcessServer = nil
+		o.Url, o.Servers = url, nil
+		return nil
+	}
+}
+
+func setupRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
 	h := natstest.Hub(t)
-	r := &rig{kubelet: kubelet, proxy: natstest.NewProxy(t, h.LeafURL().Host), agentReg: prometheus.NewRegistry()}
+	r := &rig{kubelet: o.kubelet, agentReg: prometheus.NewRegistry()}
 	_, r.kubeletPort, _ = net.SplitHostPort(r.kubelet)
-	n := natstest.Edge(t, h, "n1", natstest.EdgeOptions{HubURL: "nats-leaf://" + r.proxy.Addr()})
+	eo := natstest.EdgeOptions{HubCompression: o.hubCompression}
+	if !o.directLeaf {
+		r.proxy = natstest.NewProxy(t, h.LeafURL().Host)
+		eo.HubURL = "nats-leaf://" + r.proxy.Addr()
+	}
+	n := natstest.Edge(t, h, "n1", eo)
+	var agentOpts []nats.Option
+	if o.agentTCP {
+		agentOpts = append(agentOpts, overTCP(n.Server().ClientURL()))
+	}
 	var err error
-	if r.agentNC, err = n.Connect("agent"); err != nil {
+	if r.agentNC, err = n.Connect("agent", agentOpts...); err != nil {
 		t.Fatal(err)
 	}
 	acfg := edgetunnel.DefaultConfig()
 	acfg.Kubelet = r.kubelet
 	r.hello = helloServer(t)
-	acfg.Allow = []string{r.hello}
+	acfg.Allow = append([]string{r.hello}, o.allow...)
+	if o.session != nil {
+		o.session(&acfg.Session)
+	}
 	a, err := edgetunnel.New(acfg, "n1", edgetunnel.NewMetrics(r.agentReg), natstest.Logger(t, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -126,19 +171,26 @@ func setupWith(t testing.TB, kubelet string, res tunnel.Resolver, first func(*tu
 		r.agentNC.Close()
 	})
 	for i := 0; i < 2; i++ {
-		nc, err := h.Connect(fmt.Sprintf("tunnel-%d", i))
+		var serverOpts []nats.Option
+		if o.serverTCP {
+			serverOpts = append(serverOpts, overTCP(h.ClientURL()))
+		}
+		nc, err := h.Connect(fmt.Sprintf("tunnel-%d", i), serverOpts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := tunnel.DefaultConfig()
 		cfg.ConnectAddr = "127.0.0.1:0"
-		if i == 0 && first != nil {
-			first(&cfg)
+		if i == 0 && o.first != nil {
+			o.first(&cfg)
 		}
 		cfg.Forwards = []tunnel.Forward{{Listen: "127.0.0.1:0", Node: "n1", Target: "localhost:" + r.kubeletPort}}
 		cfg.Session.KeepAlive, cfg.Session.LinkTimeout = 500*time.Millisecond, 8*time.Second
+		if o.session != nil {
+			o.session(&cfg.Session)
+		}
 		reg := prometheus.NewRegistry()
-		s, err := tunnel.New(cfg, res, tunnel.NewMetrics(reg), natstest.Logger(t, 0))
+		s, err := tunnel.New(cfg, o.res, tunnel.NewMetrics(reg), natstest.Logger(t, 0))
 		if err != nil {
 			t.Fatal(err)
 		}

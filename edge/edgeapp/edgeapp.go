@@ -90,6 +90,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.List)(&c.NATS.HubURLs), "hub-url", "hub leafnode URL, nats-leaf://host:7422 (repeatable)")
 	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")
 	fs.StringVar(&c.NATS.HubCAFile, "hub-ca-file", c.NATS.HubCAFile, "PEM CAs the hub's leaf certificate must chain to: the leaf link runs over TLS and an unverified hub is refused (empty: plain unless the hub asks for TLS)")
+	fs.StringVar(&c.NATS.HubCompression, "hub-compression", c.NATS.HubCompression, "leaf link compression: off, s2_auto (by round trip time: none below 10 ms, stronger above), s2_uncompressed, s2_fast, s2_better or s2_best")
 	fs.StringVar(&c.NATS.CredsFile, "creds-file", c.NATS.CredsFile, "the node's NATS credentials (its identity on the hub; written on enrollment and renewal)")
 	fs.StringVar(&c.NATS.BootstrapFile, "bootstrap-token-file", c.NATS.BootstrapFile, "one-time bootstrap token (atoll node enroll), used while --creds-file does not exist")
 	fs.DurationVar(&c.Enroll.Check, "creds-check", c.Enroll.Check, "how often the credentials' expiry is checked (they are renewed after 2/3 of their lifetime)")

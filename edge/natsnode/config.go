@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
@@ -44,6 +45,13 @@ type Config struct {
 	// hub that cannot show such a certificate is refused. Empty: plain
 	// NATS unless the hub asks for TLS (then the system's roots verify).
 	HubCAFile string
+	// HubCompression is the leaf link's compression, as nats-server
+	// names it: off, s2_auto (nats-server's default and ours: by the
+	// link's round trip time, none below 10 ms, then s2_fast, s2_better
+	// and s2_best above 50 and 100 ms), s2_uncompressed, s2_fast,
+	// s2_better or s2_best. The edge, which dials, decides: off here
+	// turns it off whatever the hub accepts. Empty: s2_auto.
+	HubCompression string
 	// Seed is the node's nkey seed ("SU..."), its identity on the hub,
 	// and UserJWT the user JWT atoll-cloud issued for its public key
 	// (cloud/identity). CredsFile, a NATS credentials file holding both,
@@ -59,15 +67,20 @@ type Config struct {
 	SeedFile      string
 }
 
+// HubCompressions are the values of Config.HubCompression ("": the
+// default, s2_auto).
+var HubCompressions = []string{"", "off", "s2_auto", "s2_uncompressed", "s2_fast", "s2_better", "s2_best"}
+
 // Default is the configuration of an edge node's server.
 func Default() Config {
 	return Config{
-		ClientHost: "127.0.0.1",
-		ClientPort: 4222,
-		RouteHost:  "0.0.0.0",
-		RoutePort:  6222,
-		HubDomain:  "hub",
-		CredsFile:  "/var/lib/atoll/node.creds",
+		ClientHost:     "127.0.0.1",
+		ClientPort:     4222,
+		RouteHost:      "0.0.0.0",
+		RoutePort:      6222,
+		HubDomain:      "hub",
+		HubCompression: "s2_auto",
+		CredsFile:      "/var/lib/atoll/node.creds",
 	}
 }
 
@@ -100,6 +113,9 @@ func (c Config) Validate() error {
 		if _, err := parseLeafURL(u); err != nil {
 			return err
 		}
+	}
+	if !slices.Contains(HubCompressions, c.HubCompression) {
+		return fmt.Errorf("natsnode: hub compression %q is not one of %s", c.HubCompression, strings.Join(HubCompressions[1:], ", "))
 	}
 	if c.HubDomain == "" {
 		return errors.New("natsnode: hub domain is empty")

@@ -222,6 +222,9 @@ func (n *Node) remote(hubs []*url.URL) *server.RemoteLeafOpts {
 	// The URLs are already in this node's order (HubOrder): nats-server
 	// must not shuffle them again.
 	r := &server.RemoteLeafOpts{URLs: hubs, NoRandomize: true, Disabled: !n.leafEnabled}
+	if n.cfg.HubCompression != "" {
+		r.Compression.Mode = n.cfg.HubCompression
+	}
 	if n.hubTLS != nil {
 		r.TLS, r.TLSConfig, r.TLSTimeout = true, n.hubTLS.Clone(), 5
 	}

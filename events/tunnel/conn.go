@@ -279,28 +279,33 @@ func (c *Conn) stopDeadlineTimers() {
 
 // ReadFrom implements io.ReaderFrom, so io.Copy into a Conn (Pipe) reads
 // in frame-sized pieces while data streams, and holds little while the
-// session idles: it waits with a small buffer of its own, borrows a
-// MaxFrame buffer from a pool once a read fills the small one (a bulk
-// stream, whose bytes then leave in full frames), and gives it back when
-// a read returns less than half of it (the burst is over). Write copies
-// what it is given, so a buffer is free again as soon as Write returns.
+// session idles: it waits with a small buffer of its own and, once a read
+// fills it (a bulk stream, whose bytes then leave in full frames), reads
+// into a new MaxFrame buffer each time and hands it to the session as it
+// is (no copy into the send queue), until a read returns less than half
+// of one (the burst is over: that read is copied, and
+// the session idles with the small buffer only).
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	small := make([]byte, idleReadBuffer)
-	buf, borrowed := small, (*[]byte)(nil)
-	defer func() {
-		if borrowed != nil {
-			frameBufs.Put(borrowed)
-		}
-	}()
+	buf, bulk := small, false
 	var total int64
 	for {
+		if buf == nil {
+			buf = make([]byte, c.s.cfg.MaxFrame)
+		}
 		n, err := r.Read(buf)
 		if n > 0 {
-			w, werr := c.Write(buf[:n])
-			total += int64(w)
+			var werr error
+			if bulk && n >= len(buf)/2 {
+				werr = c.writeOwned(buf[:n:n])
+				buf = nil
+			} else {
+				_, werr = c.Write(buf[:n])
+			}
 			if werr != nil {
 				return total, werr
 			}
+			total += int64(n)
 		}
 		if err == io.EOF {
 			return total, nil
@@ -309,31 +314,47 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			return total, err
 		}
 		switch {
-		case borrowed == nil && n == len(buf) && c.s.cfg.MaxFrame > len(small):
-			borrowed = frameBuf(c.s.cfg.MaxFrame)
-			buf = *borrowed
-		case borrowed != nil && n < len(buf)/2:
-			frameBufs.Put(borrowed)
-			borrowed, buf = nil, small
+		case !bulk && n == len(buf) && c.s.cfg.MaxFrame > len(small):
+			bulk, buf = true, nil
+		case bulk && n < len(buf)/2:
+			bulk, buf = false, small
 		}
+	}
+}
+
+// writeOwned is Write of p, which the caller gives up: the session queues
+// p itself once the send buffer has room for all of it.
+func (c *Conn) writeOwned(p []byte) error {
+	if len(p) > c.s.cfg.SendBuffer {
+		_, err := c.Write(p)
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.closed {
+			return net.ErrClosed
+		}
+		if err := c.s.Err(); err != nil {
+			return err
+		}
+		if c.s.wantFin || c.s.finished {
+			return ErrClosed
+		}
+		if !c.writeDL.IsZero() && !time.Now().Before(c.writeDL) {
+			return os.ErrDeadlineExceeded
+		}
+		now := time.Now()
+		if c.s.WriteOwned(p, now) {
+			c.flushLocked(now)
+			return nil
+		}
+		c.cond.Wait()
 	}
 }
 
 // idleReadBuffer is what ReadFrom holds per session while it waits.
 const idleReadBuffer = 4 << 10
-
-// frameBufs holds ReadFrom's MaxFrame buffers between bursts.
-var frameBufs sync.Pool
-
-// frameBuf borrows a buffer of n bytes from frameBufs.
-func frameBuf(n int) *[]byte {
-	if b, ok := frameBufs.Get().(*[]byte); ok && cap(*b) >= n {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]byte, n)
-	return &b
-}
 
 // WriteTo implements io.WriterTo, so io.Copy out of a Conn (Pipe) writes
 // the received frames' payloads to w as they are, without copying them

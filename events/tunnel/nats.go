@@ -227,7 +227,7 @@ func (l *Listener) handle(m *nats.Msg) {
 		return
 	}
 	var f atollv1.TunnelFrame
-	if proto.Unmarshal(m.Data, &f) != nil || f.Session != id {
+	if decodeFrame(m.Data, &f) != nil || f.Session != id {
 		return
 	}
 	if relayed && l.OnRelayedFrame != nil {

@@ -89,7 +89,7 @@ func (r *route) subscribeLocked(via string) error {
 	}
 	sub, err := r.d.nc.Subscribe(subj, func(m *nats.Msg) {
 		var f atollv1.TunnelFrame
-		if proto.Unmarshal(m.Data, &f) != nil || f.Session != r.id {
+		if decodeFrame(m.Data, &f) != nil || f.Session != r.id {
 			return
 		}
 		r.mu.Lock()
@@ -157,11 +157,14 @@ func (r *route) send(f *atollv1.TunnelFrame) {
 		r.lastSeq = f // frames are never modified once sent
 	}
 	r.mu.Unlock()
-	data, err := proto.Marshal(f)
-	if err != nil {
-		return
+	bp := marshalBufs.Get().(*[]byte)
+	data, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], f)
+	if err == nil {
+		err = r.d.nc.Publish(subj, data)
 	}
-	if r.d.nc.Publish(subj, data) == nil && via != "" && r.d.Relay.OnFrame != nil {
+	*bp = data
+	marshalBufs.Put(bp)
+	if err == nil && via != "" && r.d.Relay.OnFrame != nil {
 		r.d.Relay.OnFrame(events.ToEdge)
 	}
 }

@@ -85,6 +85,9 @@ type EdgeOptions struct {
 	HubURL string
 	// HubCAFile makes the leaf link TLS, verified against these CAs.
 	HubCAFile string
+	// HubCompression is the leaf link's compression (natsnode.Config;
+	// empty: the default).
+	HubCompression string
 	// Unit is the unit the node's credentials are scoped to (Unit sets
 	// it; empty: none).
 	Unit string
@@ -119,6 +122,9 @@ func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node
 	cfg.Seed, cfg.UserJWT = string(seed), userJWT
 	cfg.HubURLs = h.LeafURLs()
 	cfg.HubCAFile = o.HubCAFile
+	if o.HubCompression != "" {
+		cfg.HubCompression = o.HubCompression
+	}
 	if o.HubURL != "" {
 		cfg.HubURLs = []string{o.HubURL}
 	}
