@@ -99,9 +99,9 @@ type Store struct {
 	mu         sync.RWMutex
 	unit       string
 	rev        uint64
-	compacted  uint64 // resuming from below this is answered 410 Gone
-	cur        [2]cursor // by Space
-	layers     [2]layer  // by Space
+	compacted  uint64                                  // resuming from below this is answered 410 Gone
+	cur        [2]cursor                               // by Space
+	layers     [2]layer                                // by Space
 	raw        map[string]map[string]objectview.Object // the union of the layers
 	served     map[string]map[string]*entry
 	bySvc      map[string]map[string]struct{} // namespace/service → keys of its raw slices
