@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -137,7 +138,9 @@ func (r *restartableHub) publishTo(t *testing.T, unit string, objs ...objectview
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := events.PublishDurable(ctx, js, subj, v, subj+"@"+v.GetFingerprint()); err != nil {
+		// A fresh id: the same content published again after a purge is
+		// stored again (the cloud's LastValue does the same).
+		if _, err := events.PublishDurable(ctx, js, subj, v, subj+"@"+v.GetFingerprint()+"@"+strconv.FormatInt(time.Now().UnixNano(), 36)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -244,18 +244,60 @@ func (p *Proxy) endMigration(ctx context.Context, str jetstream.Stream, unit str
 		return
 	}
 	filter = strings.TrimSuffix(filter, ">") + objectview.KindNodes + ".>"
-	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	info, err := str.Info(ictx, jetstream.WithSubjectFilter(filter))
+	held, err := p.subjectsHeld(ctx, filter)
 	if err != nil {
 		p.log.Warn("cannot list the unit's Nodes to end the move to the shared views; retrying later", "unit", unit, "err", err)
 		return
 	}
 	gone := p.store.EndMigration(func(node string) bool {
 		subj, err := objectview.Subject(unit, objectview.KindNodes, "", node)
-		return err == nil && info.State.Subjects[subj] > 0
+		return err == nil && held[subj]
 	})
 	p.log.Info("moved the kept views to the shared view space", "unit", unit, "nodes_dropped", gone)
+}
+
+// subjectsHeld lists the subjects of the VIEWS stream matching filter,
+// with a consumer on the last message of each, headers only (the edge may
+// create consumers on its own views; it is not given the stream's
+// subject list).
+func (p *Proxy) subjectsHeld(ctx context.Context, filter string) (map[string]bool, error) {
+	js := p.link.JetStream()
+	if js == nil {
+		return nil, errors.New("proxy: no hub link yet")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, events.StreamViews, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, HeadersOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+	}
+	held := map[string]bool{}
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			held[m.Subject()] = true
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+		}
+		if err := batch.Error(); err != nil && n == 0 {
+			return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("proxy: list %s: nothing delivered with %d pending", filter, pending)
+		}
+	}
+	return held, nil
 }
 
 // consume reads space sp of unit's views from its cursor on, until ctx
