@@ -222,11 +222,11 @@ func filterOf(unit string, sp Space) (string, error) {
 
 // endReload ends a reload of space sp from the stream created at
 // created, and then a migration that waited for the shared space.
-func (p *Proxy) endReload(ctx context.Context, str jetstream.Stream, unit string, sp Space, created int64) {
+func (p *Proxy) endReload(ctx context.Context, unit string, sp Space, created int64) {
 	gone := p.store.EndReload(sp, created)
 	p.log.Info("read the views again from the stream's start", "unit", unit, "space", sp, "seq", p.store.SeqOf(sp), "deleted", gone)
 	if sp == SharedSpace {
-		p.endMigration(ctx, str, unit)
+		p.endMigration(ctx, unit)
 	}
 }
 
@@ -235,7 +235,7 @@ func (p *Proxy) endReload(ctx context.Context, str jetstream.Stream, unit string
 // stream no longer holds there (other units' Nodes of the old layout,
 // which the cloud purged) are dropped. On an error it is left for the
 // next start of the consumers.
-func (p *Proxy) endMigration(ctx context.Context, str jetstream.Stream, unit string) {
+func (p *Proxy) endMigration(ctx context.Context, unit string) {
 	if !p.store.Migrating() || p.store.Reloading(SharedSpace) {
 		return
 	}
@@ -338,18 +338,18 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 			p.log.Warn("no shared views on the hub yet; keeping the views kept before them", "unit", unit)
 			waiting = true
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			p.endReload(ctx, str, unit, sp, created)
+			p.endReload(ctx, unit, sp, created)
 		case err != nil:
 			return fmt.Errorf("proxy: views stream: last view of %s: %w", filter, err)
 		case last.Sequence <= p.store.SeqOf(sp):
-			p.endReload(ctx, str, unit, sp, created) // applied before the consumer restarted
+			p.endReload(ctx, unit, sp, created) // applied before the consumer restarted
 		default:
 			reloadUntil = last.Sequence
 		}
 	} else {
 		p.store.SetStreamCreated(sp, created)
 		if sp == SharedSpace {
-			p.endMigration(ctx, str, unit) // left by an earlier run
+			p.endMigration(ctx, unit) // left by an earlier run
 		}
 	}
 	seq = p.store.SeqOf(sp)
@@ -369,7 +369,7 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 		}
 		if reloadUntil > 0 && md.Sequence.Stream >= reloadUntil {
 			reloadUntil = 0
-			defer p.endReload(ctx, str, unit, sp, created)
+			defer p.endReload(ctx, unit, sp, created)
 		}
 		key, err := events.ParseViewSubject(msg.Subject())
 		if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
