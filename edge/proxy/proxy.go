@@ -1,16 +1,17 @@
 // Package proxy is the edge endpoints proxy: kube-proxy (and any client-go
 // informer, kubectl) uses it as its apiserver through a kubeconfig, and it
-// answers from the views the cloud publishes for the node's unit
-// (cloud/topology/objects), filtered by the Services' topology keys against
+// answers from the views the cloud publishes for the node's unit and for
+// every unit (cloud/topology/objects), filtered by the Services' topology keys against
 // the host's own labels. It holds no Kubernetes credentials and writes
 // nothing to Kubernetes.
 //
 // The store (store.go) numbers every change with the proxy's own
 // revision; the server (server.go) serves list, get and watch with
-// bookmarks, resumes and 410 Gone; the follower reads the unit's views
-// from the hub's VIEWS stream from the last sequence applied; the state is
-// kept on disk (state.go) so that a restart with the hub down serves at
-// once and resumes the stream where it left off.
+// bookmarks, resumes and 410 Gone; the follower reads the unit's view
+// space and the shared one from the hub's VIEWS stream, each from the last
+// sequence applied of it; the state is kept on disk (state.go) so that a
+// restart with the hub down serves at once and resumes the stream where it
+// left off.
 package proxy
 
 import (
