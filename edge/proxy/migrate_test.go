@@ -52,6 +52,99 @@ func (r *restartableHub) purgeUnit(t *testing.T, unit string, kinds ...string) {
 	}
 }
 
+// writeOldState writes to dir the state, of the layout before the shared
+// space, of a proxy of a1 in u1 that read objs at sequences 1….
+func writeOldState(t *testing.T, dir string, objs []objectview.Object) {
+	t.Helper()
+	s := NewStore("a1", 100, nil)
+	feed(t, s, objs...)
+	st := snapshotOf(t, s)
+	st.Raw, st.SharedRaw = append(st.Raw, st.SharedRaw...), nil
+	st.Unit, st.Layout, st.Seq, st.SharedSeq = "u1", 0, uint64(len(objs)), 0
+	st.Generation = 1
+	b, err := proto.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, StateFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// proxyOn runs a proxy of a1 in u1 with its state in dir, through an
+// edge server of rh.
+func proxyOn(t *testing.T, rh *restartableHub, dir string) *Proxy {
+	t.Helper()
+	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
+	nc, err := edge.Connect("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p, _ := runProxy(t, nil, addr, dir, hublink.Of(nc, js), nil)
+	return p
+}
+
+// TestMigrateWaitsForSharedViews: an old state whose hub holds no shared
+// views yet (the cloud not upgraded) keeps serving what it kept, and its
+// unit space's cursor follows; once the cloud moves the stream to the
+// shared space, the migration ends.
+func TestMigrateWaitsForSharedViews(t *testing.T) {
+	was := streamCheckPeriod
+	streamCheckPeriod = 300 * time.Millisecond
+	t.Cleanup(func() { streamCheckPeriod = was })
+	rh := newRestartableHub(t)
+	a1 := testNode("a1", map[string]string{zone: "A"})
+	web, slice, gone := testService("web", zone, false), testSlice("web-1", "web", "a1"), testService("gone", "", false)
+	old := []objectview.Object{a1, web, slice, gone}
+	rh.publishTo(t, "u1", old...)
+	dir := t.TempDir()
+	writeOldState(t, dir, old)
+	ps := proxyOn(t, rh, dir).Store()
+	// The old cloud changes a1: the unit's cursor follows.
+	a1New := testNode("a1", map[string]string{zone: "A", "new": "1"})
+	rh.publishTo(t, "u1", a1New)
+	poll.Eventually(t, 30*time.Second, func() error {
+		if n, ok := ps.Get(objectview.KindNodes, "", "a1"); !ok || n.GetLabels()["new"] != "1" {
+			return fmt.Errorf("a1's change not served: %v", n)
+		}
+		return nil
+	})
+	for _, o := range old {
+		if _, ok := ps.Get(kindOf(o), o.GetNamespace(), o.GetName()); !ok {
+			t.Fatalf("%s %s no longer served while the hub has no shared views", kindOf(o), o.GetName())
+		}
+	}
+	if !ps.Migrating() {
+		t.Fatal("the migration ended without shared views")
+	}
+	// The cloud moves to the shared space.
+	rh.purgeUnit(t, "u1", objectview.KindServices, objectview.KindEndpointSlices, objectview.KindEndpoints, objectview.KindNodes)
+	rh.publish(t, "u1", a1New, web, slice)
+	poll.Eventually(t, 60*time.Second, func() error {
+		if ps.Migrating() {
+			return fmt.Errorf("migration not ended")
+		}
+		if _, ok := ps.Get(objectview.KindServices, "default", "gone"); ok {
+			return fmt.Errorf("gone still served")
+		}
+		return nil
+	})
+	if _, ok := ps.Get(objectview.KindEndpointSlices, "default", "web-1"); !ok {
+		t.Fatal("web-1 not served after the migration")
+	}
+}
+
 // TestMigrateOldState: a proxy state of the layout before the shared
 // space (one sequence over atoll.view.<unit>.>, every view in it, other
 // units' Nodes stripped) loads and serves as it was, with the hub down;
@@ -72,21 +165,7 @@ func TestMigrateOldState(t *testing.T) {
 	// The old layout on the hub, and a state that read all of it.
 	rh.publishTo(t, "u1", old...)
 	dir := t.TempDir()
-	{
-		s := NewStore("a1", 100, nil)
-		feed(t, s, old...)
-		st := snapshotOf(t, s)
-		st.Raw, st.SharedRaw = append(st.Raw, st.SharedRaw...), nil
-		st.Unit, st.Layout, st.Seq, st.SharedSeq = "u1", 0, uint64(len(old)), 0
-		st.Generation = 1
-		b, err := proto.Marshal(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, StateFile), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeOldState(t, dir, old)
 
 	// Loaded with the hub unreachable: served as it was.
 	s, _ := loaded(t, dir)
@@ -115,24 +194,7 @@ func TestMigrateOldState(t *testing.T) {
 	rh.publish(t, "u9", b1New)
 	rh.publish(t, "u1", web, slice)
 
-	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
-	nc, err := edge.Connect("proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	p, _ := runProxy(t, nil, addr, dir, hublink.Of(nc, js), nil)
-	ps := p.Store()
+	ps := proxyOn(t, rh, dir).Store()
 	var chans []<-chan Event
 	for _, kind := range objectview.Kinds {
 		_, _, ch, stop, err := ps.Watch(kind, match{}, s.Rev(), false)

@@ -428,5 +428,6 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 }
 
 // streamCheckPeriod is how often the follower checks that the VIEWS
-// stream is the one it reads.
-const streamCheckPeriod = 30 * time.Second
+// stream is the one it reads (and a migration waiting for the shared
+// views looks again). A variable for the tests.
+var streamCheckPeriod = 30 * time.Second
