@@ -1,8 +1,8 @@
 // Package proxy is the edge endpoints proxy: kube-proxy (and any client-go
 // informer, kubectl) uses it as its apiserver through a kubeconfig, and it
 // answers from the views the cloud publishes for the node's unit and for
-// every unit (cloud/topology/objects), filtered by the Services' topology keys against
-// the host's own labels. It holds no Kubernetes credentials and writes
+// every unit (cloud/topology/objects), filtered by the Services' topology
+// keys against the host's own labels. It holds no Kubernetes credentials and writes
 // nothing to Kubernetes.
 //
 // The store (store.go) numbers every change with the proxy's own
