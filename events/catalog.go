@@ -151,13 +151,15 @@ var (
 		Producer: "cloud host records", Consumer: "the unit's hosts writers",
 		Example: []string{"site-a"},
 	}
+	// ObjectViewFamily: the object views of cloud/topology/objects. The
+	// unit token SharedViewUnit holds what every unit reads, once.
 	ObjectViewFamily = &Family{
 		Name: "object view", Pattern: Root + ".view.<unit>.<kind>.<namespace>.<name>",
 		Transport: TransportStream, Stream: StreamViews,
 		Message:  &atollv1.ObjectView{},
 		Identity: map[string]string{"kind": "kind", "name": "name"},
 		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`, published expecting that last subject sequence",
-		Producer: "cloud object views", Consumer: "the unit's endpoint proxies",
+		Producer: "cloud object views (unit `_all`: Services, slices, Endpoints and every Node stripped to its labels, stored once; a unit: its own Nodes in full)", Consumer: "the endpoint proxies of the unit (`_all`: of every unit)",
 		Example: []string{"site-a", "endpointslices", "default", "web-abc"},
 	}
 	TunnelFamily = &Family{

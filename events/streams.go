@@ -83,7 +83,7 @@ type StreamDef struct {
 var streamDefs = []StreamDef{
 	{Name: StreamHealth, Description: "Edge voters' ballots (and single votes)", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
 	{Name: StreamTopology, Description: "Edge agents' reports of themselves and the units' lifecycle events", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
-	{Name: StreamViews, Description: "The cloud's per-unit views for edge agents", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true},
+	{Name: StreamViews, Description: "The cloud's views for edge agents: per unit, and shared by all units (_all)", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true},
 }
 
 // StreamDefs returns the hub streams as the catalog declares them.

@@ -23,6 +23,14 @@ const (
 	// a unit. It is not a valid Kubernetes label value, so no unit has it.
 	NoUnit = "_"
 
+	// SharedViewUnit is the unit token of the views every unit reads
+	// (cloud/topology/objects): Services, EndpointSlices, Endpoints and
+	// every Node stripped to name, uid and labels, stored once rather
+	// than once per unit. A unit name comes from a Kubernetes label
+	// value, which cannot start with '_', so no unit has it; ValidUnit
+	// refuses it all the same.
+	SharedViewUnit = "_all"
+
 	// HubCluster is the NATS cluster name of the hub's servers. No unit
 	// may take it: a unit's servers form a cluster named after the unit,
 	// and a leaf's cluster name must differ from its hub's.
@@ -110,12 +118,14 @@ func ValidName(s string) error {
 }
 
 // ValidUnit reports why unit cannot name a unit: it is no valid name, or
-// it is reserved (NoUnit, HubCluster).
+// it is reserved (NoUnit, SharedViewUnit, HubCluster). SharedViewUnit is
+// refused explicitly: a unit of that name would read, and be sent, the
+// views shared by every unit as its own.
 func ValidUnit(unit string) error {
 	if err := ValidName(unit); err != nil {
 		return err
 	}
-	if unit == NoUnit || unit == HubCluster {
+	if unit == NoUnit || unit == SharedViewUnit || unit == HubCluster {
 		return fmt.Errorf("%w: unit name %q is reserved", ErrInvalidToken, unit)
 	}
 	return nil
@@ -236,6 +246,12 @@ func UnitViewSubjects(unit string) (string, error) {
 		return "", fmt.Errorf("view subjects: unit: %w", err)
 	}
 	return strings.TrimSuffix(ViewSubjects, ">") + Token(unit) + ".>", nil
+}
+
+// SharedViewSubjects matches every view shared by all units
+// (atoll.view._all.>).
+func SharedViewSubjects() string {
+	return strings.TrimSuffix(ViewSubjects, ">") + Token(SharedViewUnit) + ".>"
 }
 
 // ViewKey identifies one view.

@@ -68,8 +68,9 @@ type Config struct {
 	// Tunnel is the tunnel server (CONNECT listener and port forwards).
 	Tunnel tunnel.Config
 
-	// ObjectViews publishes per-unit views of Services, EndpointSlices,
-	// Endpoints and Nodes for the edge proxies (kubernetes source only).
+	// ObjectViews publishes views of Services, EndpointSlices, Endpoints
+	// and Nodes for the edge proxies, once for all units and each unit's
+	// own Nodes in full (kubernetes source only).
 	ObjectViews objects.Config
 
 	// HostRecords publishes the StatefulSetGrid DNS records of each unit
@@ -147,7 +148,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
 	fs.BoolVar(&c.HostRecords.Enabled, "host-records", c.HostRecords.Enabled, "publish per-unit StatefulSetGrid DNS records for the edge hosts writers (when the grid API is served)")
 	fs.StringVar(&c.HostRecords.ClusterDomain, "cluster-domain", c.HostRecords.ClusterDomain, "cluster domain of the StatefulSetGrid DNS names (<ssg>-<i>.<svc>.<ns>.svc.<domain>; empty: names end in .svc and the edge completes them)")
-	fs.BoolVar(&c.ObjectViews.Enabled, "object-views", c.ObjectViews.Enabled, "publish per-unit views of Services, EndpointSlices, Endpoints and Nodes for the edge endpoints proxies")
+	fs.BoolVar(&c.ObjectViews.Enabled, "object-views", c.ObjectViews.Enabled, "publish views of Services, EndpointSlices, Endpoints and Nodes for the edge endpoints proxies (once for all units; each unit's own Nodes in full)")
 	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", c.Kube.Kubeconfig, "kubeconfig file (empty: in-cluster)")
 	fs.Var((*cliflags.Float32)(&c.Kube.QPS), "kube-qps", "sustained requests/s of the main Kubernetes client (cache, leader election, topology, webhook registration)")
 	fs.IntVar(&c.Kube.Burst, "kube-burst", c.Kube.Burst, "burst of the main Kubernetes client")

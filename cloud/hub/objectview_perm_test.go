@@ -16,7 +16,9 @@ import (
 
 // TestEdgeObjectViewPermissions: an edge reads the object views of its own
 // unit (the endpoints proxy's consumer on atoll.view.<unit>.>, or one kind
-// of it, and direct gets of one object) and none of another unit's.
+// of it, and direct gets of one object) and the shared views
+// (atoll.view._all.>), and none of another unit's: in particular not its
+// Nodes in full.
 func TestEdgeObjectViewPermissions(t *testing.T) {
 	h := natstest.Hub(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -33,7 +35,8 @@ func TestEdgeObjectViewPermissions(t *testing.T) {
 	if err := events.EnsureStreams(ctx, cjs, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
-	own := []string{"atoll.view.u1.endpointslices.default.web-1", "atoll.view.u1.services.default.web", "atoll.view.u1.nodes._.a"}
+	own := []string{"atoll.view.u1.endpointslices.default.web-1", "atoll.view.u1.services.default.web", "atoll.view.u1.nodes._.a",
+		"atoll.view._all.services.default.web", "atoll.view._all.nodes._.c"}
 	other := []string{"atoll.view.u2.endpointslices.default.web-1", "atoll.view.u2.nodes._.c"}
 	for _, s := range append(own, other...) {
 		if _, err := cjs.Publish(ctx, s, []byte("v")); err != nil {
@@ -58,8 +61,8 @@ func TestEdgeObjectViewPermissions(t *testing.T) {
 	}
 	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 3*time.Second) }
 
-	// Its unit's views, all kinds and one kind.
-	for _, filter := range []string{"atoll.view.u1.>", "atoll.view.u1.endpointslices.>"} {
+	// Its unit's views, all kinds and one kind; the shared views.
+	for _, filter := range []string{"atoll.view.u1.>", "atoll.view.u1.endpointslices.>", "atoll.view._all.>"} {
 		var cons jetstream.Consumer
 		poll.Eventually(t, 20*time.Second, func() error {
 			cctx, cancel := short()
@@ -74,7 +77,7 @@ func TestEdgeObjectViewPermissions(t *testing.T) {
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			if !strings.HasPrefix(m.Subject(), "atoll.view.u1.") {
+			if !strings.HasPrefix(m.Subject(), strings.TrimSuffix(filter, ">")) {
 				t.Errorf("%s: got %s", filter, m.Subject())
 			}
 		}
@@ -83,7 +86,10 @@ func TestEdgeObjectViewPermissions(t *testing.T) {
 		}
 	}
 	// Another unit's: no consumer, no direct get.
-	for _, filter := range []string{"atoll.view.u2.>", "atoll.view.u2.endpointslices.>", "atoll.view.*.endpointslices.>"} {
+	// Nor another unit's Nodes in full, nor every unit's, nor a filter
+	// that takes in the shared space with others.
+	for _, filter := range []string{"atoll.view.u2.>", "atoll.view.u2.endpointslices.>", "atoll.view.*.endpointslices.>",
+		"atoll.view.u2.nodes.>", "atoll.view.u2.nodes._.c", "atoll.view.*.nodes._.c", "atoll.view.>"} {
 		cctx, cancel := short()
 		if _, err := ajs.OrderedConsumer(cctx, events.StreamViews, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}); err == nil {
 			t.Errorf("a created a consumer on %s", filter)

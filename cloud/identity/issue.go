@@ -228,6 +228,12 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		}
 		p.Sub.Allow.Add(views)
 		viewFilters = append(viewFilters, views)
+		// The views every unit reads, stored once (cloud/topology/objects):
+		// Services, slices, Endpoints and every Node stripped to its labels.
+		// Other units' Nodes in full stay in their units' spaces.
+		shared := events.SharedViewSubjects()
+		p.Sub.Allow.Add(shared)
+		viewFilters = append(viewFilters, shared)
 	}
 	p.Sub.Allow.Add(InboxPrefix(node) + ".>")
 	renew, err := RenewSubject(node)

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/atoll-edge/atoll/events"
@@ -80,5 +81,49 @@ func TestEdgePermissionsTunnelRelay(t *testing.T) {
 		if matches(p.Sub.Allow, s) {
 			t.Errorf("b may hear %s", s)
 		}
+	}
+}
+
+// TestEdgePermissionsViews: an edge may hear, create filtered consumers
+// on and direct-get its unit's views and the shared views, and none of
+// another unit's: not its Nodes in full either. An edge in no unit gets
+// neither.
+func TestEdgePermissionsViews(t *testing.T) {
+	p, err := EdgePermissions("a", "u1", "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	matches := func(list []string, subject string) bool {
+		return slices.ContainsFunc(list, func(f string) bool { return events.SubjectMatches(f, subject) })
+	}
+	api := "$JS.hub.API."
+	create := func(filter string) string { return api + "CONSUMER.CREATE." + events.StreamViews + ".c1." + filter }
+	get := func(subj string) string { return api + "DIRECT.GET." + events.StreamViews + "." + subj }
+	for _, f := range []string{"atoll.view.u1.>", events.SharedViewSubjects()} {
+		if !matches(p.Sub.Allow, strings.TrimSuffix(f, ">")+"nodes._.x") || !matches(p.Pub.Allow, create(f)) {
+			t.Errorf("a may not read %s: pub %v sub %v", f, p.Pub.Allow, p.Sub.Allow)
+		}
+	}
+	for _, s := range []string{"atoll.view.u1.nodes._.a", "atoll.view._all.services.default.web", "atoll.view._all.nodes._.c"} {
+		if !matches(p.Pub.Allow, get(s)) {
+			t.Errorf("a may not direct-get %s", s)
+		}
+	}
+	for _, f := range []string{"atoll.view.u2.>", "atoll.view.u2.nodes.>", "atoll.view.u2.nodes._.c", "atoll.view.*.nodes._.c", "atoll.view.>"} {
+		if matches(p.Pub.Allow, create(f)) {
+			t.Errorf("a may create a consumer on %s", f)
+		}
+	}
+	for _, s := range []string{"atoll.view.u2.nodes._.c", "atoll.view.u2.services.default.web"} {
+		if matches(p.Pub.Allow, get(s)) || matches(p.Sub.Allow, s) {
+			t.Errorf("a may read %s", s)
+		}
+	}
+	none, err := EdgePermissions("a", "", "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if matches(none.Pub.Allow, create(events.SharedViewSubjects())) {
+		t.Errorf("a node in no unit may read the shared views")
 	}
 }

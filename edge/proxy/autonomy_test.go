@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
@@ -89,9 +92,27 @@ func (r *restartableHub) LeafURLs() []string {
 	return r.h.LeafURLs()
 }
 
-// cloud publishes views the way the cloud publisher does (one subject per
-// object and unit, the view as its payload).
+// publish publishes views the way the cloud publisher does: Services,
+// slices and Endpoints in the shared space, Nodes there stripped to their
+// labels and in full in unit's space.
 func (r *restartableHub) publish(t *testing.T, unit string, objs ...objectview.Object) {
+	t.Helper()
+	var shared, own []objectview.Object
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			own = append(own, o)
+			o = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, Labels: n.Labels}}
+		}
+		shared = append(shared, o)
+	}
+	r.publishTo(t, events.SharedViewUnit, shared...)
+	r.publishTo(t, unit, own...)
+}
+
+// publishTo publishes objs in the view space of unit (a unit or
+// events.SharedViewUnit), one subject per object, the view as its
+// payload.
+func (r *restartableHub) publishTo(t *testing.T, unit string, objs ...objectview.Object) {
 	t.Helper()
 	r.mu.Lock()
 	h := r.h
@@ -117,7 +138,9 @@ func (r *restartableHub) publish(t *testing.T, unit string, objs ...objectview.O
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := events.PublishDurable(ctx, js, subj, v, subj+"@"+v.GetFingerprint()); err != nil {
+		// A fresh id: the same content published again after a purge is
+		// stored again (the cloud's LastValue does the same).
+		if _, err := events.PublishDurable(ctx, js, subj, v, subj+"@"+v.GetFingerprint()+"@"+strconv.FormatInt(time.Now().UnixNano(), 36)); err != nil {
 			t.Fatal(err)
 		}
 	}

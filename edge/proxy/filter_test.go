@@ -54,12 +54,17 @@ func view(t *testing.T, kind string, obj objectview.Object) *atollv1.ObjectView 
 	return v
 }
 
-// feed applies objects to s in order.
+// feed applies objects to s in order, as the cloud publishes them: Nodes
+// in the unit's space, the other kinds in the shared one.
 func feed(t *testing.T, s *Store, objs ...objectview.Object) {
 	t.Helper()
 	for _, o := range objs {
 		kind := kindOf(o)
-		if err := s.Apply(view(t, kind, o), s.Seq()+1); err != nil {
+		sp := SharedSpace
+		if kind == objectview.KindNodes {
+			sp = UnitSpace
+		}
+		if err := s.Apply(sp, view(t, kind, o), s.Seq()+1); err != nil {
 			t.Fatal(err)
 		}
 	}

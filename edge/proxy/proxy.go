@@ -1,16 +1,17 @@
 // Package proxy is the edge endpoints proxy: kube-proxy (and any client-go
 // informer, kubectl) uses it as its apiserver through a kubeconfig, and it
-// answers from the views the cloud publishes for the node's unit
-// (cloud/topology/objects), filtered by the Services' topology keys against
-// the host's own labels. It holds no Kubernetes credentials and writes
+// answers from the views the cloud publishes for the node's unit and for
+// every unit (cloud/topology/objects), filtered by the Services' topology
+// keys against the host's own labels. It holds no Kubernetes credentials and writes
 // nothing to Kubernetes.
 //
 // The store (store.go) numbers every change with the proxy's own
 // revision; the server (server.go) serves list, get and watch with
-// bookmarks, resumes and 410 Gone; the follower reads the unit's views
-// from the hub's VIEWS stream from the last sequence applied; the state is
-// kept on disk (state.go) so that a restart with the hub down serves at
-// once and resumes the stream where it left off.
+// bookmarks, resumes and 410 Gone; the follower reads the unit's view
+// space and the shared one from the hub's VIEWS stream, each from the last
+// sequence applied of it; the state is kept on disk (state.go) so that a
+// restart with the hub down serves at once and resumes the stream where it
+// left off.
 package proxy
 
 import (
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,7 +72,8 @@ func New(cfg Config, host string, link *hublink.Link, units UnitSource, log *slo
 			log.Warn("ignoring the kept views", "err", err)
 			store = NewStore(host, cfg.MaxTombstones, m)
 		} else if ok {
-			log.Info("restored views from disk", "unit", store.Unit(), "seq", store.Seq(), "rev", store.Rev(), "took", time.Since(start))
+			log.Info("restored views from disk", "unit", store.Unit(), "seq", store.SeqOf(UnitSpace), "shared_seq", store.SeqOf(SharedSpace),
+				"rev", store.Rev(), "migrating", store.Migrating(), "took", time.Since(start))
 		}
 	}
 	p := &Proxy{cfg: cfg, host: host, link: link, units: units, log: log, store: store}
@@ -148,9 +151,10 @@ func (p *Proxy) keep(ctx context.Context) {
 	}
 }
 
-// follow reads the views of the node's unit from the hub, from the last
-// sequence applied, switching (and resetting the store) when the unit
-// changes, and retrying while the hub is unreachable.
+// follow reads the views of the node's unit from the hub (its own space
+// and the shared one), from the last sequence applied of each, switching
+// (and resetting the unit's space) when the unit changes, and retrying
+// while the hub is unreachable.
 func (p *Proxy) follow(ctx context.Context) {
 	changes := p.units.Changes()
 	for ctx.Err() == nil {
@@ -169,7 +173,7 @@ func (p *Proxy) follow(ctx context.Context) {
 		}
 		uctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- p.consume(uctx, unit) }()
+		go func() { done <- p.consumeAll(uctx, unit) }()
 		var err error
 	wait:
 		for {
@@ -195,25 +199,120 @@ func (p *Proxy) follow(ctx context.Context) {
 	}
 }
 
-// endReload ends a reload of the views of unit from the stream created
-// at created.
-func (p *Proxy) endReload(unit string, created int64) {
-	gone := p.store.EndReload(created)
-	p.log.Info("reloaded the views of the rebuilt stream", "unit", unit, "seq", p.store.Seq(), "deleted", gone)
+// consumeAll reads both spaces of unit's views, each with its own
+// consumer, until ctx is done or one fails.
+func (p *Proxy) consumeAll(ctx context.Context, unit string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(Spaces))
+	for _, sp := range Spaces {
+		go func() { errs <- p.consume(ctx, unit, sp) }()
+	}
+	err := <-errs
+	cancel()
+	return errors.Join(err, <-errs)
 }
 
-// consume reads unit's views from the store's sequence on, until ctx is
-// done or the consumer fails.
-func (p *Proxy) consume(ctx context.Context, unit string) error {
+// filterOf is the subjects of space sp for unit.
+func filterOf(unit string, sp Space) (string, error) {
+	if sp == SharedSpace {
+		return events.SharedViewSubjects(), nil
+	}
+	return events.UnitViewSubjects(unit)
+}
+
+// endReload ends a reload of space sp from the stream created at
+// created, and then a migration that waited for the shared space.
+func (p *Proxy) endReload(ctx context.Context, unit string, sp Space, created int64) {
+	gone := p.store.EndReload(sp, created)
+	p.log.Info("read the views again from the stream's start", "unit", unit, "space", sp, "seq", p.store.SeqOf(sp), "deleted", gone)
+	if sp == SharedSpace {
+		p.endMigration(ctx, unit)
+	}
+}
+
+// endMigration ends the migration of a state kept before the shared
+// space, once that was read in full: the Nodes of the unit's space the
+// stream no longer holds there (other units' Nodes of the old layout,
+// which the cloud purged) are dropped. On an error it is left for the
+// next start of the consumers.
+func (p *Proxy) endMigration(ctx context.Context, unit string) {
+	if !p.store.Migrating() || p.store.Reloading(SharedSpace) {
+		return
+	}
+	filter, err := events.UnitViewSubjects(unit)
+	if err != nil {
+		return
+	}
+	filter = strings.TrimSuffix(filter, ">") + objectview.KindNodes + ".>"
+	held, err := p.subjectsHeld(ctx, filter)
+	if err != nil {
+		p.log.Warn("cannot list the unit's Nodes to end the move to the shared views; retrying later", "unit", unit, "err", err)
+		return
+	}
+	gone := p.store.EndMigration(func(node string) bool {
+		subj, err := objectview.Subject(unit, objectview.KindNodes, "", node)
+		return err == nil && held[subj]
+	})
+	p.log.Info("moved the kept views to the shared view space", "unit", unit, "nodes_dropped", gone)
+}
+
+// subjectsHeld lists the subjects of the VIEWS stream matching filter,
+// with a consumer on the last message of each, headers only (the edge may
+// create consumers on its own views; it is not given the stream's
+// subject list).
+func (p *Proxy) subjectsHeld(ctx context.Context, filter string) (map[string]bool, error) {
+	js := p.link.JetStream()
+	if js == nil {
+		return nil, errors.New("proxy: no hub link yet")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, events.StreamViews, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, HeadersOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+	}
+	held := map[string]bool{}
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			held[m.Subject()] = true
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+		}
+		if err := batch.Error(); err != nil && n == 0 {
+			return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("proxy: list %s: nothing delivered with %d pending", filter, pending)
+		}
+	}
+	return held, nil
+}
+
+// consume reads space sp of unit's views from its cursor on, until ctx
+// is done or the consumer fails.
+func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 	js := p.link.JetStream()
 	if js == nil {
 		return errors.New("proxy: no hub link yet")
 	}
-	filter, err := events.UnitViewSubjects(unit)
+	filter, err := filterOf(unit, sp)
 	if err != nil {
 		return err
 	}
-	// The stream as it is now: one rebuilt since the store's sequence
+	// The stream as it is now: one rebuilt since the cursor's sequence
 	// is reloaded in full (reload.go).
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -222,37 +321,46 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 		return fmt.Errorf("proxy: views stream: %w", err)
 	}
 	info := str.CachedInfo()
-	created, seq := info.Created.UnixNano(), p.store.Seq()
-	if held := p.store.StreamCreated(); !p.store.Reloading() && ((held != 0 && held != created) || seq > info.State.LastSeq) {
-		p.log.Warn("the views stream was rebuilt; reading the unit's views again", "unit", unit,
+	created, seq := info.Created.UnixNano(), p.store.SeqOf(sp)
+	if held := p.store.StreamCreated(sp); !p.store.Reloading(sp) && ((held != 0 && held != created) || seq > info.State.LastSeq) {
+		p.log.Warn("the views stream was rebuilt; reading the views again", "unit", unit, "space", sp,
 			"seq", seq, "stream_last_seq", info.State.LastSeq, "created", info.Created, "held_created", held)
-		p.store.BeginReload()
+		p.store.BeginReload(sp)
 	}
-	// Reloading: the last view of the unit now, at which the reload ends.
+	// Reloading: the last view of the space now, at which the reload ends.
 	var reloadUntil uint64
-	if p.store.Reloading() {
+	// waiting: a migration found no shared views yet (a cloud not moved
+	// to the shared space): the kept views stay until it has.
+	waiting := false
+	if p.store.Reloading(sp) {
 		last, err := str.GetLastMsgForSubject(ictx, filter)
 		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound) && sp == SharedSpace && p.store.Migrating():
+			p.log.Warn("no shared views on the hub yet; keeping the views kept before them", "unit", unit)
+			waiting = true
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			p.endReload(unit, created)
+			p.endReload(ctx, unit, sp, created)
 		case err != nil:
-			return fmt.Errorf("proxy: views stream: last view of %s: %w", unit, err)
-		case last.Sequence <= p.store.Seq():
-			p.endReload(unit, created) // applied before the consumer restarted
+			return fmt.Errorf("proxy: views stream: last view of %s: %w", filter, err)
+		case last.Sequence <= p.store.SeqOf(sp):
+			p.endReload(ctx, unit, sp, created) // applied before the consumer restarted
 		default:
 			reloadUntil = last.Sequence
 		}
 	} else {
-		p.store.SetStreamCreated(created)
+		p.store.SetStreamCreated(sp, created)
+		if sp == SharedSpace {
+			p.endMigration(ctx, unit) // left by an earlier run
+		}
 	}
-	seq = p.store.Seq()
+	seq = p.store.SeqOf(sp)
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if seq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
 	}
 	cons, err := js.OrderedConsumer(ictx, events.StreamViews, cfg)
 	if err != nil {
-		return fmt.Errorf("proxy: views consumer of %s: %w", unit, err)
+		return fmt.Errorf("proxy: views consumer of %s: %w", filter, err)
 	}
 	failed := make(chan error, 1)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
@@ -262,24 +370,24 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 		}
 		if reloadUntil > 0 && md.Sequence.Stream >= reloadUntil {
 			reloadUntil = 0
-			defer p.endReload(unit, created)
+			defer p.endReload(ctx, unit, sp, created)
 		}
 		key, err := events.ParseViewSubject(msg.Subject())
 		if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
-			p.store.Advance(md.Sequence.Stream)
+			p.store.Advance(sp, md.Sequence.Stream)
 			return
 		}
 		var v atollv1.ObjectView
 		if err := proto.Unmarshal(msg.Data(), &v); err != nil {
 			p.log.Warn("dropping a view that does not decode", "subject", msg.Subject(), "err", err)
-			p.store.Advance(md.Sequence.Stream)
+			p.store.Advance(sp, md.Sequence.Stream)
 			return
 		}
 		p.store.metrics.viewBytes.Add(float64(len(msg.Data())))
 		p.store.metrics.viewSize.Observe(float64(len(msg.Data())))
-		if err := p.store.Apply(&v, md.Sequence.Stream); err != nil {
+		if err := p.store.Apply(sp, &v, md.Sequence.Stream); err != nil {
 			p.log.Warn("dropping a view", "subject", msg.Subject(), "err", err)
-			p.store.Advance(md.Sequence.Stream)
+			p.store.Advance(sp, md.Sequence.Stream)
 		}
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) {
@@ -290,7 +398,7 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 		}
 	}))
 	if err != nil {
-		return fmt.Errorf("proxy: consume views of %s: %w", unit, err)
+		return fmt.Errorf("proxy: consume views of %s: %w", filter, err)
 	}
 	defer cc.Stop()
 	// A stream rebuilt while the consumer runs does not always end it
@@ -305,7 +413,10 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 		case err := <-failed:
 			return err
 		case <-tick.C:
-			seq := p.store.Seq()
+			if waiting {
+				return errors.New("proxy: waiting for the shared views")
+			}
+			seq := p.store.SeqOf(sp)
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			info, err := str.Info(ictx)
 			cancel()
@@ -317,5 +428,6 @@ func (p *Proxy) consume(ctx context.Context, unit string) error {
 }
 
 // streamCheckPeriod is how often the follower checks that the VIEWS
-// stream is the one it reads.
-const streamCheckPeriod = 30 * time.Second
+// stream is the one it reads (and a migration waiting for the shared
+// views looks again). A variable for the tests.
+var streamCheckPeriod = 30 * time.Second

@@ -8,61 +8,75 @@ import (
 
 // A hub whose VIEWS stream was rebuilt (deleted and created again, or
 // restored without its latest messages) numbers its messages anew: the
-// sequence the store got to says nothing about it. The follower notices
-// (the stream's creation time is not the one the state recorded, or the
-// stream ends before the store's sequence) and reloads the unit's views
-// in full: BeginReload, every view of the stream applied as usual (equal
-// content emits nothing), EndReload once the last one is in, which deletes
-// the objects the new stream no longer has. Until then the state keeps
-// the old creation time, so a restart in the middle reloads again.
+// sequence a space's cursor got to says nothing about it. The follower of
+// each space notices (the stream's creation time is not the one the
+// cursor recorded, or the stream ends before the cursor's sequence) and
+// reloads the space in full: BeginReload, every view of the space applied
+// as usual (equal content emits nothing), EndReload once the last one is
+// in, which deletes the objects of that space the new stream no longer
+// has. Until then the cursor keeps the old creation time, so a restart in
+// the middle reloads again.
 
 // StreamCreated is the creation time (Unix nanoseconds) of the VIEWS
-// stream the store's sequence is of, 0 when unknown.
-func (s *Store) StreamCreated() int64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.streamCreated }
+// stream the cursor of sp is of, 0 when unknown.
+func (s *Store) StreamCreated(sp Space) int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cur[sp].created
+}
 
-// SetStreamCreated records the creation time of the stream being read.
-func (s *Store) SetStreamCreated(created int64) {
+// SetStreamCreated records the creation time of the stream sp is read from.
+func (s *Store) SetStreamCreated(sp Space, created int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.streamCreated != created {
-		s.streamCreated = created
+	if s.cur[sp].created != created {
+		s.cur[sp].created = created
 		s.notify()
 	}
 }
 
-// Reloading tells whether a reload is under way.
-func (s *Store) Reloading() bool { s.mu.RLock(); defer s.mu.RUnlock(); return s.reloading != nil }
+// Reloading tells whether a reload of sp is under way.
+func (s *Store) Reloading(sp Space) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cur[sp].reloading != nil
+}
 
-// BeginReload starts reading the stream again from its start: the
+// BeginReload starts reading sp again from the stream's start: its
 // sequence goes back to 0 and the views applied from now on are noted.
-func (s *Store) BeginReload() {
+func (s *Store) BeginReload(sp Space) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq = 0
-	s.reloading = map[objectKey]struct{}{}
+	s.beginReload(sp)
 	s.notify()
 }
 
-// EndReload ends a reload of the stream created at created: the raw
-// objects no view was applied for since BeginReload are deleted (their
-// watchers see them go). It returns how many.
-func (s *Store) EndReload(created int64) int {
+func (s *Store) beginReload(sp Space) {
+	s.cur[sp].seq = 0
+	s.cur[sp].reloading = map[objectKey]struct{}{}
+}
+
+// EndReload ends a reload of sp from the stream created at created: the
+// raw objects of sp no view was applied for since BeginReload are
+// deleted (their watchers see them go, unless the other space has them).
+// It returns how many.
+func (s *Store) EndReload(sp Space, created int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.reloading == nil {
+	c := &s.cur[sp]
+	if c.reloading == nil {
 		return 0
 	}
 	gone := 0
 	for _, kind := range objectview.Kinds {
-		for _, k := range slices.Sorted(mapKeys(s.raw[kind])) {
-			if _, seen := s.reloading[objectKey{kind, k}]; !seen {
-				delete(s.rawViews[kind], k)
-				s.apply(kind, k, nil)
+		for _, k := range slices.Sorted(mapKeys(s.layers[sp].objs[kind])) {
+			if _, seen := c.reloading[objectKey{kind, k}]; !seen {
+				s.put(sp, kind, k, nil, nil)
 				gone++
 			}
 		}
 	}
-	s.reloading, s.streamCreated = nil, created
+	c.reloading, c.created = nil, created
 	s.notify()
 	return gone
 }

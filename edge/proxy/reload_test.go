@@ -41,11 +41,11 @@ func (r *restartableHub) deleteViews(t *testing.T) {
 }
 
 // TestRebuiltStream: the hub's VIEWS stream is deleted and created again,
-// holding more messages than before (so its sequences pass the proxy's)
-// and the unit's views at new sequences: web-1 as it was, web-2 gone,
-// web-3 new. The proxy notices the new stream, reads the unit's views
-// again and emits only the real changes: web-2 deleted, web-3 added,
-// nothing for web-1, the Service or the Nodes.
+// holding more messages than before (so its sequences pass both the
+// proxy's cursors) and the views at new sequences: web-1 as it was, web-2
+// gone, web-3 new. The proxy notices the new stream on each cursor, reads
+// both spaces again and emits only the real changes: web-2 deleted, web-3
+// added, nothing for web-1, the Service or the Nodes.
 func TestRebuiltStream(t *testing.T) {
 	rh := newRestartableHub(t)
 	base := []objectview.Object{testNode("a1", map[string]string{zone: "A"}), testNode("b1", map[string]string{zone: "B"}),
@@ -75,9 +75,9 @@ func TestRebuiltStream(t *testing.T) {
 		}
 		return nil
 	})
-	oldSeq, oldCreated := s.Seq(), s.StreamCreated()
-	if oldCreated == 0 {
-		t.Fatal("the stream's creation time was not recorded")
+	oldSeq, oldCreated := s.Seq(), s.StreamCreated(SharedSpace)
+	if oldCreated == 0 || s.StreamCreated(UnitSpace) != oldCreated {
+		t.Fatal("the stream's creation time was not recorded on both cursors")
 	}
 	var chans []<-chan Event
 	for _, kind := range objectview.Kinds {
@@ -94,7 +94,7 @@ func TestRebuiltStream(t *testing.T) {
 	for i := range 2 * int(oldSeq) {
 		padding = append(padding, testNode(fmt.Sprintf("x%d", i), nil))
 	}
-	rh.publish(t, "u9", padding...)
+	rh.publishTo(t, "u9", padding...)
 	rh.publish(t, "u1", append(base, testSlice("web-3", "web", "b1"))...)
 
 	poll.Eventually(t, 60*time.Second, func() error {
@@ -104,13 +104,17 @@ func TestRebuiltStream(t *testing.T) {
 		if _, ok := s.Get(objectview.KindEndpointSlices, "default", "web-3"); !ok {
 			return fmt.Errorf("web-3 not served")
 		}
-		if s.Reloading() || s.StreamCreated() == oldCreated {
-			return fmt.Errorf("reload not ended")
+		for _, sp := range Spaces {
+			if s.Reloading(sp) || s.StreamCreated(sp) == oldCreated {
+				return fmt.Errorf("reload of the %s space not ended", sp)
+			}
 		}
 		return nil
 	})
-	if seq := s.Seq(); seq <= oldSeq {
-		t.Fatalf("sequence %d after the reload, want the new stream's (past %d)", seq, oldSeq)
+	for _, sp := range Spaces {
+		if seq := s.SeqOf(sp); seq <= oldSeq {
+			t.Fatalf("%s sequence %d after the reload, want the new stream's (past %d)", sp, seq, oldSeq)
+		}
 	}
 	var got []string
 	for _, ch := range chans {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,19 +25,39 @@ const (
 	LogFile   = "proxy.log"
 )
 
+// StateLayout is the layout of the state this proxy writes: two cursors,
+// one per Space (proxy.proto, ProxyState.layout). A state of layout 0
+// (one cursor over the unit's space, which held every view) is migrated
+// when loaded: its objects are kept and served, its sequence is the unit
+// space's cursor, the shared space is read from its start (a reload: the
+// objects it no longer has are dropped at its end), and then the Nodes of
+// the unit's space that the stream no longer holds there (other units'
+// Nodes of the old layout, purged by the cloud) are dropped
+// (EndMigration).
+const StateLayout = 1
+
+// rawKey names one raw object of a space.
+type rawKey struct {
+	sp Space
+	objectKey
+}
+
 // disk is what changed since the last save.
 type disk struct {
-	raw, served, pruned map[objectKey]struct{}
+	raw            map[rawKey]struct{}
+	served, pruned map[objectKey]struct{}
 	// full: the next save writes a snapshot (none on disk yet, a reset,
 	// a failed save, a torn log).
 	full bool
 	// The scalars as last saved.
-	seq, rev, compacted uint64
-	created             int64
+	rev, compacted uint64
+	seq            [2]uint64
+	created        [2]int64
+	migrating      bool
 }
 
 func (d *disk) reset() {
-	d.raw, d.served, d.pruned = map[objectKey]struct{}{}, map[objectKey]struct{}{}, map[objectKey]struct{}{}
+	d.raw, d.served, d.pruned = map[rawKey]struct{}{}, map[objectKey]struct{}{}, map[objectKey]struct{}{}
 }
 
 // saver is the state of the files, owned by Save.
@@ -49,39 +70,59 @@ type saver struct {
 // Unit is the unit whose views the store holds ("" before any).
 func (s *Store) Unit() string { s.mu.RLock(); defer s.mu.RUnlock(); return s.unit }
 
-// Reset empties the store for unit: every served object is deleted (its
-// watchers see it go) and the stream is read again from its start. The
-// revision keeps growing.
+// Reset empties the unit's space for unit: the old unit's Nodes go (each
+// falls back to the shared space's stripped Node; watchers see only what
+// changes), and the new unit's space is read from its start. The shared
+// space is the same for every unit and stays. The revision keeps growing.
 func (s *Store) Reset(unit string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.unit, s.seq = unit, 0
+	s.unit = unit
 	for _, kind := range objectview.Kinds {
-		for _, k := range slices.Sorted(mapKeys(s.raw[kind])) {
-			delete(s.raw[kind], k)
-		}
-		s.rawViews[kind] = map[string]*atollv1.ObjectView{}
-	}
-	s.bySvc = map[string]map[string]struct{}{}
-	s.streamCreated, s.reloading = 0, nil
-	for _, kind := range objectview.Kinds {
-		for _, k := range slices.Sorted(mapKeys(s.served[kind])) {
-			s.recompute(kind, k)
+		for _, k := range slices.Sorted(mapKeys(s.layers[UnitSpace].objs[kind])) {
+			s.put(UnitSpace, kind, k, nil, nil)
 		}
 	}
+	s.cur[UnitSpace] = cursor{}
 	s.dirty.full = true
 	s.notify()
 }
 
-// Advance records that the stream was read up to seq (a view of another
-// kind, which the proxy does not serve).
-func (s *Store) Advance(seq uint64) {
+// Advance records that space sp was read up to seq (a view the proxy does
+// not serve).
+func (s *Store) Advance(sp Space, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if seq > s.seq {
-		s.seq = seq
+	if seq > s.cur[sp].seq {
+		s.cur[sp].seq = seq
 		s.notify()
 	}
+}
+
+// Migrating tells whether a state of layout 0 is being moved to the
+// shared space (StateLayout).
+func (s *Store) Migrating() bool { s.mu.RLock(); defer s.mu.RUnlock(); return s.migrating }
+
+// EndMigration ends a migration once the shared space was read in full:
+// the Nodes of the unit's space for which held reports false (the stream
+// no longer holds them there) are dropped, each falling back to the
+// shared space's. It returns how many.
+func (s *Store) EndMigration(held func(node string) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.migrating {
+		return 0
+	}
+	gone := 0
+	for _, k := range slices.Sorted(mapKeys(s.layers[UnitSpace].objs[objectview.KindNodes])) {
+		if !held(k) {
+			s.put(UnitSpace, objectview.KindNodes, k, nil, nil)
+			gone++
+		}
+	}
+	s.migrating = false
+	s.notify()
+	return gone
 }
 
 // Snapshot returns the store's state. The objects' encodings are the
@@ -96,15 +137,23 @@ func (s *Store) Snapshot() (*atollv1.ProxyState, error) {
 
 // snapshot: call with mu held.
 func (s *Store) snapshot() (*atollv1.ProxyState, error) {
-	st := &atollv1.ProxyState{Unit: s.unit, Host: s.host, Seq: s.seq, Rev: s.rev, Compacted: s.compacted,
-		Generation: s.generation, StreamCreated: s.streamCreated}
+	st := &atollv1.ProxyState{Unit: s.unit, Host: s.host, Rev: s.rev, Compacted: s.compacted, Generation: s.generation,
+		Layout: StateLayout, Migrating: s.migrating,
+		Seq: s.cur[UnitSpace].seq, StreamCreated: s.cur[UnitSpace].created,
+		SharedSeq: s.cur[SharedSpace].seq, SharedStreamCreated: s.cur[SharedSpace].created}
 	for _, kind := range objectview.Kinds {
-		for _, k := range slices.Sorted(mapKeys(s.raw[kind])) {
-			v, err := s.rawView(kind, k)
-			if err != nil {
-				return nil, err
+		for _, sp := range Spaces {
+			for _, k := range slices.Sorted(mapKeys(s.layers[sp].objs[kind])) {
+				v, err := s.rawView(sp, kind, k)
+				if err != nil {
+					return nil, err
+				}
+				if sp == UnitSpace {
+					st.Raw = append(st.Raw, v)
+				} else {
+					st.SharedRaw = append(st.SharedRaw, v)
+				}
 			}
-			st.Raw = append(st.Raw, v)
 		}
 		for _, k := range slices.Sorted(mapKeys(s.served[kind])) {
 			so, err := s.servedObject(kind, k)
@@ -117,15 +166,15 @@ func (s *Store) snapshot() (*atollv1.ProxyState, error) {
 	return st, nil
 }
 
-// rawView is the raw object at kind/k as received, or a deletion when
-// there is none. Call with mu held.
-func (s *Store) rawView(kind, k string) (*atollv1.ObjectView, error) {
-	o, ok := s.raw[kind][k]
+// rawView is the raw object of space sp at kind/k as received, or a
+// deletion when there is none. Call with mu held.
+func (s *Store) rawView(sp Space, kind, k string) (*atollv1.ObjectView, error) {
+	o, ok := s.layers[sp].objs[kind][k]
 	if !ok {
 		ns, name := splitKey(k)
 		return &atollv1.ObjectView{Kind: kind, Namespace: ns, Name: name, Deleted: true}, nil
 	}
-	if v := s.rawViews[kind][k]; v != nil {
+	if v := s.layers[sp].views[kind][k]; v != nil {
 		return v, nil
 	}
 	return objectview.Encode(kind, o)
@@ -162,20 +211,35 @@ func (s *Store) take(compact bool) (*atollv1.ProxyState, *atollv1.ProxyStateReco
 		s.taken()
 		return st, nil, nil
 	}
-	if len(d.raw)+len(d.served)+len(d.pruned) == 0 &&
-		d.seq == s.seq && d.rev == s.rev && d.compacted == s.compacted && d.created == s.streamCreated {
+	if len(d.raw)+len(d.served)+len(d.pruned) == 0 && d.rev == s.rev && d.compacted == s.compacted &&
+		d.seq == [2]uint64{s.cur[0].seq, s.cur[1].seq} && d.created == [2]int64{s.cur[0].created, s.cur[1].created} &&
+		d.migrating == s.migrating {
 		return nil, nil, nil
 	}
-	rec := &atollv1.ProxyStateRecord{Generation: s.generation, Seq: s.seq, Rev: s.rev, Compacted: s.compacted, StreamCreated: s.streamCreated}
-	for _, ok := range sortedKeys(d.raw) {
-		v, err := s.rawView(ok.kind, ok.key)
-		if err != nil {
-			d.full = true
-			return nil, nil, err
+	rec := &atollv1.ProxyStateRecord{Generation: s.generation, Rev: s.rev, Compacted: s.compacted, Migrating: s.migrating,
+		Seq: s.cur[UnitSpace].seq, StreamCreated: s.cur[UnitSpace].created,
+		SharedSeq: s.cur[SharedSpace].seq, SharedStreamCreated: s.cur[SharedSpace].created}
+	for _, sp := range Spaces {
+		var keys []objectKey
+		for rk := range d.raw {
+			if rk.sp == sp {
+				keys = append(keys, rk.objectKey)
+			}
 		}
-		rec.Raw = append(rec.Raw, v)
+		for _, ok := range sortedKeys(keys) {
+			v, err := s.rawView(sp, ok.kind, ok.key)
+			if err != nil {
+				d.full = true
+				return nil, nil, err
+			}
+			if sp == UnitSpace {
+				rec.Raw = append(rec.Raw, v)
+			} else {
+				rec.SharedRaw = append(rec.SharedRaw, v)
+			}
+		}
 	}
-	for _, ok := range sortedKeys(d.served) {
+	for _, ok := range sortedKeys(slices.Collect(mapKeys(d.served))) {
 		so, err := s.servedObject(ok.kind, ok.key)
 		if err != nil {
 			d.full = true
@@ -183,7 +247,7 @@ func (s *Store) take(compact bool) (*atollv1.ProxyState, *atollv1.ProxyStateReco
 		}
 		rec.Served = append(rec.Served, so)
 	}
-	for _, ok := range sortedKeys(d.pruned) {
+	for _, ok := range sortedKeys(slices.Collect(mapKeys(d.pruned))) {
 		ns, name := splitKey(ok.key)
 		rec.Pruned = append(rec.Pruned, &atollv1.ObjectView{Kind: ok.kind, Namespace: ns, Name: name, Deleted: true})
 	}
@@ -196,14 +260,12 @@ func (s *Store) take(compact bool) (*atollv1.ProxyState, *atollv1.ProxyStateReco
 func (s *Store) taken() {
 	s.dirty.reset()
 	s.dirty.full = false
-	s.dirty.seq, s.dirty.rev, s.dirty.compacted, s.dirty.created = s.seq, s.rev, s.compacted, s.streamCreated
+	s.dirty.rev, s.dirty.compacted, s.dirty.migrating = s.rev, s.compacted, s.migrating
+	s.dirty.seq = [2]uint64{s.cur[0].seq, s.cur[1].seq}
+	s.dirty.created = [2]int64{s.cur[0].created, s.cur[1].created}
 }
 
-func sortedKeys(m map[objectKey]struct{}) []objectKey {
-	out := make([]objectKey, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
+func sortedKeys(out []objectKey) []objectKey {
 	slices.SortFunc(out, func(a, b objectKey) int {
 		if a.kind != b.kind {
 			return cmpString(a.kind, b.kind)
@@ -223,19 +285,19 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// Restore replaces the store's state with st (of the same host).
+// Restore replaces the store's state with st (of the same host),
+// migrating a state of layout 0 (StateLayout).
 func (s *Store) Restore(st *atollv1.ProxyState) error {
 	if st.GetHost() != s.host {
 		return fmt.Errorf("proxy: state of host %q, not %q", st.GetHost(), s.host)
 	}
-	raw := map[string]map[string]objectview.Object{}
-	rawViews := map[string]map[string]*atollv1.ObjectView{}
+	layers := [2]layer{newLayer(), newLayer()}
 	served := map[string]map[string]*entry{}
 	for _, k := range objectview.Kinds {
-		raw[k], rawViews[k], served[k] = map[string]objectview.Object{}, map[string]*atollv1.ObjectView{}, map[string]*entry{}
+		served[k] = map[string]*entry{}
 	}
-	tombstones := 0
-	for _, v := range st.GetRaw() {
+	old := st.GetLayout() == 0
+	add := func(sp Space, v *atollv1.ObjectView) error {
 		if _, ok := objectview.Kind(v.GetKind()); !ok {
 			return fmt.Errorf("proxy: state: raw view of unknown kind %q", v.GetKind())
 		}
@@ -243,9 +305,24 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 		if err != nil {
 			return err
 		}
-		raw[v.GetKind()][objKey(v.GetNamespace(), v.GetName())] = o
-		rawViews[v.GetKind()][objKey(v.GetNamespace(), v.GetName())] = v
+		if old && v.GetKind() != objectview.KindNodes {
+			sp = SharedSpace // what the shared space holds now
+		}
+		k := objKey(v.GetNamespace(), v.GetName())
+		layers[sp].objs[v.GetKind()][k], layers[sp].views[v.GetKind()][k] = o, v
+		return nil
 	}
+	for _, v := range st.GetRaw() {
+		if err := add(UnitSpace, v); err != nil {
+			return err
+		}
+	}
+	for _, v := range st.GetSharedRaw() {
+		if err := add(SharedSpace, v); err != nil {
+			return err
+		}
+	}
+	tombstones := 0
 	for _, so := range st.GetServed() {
 		v := so.GetView()
 		if _, ok := objectview.Kind(v.GetKind()); !ok {
@@ -264,15 +341,30 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.unit, s.seq, s.rev, s.compacted = st.GetUnit(), st.GetSeq(), st.GetRev(), st.GetCompacted()
-	s.generation, s.streamCreated = st.GetGeneration(), st.GetStreamCreated()
-	s.raw, s.rawViews, s.served, s.tombstones = raw, rawViews, served, tombstones
+	s.unit, s.rev, s.compacted, s.generation = st.GetUnit(), st.GetRev(), st.GetCompacted(), st.GetGeneration()
+	s.cur[UnitSpace] = cursor{seq: st.GetSeq(), created: st.GetStreamCreated()}
+	s.cur[SharedSpace] = cursor{seq: st.GetSharedSeq(), created: st.GetSharedStreamCreated()}
+	s.layers, s.served, s.tombstones = layers, served, tombstones
+	s.raw = map[string]map[string]objectview.Object{}
+	for _, kind := range objectview.Kinds {
+		s.raw[kind] = map[string]objectview.Object{}
+		for _, sp := range []Space{SharedSpace, UnitSpace} { // the unit's Nodes win
+			maps.Copy(s.raw[kind], layers[sp].objs[kind])
+		}
+	}
 	s.bySvc = map[string]map[string]struct{}{}
-	for k, o := range raw[objectview.KindEndpointSlices] {
+	for k, o := range s.raw[objectview.KindEndpointSlices] {
 		s.indexSlice(k, nil, o)
 	}
-	s.reloading = nil
+	s.migrating = st.GetMigrating() || old
 	s.taken()
+	if s.migrating {
+		// The shared space is read in full (again, after a restart in
+		// the middle), and the state is written in the new layout.
+		s.beginReload(SharedSpace)
+		s.cur[SharedSpace].created = 0
+		s.dirty.full = true
+	}
 	return nil
 }
 
@@ -419,10 +511,13 @@ func readLog(b []byte) ([]*atollv1.ProxyStateRecord, int64, bool) {
 func replay(st *atollv1.ProxyState, recs []*atollv1.ProxyStateRecord) int {
 	type key struct{ kind, ns, name string }
 	kv := func(v *atollv1.ObjectView) key { return key{v.GetKind(), v.GetNamespace(), v.GetName()} }
-	raw := map[key]*atollv1.ObjectView{}
+	raw, sharedRaw := map[key]*atollv1.ObjectView{}, map[key]*atollv1.ObjectView{}
 	served := map[key]*atollv1.ServedObject{}
 	for _, v := range st.GetRaw() {
 		raw[kv(v)] = v
+	}
+	for _, v := range st.GetSharedRaw() {
+		sharedRaw[kv(v)] = v
 	}
 	for _, so := range st.GetServed() {
 		served[kv(so.GetView())] = so
@@ -434,11 +529,14 @@ func replay(st *atollv1.ProxyState, recs []*atollv1.ProxyStateRecord) int {
 		}
 		n++
 		st.Seq, st.Rev, st.Compacted, st.StreamCreated = rec.GetSeq(), rec.GetRev(), rec.GetCompacted(), rec.GetStreamCreated()
-		for _, v := range rec.GetRaw() {
-			if v.GetDeleted() {
-				delete(raw, kv(v))
-			} else {
-				raw[kv(v)] = v
+		st.SharedSeq, st.SharedStreamCreated, st.Migrating = rec.GetSharedSeq(), rec.GetSharedStreamCreated(), rec.GetMigrating()
+		for m, vs := range map[*map[key]*atollv1.ObjectView][]*atollv1.ObjectView{&raw: rec.GetRaw(), &sharedRaw: rec.GetSharedRaw()} {
+			for _, v := range vs {
+				if v.GetDeleted() {
+					delete(*m, kv(v))
+				} else {
+					(*m)[kv(v)] = v
+				}
 			}
 		}
 		for _, so := range rec.GetServed() {
@@ -460,9 +558,12 @@ func replay(st *atollv1.ProxyState, recs []*atollv1.ProxyStateRecord) int {
 		}
 		return cmpString(a.name, b.name)
 	}
-	st.Raw, st.Served = st.Raw[:0], st.Served[:0]
+	st.Raw, st.SharedRaw, st.Served = st.Raw[:0], st.SharedRaw[:0], st.Served[:0]
 	for _, k := range slices.SortedFunc(mapKeys(raw), less) {
 		st.Raw = append(st.Raw, raw[k])
+	}
+	for _, k := range slices.SortedFunc(mapKeys(sharedRaw), less) {
+		st.SharedRaw = append(st.SharedRaw, sharedRaw[k])
 	}
 	for _, k := range slices.SortedFunc(mapKeys(served), less) {
 		st.Served = append(st.Served, served[k])

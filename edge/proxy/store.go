@@ -36,9 +36,57 @@ type Event struct {
 	RV   uint64
 }
 
+// Space is where a view comes from: the unit's own view space
+// (atoll.view.<unit>.>: its Nodes in full) or the space shared by all
+// units (atoll.view._all.>: Services, EndpointSlices, Endpoints, every
+// Node stripped to its labels). Each is read by its own consumer from its
+// own cursor.
+type Space int
+
+const (
+	UnitSpace Space = iota
+	SharedSpace
+)
+
+// Spaces are both spaces, in order.
+var Spaces = []Space{UnitSpace, SharedSpace}
+
+func (sp Space) String() string {
+	if sp == UnitSpace {
+		return "unit"
+	}
+	return "shared"
+}
+
+// cursor is how far the store read one space of the VIEWS stream.
+type cursor struct {
+	seq     uint64 // last stream sequence applied
+	created int64  // creation time of the stream seq is of (Unix ns; 0: unknown)
+	// A reload of the space from the stream's start (reload.go): the
+	// objects seen so far, nil when none is under way.
+	reloading map[objectKey]struct{}
+}
+
+// layer is the raw objects received from one space, and their views as
+// received (for the state on disk).
+type layer struct {
+	objs  map[string]map[string]objectview.Object
+	views map[string]map[string]*atollv1.ObjectView
+}
+
+func newLayer() layer {
+	l := layer{objs: map[string]map[string]objectview.Object{}, views: map[string]map[string]*atollv1.ObjectView{}}
+	for _, k := range objectview.Kinds {
+		l.objs[k], l.views[k] = map[string]objectview.Object{}, map[string]*atollv1.ObjectView{}
+	}
+	return l
+}
+
 // Store holds the views of one unit as the host serves them: the raw
-// objects the cloud published and, derived from them by the topology
-// filter, the served ones, each with the revision of its last change.
+// objects the cloud published (the union of both spaces: a Node of the
+// unit's own space, in full, stands for the shared space's stripped one)
+// and, derived from them by the topology filter, the served ones, each
+// with the revision of its last change.
 // Revisions are the proxy's own, one counter over all kinds, so they are
 // monotonic whatever the order the views arrive in. Deleted objects stay
 // as tombstones (up to MaxTombstones), so a watch can resume from any
@@ -51,25 +99,24 @@ type Store struct {
 	mu         sync.RWMutex
 	unit       string
 	rev        uint64
-	compacted  uint64 // resuming from below this is answered 410 Gone
-	seq        uint64 // last stream sequence applied
-	raw        map[string]map[string]objectview.Object
-	rawViews   map[string]map[string]*atollv1.ObjectView // the raw objects as received, for the state on disk
+	compacted  uint64                                  // resuming from below this is answered 410 Gone
+	cur        [2]cursor                               // by Space
+	layers     [2]layer                                // by Space
+	raw        map[string]map[string]objectview.Object // the union of the layers
 	served     map[string]map[string]*entry
 	bySvc      map[string]map[string]struct{} // namespace/service → keys of its raw slices
 	tombstones int
 	watchers   map[*watcher]struct{}
 	changed    chan struct{} // closed and replaced at every change (persistence)
 
-	generation    uint64 // of the last snapshot taken
-	streamCreated int64  // creation time of the VIEWS stream seq is of (Unix ns; 0: unknown)
+	generation uint64 // of the last snapshot taken
+	// migrating: a state kept before the shared space is being moved to
+	// it (state.go).
+	migrating bool
 
 	// What changed since the last save, and the files (state.go).
 	dirty disk
 	saver saver
-	// A reload of the whole stream (reload.go): the raw objects seen so
-	// far, nil when none is under way.
-	reloading map[objectKey]struct{}
 }
 
 // objectKey names one object of a kind.
@@ -81,14 +128,14 @@ func NewStore(host string, maxTombstones int, m *metrics) *Store {
 		m = newMetrics(nil)
 	}
 	s := &Store{host: host, maxTombstones: maxTombstones, metrics: m,
-		raw: map[string]map[string]objectview.Object{}, rawViews: map[string]map[string]*atollv1.ObjectView{},
+		raw:    map[string]map[string]objectview.Object{},
 		served: map[string]map[string]*entry{}, bySvc: map[string]map[string]struct{}{},
+		layers:   [2]layer{newLayer(), newLayer()},
 		watchers: map[*watcher]struct{}{}, changed: make(chan struct{})}
 	s.dirty.reset()
 	s.dirty.full = true // no snapshot on disk yet
 	for _, k := range objectview.Kinds {
 		s.raw[k] = map[string]objectview.Object{}
-		s.rawViews[k] = map[string]*atollv1.ObjectView{}
 		s.served[k] = map[string]*entry{}
 	}
 	return s
@@ -101,8 +148,15 @@ func objKey(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// Seq is the last stream sequence applied.
-func (s *Store) Seq() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.seq }
+// Seq is the highest stream sequence applied, of either space.
+func (s *Store) Seq() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return max(s.cur[UnitSpace].seq, s.cur[SharedSpace].seq)
+}
+
+// SeqOf is the last stream sequence applied of space sp.
+func (s *Store) SeqOf(sp Space) uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.cur[sp].seq }
 
 // Rev is the current revision.
 func (s *Store) Rev() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.rev }
@@ -110,11 +164,16 @@ func (s *Store) Rev() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.rev 
 // Changed returns a channel closed at the next change.
 func (s *Store) Changed() <-chan struct{} { s.mu.RLock(); defer s.mu.RUnlock(); return s.changed }
 
-// Apply applies one view at stream sequence seq. A view of another kind
-// (unit views, host records) only advances the sequence.
-func (s *Store) Apply(v *atollv1.ObjectView, seq uint64) error {
+// Apply applies one view of space sp at stream sequence seq. A view of
+// another kind (unit views, host records), and in the unit's space a view
+// of another kind than Nodes (the layout before the shared space), only
+// advances the space's cursor.
+func (s *Store) Apply(sp Space, v *atollv1.ObjectView, seq uint64) error {
+	kind := v.GetKind()
+	_, known := objectview.Kind(kind)
+	known = known && (sp == SharedSpace || kind == objectview.KindNodes)
 	var obj objectview.Object
-	if _, known := objectview.Kind(v.GetKind()); known && !v.GetDeleted() {
+	if known && !v.GetDeleted() {
 		var err error
 		if obj, err = objectview.Decode(v); err != nil {
 			return err
@@ -122,23 +181,56 @@ func (s *Store) Apply(v *atollv1.ObjectView, seq uint64) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if seq > s.seq {
-		s.seq = seq
+	c := &s.cur[sp]
+	if seq > c.seq {
+		c.seq = seq
 	}
-	if _, known := objectview.Kind(v.GetKind()); !known {
+	if !known {
+		s.notify()
 		return nil
 	}
 	k := objKey(v.GetNamespace(), v.GetName())
+	if c.reloading != nil {
+		c.reloading[objectKey{kind, k}] = struct{}{}
+	}
 	if obj == nil {
-		delete(s.rawViews[v.GetKind()], k)
-	} else {
-		s.rawViews[v.GetKind()][k] = v
+		v = nil
 	}
-	if s.reloading != nil {
-		s.reloading[objectKey{v.GetKind(), k}] = struct{}{}
-	}
-	s.apply(v.GetKind(), k, obj)
+	s.put(sp, kind, k, obj, v)
 	s.notify()
+	return nil
+}
+
+// put sets the raw object of kind at k in the layer of space sp (nil:
+// deleted) with its view as received, and applies the union's object if
+// that changed. Call with mu held.
+func (s *Store) put(sp Space, kind, k string, obj objectview.Object, v *atollv1.ObjectView) {
+	l := s.layers[sp]
+	if obj == nil {
+		if _, ok := l.objs[kind][k]; !ok {
+			return
+		}
+		delete(l.objs[kind], k)
+		delete(l.views[kind], k)
+	} else {
+		l.objs[kind][k], l.views[kind][k] = obj, v
+	}
+	s.dirty.raw[rawKey{sp, objectKey{kind, k}}] = struct{}{}
+	if eff := s.union(kind, k); eff != s.raw[kind][k] {
+		s.apply(kind, k, eff)
+	}
+}
+
+// union is the raw object of kind at k: the unit's space's (its Nodes in
+// full), else the shared space's; nil when neither has one. Call with mu
+// held.
+func (s *Store) union(kind, k string) objectview.Object {
+	if o, ok := s.layers[UnitSpace].objs[kind][k]; ok {
+		return o
+	}
+	if o, ok := s.layers[SharedSpace].objs[kind][k]; ok {
+		return o
+	}
 	return nil
 }
 
@@ -151,7 +243,6 @@ func (s *Store) apply(kind, k string, obj objectview.Object) {
 	} else {
 		s.raw[kind][k] = obj
 	}
-	s.dirty.raw[objectKey{kind, k}] = struct{}{}
 	if kind == objectview.KindEndpointSlices {
 		s.indexSlice(k, old, obj)
 	}

@@ -305,7 +305,7 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 	wcancel()
 	wg.Wait()
 
-	viewMsg, err := views.GetLastMsgForSubject(ctx, mustSubject(b, "u0", objectview.KindEndpointSlices, benchNamespace, "s0-1"))
+	viewMsg, err := views.GetLastMsgForSubject(ctx, mustSubject(b, events.SharedViewUnit, objectview.KindEndpointSlices, benchNamespace, "s0-1"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,17 +10,18 @@ type metrics struct {
 	bytes     prometheus.Counter
 	conflicts prometheus.Counter
 	rejected  *prometheus.CounterVec
+	purged    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		units: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "objectviews", Name: "units",
-			Help: "Units the object views are published to (the fan-out of each object change).",
+			Help: "Units whose own Nodes are published in their view space.",
 		}),
 		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "atoll", Subsystem: "objectviews", Name: "fanout",
-			Help:    "Unit views stored per object handled in a pass (0: no unit's view changed).",
+			Help:    "Views stored per object handled in a pass: 1 (shared), 2 for a Node whose labels changed, 0 when nothing changed.",
 			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 		}),
 		passes: prometheus.NewCounter(prometheus.CounterOpts{
@@ -43,9 +44,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "objectviews", Name: "rejected_total",
 			Help: "Object views not published, by reason (subject, too_large, publish_failed).",
 		}, []string{"reason"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "purged_total",
+			Help: "Subjects of the per-unit view layout purged from the VIEWS stream.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.units, m.fanout, m.passes, m.published, m.bytes, m.conflicts, m.rejected)
+		reg.MustRegister(m.units, m.fanout, m.passes, m.published, m.bytes, m.conflicts, m.rejected, m.purged)
 	}
 	return m
 }

@@ -1,20 +1,26 @@
-// Package objects publishes the cloud's per-unit views of Services,
-// EndpointSlices, Endpoints and Nodes on the hub's VIEWS stream, one
-// message per object and unit (atoll.view.<unit>.<kind>.<namespace>.<name>),
-// for the edge proxies that serve them to kube-proxy (edge/proxy).
+// Package objects publishes the cloud's views of Services,
+// EndpointSlices, Endpoints and Nodes on the hub's VIEWS stream, for the
+// edge proxies that serve them to kube-proxy (edge/proxy).
 //
-// Every unit gets every Service, EndpointSlice and Endpoints: the topology
-// filter runs at the edge, where the host's own labels decide, so one view
-// per unit serves all its nodes. Nodes of the unit are published in full
-// (kube-proxy reads its own Node); Nodes of other units with their name,
-// uid and labels only (the filter reads the labels of the endpoints'
-// nodes). A deleted object leaves a tombstone (ObjectView.deleted).
+// The views every unit reads are stored once, in the shared view space
+// (atoll.view._all.<kind>.<namespace>.<name>, events.SharedViewUnit):
+// every Service, EndpointSlice and Endpoints (the topology filter runs at
+// the edge, where the host's own labels decide), and every Node stripped
+// to name, uid and labels (what the filter reads). A unit's own Nodes are
+// also published in full in its own space (atoll.view.<unit>.nodes._.<name>;
+// kube-proxy reads its own Node). One object change is one message (two
+// for a Node whose labels changed; three for one that moved unit: a
+// tombstone in the old unit). A deleted object leaves a tombstone
+// (ObjectView.deleted).
 //
 // Each view is stored with events.LastValue: published only when the
 // stream's last value for its subject has another fingerprint, under the
 // message id <subject>@<fingerprint>@<sequence it replaces> and expecting
 // that last subject sequence, so replicas run active-active and a resync
 // republishes nothing that did not change.
+//
+// The layout before the shared space put every view in every unit's
+// space. A full pass purges what it finds of it (purge.go).
 package objects
 
 import (
@@ -63,6 +69,7 @@ type Publisher struct {
 	units    map[string]bool   // units of the last pass
 	nodeUnit map[string]string // node → unit, of the last pass
 	uids     map[key]string    // uid of each object last seen, for its tombstone
+	checked  map[string]bool   // units whose space was purged of the old layout (purge.go); only pass touches it
 	changed  chan struct{}
 }
 
@@ -91,6 +98,7 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 			Empty: (*atollv1.ObjectView).GetDeleted,
 		}),
 		uids:    map[key]string{},
+		checked: map[string]bool{},
 		changed: make(chan struct{}, 1),
 	}, nil
 }
@@ -154,6 +162,7 @@ func (p *Publisher) pass(ctx context.Context) error {
 	dirty := p.dirty
 	p.dirty, p.all = map[key]bool{}, false
 	// A node that changed units changes its own view in both.
+	prevUnit := p.nodeUnit
 	p.units, p.nodeUnit = units, nodeUnit
 	p.mu.Unlock()
 
@@ -175,9 +184,16 @@ func (p *Publisher) pass(ctx context.Context) error {
 	unitList := slices.Sorted(maps.Keys(units))
 	p.metrics.units.Set(float64(len(unitList)))
 	var failed []error
+	if all {
+		// Before publishing: a unit whose space was purged gets its own
+		// Nodes again in this pass.
+		if err := p.purgeOldLayout(ctx, unitList); err != nil {
+			failed = append(failed, err)
+		}
+	}
 	retry := map[key]bool{}
 	for _, k := range keys {
-		if err := p.publishObject(ctx, k, unitList, nodeUnit); err != nil {
+		if err := p.publishObject(ctx, k, nodeUnit, prevUnit); err != nil {
 			failed = append(failed, err)
 			retry[k] = true
 		}
@@ -239,9 +255,11 @@ func (p *Publisher) allKeys(ctx context.Context) ([]key, error) {
 	return keys, nil
 }
 
-// publishObject puts the view of k in every unit: the object as the cache
-// holds it, or its tombstone.
-func (p *Publisher) publishObject(ctx context.Context, k key, units []string, nodeUnit map[string]string) error {
+// publishObject stores the views of k: the object as the cache holds it,
+// or its tombstone, in the shared space; for a Node, also in full in its
+// unit's space, and a tombstone in the space of the unit it left
+// (prevUnit: node → unit at the last pass).
+func (p *Publisher) publishObject(ctx context.Context, k key, nodeUnit, prevUnit map[string]string) error {
 	info, ok := objectview.Kind(k.kind)
 	if !ok {
 		return fmt.Errorf("objects: unknown kind %q", k.kind)
@@ -253,35 +271,52 @@ func (p *Publisher) publishObject(ctx context.Context, k key, units []string, no
 	} else if err != nil {
 		return fmt.Errorf("objects: get %s %s/%s: %w", k.kind, k.namespace, k.name, err)
 	}
-	var full, stripped *atollv1.ObjectView
-	if obj != nil {
+	// The views to store, by unit token: nil stands for a tombstone.
+	type target struct {
+		unit string
+		view *atollv1.ObjectView
+	}
+	var targets []target
+	isNode := k.kind == objectview.KindNodes
+	if obj == nil {
+		targets = append(targets, target{events.SharedViewUnit, nil})
+		if u := prevUnit[k.name]; isNode && u != "" {
+			targets = append(targets, target{u, nil})
+		}
+	} else {
 		p.mu.Lock()
 		p.uids[k] = string(obj.GetUID())
 		p.mu.Unlock()
-		if full, err = objectview.Encode(k.kind, trim(obj, true)); err != nil {
+		shared, err := objectview.Encode(k.kind, trim(obj, !isNode))
+		if err != nil {
 			return err
 		}
-		if k.kind == objectview.KindNodes {
-			if stripped, err = objectview.Encode(k.kind, trim(obj, false)); err != nil {
-				return err
+		targets = append(targets, target{events.SharedViewUnit, shared})
+		if isNode {
+			u := nodeUnit[k.name]
+			if was := prevUnit[k.name]; was != "" && was != u {
+				targets = append(targets, target{was, nil})
+			}
+			if u != "" {
+				full, err := objectview.Encode(k.kind, trim(obj, true))
+				if err != nil {
+					return err
+				}
+				targets = append(targets, target{u, full})
 			}
 		}
 	}
 	var errs []error
 	stored := 0
 	defer func() { p.metrics.fanout.Observe(float64(stored)) }()
-	for _, u := range units {
-		subj, err := objectview.Subject(u, k.kind, k.namespace, k.name)
+	for _, t := range targets {
+		subj, err := objectview.Subject(t.unit, k.kind, k.namespace, k.name)
 		if err != nil {
 			p.metrics.rejected.WithLabelValues("subject").Inc()
 			p.log.Warn("object cannot be named in a subject; left out", "kind", k.kind, "namespace", k.namespace, "name", k.name, "err", err)
 			return nil
 		}
-		v := full
-		if stripped != nil && nodeUnit[k.name] != u {
-			v = stripped
-		}
-		if v == nil {
+		if t.view == nil {
 			ok, err := p.tombstone(ctx, subj, k)
 			if err != nil {
 				errs = append(errs, err)
@@ -291,12 +326,12 @@ func (p *Publisher) publishObject(ctx context.Context, k key, units []string, no
 			}
 			continue
 		}
-		if len(v.Object) > p.cfg.MaxObjectBytes {
+		if len(t.view.Object) > p.cfg.MaxObjectBytes {
 			p.metrics.rejected.WithLabelValues("too_large").Inc()
-			p.log.Warn("object view too large; left out", "subject", subj, "bytes", len(v.Object), "max", p.cfg.MaxObjectBytes)
+			p.log.Warn("object view too large; left out", "subject", subj, "bytes", len(t.view.Object), "max", p.cfg.MaxObjectBytes)
 			continue
 		}
-		ok, err := p.put(ctx, subj, v)
+		ok, err := p.put(ctx, subj, t.view)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -349,57 +384,78 @@ func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView)
 }
 
 // tombstoneStale leaves a tombstone on every subject of the stream that
-// no live object and unit account for (objects deleted while no replica
-// ran). Subjects of units that no longer exist are left alone.
+// no live object accounts for (objects deleted while no replica ran): in
+// the shared space, and among the Nodes of each current unit's space.
+// Spaces of units that no longer exist are left alone.
 func (p *Publisher) tombstoneStale(ctx context.Context, live []key, units []string) error {
 	want := map[string]bool{}
+	p.mu.Lock()
+	nodeUnit := p.nodeUnit
+	p.mu.Unlock()
 	for _, k := range live {
-		for _, u := range units {
+		if s, err := objectview.Subject(events.SharedViewUnit, k.kind, k.namespace, k.name); err == nil {
+			want[s] = true
+		}
+		if u := nodeUnit[k.name]; k.kind == objectview.KindNodes && u != "" {
 			if s, err := objectview.Subject(u, k.kind, k.namespace, k.name); err == nil {
 				want[s] = true
 			}
 		}
 	}
-	if p.stream == nil {
-		st, err := p.js.Stream(ctx, events.StreamViews)
-		if err != nil {
-			return fmt.Errorf("objects: stream %s: %w", events.StreamViews, err)
-		}
-		p.stream = st
+	var filters []string
+	for _, kind := range objectview.Kinds {
+		filters = append(filters, kindFilter(events.SharedViewUnit, kind))
+	}
+	for _, u := range units {
+		filters = append(filters, kindFilter(u, objectview.KindNodes))
 	}
 	var errs []error
-	for _, u := range units {
-		for _, kind := range objectview.Kinds {
-			unitViews, err := events.UnitViewSubjects(u)
+	for _, filter := range filters {
+		subjects, err := p.subjects(ctx, filter)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, subj := range subjects {
+			if want[subj] {
+				continue
+			}
+			vk, err := events.ParseViewSubject(subj)
 			if err != nil {
 				continue
 			}
-			filter := strings.TrimSuffix(unitViews, ">") + kind + ".>"
-
-			info, err := p.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("objects: subjects %s: %w", filter, err))
-				continue
+			ns := vk.Namespace
+			if ns == events.ClusterScoped {
+				ns = ""
 			}
-			for subj := range info.State.Subjects {
-				if want[subj] {
-					continue
-				}
-				vk, err := events.ParseViewSubject(subj)
-				if err != nil {
-					continue
-				}
-				ns := vk.Namespace
-				if ns == events.ClusterScoped {
-					ns = ""
-				}
-				if _, err := p.tombstone(ctx, subj, key{vk.Kind, ns, vk.Name}); err != nil {
-					errs = append(errs, err)
-				}
+			if _, err := p.tombstone(ctx, subj, key{vk.Kind, ns, vk.Name}); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// kindFilter matches the views of kind in the space of unit (a unit, or
+// events.SharedViewUnit).
+func kindFilter(unit, kind string) string {
+	return strings.TrimSuffix(events.ViewSubjects, ">") + events.Token(unit) + "." + kind + ".>"
+}
+
+// subjects lists the subjects of the VIEWS stream matching filter.
+func (p *Publisher) subjects(ctx context.Context, filter string) ([]string, error) {
+	if p.stream == nil {
+		st, err := p.js.Stream(ctx, events.StreamViews)
+		if err != nil {
+			return nil, fmt.Errorf("objects: stream %s: %w", events.StreamViews, err)
+		}
+		p.stream = st
+	}
+	info, err := p.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("objects: subjects %s: %w", filter, err)
+	}
+	return slices.Sorted(maps.Keys(info.State.Subjects)), nil
 }
 
 // metaItems returns the items of list.

@@ -38,6 +38,13 @@ type fixture struct {
 
 func start(t *testing.T, replicas int) *fixture {
 	t.Helper()
+	return startWith(t, replicas, nil)
+}
+
+// startWith starts the fixture, calling before (if set) once the cluster
+// and the streams are up and before any publisher starts.
+func startWith(t *testing.T, replicas int, before func(*kubetest.Cluster, jetstream.JetStream)) *fixture {
+	t.Helper()
 	cluster := kubetest.Start(t)
 	h := natstest.Hub(t)
 	log := natstest.Logger(t, slog.LevelWarn)
@@ -59,6 +66,9 @@ func start(t *testing.T, replicas int) *fixture {
 			}
 			if f.views, err = js.Stream(ctx, events.StreamViews); err != nil {
 				t.Fatal(err)
+			}
+			if before != nil {
+				before(cluster, js)
 			}
 		}
 		mcfg := manager.DefaultConfig()
@@ -123,11 +133,11 @@ func node(name, unit, ip string) *corev1.Node {
 }
 
 // TestObjectViews: two replicas publish every Service, EndpointSlice and
-// Endpoints to each unit, the unit's Nodes in full and other units' Nodes
-// as labels only; each change is stored once whatever the number of
-// replicas; a resync stores nothing; a deletion leaves one tombstone per
-// unit; an object deleted while no publisher ran gets its tombstone from
-// the next publisher's first pass.
+// Endpoints once in the shared space, every Node there as labels only and
+// each unit's Nodes in full in its own space (and nowhere else); each
+// change is stored once whatever the number of replicas; a resync stores
+// nothing; a deletion leaves one tombstone; a Node moving unit leaves a
+// tombstone in the old unit and is in full in the new.
 func TestObjectViews(t *testing.T) {
 	f := start(t, 2)
 	ctx := t.Context()
@@ -160,20 +170,18 @@ func TestObjectViews(t *testing.T) {
 	}
 
 	subjects := map[string]func(*atollv1.ObjectView) error{}
-	for _, u := range []string{"u1", "u2"} {
-		subjects["atoll.view."+u+".services.default.web"] = nil
-		subjects["atoll.view."+u+".endpointslices.default.web-1"] = func(v *atollv1.ObjectView) error {
-			o, err := objectview.Decode(v)
-			if err != nil {
-				return err
-			}
-			if got := o.(*discoveryv1.EndpointSlice).Endpoints; len(got) != 1 || got[0].Addresses[0] != "10.1.0.1" {
-				return fmt.Errorf("endpoints %v", got)
-			}
-			return nil
+	subjects["atoll.view._all.services.default.web"] = nil
+	subjects["atoll.view._all.endpointslices.default.web-1"] = func(v *atollv1.ObjectView) error {
+		o, err := objectview.Decode(v)
+		if err != nil {
+			return err
 		}
+		if got := o.(*discoveryv1.EndpointSlice).Endpoints; len(got) != 1 || got[0].Addresses[0] != "10.1.0.1" {
+			return fmt.Errorf("endpoints %v", got)
+		}
+		return nil
 	}
-	// n1 in full for u1 (its status), as labels only for u2.
+	// n1 in full for u1 (its status), as labels only for everyone.
 	subjects["atoll.view.u1.nodes._.n1"] = func(v *atollv1.ObjectView) error {
 		o, err := objectview.Decode(v)
 		if err != nil {
@@ -184,7 +192,7 @@ func TestObjectViews(t *testing.T) {
 		}
 		return nil
 	}
-	subjects["atoll.view.u2.nodes._.n1"] = func(v *atollv1.ObjectView) error {
+	subjects["atoll.view._all.nodes._.n1"] = func(v *atollv1.ObjectView) error {
 		o, err := objectview.Decode(v)
 		if err != nil {
 			return err
@@ -230,6 +238,13 @@ func TestObjectViews(t *testing.T) {
 		return last
 	}
 	base := settle()
+	// Nothing of the shared kinds, and no other unit's Node, in a unit's
+	// space.
+	for _, subj := range []string{"atoll.view.u1.services.default.web", "atoll.view.u2.endpointslices.default.web-1", "atoll.view.u2.nodes._.n1", "atoll.view.u1.nodes._.n2"} {
+		if v, _, err := f.view(ctx, subj); err != nil || v != nil {
+			t.Errorf("%s: %v, %v: want nothing", subj, v, err)
+		}
+	}
 
 	// A resync on both replicas stores nothing.
 	passes := func() float64 {
@@ -269,13 +284,13 @@ func TestObjectViews(t *testing.T) {
 		t.Fatalf("the fan-out histogram counts %v views stored by a resync that stored none", got-fanBefore)
 	}
 
-	// One change: one message per unit, whatever the replicas.
+	// One change: one message, whatever the replicas and units.
 	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.1.0.2"}, NodeName: ptr.To("n2")})
 	if _, err := kc.DiscoveryV1().EndpointSlices("default").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 20*time.Second, func() error {
-		v, _, err := f.view(ctx, "atoll.view.u2.endpointslices.default.web-1")
+		v, _, err := f.view(ctx, "atoll.view._all.endpointslices.default.web-1")
 		if err != nil {
 			return err
 		}
@@ -288,13 +303,13 @@ func TestObjectViews(t *testing.T) {
 		}
 		return nil
 	})
-	if got := settle(); got != base+2 {
-		t.Fatalf("one slice change stored %d messages, want 2 (one per unit)", got-base)
+	if got := settle(); got != base+1 {
+		t.Fatalf("one slice change stored %d messages, want 1", got-base)
 	}
-	if got := fanout() - fanBefore; got < 2 {
-		t.Fatalf("the fan-out histogram counts %v views stored for a change stored in 2 units", got)
+	if got := fanout() - fanBefore; got != 1 {
+		t.Fatalf("the fan-out histogram counts %v views stored for a change stored once", got)
 	}
-	base += 2
+	base++
 
 	// A node heartbeat alone changes no view.
 	n1, err := kc.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
@@ -314,24 +329,53 @@ func TestObjectViews(t *testing.T) {
 		t.Fatalf("a heartbeat stored %d messages", got-base)
 	}
 
-	// Deletion: one tombstone per unit.
+	// Deletion: one tombstone.
 	if err := kc.DiscoveryV1().EndpointSlices("default").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 20*time.Second, func() error {
-		for _, u := range []string{"u1", "u2"} {
-			v, _, err := f.view(ctx, "atoll.view."+u+".endpointslices.default.web-1")
-			if err != nil {
-				return err
-			}
-			if !v.GetDeleted() || v.GetUid() == "" {
-				return fmt.Errorf("%s: no tombstone with the uid: %v", u, v)
-			}
+		v, _, err := f.view(ctx, "atoll.view._all.endpointslices.default.web-1")
+		if err != nil {
+			return err
+		}
+		if !v.GetDeleted() || v.GetUid() == "" {
+			return fmt.Errorf("no tombstone with the uid: %v", v)
 		}
 		return nil
 	})
-	if got := settle(); got != base+2 {
-		t.Fatalf("a deletion stored %d messages, want 2", got-base)
+	if got := settle(); got != base+1 {
+		t.Fatalf("a deletion stored %d messages, want 1", got-base)
+	}
+	base++
+
+	// n1 moves to u2: a tombstone in u1, in full in u2, its new labels
+	// in the shared space: three messages.
+	if n1, err = kc.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n1.Labels[wellknown.LabelUnit] = "u2"
+	if _, err := kc.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		old, _, err := f.view(ctx, "atoll.view.u1.nodes._.n1")
+		if err != nil {
+			return err
+		}
+		if !old.GetDeleted() {
+			return errors.New("no tombstone in u1")
+		}
+		v, _, err := f.view(ctx, "atoll.view.u2.nodes._.n1")
+		if err != nil || v == nil {
+			return fmt.Errorf("not in u2: %v", err)
+		}
+		if o, err := objectview.Decode(v); err != nil || len(o.(*corev1.Node).Status.Addresses) == 0 {
+			return fmt.Errorf("not in full in u2: %v", err)
+		}
+		return nil
+	})
+	if got := settle(); got != base+3 {
+		t.Fatalf("a move stored %d messages, want 3", got-base)
 	}
 }
 
@@ -359,13 +403,13 @@ func TestTombstoneForObjectDeletedWhileDown(t *testing.T) {
 	}
 	nc := f.pubs[0].bus.Conn()
 	js := f.pubs[0].bus.JetStream()
-	if _, err := events.PublishDurable(ctx, js, "atoll.view.u1.services.default.gone", old, "old"); err != nil {
+	if _, err := events.PublishDurable(ctx, js, "atoll.view._all.services.default.gone", old, "old"); err != nil {
 		t.Fatal(err)
 	}
 	_ = nc
 	f.pubs[0].Resync()
 	poll.Eventually(t, 20*time.Second, func() error {
-		v, _, err := f.view(ctx, "atoll.view.u1.services.default.gone")
+		v, _, err := f.view(ctx, "atoll.view._all.services.default.gone")
 		if err != nil {
 			return err
 		}

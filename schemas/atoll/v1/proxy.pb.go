@@ -46,6 +46,18 @@ type ProxyState struct {
 	// nanoseconds, 0: unknown): a stream created at another time was
 	// rebuilt, and its sequences say nothing about the state's.
 	StreamCreated int64 `protobuf:"varint,9,opt,name=stream_created,json=streamCreated,proto3" json:"stream_created,omitempty"`
+	// Layout of the state: 0 (before the shared view space) holds one
+	// cursor (seq, over atoll.view.<unit>.>) and every view in raw; 1
+	// holds two: seq, stream_created and raw for the unit's own space
+	// (its Nodes in full), shared_* for the shared space (atoll.view._all.>).
+	Layout              uint32        `protobuf:"varint,10,opt,name=layout,proto3" json:"layout,omitempty"`
+	SharedRaw           []*ObjectView `protobuf:"bytes,11,rep,name=shared_raw,json=sharedRaw,proto3" json:"shared_raw,omitempty"`
+	SharedSeq           uint64        `protobuf:"varint,12,opt,name=shared_seq,json=sharedSeq,proto3" json:"shared_seq,omitempty"`
+	SharedStreamCreated int64         `protobuf:"varint,13,opt,name=shared_stream_created,json=sharedStreamCreated,proto3" json:"shared_stream_created,omitempty"`
+	// A state of layout 0 being moved to 1: the shared space is read from
+	// its start, then the unit's Nodes the stream no longer holds (the
+	// other units' Nodes of the old layout) are dropped.
+	Migrating     bool `protobuf:"varint,14,opt,name=migrating,proto3" json:"migrating,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -143,6 +155,41 @@ func (x *ProxyState) GetStreamCreated() int64 {
 	return 0
 }
 
+func (x *ProxyState) GetLayout() uint32 {
+	if x != nil {
+		return x.Layout
+	}
+	return 0
+}
+
+func (x *ProxyState) GetSharedRaw() []*ObjectView {
+	if x != nil {
+		return x.SharedRaw
+	}
+	return nil
+}
+
+func (x *ProxyState) GetSharedSeq() uint64 {
+	if x != nil {
+		return x.SharedSeq
+	}
+	return 0
+}
+
+func (x *ProxyState) GetSharedStreamCreated() int64 {
+	if x != nil {
+		return x.SharedStreamCreated
+	}
+	return 0
+}
+
+func (x *ProxyState) GetMigrating() bool {
+	if x != nil {
+		return x.Migrating
+	}
+	return false
+}
+
 // ProxyStateRecord is one record of the log kept beside a ProxyState
 // snapshot (edge/proxy, proxy.log): what changed since the record before
 // (or the snapshot). Applying the snapshot and then its generation's
@@ -160,9 +207,15 @@ type ProxyStateRecord struct {
 	// Served objects and tombstones that changed.
 	Served []*ServedObject `protobuf:"bytes,7,rep,name=served,proto3" json:"served,omitempty"`
 	// Tombstones dropped (kind, namespace and name).
-	Pruned        []*ObjectView `protobuf:"bytes,8,rep,name=pruned,proto3" json:"pruned,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pruned []*ObjectView `protobuf:"bytes,8,rep,name=pruned,proto3" json:"pruned,omitempty"`
+	// The shared space's cursor and views (ProxyState.shared_*), and
+	// whether a migration is under way.
+	SharedRaw           []*ObjectView `protobuf:"bytes,9,rep,name=shared_raw,json=sharedRaw,proto3" json:"shared_raw,omitempty"`
+	SharedSeq           uint64        `protobuf:"varint,10,opt,name=shared_seq,json=sharedSeq,proto3" json:"shared_seq,omitempty"`
+	SharedStreamCreated int64         `protobuf:"varint,11,opt,name=shared_stream_created,json=sharedStreamCreated,proto3" json:"shared_stream_created,omitempty"`
+	Migrating           bool          `protobuf:"varint,12,opt,name=migrating,proto3" json:"migrating,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ProxyStateRecord) Reset() {
@@ -251,6 +304,34 @@ func (x *ProxyStateRecord) GetPruned() []*ObjectView {
 	return nil
 }
 
+func (x *ProxyStateRecord) GetSharedRaw() []*ObjectView {
+	if x != nil {
+		return x.SharedRaw
+	}
+	return nil
+}
+
+func (x *ProxyStateRecord) GetSharedSeq() uint64 {
+	if x != nil {
+		return x.SharedSeq
+	}
+	return 0
+}
+
+func (x *ProxyStateRecord) GetSharedStreamCreated() int64 {
+	if x != nil {
+		return x.SharedStreamCreated
+	}
+	return 0
+}
+
+func (x *ProxyStateRecord) GetMigrating() bool {
+	if x != nil {
+		return x.Migrating
+	}
+	return false
+}
+
 // ServedObject is one object as the proxy serves it (after the topology
 // filter), or a tombstone.
 type ServedObject struct {
@@ -325,7 +406,7 @@ var File_atoll_v1_proxy_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"\n" +
-	"\x14atoll/v1/proxy.proto\x12\batoll.v1\x1a\x13atoll/v1/view.proto\"\x95\x02\n" +
+	"\x14atoll/v1/proxy.proto\x12\batoll.v1\x1a\x13atoll/v1/view.proto\"\xd3\x03\n" +
 	"\n" +
 	"ProxyState\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x12\n" +
@@ -338,7 +419,15 @@ const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\b \x01(\x04R\n" +
 	"generation\x12%\n" +
-	"\x0estream_created\x18\t \x01(\x03R\rstreamCreated\"\xa1\x02\n" +
+	"\x0estream_created\x18\t \x01(\x03R\rstreamCreated\x12\x16\n" +
+	"\x06layout\x18\n" +
+	" \x01(\rR\x06layout\x123\n" +
+	"\n" +
+	"shared_raw\x18\v \x03(\v2\x14.atoll.v1.ObjectViewR\tsharedRaw\x12\x1d\n" +
+	"\n" +
+	"shared_seq\x18\f \x01(\x04R\tsharedSeq\x122\n" +
+	"\x15shared_stream_created\x18\r \x01(\x03R\x13sharedStreamCreated\x12\x1c\n" +
+	"\tmigrating\x18\x0e \x01(\bR\tmigrating\"\xc7\x03\n" +
 	"\x10ProxyStateRecord\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -349,7 +438,14 @@ const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"\x0estream_created\x18\x05 \x01(\x03R\rstreamCreated\x12&\n" +
 	"\x03raw\x18\x06 \x03(\v2\x14.atoll.v1.ObjectViewR\x03raw\x12.\n" +
 	"\x06served\x18\a \x03(\v2\x16.atoll.v1.ServedObjectR\x06served\x12,\n" +
-	"\x06pruned\x18\b \x03(\v2\x14.atoll.v1.ObjectViewR\x06pruned\"|\n" +
+	"\x06pruned\x18\b \x03(\v2\x14.atoll.v1.ObjectViewR\x06pruned\x123\n" +
+	"\n" +
+	"shared_raw\x18\t \x03(\v2\x14.atoll.v1.ObjectViewR\tsharedRaw\x12\x1d\n" +
+	"\n" +
+	"shared_seq\x18\n" +
+	" \x01(\x04R\tsharedSeq\x122\n" +
+	"\x15shared_stream_created\x18\v \x01(\x03R\x13sharedStreamCreated\x12\x1c\n" +
+	"\tmigrating\x18\f \x01(\bR\tmigrating\"|\n" +
 	"\fServedObject\x12(\n" +
 	"\x04view\x18\x01 \x01(\v2\x14.atoll.v1.ObjectViewR\x04view\x12\x0e\n" +
 	"\x02rv\x18\x02 \x01(\x04R\x02rv\x12\x18\n" +
@@ -378,15 +474,17 @@ var file_atoll_v1_proxy_proto_goTypes = []any{
 var file_atoll_v1_proxy_proto_depIdxs = []int32{
 	3, // 0: atoll.v1.ProxyState.raw:type_name -> atoll.v1.ObjectView
 	2, // 1: atoll.v1.ProxyState.served:type_name -> atoll.v1.ServedObject
-	3, // 2: atoll.v1.ProxyStateRecord.raw:type_name -> atoll.v1.ObjectView
-	2, // 3: atoll.v1.ProxyStateRecord.served:type_name -> atoll.v1.ServedObject
-	3, // 4: atoll.v1.ProxyStateRecord.pruned:type_name -> atoll.v1.ObjectView
-	3, // 5: atoll.v1.ServedObject.view:type_name -> atoll.v1.ObjectView
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3, // 2: atoll.v1.ProxyState.shared_raw:type_name -> atoll.v1.ObjectView
+	3, // 3: atoll.v1.ProxyStateRecord.raw:type_name -> atoll.v1.ObjectView
+	2, // 4: atoll.v1.ProxyStateRecord.served:type_name -> atoll.v1.ServedObject
+	3, // 5: atoll.v1.ProxyStateRecord.pruned:type_name -> atoll.v1.ObjectView
+	3, // 6: atoll.v1.ProxyStateRecord.shared_raw:type_name -> atoll.v1.ObjectView
+	3, // 7: atoll.v1.ServedObject.view:type_name -> atoll.v1.ObjectView
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_proxy_proto_init() }

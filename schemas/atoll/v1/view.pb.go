@@ -278,9 +278,11 @@ func (x *UnitMember) GetNodeKey() string {
 }
 
 // ObjectView carries one Kubernetes object (Service, EndpointSlice,
-// Endpoints, Node) as the cloud filtered it for a unit.
+// Endpoints, Node) as the cloud trimmed it for the edge.
 // Subject: atoll.view.<unit>.<kind>.<namespace>.<name>; namespace "_" for
-// cluster-scoped objects.
+// cluster-scoped objects; unit "_all" for the views every unit reads
+// (Services, EndpointSlices, Endpoints, every Node stripped to name, uid
+// and labels), a unit for its own Nodes in full.
 type ObjectView struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lowercase plural resource, e.g. "endpointslices".
