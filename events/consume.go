@@ -83,12 +83,12 @@ type ConsumeOptions struct {
 // view, the host records), so what it costs per idle minute is paid
 // N times at the hub: with nats.go's defaults (a 30 s pull request, a
 // heartbeat every 5 s for ordered consumers) that was 2 requests a minute
-// up and 12 heartbeats down per follower. A request now lives 5 minutes
-// (0.2 a minute), with a heartbeat every 30 s; a follower the server lost
-// is noticed within two missed heartbeats, and a leaf reconnect restarts
-// the requests at once.
+// up and 12 heartbeats down per follower. A request now lives 10 minutes
+// (0.1 a minute), with a heartbeat every 30 s; a follower the server lost
+// is noticed within two missed heartbeats. The edge's endpoints proxy
+// follows its views with the same settings.
 const (
-	FollowPullExpiry = 5 * time.Minute
+	FollowPullExpiry = 10 * time.Minute
 	FollowHeartbeat  = 30 * time.Second
 )
 

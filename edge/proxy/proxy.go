@@ -396,7 +396,7 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 			default:
 			}
 		}
-	}))
+	}), jetstream.PullExpiry(events.FollowPullExpiry), jetstream.PullHeartbeat(events.FollowHeartbeat))
 	if err != nil {
 		return fmt.Errorf("proxy: consume views of %s: %w", filter, err)
 	}
@@ -429,5 +429,7 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 
 // streamCheckPeriod is how often the follower checks that the VIEWS
 // stream is the one it reads (and a migration waiting for the shared
-// views looks again). A variable for the tests.
-var streamCheckPeriod = 30 * time.Second
+// views looks again): a request to the hub per space, paid by every
+// edge, so rare (a rebuilt stream also ends the consumer, which restarts
+// the follower). A variable for the tests.
+var streamCheckPeriod = 5 * time.Minute

@@ -327,14 +327,15 @@ func emulatedRate() float64 {
 // emulateFollowers holds the hub-side consumers a real agent holds, as it
 // holds them: ordered consumers of the VIEWS stream with the pull requests
 // and heartbeats of events' Follow consumers (its assignment, its unit's
-// view, the host records, and the endpoints proxy's object views), each
-// delivering the last value of its subjects and then every change.
+// view, the host records, and the endpoints proxy's two: its unit's views
+// and the shared ones), each delivering the last value of its subjects
+// and then every change.
 func emulateFollowers(ctx context.Context, js jetstream.JetStream, node, unit string) {
 	assign, _ := events.AssignmentSubject(node)
 	view, _ := events.UnitViewSubject(unit)
 	hosts, _ := events.HostsSubject(unit)
 	objects, _ := events.UnitViewSubjects(unit)
-	for _, f := range []string{assign, view, hosts, objects} {
+	for _, f := range []string{assign, view, hosts, objects, events.SharedViewSubjects()} {
 		for ctx.Err() == nil {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			cons, err := js.OrderedConsumer(cctx, events.StreamViews, jetstream.OrderedConsumerConfig{
