@@ -52,7 +52,16 @@
 // reconcile that would only change verdict annotations hands the node to
 // a separate workqueue written on another client (Config.Info), so a
 // backlog of annotations never holds a reconcile worker nor takes the
-// protection writes' tokens.
+// protection writes' tokens. That queue writes a node one resync period
+// after it was handed over, as it is then: the verdicts of one transition
+// arrive one event at a time (each voter's link loss or ballot), and the
+// wait lets them, and a protection write that follows (a silent unit's
+// hold), go out in one patch per Node. A hold's end is informational
+// too (the guard webhook reads the annotation only while no replica
+// answers). So that the hold is known as soon as the unit falls silent,
+// a unit's disruption state is recomputed at the events that move it
+// (a voter's link lost, a vote from a silent unit, a member's Ready
+// condition), not only at the resync.
 //
 // # Ack semantics
 //
