@@ -59,9 +59,9 @@
 // hold), go out in one patch per Node. A hold's end is informational
 // too (the guard webhook reads the annotation only while no replica
 // answers). So that the hold is known as soon as the unit falls silent,
-// a unit's disruption state is recomputed at the events that move it
-// (a voter's link lost, a vote from a silent unit, a member's Ready
-// condition), not only at the resync.
+// a unit's disruption state is recomputed at the events that may make it
+// silent or end its silence (a voter's link lost, a member lost by the
+// cloud, a vote from a silent unit), not only at the resync.
 //
 // # Ack semantics
 //
@@ -318,7 +318,7 @@ func (s *Service) UnitStateKnown(unit string) (UnitState, bool) {
 // one); a unit first seen counts as a change, one seen again in the same
 // state does not. Calls come from the service's resync loop and from the
 // events that move a unit's state (a voter's link lost, a silent unit's
-// vote, a member's Ready condition), one at a time per unit but
+// vote, a member lost by the cloud), one at a time per unit but
 // concurrently for different units: fn must not block and must be safe
 // for concurrent use.
 func (s *Service) OnUnitState(fn func(unit string, state UnitState)) {
@@ -669,7 +669,7 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 
 // refreshUnit is updateUnit for one unit, from the cache, on the event
 // paths that may move its state (a voter's link lost, the first vote of
-// a silent unit, a member's Ready condition): the state and the verdicts
+// a silent unit, a member no longer Ready): the state and the verdicts
 // of one transition then reach the reconciler together, so its nodes get
 // one patch (the hold with the verdict annotations), not the verdicts at
 // once and the hold at the next resync. On a change it queues every
@@ -686,17 +686,15 @@ func (s *Service) refreshUnit(ctx context.Context, unit string) {
 	}
 }
 
-// unitStale reports whether unit's state was computed with another Ready
-// status for node than ready (or without node).
+// unitStale reports whether unit's state was computed with node Ready
+// and node is no longer: the one Ready change that may make a unit silent
+// (and held) at once. The others (a node found again, a new member) may
+// only end a hold, which is not urgent: the resync sees them.
 func (s *Service) unitStale(unit, node string, ready corev1.ConditionStatus) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	st, ok := s.units[unit]
-	if !ok {
-		return true
-	}
-	r, ok := st.ready[node]
-	return !ok || r != ready
+	r, ok := s.units[unit].ready[node]
+	return ok && r == corev1.ConditionTrue && ready != corev1.ConditionTrue
 }
 
 // silentUnit reports whether unit is fully disrupted: a vote about one of

@@ -209,8 +209,9 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if _, marked := n.Annotations[wellknown.AnnotationVerdict]; unit == "" && !marked {
 		return reconcile.Result{}, nil // not an edge node, and never was
 	}
-	// A member's Ready condition moves its unit's state: the state first,
-	// so one patch carries the hold and the verdict of this transition.
+	// A member lost by the cloud may make its unit silent: the state
+	// first, so one patch carries the hold and the verdict of this
+	// transition.
 	if unit != "" && s.unitStale(unit, name, ReadyStatus(&n)) {
 		s.refreshUnit(ctx, unit)
 	}
