@@ -25,7 +25,9 @@ type Config struct {
 	// forged to count in the future).
 	MaxVoteSkew time.Duration
 	// Resync re-checks every lost node and disrupted unit this often, so
-	// expiring votes and holds take effect without a new event.
+	// expiring votes and holds take effect without a new event. The
+	// informational writes wait this long, so those of one transition
+	// coalesce (Service's write priorities).
 	Resync time.Duration
 	// Workers reconcile nodes concurrently.
 	Workers int

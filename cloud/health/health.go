@@ -52,7 +52,16 @@
 // reconcile that would only change verdict annotations hands the node to
 // a separate workqueue written on another client (Config.Info), so a
 // backlog of annotations never holds a reconcile worker nor takes the
-// protection writes' tokens.
+// protection writes' tokens. That queue writes a node one resync period
+// after it was handed over, as it is then: the verdicts of one transition
+// arrive one event at a time (each voter's link loss or ballot), and the
+// wait lets them, and a protection write that follows (a silent unit's
+// hold), go out in one patch per Node. A hold's end is informational
+// too (the guard webhook reads the annotation only while no replica
+// answers). So that the hold is known as soon as the unit falls silent,
+// a unit's disruption state is recomputed at the events that may make it
+// silent or end its silence (a voter's link lost, a member lost by the
+// cloud, a vote from a silent unit), not only at the resync.
 //
 // # Ack semantics
 //
@@ -104,6 +113,7 @@ type unitStatus struct {
 	state     UnitState
 	holdUntil time.Time // zero unless FullDisruption with a hold
 	nodes     []string
+	ready     map[string]corev1.ConditionStatus // each member's Ready status the state was computed with
 }
 
 // Service keeps the vote state and applies peer verdicts to Kubernetes.
@@ -135,6 +145,9 @@ type Service struct {
 	watchers []func(unit string, state UnitState)
 	writes   []func(Write)
 	resynced atomic.Bool // the unit states have been computed once
+	// unitLocks (unit → *sync.Mutex) serialize the updates of one unit's
+	// state (updateUnit).
+	unitLocks sync.Map
 }
 
 // New builds the service on the manager m: it registers the informers
@@ -326,8 +339,11 @@ func (s *Service) UnitStateKnown(unit string) (UnitState, bool) {
 // OnUnitState registers fn, called with a unit and its new disruption
 // state each time the state changes (UnitState already answers the new
 // one); a unit first seen counts as a change, one seen again in the same
-// state does not. Calls come from the service's resync loop, one at a
-// time: fn must not block.
+// state does not. Calls come from the service's resync loop and from the
+// events that move a unit's state (a voter's link lost, a silent unit's
+// vote, a member lost by the cloud), one at a time per unit but
+// concurrently for different units: fn must not block and must be safe
+// for concurrent use.
 func (s *Service) OnUnitState(fn func(unit string, state UnitState)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -377,13 +393,18 @@ func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
 
 // observeBallot records a ballot; it returns the nodes whose verdict
 // changed.
-func (s *Service) observeBallot(b *atollv1.Ballot, published time.Time) []string {
+func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, published time.Time) []string {
 	votes := events.BallotVotes(b)
 	before := map[string]atollv1.Verdict{}
 	for _, v := range votes {
 		before[v.GetNode()] = s.Judge(v.GetNode()).Verdict
 	}
 	touched := s.tracker.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), votes)
+	// A ballot from a silent unit ends its hold: the state first, so the
+	// reconciles write the hold's end with the verdicts.
+	if unit := s.unitOf(b.GetVoter()); len(touched) > 0 && s.silentUnit(unit) {
+		s.refreshUnit(ctx, unit)
+	}
 	var changed []string
 	for _, node := range touched {
 		if v, ok := before[node]; !ok || s.Judge(node).Verdict != v {
@@ -400,6 +421,15 @@ func (s *Service) LinkLost(ctx context.Context, voter string, at time.Time) {
 	nodes := s.tracker.Cut(voter, at)
 	if len(nodes) > 0 {
 		s.log.Info("voter's leaf link closed: its votes stop counting", "voter", voter, "at", at, "nodes", len(nodes))
+	}
+	// The loss may make the unit silent (held): its state first, so the
+	// reconciles below write the hold with the verdicts, in one patch.
+	units := map[string]bool{s.unitOf(voter): true}
+	for _, n := range nodes {
+		units[s.unitOf(n)] = true
+	}
+	for unit := range units {
+		s.refreshUnit(ctx, unit)
 	}
 	for _, n := range nodes {
 		s.enqueue(ctx, n)
@@ -453,7 +483,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := s.validVote(ev.Msg, ev.Published); err != nil {
 			return events.Reject(err)
 		}
-		if s.observe(ev.Msg, ev.Published) {
+		if s.observe(ctx, ev.Msg, ev.Published) {
 			s.enqueue(ctx, ev.Msg.GetNode())
 		}
 		return nil
@@ -466,7 +496,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
 			return events.Reject(err)
 		}
-		for _, n := range s.observeBallot(ev.Msg, ev.Published) {
+		for _, n := range s.observeBallot(ctx, ev.Msg, ev.Published) {
 			s.enqueue(ctx, n)
 		}
 		return nil
@@ -525,9 +555,15 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // observe records a vote; it reports whether the node's verdict changed.
-func (s *Service) observe(v *atollv1.Vote, published time.Time) bool {
+func (s *Service) observe(ctx context.Context, v *atollv1.Vote, published time.Time) bool {
 	before := s.Judge(v.GetNode()).Verdict
-	return s.tracker.Observe(v, published) && s.Judge(v.GetNode()).Verdict != before
+	if !s.tracker.Observe(v, published) {
+		return false
+	}
+	if unit := s.unitOf(v.GetNode()); s.silentUnit(unit) {
+		s.refreshUnit(ctx, unit)
+	}
+	return s.Judge(v.GetNode()).Verdict != before
 }
 
 // enqueue hands node to the reconciler's workqueue. On a replica that does
@@ -580,46 +616,10 @@ func (s *Service) resync(ctx context.Context) {
 	s.mu.RUnlock()
 	protected := 0
 	for unit, members := range byUnit {
-		ready := make([]corev1.ConditionStatus, 0, len(members))
-		down := make([]bool, 0, len(members))
-		fresh := false
-		names := make([]string, 0, len(members))
-		for _, n := range members {
-			ready = append(ready, ReadyStatus(n))
-			down = append(down, s.tracker.LinkDown(n.Name))
-			names = append(names, n.Name)
-			fresh = fresh || s.judge(n, now).Votes() > 0
-		}
-		st := unitStatus{state: Disruption(ready, down, fresh), nodes: names}
-		if st.state == FullDisruption && s.cfg.HoldTime > 0 {
-			since, err := s.holdSince(ctx, unit, now)
-			if err != nil {
-				s.log.Warn("cannot record the hold of a silent unit", "unit", unit, "err", err)
-				since = now
-			}
-			st.holdUntil = since.Add(s.cfg.HoldTime)
-		} else {
-			s.releaseHold(ctx, unit)
-		}
-		s.mu.Lock()
-		prev := s.units[unit]
-		if len(members) == 0 {
-			delete(s.units, unit)
-		} else {
-			s.units[unit] = st
-		}
-		watchers := s.watchers
-		s.mu.Unlock()
-		if prev.state != st.state {
-			for _, fn := range watchers {
-				fn(unit, st.state)
-			}
-		}
-		if prev.state != st.state || !prev.holdUntil.Equal(st.holdUntil) {
-			s.log.Info("unit disruption", "unit", unit, "state", st.state, "was", prev.state, "hold_until", st.holdUntil)
+		names, changed := s.updateUnit(ctx, unit, now)
+		if changed {
 			queue = append(queue, names...)
 		}
-		s.metrics.setUnitState(unit, st.state, len(members) == 0)
 		for _, n := range members {
 			if Protect(n, s.judge(n, now), s.held(unit)) {
 				protected++
@@ -631,6 +631,119 @@ func (s *Service) resync(ctx context.Context) {
 	for _, n := range queue {
 		s.enqueue(ctx, n)
 	}
+}
+
+// updateUnit recomputes unit's disruption state and hold from its
+// members in the cache (none: the unit vanished), records it, and tells
+// the watchers of a new state. It returns the members' names and whether
+// the state or the hold changed (their nodes need a reconcile). One unit
+// is updated by one caller at a time (the resync, or an event that may
+// move the state), each from the members as they are then: a caller
+// holding an older list could otherwise undo a newer state.
+func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([]string, bool) {
+	mu, _ := s.unitLocks.LoadOrStore(unit, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	var list corev1.NodeList
+	if err := s.cache.List(ctx, &list, client.MatchingFields{unitIndex: unit}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, false
+	}
+	members := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		members[i] = &list.Items[i]
+	}
+	ready := make([]corev1.ConditionStatus, 0, len(members))
+	down := make([]bool, 0, len(members))
+	names := make([]string, 0, len(members))
+	byName := make(map[string]corev1.ConditionStatus, len(members))
+	silent := 0
+	for _, n := range members {
+		r := ReadyStatus(n)
+		d := s.tracker.LinkDown(n.Name)
+		ready, down, names = append(ready, r), append(down, d), append(names, n.Name)
+		byName[n.Name] = r
+		if r != corev1.ConditionTrue || d {
+			silent++
+		}
+	}
+	// Fresh votes matter only to a unit whose every member is silent
+	// (Disruption): judging every member costs a walk of its votes.
+	fresh := false
+	if silent == len(members) {
+		for _, n := range members {
+			if fresh = s.judge(n, now).Votes() > 0; fresh {
+				break
+			}
+		}
+	}
+	st := unitStatus{state: Disruption(ready, down, fresh), nodes: names, ready: byName}
+	if st.state == FullDisruption && s.cfg.HoldTime > 0 {
+		since, err := s.holdSince(ctx, unit, now)
+		if err != nil {
+			s.log.Warn("cannot record the hold of a silent unit", "unit", unit, "err", err)
+			since = now
+		}
+		st.holdUntil = since.Add(s.cfg.HoldTime)
+	} else {
+		s.releaseHold(ctx, unit)
+	}
+	s.mu.Lock()
+	prev := s.units[unit]
+	if len(members) == 0 {
+		delete(s.units, unit)
+	} else {
+		s.units[unit] = st
+	}
+	watchers := s.watchers
+	s.mu.Unlock()
+	if prev.state != st.state {
+		for _, fn := range watchers {
+			fn(unit, st.state)
+		}
+	}
+	s.metrics.setUnitState(unit, st.state, len(members) == 0)
+	changed := prev.state != st.state || !prev.holdUntil.Equal(st.holdUntil)
+	if changed {
+		s.log.Info("unit disruption", "unit", unit, "state", st.state, "was", prev.state, "hold_until", st.holdUntil)
+	}
+	return names, changed
+}
+
+// refreshUnit is updateUnit for one unit, from the cache, on the event
+// paths that may move its state (a voter's link lost, the first vote of
+// a silent unit, a member no longer Ready): the state and the verdicts
+// of one transition then reach the reconciler together, so its nodes get
+// one patch (the hold with the verdict annotations), not the verdicts at
+// once and the hold at the next resync. On a change it queues every
+// member, as the resync does. Nothing happens until the vote state has
+// caught up and the resync has computed the states once.
+func (s *Service) refreshUnit(ctx context.Context, unit string) {
+	if unit == "" || !s.resynced.Load() || s.Ready(ctx) != nil {
+		return
+	}
+	if names, changed := s.updateUnit(ctx, unit, s.now()); changed {
+		for _, n := range names {
+			s.enqueue(ctx, n)
+		}
+	}
+}
+
+// unitStale reports whether unit's state was computed with node Ready
+// and node is no longer: the one Ready change that may make a unit silent
+// (and held) at once. The others (a node found again, a new member) may
+// only end a hold, which is not urgent: the resync sees them.
+func (s *Service) unitStale(unit, node string, ready corev1.ConditionStatus) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.units[unit].ready[node]
+	return ok && r == corev1.ConditionTrue && ready != corev1.ConditionTrue
+}
+
+// silentUnit reports whether unit is fully disrupted: a vote about one of
+// its members may end that.
+func (s *Service) silentUnit(unit string) bool {
+	st, _ := s.UnitState(unit)
+	return st == FullDisruption
 }
 
 func keys[V any](m map[string]V) map[string]bool {

@@ -117,7 +117,7 @@ func (s *Service) consumeBallots(ctx context.Context) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
 			return events.Reject(err)
 		}
-		s.observeBallot(ev.Msg, ev.Published)
+		s.observeBallot(ctx, ev.Msg, ev.Published)
 		for _, e := range ev.Msg.GetEntries() {
 			s.enqueue(ctx, e.GetNode())
 		}
@@ -137,7 +137,7 @@ func (s *Service) consumeVotes(ctx context.Context) error {
 		if err := s.validVote(ev.Msg, ev.Published); err != nil {
 			return events.Reject(err)
 		}
-		s.observe(ev.Msg, ev.Published)
+		s.observe(ctx, ev.Msg, ev.Published)
 		s.enqueue(ctx, ev.Msg.GetNode())
 		return nil
 	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
@@ -209,6 +209,12 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if _, marked := n.Annotations[wellknown.AnnotationVerdict]; unit == "" && !marked {
 		return reconcile.Result{}, nil // not an edge node, and never was
 	}
+	// A member lost by the cloud may make its unit silent: the state
+	// first, so one patch carries the hold and the verdict of this
+	// transition.
+	if unit != "" && s.unitStale(unit, name, ReadyStatus(&n)) {
+		s.refreshUnit(ctx, unit)
+	}
 	j := s.judge(&n, s.now())
 	_, hold := s.UnitState(unit)
 	if !s.held(unit) {
@@ -223,9 +229,14 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 			return NodePatch(cur, Annotations(j, hold, cur.Annotations, s.now()), s.ProtectedNode(cur))
 		}))
 	} else if p, err := AnnotationPatch(&n, Annotations(j, hold, n.Annotations, s.now())); err != nil || p != nil {
-		// Only the verdict annotations change: the informational queue
-		// writes them, apart from this reconcile.
-		s.info.Add(name)
+		// Only the verdict annotations change (or a hold's end): the
+		// informational queue writes them, apart from this reconcile, one
+		// resync period from now. The verdicts of one transition often
+		// move one event at a time (each voter's link loss or ballot),
+		// and its protection write (a unit's hold) may follow them: the
+		// delay lets that write carry them all, or the queue write them
+		// all at once, as they are then.
+		s.info.AddAfter(name, s.cfg.Resync)
 	}
 	if !Protect(&n, j, s.held(unit)) {
 		return reconcile.Result{}, errors.Join(errs...)
@@ -247,17 +258,17 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	return reconcile.Result{}, errors.Join(errs...)
 }
 
-// protectionWrite reports whether n's patch changes what protects it: its
-// unreachable taint, or the hold annotation the guard webhook reads.
+// protectionWrite reports whether n's patch adds to what protects it: it
+// removes its unreachable taint, or sets the hold annotation the guard
+// webhook reads. A hold's end is not urgent (the guard webhook asks a
+// replica, which answers from its own state, and reads the annotation
+// only while none answers): the informational queue writes it, with the
+// verdict that usually ends the hold.
 func protectionWrite(n *corev1.Node, j Judgement, hold time.Time, protected bool) bool {
 	if _, changed := protect.NodeTaints(n, protected); changed {
 		return true
 	}
-	want := ""
-	if !hold.IsZero() {
-		want = hold.UTC().Format(time.RFC3339)
-	}
-	return n.Annotations[wellknown.AnnotationHoldUntil] != want
+	return !hold.IsZero() && n.Annotations[wellknown.AnnotationHoldUntil] != hold.UTC().Format(time.RFC3339)
 }
 
 // writeInfo runs the informational writes until ctx is done (leader only,

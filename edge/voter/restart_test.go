@@ -157,8 +157,11 @@ func storedBallots(t *testing.T, js jetstream.JetStream) []storedBallot {
 // healthy unit. What must hold, and what the test checks on the stream
 // (kept whole here: no per-subject limit):
 //
-//   - a ballot that failed while the hub was down (a keep-alive) reaches
-//     the stream by retry once it is back;
+//   - the ballot that failed while the hub was down is retried until the
+//     hub, back, acknowledges it, and is in the stream exactly once: stored
+//     by the retry, or, when the hub had stored it just before it went down
+//     and only the acknowledgement was lost, already (the retry is a
+//     duplicate); unless a newer ballot replaced it;
 //   - no verdict flips in the cloud: every stored ballot says healthy about
 //     b and c, and consecutive stored ballots are never further apart than
 //     their TTL, so the cloud tracker (which expires a ballot TTL after the
@@ -245,6 +248,14 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 		}
 		return nil
 	})
+	// The ballot that failed: it waits to be stored (nothing acknowledges
+	// anything while the hub is down) unless a newer one replaces it.
+	superseded := func() float64 { return count(v.metrics.sendFailures.WithLabelValues(reasonSuperseded)) }
+	waiting, pendingMade := v.sender().waitingSince()
+	if !waiting {
+		t.Fatal("a ballot failed, but none waits to be stored")
+	}
+	supersededBefore := superseded()
 	restarting := time.Now() // the hub may store a retry before start returns
 	rh.start()
 	up := time.Now()
@@ -258,11 +269,20 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 		}
 		return nil
 	})
+	// The hub acknowledged the failed ballot (or a newer one) after it
+	// returned: the voter stopped retrying it.
+	poll.Eventually(t, 2*cfg.KeepAlive, func() error {
+		if _, acked := v.sender().pending(); acked.Before(pendingMade) {
+			return fmt.Errorf("the ballot made at %v is still not acknowledged (last acknowledged made %v)", pendingMade, acked)
+		}
+		return nil
+	})
 	stopVoter()
 	wg.Wait()
 
 	var prev time.Time
-	byRetry := 0
+	byRetry, pending := 0, 0
+	var pendingStored time.Time
 	all := storedBallots(t, js)
 	// Ballots made before the first reports arrived say none: the test
 	// watches from the first healthy one on.
@@ -276,21 +296,42 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 		if !prev.IsZero() && sb.stored.Sub(prev) > cfg.TTL {
 			t.Errorf("ballots stored %v apart (at %v and %v): the cloud's count expired", sb.stored.Sub(prev), prev, sb.stored)
 		}
-		if made := sb.ballot.GetTime().AsTime(); made.Before(restarting) && sb.stored.After(restarting) {
+		made := sb.ballot.GetTime().AsTime()
+		if made.Before(restarting) && sb.stored.After(restarting) {
 			byRetry++ // made before the hub returned, stored after: by retry
+		}
+		if made.Equal(pendingMade) {
+			pending++
+			pendingStored = sb.stored
 		}
 		prev = sb.stored
 	}
-	// The ballot pending at the restart reaches the stream by retry, unless
-	// a newer one replaced it first (the voter re-makes its ballot when
-	// the link comes back): then that newer one was stored, as checked
-	// above; a ballot that was neither is lost.
-	superseded := count(v.metrics.sendFailures.WithLabelValues(reasonSuperseded))
-	if byRetry == 0 && superseded == 0 {
-		t.Errorf("no ballot made before the hub returned reached the stream after it, by retry, and none was superseded")
+	// The ballot that failed while the hub was down is in the stream, once,
+	// unless a newer one replaced it first (then that newer one was
+	// stored, as checked above). Usually the retry stored it after the
+	// hub returned. But the hub may have stored it just before it went
+	// down, with only the acknowledgement lost (the publish was in flight
+	// at the shutdown, or its ack took longer than AckTimeout on a loaded
+	// machine): the retry, same Nats-Msg-Id, is then acknowledged as a
+	// duplicate (the stream rebuilds its duplicate window from disk at
+	// start) and nothing is stored after the return. Both are right; a
+	// ballot in neither case is lost, one stored twice was not deduplicated.
+	replaced := superseded() - supersededBefore
+	switch {
+	case pending > 1:
+		t.Errorf("the ballot that failed while the hub was down (made %v) is stored %d times", pendingMade, pending)
+	case pending == 0 && replaced == 0:
+		t.Errorf("the ballot that failed while the hub was down (made %v) never reached the stream, and none replaced it", pendingMade)
 	}
-	t.Logf("%d ballots stored, %d made before the hub returned and stored by retry; failures: retried %v, superseded %v", len(all), byRetry,
-		retried(), superseded)
+	how := "replaced by a newer ballot"
+	switch {
+	case pending == 1 && pendingStored.After(restarting):
+		how = "stored by retry after the hub returned"
+	case pending == 1:
+		how = fmt.Sprintf("stored %v before the hub went down, its ack lost (the retry was a duplicate)", down.Sub(pendingStored).Round(time.Millisecond))
+	}
+	t.Logf("%d ballots stored, %d made before the hub returned and stored by retry; the failed ballot %s; failures: retried %v, superseded %v", len(all), byRetry,
+		how, retried(), superseded())
 }
 
 // TestBallotRetriedUntilStored: with no stream to acknowledge it (as with

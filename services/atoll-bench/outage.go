@@ -530,11 +530,14 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	if err != nil {
 		return row, err
 	}
-	for k, v := range writes1 {
-		if d := v - writes0[k]; d > 0 {
+	for _, k := range slices.Sorted(maps.Keys(writes1)) {
+		if d := writes1[k] - writes0[k]; d > 0 {
 			row.writes += d
 			row.objects++
 			row.maxPerObject = max(row.maxPerObject, d)
+			if d > 1 {
+				row.details = append(row.details, fmt.Sprintf("%d atoll writes to %s", d, k))
+			}
 		}
 	}
 	w.mu.Lock()

@@ -1,0 +1,266 @@
+package health_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/protect"
+	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+)
+
+// TestOneWritePerTransition counts, in a real kube-apiserver's audit log,
+// atoll-cloud's PATCHes per Node through the transitions of a whole unit
+// losing the cloud and coming back, with the resync at its default 2 s:
+//
+//   - cut: the hub reports every member's leaf link closed, one after
+//     the other (as it does when a site's uplink dies). The verdicts turn
+//     to none (the votes stop counting) and the unit is held (its hold
+//     annotation, which the guard webhook reads): one transition, so one
+//     patch per Node carrying both. The verdict annotations used to be
+//     written at once by the informational queue and the hold at the next
+//     resync, about 2 s later: two patches per Node.
+//   - one member then lost by the node lifecycle controller (Ready
+//     Unknown, unreachable taints): the hold protects it, one patch
+//     removing its NoExecute taint, none on the others.
+//   - heal: fresh ballots say healthy again and the hold ends: one patch
+//     per Node (verdict and hold annotation together).
+//
+// Between transitions atoll-cloud writes nothing.
+func TestOneWritePerTransition(t *testing.T) {
+	auditDir := t.TempDir()
+	flags, err := kubetest.Audit(auditDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx, kubetest.WithAPIServerFlags(flags...))
+	log := natstest.Logger(t, slog.LevelWarn)
+
+	const unit = "site"
+	nodes := []string{"s-1", "s-2", "s-3"}
+	for _, n := range nodes {
+		addUnitNode(t, ctx, env.client, unit, n, corev1.ConditionTrue, "KubeletReady")
+	}
+	r := startReplicaWith(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false, func(c *health.Config) {
+		c.Resync = 2 * time.Second // the default: the gap the double write had
+	})
+	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
+
+	vote := func() {
+		t.Helper()
+		now := time.Now()
+		for _, voter := range nodes {
+			b := &atollv1.Ballot{Voter: voter, Unit: unit, Time: timestamppb.New(now), Ttl: durationpb.New(time.Minute), Members: uint32(len(nodes))}
+			for _, n := range nodes {
+				if n != voter {
+					b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: n, Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Since: timestamppb.New(now)})
+				}
+			}
+			subj, err := events.BallotSubject(unit, voter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := events.PublishDurable(ctx, env.js, subj, b, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// state waits until every node's managed annotations are as want says.
+	state := func(what string, want func(n *corev1.Node) error) {
+		t.Helper()
+		poll.Eventually(t, 30*time.Second, func() error {
+			for _, name := range nodes {
+				n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if err := want(n); err != nil {
+					return fmt.Errorf("%s: %s: %w", what, name, err)
+				}
+			}
+			return nil
+		})
+	}
+	annotations := func(verdict string, held bool) func(n *corev1.Node) error {
+		return func(n *corev1.Node) error {
+			if v := n.Annotations[wellknown.AnnotationVerdict]; v != verdict {
+				return fmt.Errorf("verdict %q, want %q", v, verdict)
+			}
+			if h := n.Annotations[wellknown.AnnotationHoldUntil]; (h != "") != held {
+				return fmt.Errorf("hold until %q, want held %v", h, held)
+			}
+			return nil
+		}
+	}
+	// settle waits until atoll-cloud has written nothing for three
+	// resyncs, and returns its writes by object.
+	settle := func() map[string]int {
+		t.Helper()
+		var last map[string]int
+		stable := time.Time{}
+		poll.Eventually(t, 60*time.Second, func() error {
+			evs, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
+			if err != nil {
+				return err
+			}
+			w := kubetest.Writes(evs, wellknown.FieldManager)
+			if !maps.Equal(w, last) {
+				last, stable = w, time.Now()
+			}
+			if time.Since(stable) < 6*time.Second {
+				return fmt.Errorf("writes still changing: %v", w)
+			}
+			return nil
+		})
+		return last
+	}
+	check := func(step string, before, after map[string]int, want map[string]int) {
+		t.Helper()
+		objs := map[string]bool{}
+		for o := range after {
+			objs[o] = true
+		}
+		for o := range want {
+			objs[o] = true
+		}
+		for o := range objs {
+			if got := after[o] - before[o]; got != want[o] {
+				t.Errorf("%s: %s: %d atoll-cloud writes, want %d", step, o, got, want[o])
+			}
+		}
+	}
+	each := func(n int) map[string]int {
+		m := map[string]int{}
+		for _, name := range nodes {
+			m["nodes//"+name] = n
+		}
+		return m
+	}
+
+	vote()
+	state("healthy", annotations(wellknown.VerdictHealthy, false))
+	steady := settle()
+
+	// The whole site loses its uplink: the hub reports each leaf closed.
+	links, err := env.js.KeyValue(ctx, health.LinksBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if _, err := links.Put(ctx, n, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state("cut", annotations(wellknown.VerdictNone, true))
+	if st, _ := r.s.UnitState(unit); st != health.FullDisruption {
+		t.Fatalf("unit %s is %s, want %s", unit, st, health.FullDisruption)
+	}
+	cut := settle()
+	check("cut", steady, cut, each(1))
+
+	// KCM loses s-1: the hold keeps it (its NoExecute taint removed).
+	lose(t, ctx, env, nodes[0])
+	poll.Eventually(t, 30*time.Second, func() error {
+		n, err := env.client.CoreV1().Nodes().Get(ctx, nodes[0], metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, changed := protect.NodeTaints(n, true); changed {
+			return fmt.Errorf("%s still tainted %v", n.Name, n.Spec.Taints)
+		}
+		return nil
+	})
+	lost := settle()
+	check("lost", cut, lost, map[string]int{"nodes//" + nodes[0]: 1})
+
+	// The site comes back: new ballots, the hold ends.
+	for _, n := range nodes[1:] {
+		setReady(t, ctx, env, n, corev1.ConditionTrue)
+	}
+	setReady(t, ctx, env, nodes[0], corev1.ConditionTrue)
+	vote()
+	state("healed", annotations(wellknown.VerdictHealthy, false))
+	healed := settle()
+	check("healed", lost, healed, each(1))
+
+	if t.Failed() {
+		evs, _ := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
+		var b strings.Builder
+		for _, e := range evs {
+			if e.FieldManager() == wellknown.FieldManager {
+				var n corev1.Node
+				_ = json.Unmarshal(e.ResponseObject, &n)
+				fmt.Fprintf(&b, "%s %s %d verdict=%q hold=%q taints=%d\n", e.Verb, e.Object(), e.ResponseStatus.Code,
+					n.Annotations[wellknown.AnnotationVerdict], n.Annotations[wellknown.AnnotationHoldUntil], len(n.Spec.Taints))
+			}
+		}
+		t.Logf("atoll-cloud writes:\n%s", b.String())
+	}
+}
+
+// lose marks name lost as the node lifecycle controller does: Ready
+// Unknown (reason NodeStatusUnknown) and both unreachable taints.
+func lose(t *testing.T, ctx context.Context, env testEnv, name string) {
+	t.Helper()
+	setReady(t, ctx, env, name, corev1.ConditionUnknown)
+	n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = []corev1.Taint{
+		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
+	}
+	if _, err := env.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setReady sets name's Ready condition (Unknown with the node lifecycle
+// controller's reason); back to True it also drops the unreachable
+// taints, as the controller does.
+func setReady(t *testing.T, ctx context.Context, env testEnv, name string, ready corev1.ConditionStatus) {
+	t.Helper()
+	n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := "KubeletReady"
+	if ready == corev1.ConditionUnknown {
+		reason = protect.ReasonNodeStatusUnknown
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: reason}}
+	if _, err := env.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ready == corev1.ConditionTrue && len(n.Spec.Taints) > 0 {
+		n, err = env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Spec.Taints = nil
+		if _, err := env.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
