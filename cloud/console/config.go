@@ -14,6 +14,12 @@ type Config struct {
 	// are sent to the browsers: at most 1/Interval updates per second
 	// (bursts within it coalesce). Minimum 250ms.
 	Interval time.Duration
+	// IdleInterval replaces Interval (and TunnelsEvery) while no browser
+	// follows the page: the model is still rebuilt, so the timeline keeps
+	// the verdict changes nobody watched, but rarely (the page is not
+	// what an idle installation should spend its CPU on). A browser that
+	// connects, and a state request, get a fresh build at once.
+	IdleInterval time.Duration
 	// TunnelsEvery is how often the replicas' tunnel sessions are
 	// gathered (each gather waits for the replicas' answers).
 	TunnelsEvery time.Duration
@@ -28,7 +34,7 @@ type Config struct {
 
 // DefaultConfig is the production configuration.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Interval: 250 * time.Millisecond, TunnelsEvery: 3 * time.Second,
+	return Config{Enabled: true, Interval: 250 * time.Millisecond, IdleInterval: 10 * time.Second, TunnelsEvery: 3 * time.Second,
 		Heartbeat: 15 * time.Second, Timeline: 500}
 }
 
@@ -37,6 +43,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Interval < 250*time.Millisecond:
 		return fmt.Errorf("console: interval %s below 250ms", c.Interval)
+	case c.IdleInterval < c.Interval:
+		return fmt.Errorf("console: idle interval %s below the interval %s", c.IdleInterval, c.Interval)
 	case c.TunnelsEvery <= 0:
 		return fmt.Errorf("console: tunnels interval %s must be positive", c.TunnelsEvery)
 	case c.Heartbeat <= 0:

@@ -58,6 +58,8 @@ type Console struct {
 	sessions atomic.Pointer[map[string]uint32]
 	replicas atomic.Int64  // of the last gather; -1 none
 	clients  atomic.Int64  // open event streams
+	wake     chan struct{} // a browser connected: build now
+	umu      sync.Mutex    // one Update at a time
 	stop     chan struct{} // closed by Close: the event streams end
 	stopOnce sync.Once
 
@@ -89,7 +91,7 @@ func New(cfg Config, h Health, nodes corelisters.NodeLister, grids client.Reader
 	}
 	c := &Console{cfg: cfg, b: builder{health: h, nodes: nodes, grids: grids, unitLabel: cfg.UnitLabel},
 		tunnels: tunnels, log: log.With("component", "console"), now: time.Now,
-		units: map[string]*unitEntry{}, changed: make(chan struct{}), stop: make(chan struct{})}
+		units: map[string]*unitEntry{}, changed: make(chan struct{}), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	c.replicas.Store(-1)
 	return c, nil
 }
@@ -106,10 +108,16 @@ func (c *Console) Run(ctx context.Context) error {
 		wg.Go(func() {
 			t := time.NewTicker(c.cfg.TunnelsEvery)
 			defer t.Stop()
+			var last time.Time
 			for {
-				if s, n, ok := c.tunnels.GatherTunnels(); ok {
-					c.sessions.Store(&s)
-					c.replicas.Store(int64(n))
+				// A gather asks every replica: only as often as the
+				// model is rebuilt when nobody watches.
+				if c.clients.Load() > 0 || time.Since(last) >= c.cfg.IdleInterval {
+					last = time.Now()
+					if s, n, ok := c.tunnels.GatherTunnels(); ok {
+						c.sessions.Store(&s)
+						c.replicas.Store(int64(n))
+					}
 				}
 				select {
 				case <-ctx.Done():
@@ -124,13 +132,27 @@ func (c *Console) Run(ctx context.Context) error {
 		if err := c.Update(ctx); err != nil {
 			c.log.Debug("model not built", "err", err)
 		}
-		t := time.NewTimer(nextBuild(c.cfg.Interval, time.Since(start)))
+		interval := c.cfg.Interval
+		if c.clients.Load() == 0 {
+			interval = c.cfg.IdleInterval
+		}
+		t := time.NewTimer(nextBuild(interval, time.Since(start)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
 		case <-t.C:
+		case <-c.wake:
+			t.Stop()
 		}
+	}
+}
+
+// woken asks Run for a build now (a browser connected).
+func (c *Console) woken() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -155,6 +177,8 @@ func (c *Console) Wrote(w health.Write) {
 // Update rebuilds the model once; units that changed get a new sequence
 // number and wake the event streams, once for the whole rebuild.
 func (c *Console) Update(ctx context.Context) error {
+	c.umu.Lock()
+	defer c.umu.Unlock()
 	var sessions map[string]uint32
 	if p := c.sessions.Load(); p != nil {
 		sessions = *p
@@ -367,7 +391,14 @@ func (c *Console) Handler() http.Handler {
 	return mux
 }
 
-func (c *Console) serveState(w http.ResponseWriter, _ *http.Request) {
+func (c *Console) serveState(w http.ResponseWriter, r *http.Request) {
+	if c.clients.Load() == 0 {
+		// Nobody follows the page: the last build may be IdleInterval
+		// old.
+		if err := c.Update(r.Context()); err != nil {
+			c.log.Debug("model not built", "err", err)
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(c.Snapshot())
@@ -384,6 +415,7 @@ func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	c.clients.Add(1)
 	defer c.clients.Add(-1)
+	c.woken()
 	ctx := r.Context()
 	var cur cursor
 	send := func(event string) (<-chan struct{}, error) {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -652,4 +653,55 @@ func TestNextBuild(t *testing.T) {
 			t.Fatalf("nextBuild(%s, %s) = %s, want %s", tt.interval, tt.took, got, tt.want)
 		}
 	}
+}
+
+// countingHealth counts the model builds (one Judge per node per build).
+type countingHealth struct {
+	*fakeHealth
+	judged atomic.Int64
+}
+
+func (c *countingHealth) Judge(node string) health.Judgement {
+	c.judged.Add(1)
+	return c.fakeHealth.Judge(node)
+}
+
+// TestIdleRebuilds: with no browser following the page, Run rebuilds at
+// IdleInterval, not Interval; a browser that connects gets a build at
+// once and the fast cadence while it stays.
+func TestIdleRebuilds(t *testing.T) {
+	fh, l, _ := fixture(t)
+	h := &countingHealth{fakeHealth: fh}
+	cfg := testConfig()
+	cfg.Interval, cfg.IdleInterval = 250*time.Millisecond, time.Hour
+	c := newConsole(t, h, l, cfg, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	poll.Eventually(t, 10*time.Second, func() error {
+		if h.judged.Load() == 0 {
+			return poll.Errorf("no first build")
+		}
+		return nil
+	})
+	first := h.judged.Load()
+	// Several fast intervals: an idle console must not have rebuilt. (A
+	// wait is the assertion here: nothing is supposed to happen.)
+	time.Sleep(4 * cfg.Interval)
+	if n := h.judged.Load(); n != first {
+		t.Fatalf("idle console rebuilt: %d judgements after the first build's %d", n, first)
+	}
+
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	_, closeStream := stream(t, ctx, srv.URL)
+	defer closeStream()
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := h.judged.Load(); n < first+2*(first) {
+			return poll.Errorf("%d judgements, want builds at the fast interval once a browser follows", n)
+		}
+		return nil
+	})
 }

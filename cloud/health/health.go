@@ -228,8 +228,10 @@ func (s *Service) members(unit string) int {
 
 // unitOf is the unit of the named node, "" when it is in none or unknown.
 func (s *Service) unitOf(node string) string {
+	// Judging reads the unit of every voter and member: from the cache's
+	// own object (read only), not a deep copy of it.
 	var n corev1.Node
-	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n, client.UnsafeDisableDeepCopy); err != nil {
 		return ""
 	}
 	return n.Labels[s.cfg.UnitLabel]

@@ -23,6 +23,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -67,6 +68,12 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Manager, error) {
 		// Controller names are unique per manager; tests build several
 		// managers in one process.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		// Nothing reads managed fields from the cache (writes are patches
+		// and server-side applies the apiserver merges): dropping them
+		// halves what a cached Node weighs and what every copy of it
+		// costs (a 1,000-node profile spent a third of atoll-cloud's CPU
+		// copying Nodes, a third of that in their managed fields).
+		Cache: ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()},
 	}
 	if cfg.LeaderElect {
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &cfg.LeaseDuration, &cfg.RenewDeadline, &cfg.RetryPeriod

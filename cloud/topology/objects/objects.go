@@ -145,8 +145,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 // pass publishes the views of the changed objects, or of every object
 // when the unit set changed or a resync asked for it.
 func (p *Publisher) pass(ctx context.Context) error {
+	// Only the names and unit labels are read: the cache's own Nodes, not
+	// copies (a pass runs after every debounced change).
 	var nodes corev1.NodeList
-	if err := p.reader.List(ctx, &nodes); err != nil {
+	if err := p.reader.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("objects: list nodes: %w", err)
 	}
 	nodeUnit := map[string]string{}
