@@ -698,6 +698,12 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 	}
 	watchers := s.watchers
 	s.mu.Unlock()
+	if len(members) == 0 {
+		// A vanished unit's lock goes too, so the map stays the size of
+		// the live units (a caller that still holds it is done with a
+		// unit that no longer exists; a later one makes a new lock).
+		s.unitLocks.Delete(unit)
+	}
 	if prev.state != st.state {
 		for _, fn := range watchers {
 			fn(unit, st.state)
