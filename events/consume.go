@@ -72,24 +72,39 @@ type ConsumeOptions struct {
 	CheckInterval time.Duration
 	// PullExpiry and Heartbeat shape a Follow consumer's pull requests:
 	// each request lives PullExpiry and the server sends an idle
-	// heartbeat every Heartbeat while nothing is delivered (defaults
-	// FollowPullExpiry and FollowHeartbeat). Shared consumers keep the
-	// client's defaults.
+	// heartbeat every Heartbeat while nothing is delivered. Zero: the
+	// client's defaults for ordered consumers (30 s, 5 s), right for the
+	// cloud's few followers, which must notice a lost consumer quickly
+	// (two missed heartbeats). An edge agent's followers take
+	// EdgeFollow's. Shared consumers heartbeat every SharedHeartbeat.
 	PullExpiry, Heartbeat time.Duration
 }
 
-// FollowPullExpiry and FollowHeartbeat are a Follow consumer's defaults.
-// A follower is what every edge agent runs (its assignment, its unit's
-// view, the host records), so what it costs per idle minute is paid
-// N times at the hub: with nats.go's defaults (a 30 s pull request, a
-// heartbeat every 5 s for ordered consumers) that was 2 requests a minute
-// up and 12 heartbeats down per follower. A request now lives 10 minutes
-// (0.1 a minute), with a heartbeat every 30 s; a follower the server lost
-// is noticed within two missed heartbeats. The edge's endpoints proxy
-// follows its views with the same settings.
+// EdgeFollow returns o with the pull requests and heartbeats of an edge
+// agent's followers (its assignment, its unit's view, the host records;
+// the endpoints proxy uses the same constants). What a follower costs per
+// idle minute is paid N times at the hub: with the client's defaults (a
+// 30 s pull request, a heartbeat every 5 s) that was 2 requests a minute
+// up and 12 heartbeats down per follower. A request now lives
+// EdgeFollowPullExpiry (0.1 a minute), with a heartbeat every
+// EdgeFollowHeartbeat: a follower the hub lost is noticed within two
+// missed heartbeats, a minute; the agent's views check after every leaf
+// reconnect catches up what that minute missed.
+func EdgeFollow(o ConsumeOptions) ConsumeOptions {
+	o.PullExpiry, o.Heartbeat = EdgeFollowPullExpiry, EdgeFollowHeartbeat
+	return o
+}
+
+// The pull request and heartbeat of EdgeFollow, and a Shared consumer's
+// heartbeat. SharedHeartbeat is for the cloud's few shared consumers: a
+// pull request held by a hub server that dies, or by a consumer leader
+// that moves, is lost without a word, and only missing heartbeats tell
+// (two of them); nats.go's default of 15 s left a consumer stalled ~30 s
+// after a hub server loss, 5 s makes it ~10 s.
 const (
-	FollowPullExpiry = 10 * time.Minute
-	FollowHeartbeat  = 30 * time.Second
+	EdgeFollowPullExpiry = 10 * time.Minute
+	EdgeFollowHeartbeat  = 5 * time.Second
+	SharedHeartbeat      = 5 * time.Second
 )
 
 func (o *ConsumeOptions) defaults() {
@@ -108,12 +123,9 @@ func (o *ConsumeOptions) defaults() {
 	if o.CheckInterval <= 0 {
 		o.CheckInterval = 5 * time.Second
 	}
-	if o.PullExpiry <= 0 {
-		o.PullExpiry = FollowPullExpiry
-	}
-	if o.Heartbeat <= 0 || o.Heartbeat >= o.PullExpiry/2 {
+	if o.PullExpiry > 0 && (o.Heartbeat <= 0 || o.Heartbeat >= o.PullExpiry/2) {
 		// nats.go refuses a heartbeat of half the expiry or more.
-		o.Heartbeat = min(FollowHeartbeat, o.PullExpiry/3)
+		o.Heartbeat = o.PullExpiry / 3
 	}
 }
 
@@ -405,7 +417,11 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 	}
 	opts := []jetstream.PullConsumeOpt{errHandler}
 	if c.spec.Mode == Follow {
-		opts = append(opts, jetstream.PullExpiry(c.o.PullExpiry), jetstream.PullHeartbeat(c.o.Heartbeat))
+		if c.o.PullExpiry > 0 {
+			opts = append(opts, jetstream.PullExpiry(c.o.PullExpiry), jetstream.PullHeartbeat(c.o.Heartbeat))
+		}
+	} else {
+		opts = append(opts, jetstream.PullHeartbeat(SharedHeartbeat))
 	}
 	for range workers {
 		cc, err := cons.Consume(func(msg jetstream.Msg) { c.handle(ctx, msg) }, opts...)

@@ -208,7 +208,7 @@ func (w *Writer) Run(ctx context.Context) error {
 					return events.Reject(fmt.Errorf("records of unit %q on %s", ev.Msg.GetUnit(), ev.Subject))
 				}
 				return w.Apply(ev.Msg)
-			}, events.ConsumeOptions{Logger: w.log, Metrics: w.evm})
+			}, events.EdgeFollow(events.ConsumeOptions{Logger: w.log, Metrics: w.evm}))
 		}()
 		for waiting := true; waiting; {
 			select {

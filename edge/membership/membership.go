@@ -173,7 +173,7 @@ func (m *Membership) Run(ctx context.Context) error {
 			m.setAssignment(ctx, ev.Msg, ev.Sequence, false)
 			return nil
 		},
-		events.ConsumeOptions{Logger: m.log, Metrics: m.evm})
+		events.EdgeFollow(events.ConsumeOptions{Logger: m.log, Metrics: m.evm}))
 	if err != nil {
 		return err
 	}
@@ -294,7 +294,7 @@ func (m *Membership) followUnit(ctx context.Context, unit string) {
 				m.setUnitView(ev.Msg, ev.Sequence, false)
 				return nil
 			},
-			events.ConsumeOptions{Logger: m.log.With("unit", unit), Metrics: m.evm})
+			events.EdgeFollow(events.ConsumeOptions{Logger: m.log.With("unit", unit), Metrics: m.evm}))
 		if err == nil {
 			uctx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})

@@ -396,7 +396,7 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 			default:
 			}
 		}
-	}), jetstream.PullExpiry(events.FollowPullExpiry), jetstream.PullHeartbeat(events.FollowHeartbeat))
+	}), jetstream.PullExpiry(events.EdgeFollowPullExpiry), jetstream.PullHeartbeat(events.EdgeFollowHeartbeat))
 	if err != nil {
 		return fmt.Errorf("proxy: consume views of %s: %w", filter, err)
 	}

@@ -346,7 +346,7 @@ func emulateFollowers(ctx context.Context, js jetstream.JetStream, node, unit st
 				continue
 			}
 			cc, err := cons.Consume(func(jetstream.Msg) {},
-				jetstream.PullExpiry(events.FollowPullExpiry), jetstream.PullHeartbeat(events.FollowHeartbeat))
+				jetstream.PullExpiry(events.EdgeFollowPullExpiry), jetstream.PullHeartbeat(events.EdgeFollowHeartbeat))
 			if err != nil {
 				time.Sleep(time.Second + rand.N(time.Second))
 				continue
