@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -131,13 +132,19 @@ func TestUnitStateChangesNotified(t *testing.T) {
 	})
 	setReady := func(name string, ready corev1.ConditionStatus) {
 		t.Helper()
-		n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		// atoll-cloud writes the Nodes too (annotations, taints): on a
+		// conflict, read again.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
+			_, err = env.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
-			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
-		if _, err := env.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

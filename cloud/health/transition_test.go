@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/events"
@@ -240,27 +241,38 @@ func lose(t *testing.T, ctx context.Context, env testEnv, name string) {
 // taints, as the controller does.
 func setReady(t *testing.T, ctx context.Context, env testEnv, name string, ready corev1.ConditionStatus) {
 	t.Helper()
-	n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	reason := "KubeletReady"
 	if ready == corev1.ConditionUnknown {
 		reason = protect.ReasonNodeStatusUnknown
 	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: reason}}
-	if _, err := env.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// atoll-cloud writes the Nodes too: on a conflict, read again.
+	tainted := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		tainted = len(n.Spec.Taints) > 0
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: reason}}
+		_, err = env.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if ready == corev1.ConditionTrue && len(n.Spec.Taints) > 0 {
-		n, err = env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if ready != corev1.ConditionTrue || !tainted {
+		return
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		n.Spec.Taints = nil
-		if _, err := env.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = env.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
