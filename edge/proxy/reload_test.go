@@ -3,18 +3,14 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
 
@@ -51,24 +47,7 @@ func TestRebuiltStream(t *testing.T) {
 	base := []objectview.Object{testNode("a1", map[string]string{zone: "A"}), testNode("b1", map[string]string{zone: "B"}),
 		testService("web", zone, false), testSlice("web-1", "web", "a1", "b1")}
 	rh.publish(t, "u1", append(base, testSlice("web-2", "web", "a1"))...)
-	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
-	nc, err := edge.Connect("proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	p, _ := runProxy(t, nil, addr, t.TempDir(), hublink.Of(nc, js), nil)
-	s := p.Store()
+	s := proxyOn(t, rh, t.TempDir()).Store()
 	poll.Eventually(t, 30*time.Second, func() error {
 		if _, ok := s.Get(objectview.KindEndpointSlices, "default", "web-2"); !ok {
 			return fmt.Errorf("web-2 not served yet")
