@@ -309,9 +309,16 @@ func startReplicaWith(t *testing.T, ctx context.Context, rc *rest.Config, b *hub
 // object: a reconcile of objects already right must not write.
 func settledWrites(t *testing.T, auditDir string) map[string]int {
 	t.Helper()
+	return quietWrites(t, auditDir, 2*time.Second, 30*time.Second)
+}
+
+// quietWrites waits, at most within, until atoll-cloud has written
+// nothing for quiet, and returns its writes by object.
+func quietWrites(t *testing.T, auditDir string, quiet, within time.Duration) map[string]int {
+	t.Helper()
 	var last map[string]int
 	stable := time.Time{}
-	poll.Eventually(t, 30*time.Second, func() error {
+	poll.Eventually(t, within, func() error {
 		events, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
 		if err != nil {
 			return err
@@ -320,7 +327,7 @@ func settledWrites(t *testing.T, auditDir string) map[string]int {
 		if !maps.Equal(w, last) {
 			last, stable = w, time.Now()
 		}
-		if time.Since(stable) < 2*time.Second {
+		if time.Since(stable) < quiet {
 			return fmt.Errorf("writes still changing: %v", w)
 		}
 		return nil

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -116,23 +115,7 @@ func TestOneWritePerTransition(t *testing.T) {
 	// resyncs, and returns its writes by object.
 	settle := func() map[string]int {
 		t.Helper()
-		var last map[string]int
-		stable := time.Time{}
-		poll.Eventually(t, 60*time.Second, func() error {
-			evs, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
-			if err != nil {
-				return err
-			}
-			w := kubetest.Writes(evs, wellknown.FieldManager)
-			if !maps.Equal(w, last) {
-				last, stable = w, time.Now()
-			}
-			if time.Since(stable) < 6*time.Second {
-				return fmt.Errorf("writes still changing: %v", w)
-			}
-			return nil
-		})
-		return last
+		return quietWrites(t, auditDir, 6*time.Second, 60*time.Second)
 	}
 	check := func(step string, before, after map[string]int, want map[string]int) {
 		t.Helper()
