@@ -110,6 +110,7 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 	add("MaxBytes", limit(have.MaxBytes), limit(want.MaxBytes))
 	add("MaxMsgsPerSubject", limit(have.MaxMsgsPerSubject), limit(want.MaxMsgsPerSubject))
 	add("MaxMsgSize", limit(int64(have.MaxMsgSize)), limit(int64(want.MaxMsgSize)))
+	add("MaxConsumers", limit(int64(have.MaxConsumers)), limit(int64(want.MaxConsumers)))
 	add("MaxAge", have.MaxAge, want.MaxAge)
 	add("Discard", have.Discard, want.Discard)
 	if want.Duplicates != 0 {

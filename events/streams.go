@@ -66,6 +66,10 @@ type StreamDef struct {
 	// on a subject that names it ($JS.API.DIRECT.GET.<stream>.<subject>),
 	// so a permission can grant an edge the reads of its own views only.
 	AllowDirect bool
+	// MaxConsumers bounds the stream's consumers (0: the server's
+	// default, which nats-server ≥ 2.12 sets to 1,000 for a stream that
+	// declares none, whatever the server or account allows).
+	MaxConsumers int
 }
 
 // streamDefs are the hub streams.
@@ -77,14 +81,20 @@ type StreamDef struct {
 //   - VIEWS keeps the last value of each view (a KV in all but name), so an
 //     edge agent resumes from where it left off; agents compare what they
 //     hold with it by direct gets (a replica may answer slightly behind the
-//     leader; the next check, 2 s later, corrects that, and the cloud's
+//     leader; the next check corrects that, and the cloud's
 //     publishes expect the last sequence they read, so a stale read costs
 //     a retry, never a lost view).
 var streamDefs = []StreamDef{
 	{Name: StreamHealth, Description: "Edge voters' ballots (and single votes)", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
 	{Name: StreamTopology, Description: "Edge agents' reports of themselves and the units' lifecycle events", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
-	{Name: StreamViews, Description: "The cloud's views for edge agents: per unit, and shared by all units (_all)", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true},
+	// Every edge agent follows its views with consumers of its own, so
+	// VIEWS holds a few per node: far more than the server's default bound.
+	{Name: StreamViews, Description: "The cloud's views for edge agents: per unit, and shared by all units (_all)", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true, MaxConsumers: ViewsMaxConsumers},
 }
+
+// ViewsMaxConsumers is VIEWS' bound on consumers: room for the followers
+// of 100,000 edge agents.
+const ViewsMaxConsumers = 1_000_000
 
 // StreamDefs returns the hub streams as the catalog declares them.
 func StreamDefs() []StreamDef { return slices.Clone(streamDefs) }
@@ -156,6 +166,7 @@ func Streams(o StreamOptions) []jetstream.StreamConfig {
 			Storage:           o.Storage,
 			Replicas:          o.Replicas,
 			MaxBytes:          o.maxBytes(),
+			MaxConsumers:      d.MaxConsumers,
 		})
 	}
 	return out
