@@ -125,6 +125,11 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	opts.LeafNode.Port = h.cfg.LeafPort
 	opts.LeafNode.Advertise = h.cfg.LeafAdvertise
 	opts.LeafNode.NoAdvertise = h.cfg.LeafAdvertise == ""
+	// Edges talk to each other over their unit's routes, never through
+	// the hub: a leaf's interest is not propagated to the other leafs.
+	// Without it every edge server's loop-detection subscription reached
+	// every other leaf, and the hub's memory grew with leafs².
+	opts.LeafNode.IsolateLeafnodeInterest = true
 	if h.cfg.LeafTLS.Enabled() {
 		certs, err := newCertFiles(h.cfg.LeafTLS)
 		if err != nil {

@@ -69,6 +69,9 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 	if opts.JetStreamDomain != hublink.DefaultDomain || opts.Cluster.Name != "atoll-hub" || len(opts.Routes) != 1 {
 		t.Fatalf("nats.conf: domain %q, cluster %q, routes %v", opts.JetStreamDomain, opts.Cluster.Name, opts.Routes)
 	}
+	if !opts.LeafNode.IsolateLeafnodeInterest {
+		t.Fatal("nats.conf: leafnodes do not isolate_leafnode_interest (the hub's memory grows with leafs²)")
+	}
 	// One server on loopback: no cluster, random ports, a temp store.
 	opts.Cluster, opts.Routes = server.ClusterOpts{}, nil
 	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
