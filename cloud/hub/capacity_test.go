@@ -2,6 +2,7 @@ package hub_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -96,6 +97,8 @@ func rssKiB(pid int) (int64, error) {
 //	ATOLL_BENCH_LEAFS=2000 go test -run '^$' -bench LeafCapacity -benchtime 1x -timeout 30m ./cloud/hub/
 func BenchmarkLeafCapacity(b *testing.B) {
 	total, step := envInt(b, "ATOLL_BENCH_LEAFS", 1000), envInt(b, "ATOLL_BENCH_LEAF_STEP", 250)
+	// The edges' leaf link compression (default: atoll-edge's).
+	compression := cmp.Or(os.Getenv("ATOLL_BENCH_LEAF_COMPRESSION"), natsnode.Default().HubCompression)
 	dir := b.TempDir()
 	port, err := natstest.FreePort()
 	if err != nil {
@@ -188,6 +191,7 @@ func BenchmarkLeafCapacity(b *testing.B) {
 			cfg := natsnode.Default()
 			cfg.NodeName, cfg.ClientPort, cfg.RoutePort, cfg.RouteHost = name, -1, -1, "127.0.0.1"
 			cfg.Seed, cfg.UserJWT, cfg.HubURLs = string(seed), jwt, []string{leafURL}
+			cfg.HubCompression = compression
 			n, err := natsnode.New(cfg, log)
 			if err != nil {
 				b.Fatal(err)
@@ -220,8 +224,8 @@ func BenchmarkLeafCapacity(b *testing.B) {
 		r := row{Leafs: len(edges), HubRSSMiB: float64(rss) / 1024, PerLeafKiB: float64(rss-base) / float64(len(edges)),
 			StepSeconds: took.Seconds(), LeafsPerSecond: float64(step) / took.Seconds()}
 		rows = append(rows, r)
-		b.Logf("%d leafs: hub RSS %.1f MiB (%.1f KiB per leaf above the empty hub's %.1f MiB); step connected in %v",
-			r.Leafs, r.HubRSSMiB, r.PerLeafKiB, float64(base)/1024, took.Round(time.Millisecond))
+		b.Logf("%d leafs (compression %s): hub RSS %.1f MiB (%.1f KiB per leaf above the empty hub's %.1f MiB); step connected in %v",
+			r.Leafs, compression, r.HubRSSMiB, r.PerLeafKiB, float64(base)/1024, took.Round(time.Millisecond))
 	}
 	last := rows[len(rows)-1]
 	b.ReportMetric(float64(last.Leafs), "leafs")

@@ -278,7 +278,7 @@ type bulkVariant struct {
 // comma-separated list of names).
 var bulkVariants = []bulkVariant{
 	{name: "tunnel"},
-	{name: "tunnel-s2off", opts: rigOptions{hubCompression: "off"}},
+	{name: "tunnel-s2auto", opts: rigOptions{hubCompression: "s2_auto"}},
 	{name: "tunnel-tcp", opts: rigOptions{serverTCP: true, agentTCP: true}},
 	{name: "tunnel-leafproxy", opts: rigOptions{directLeaf: false}},
 	{name: "tunnel-win4m", opts: rigOptions{session: func(c *tunnel.Config) { c.Window, c.SendBuffer = 4<<20, 2<<20 }}},

@@ -46,11 +46,14 @@ type Config struct {
 	// NATS unless the hub asks for TLS (then the system's roots verify).
 	HubCAFile string
 	// HubCompression is the leaf link's compression, as nats-server
-	// names it: off, s2_auto (nats-server's default and ours: by the
+	// names it: off (ours: a compressed leaf costs the hub about half a
+	// MiB of s2 buffers per connection, and a steady node's few small
+	// messages barely compress), s2_auto (nats-server's default: by the
 	// link's round trip time, none below 10 ms, then s2_fast, s2_better
-	// and s2_best above 50 and 100 ms), s2_uncompressed, s2_fast,
-	// s2_better or s2_best. The edge, which dials, decides: off here
-	// turns it off whatever the hub accepts. Empty: s2_auto.
+	// and s2_best above 50 and 100 ms; for metered links),
+	// s2_uncompressed, s2_fast, s2_better or s2_best. The edge, which
+	// dials, decides: off here turns it off whatever the hub accepts.
+	// Empty: nats-server's default, s2_auto.
 	HubCompression string
 	// Seed is the node's nkey seed ("SU..."), its identity on the hub,
 	// and UserJWT the user JWT atoll-cloud issued for its public key
@@ -67,8 +70,8 @@ type Config struct {
 	SeedFile      string
 }
 
-// HubCompressions are the values of Config.HubCompression ("": the
-// default, s2_auto).
+// HubCompressions are the values of Config.HubCompression ("":
+// nats-server's default, s2_auto).
 var HubCompressions = []string{"", "off", "s2_auto", "s2_uncompressed", "s2_fast", "s2_better", "s2_best"}
 
 // Default is the configuration of an edge node's server.
@@ -79,7 +82,7 @@ func Default() Config {
 		RouteHost:      "0.0.0.0",
 		RoutePort:      6222,
 		HubDomain:      "hub",
-		HubCompression: "s2_auto",
+		HubCompression: "off",
 		CredsFile:      "/var/lib/atoll/node.creds",
 	}
 }
