@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.DurationVar(&o.scale.settle, "scale-settle", 20*time.Minute, "scale: after the warm-up, at most this long until atoll-cloud's writes of the joining nodes stop (30 s without one); a steady state that keeps writing fails the run")
 	fs.DurationVar(&o.scale.window, "scale-window", 5*time.Minute, "scale: how long each size is measured")
 	fs.DurationVar(&o.scale.renew, "scale-renew", 10*time.Second, "scale: simulated kubelets' Lease renewal interval (a kubelet's is 10 s)")
+	fs.DurationVar(&o.scale.grace, "scale-grace", 40*time.Second, "scale: kube-controller-manager's --node-monitor-grace-period (production's 40 s; longer with a longer --scale-renew)")
 	fs.DurationVar(&o.scale.status, "scale-status", 5*time.Minute, "scale: simulated kubelets' full Node status re-post interval (a kubelet's nodeStatusReportFrequency is 5m)")
 	fs.StringVar(&o.scale.profileDir, "scale-cpuprofile", "", "scale: directory to save a CPU profile of atoll-cloud over each window in (cpu-<N>.pprof)")
 	fs.BoolVar(&o.scale.followers, "scale-followers", true, "scale: each emulated agent holds the five VIEWS consumers a real agent holds (assignment, unit view, host records, its unit's and the shared object views)")
@@ -112,8 +113,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	switch {
 	case fs.NArg() > 0:
 		return cliflags.Usagef("unexpected argument %q (atoll-bench takes only flags)", fs.Arg(0))
-	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= 40*time.Second || o.scale.warmup < 0 || o.scale.settle <= 0 || o.scale.status <= 0):
-		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-settle, --scale-status and --scale-renew positive, --scale-renew under the 40 s grace period")
+	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= o.scale.grace || o.scale.warmup < 0 || o.scale.settle <= 0 || o.scale.status <= 0):
+		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-settle, --scale-status and --scale-renew positive, --scale-renew under --scale-grace")
 	case o.outage && len(o.scale.sizes) == 0:
 		return cliflags.Usagef("--scale-outage needs --scale sizes")
 	case o.outage && (o.outageOpts.units < 0 || o.outageOpts.scatter < 0 || o.outageOpts.units+o.outageOpts.scatter == 0 || o.outageOpts.deadEvery < 0):

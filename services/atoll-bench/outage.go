@@ -365,7 +365,8 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	}
 
 	// Nodes, one pod each behind a Service.
-	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: so.renew, StatusInterval: so.status, Logger: slog.New(slog.DiscardHandler)})
+	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: so.renew, StatusInterval: so.status,
+		Workers: simWorkers(n), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return row, err
 	}

@@ -49,6 +49,7 @@ type scaleOptions struct {
 	settle time.Duration // at most this long for atoll-cloud's joining writes to stop
 	window time.Duration
 	renew  time.Duration
+	grace  time.Duration // kube-controller-manager's node monitor grace period
 	status time.Duration // simulated kubelets' full status re-post interval
 	// followers has each emulated agent hold the hub-side consumers a
 	// real agent holds (emulateFollowers).
@@ -76,6 +77,8 @@ type scaleRow struct {
 	paths                map[string]int // what those writes changed: JSON patch paths (or the verb of other writes)
 	joinWrites           int            // atoll-cloud's writes before the window: the nodes joining
 	settled              time.Duration  // from the end of the warm-up until those writes stopped
+	viewsConsumers       int            // consumers of VIEWS at the end of the window
+	consumersCreated     int64          // VIEWS consumers created during the window
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -130,10 +133,10 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		rows = append(rows, r)
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nnodes\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
+	fmt.Fprintln(w, "\nnodes\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tVIEWS consumers\tcreated in window\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%d\t%v\t%.3f\t%.0f\t%.4f\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.joinWrites, r.settled.Round(time.Second), r.cloudCores, r.cloudMiB, r.msgsPerNode,
-			r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec, r.apiCores, r.etcdCores, r.leaseRenewalsPerSec)
+		fmt.Fprintf(w, "%d\t%d\t%v\t%.3f\t%.0f\t%.4f\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.joinWrites, r.settled.Round(time.Second), r.cloudCores, r.cloudMiB, r.msgsPerNode,
+			r.viewsConsumers, r.consumersCreated, r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec, r.apiCores, r.etcdCores, r.leaseRenewalsPerSec)
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -153,10 +156,11 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	if err != nil {
 		return row, err
 	}
-	// The node lifecycle controller at its production grace period, not
-	// the harness's short one: a node is lost when its Lease is 40 s old.
+	// The node lifecycle controller at its production grace period (by
+	// default), not the harness's short one: a node is lost when its
+	// Lease is --scale-grace old.
 	cluster, err := kubetest.StartCluster(ctx, kubetest.Config{Dir: filepath.Join(dir, "kube"), ControllerManager: true,
-		NodeMonitorGracePeriod: 40 * time.Second, NodeMonitorPeriod: 5 * time.Second,
+		NodeMonitorGracePeriod: o.grace, NodeMonitorPeriod: 5 * time.Second,
 		ExtraAPIServerFlags: append(audit, "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"),
 		Logger:              slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -221,7 +225,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 
 	// Nodes and their kubelets.
-	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, StatusInterval: o.status, Logger: slog.New(slog.DiscardHandler)})
+	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, StatusInterval: o.status,
+		Workers: simWorkers(n), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return row, err
 	}
@@ -273,6 +278,18 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	renew0 := sim.Stats()
+	// Consumers the emulated agents create during the window: a steady
+	// agent creates none (a consumer recreated again and again is what
+	// the hub's CPU and the edge→hub count would hide).
+	var created atomic.Int64
+	adv, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+events.StreamViews+".>", func(*nats.Msg) { created.Add(1) })
+	if err != nil {
+		return row, err
+	}
+	defer func() { _ = adv.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		return row, err
+	}
 	b0, t0, out0 := ballots.Load(), topology.Load(), nc.Stats().OutMsgs
 	start := time.Now()
 	profiled := make(chan error, 1)
@@ -298,6 +315,10 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	// Everything the agents' connection sent the hub: ballots, topology
 	// and the followers' pull requests.
 	row.msgsPerNode = float64(nc.Stats().OutMsgs-out0) / secs / float64(n)
+	row.consumersCreated = created.Load()
+	if vs, err := js.Stream(ctx, events.StreamViews); err == nil {
+		row.viewsConsumers = vs.CachedInfo().State.Consumers
+	}
 	writes1, err := atollWrites(auditDir)
 	if err != nil {
 		return row, err
@@ -316,6 +337,11 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	row.pending, row.oldest = consumerLag(ctx, js, events.BallotConsumer.Name)
 	return row, nil
 }
+
+// simWorkers is how many goroutines renew n simulated kubelets' Leases:
+// one per 50 nodes, at least edgesim's default (16 renewed 10,000 Leases
+// too slowly: Nodes went NotReady and units flapped).
+func simWorkers(n int) int { return max(edgesim.DefaultWorkers, n/50) }
 
 // emulatedRate is the messages per second an emulated agent publishes to
 // the hub in a steady unit: a TopologyUpdate every reporter period and a
