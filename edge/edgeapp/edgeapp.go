@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/proxy"
 	"github.com/atoll-edge/atoll/edge/reporter"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/cliflags"
@@ -176,11 +177,12 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	// components' loggers inherit it and must not add it again.
 	log = log.With("node", c.NATS.NodeName)
 	return fx.Options(
-		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, log),
+		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, feedConfig(c), log),
 		fx.WithLogger(fxrun.Logger(log)),
 		admin.Module,
 		natsnode.Module,
 		enroll.Module,
+		viewfeed.Module,
 		membership.Module,
 		reporter.Module,
 		prober.Module,
@@ -194,6 +196,14 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		fx.Supply(c.Hosts),
 		hosts.Module,
 	)
+}
+
+// feedConfig is the view feeds' configuration: the one check period of
+// every view the agent follows (--view-check-period).
+func feedConfig(c Config) viewfeed.Config {
+	f := viewfeed.DefaultConfig()
+	f.CheckPeriod = c.Membership.CheckPeriod
+	return f
 }
 
 // proxyAddr is the --proxy-addr flag: an address turns the proxy on.
