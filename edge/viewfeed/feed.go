@@ -231,9 +231,17 @@ func (f *Feed) Run(ctx context.Context) error {
 	defer poll.Stop()
 	leaf := f.node.HubLink().ID
 	var dropped int
-	due := ReasonStart
 	var retry <-chan time.Time
 	failures := uint64(0)
+	warned := false
+	// due is the reason of the catch-up to run ("" for none), since when.
+	due, dueSince := ReasonStart, time.Now()
+	want := func(reason string) {
+		if due == "" {
+			due, dueSince = reason, time.Now()
+		}
+	}
+	behind := f.m.behind.WithLabelValues(f.o.Name)
 	for {
 		if due != "" && retry == nil {
 			if err := f.catchUp(ctx, due); err != nil {
@@ -243,28 +251,34 @@ func (f *Feed) Run(ctx context.Context) error {
 				failures++
 				wait := events.DefaultBackoff(failures)
 				f.m.catchupErrors.WithLabelValues(f.o.Name).Inc()
+				// Expected while the hub is unreachable; a few in a
+				// row with the link up (a permission, a missing
+				// stream) are worth one WARN until one works again.
 				level := slog.LevelDebug
-				if failures == 1 {
-					level = slog.LevelWarn
+				if failures >= warnAfter && !warned && leaf != 0 {
+					level, warned = slog.LevelWarn, true
 				}
-				f.log.Log(ctx, level, "catch-up failed; retrying", "reason", due, "attempt", failures, "retry_in", wait, "err", err)
+				f.log.Log(ctx, level, "catch-up failed; retrying; a view missed meanwhile is not applied until one works", "reason", due, "attempt", failures, "retry_in", wait, "err", err)
 				retry = time.After(wait)
 			} else {
-				failures, due = 0, ""
+				if warned {
+					f.log.Info("catching up with the stream works again", "failed", failures)
+				}
+				failures, warned, due = 0, false, ""
+				behind.Set(0)
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case msg := <-ch:
-			if r := f.core(ctx, msg); r != "" && due == "" {
-				due = r
+			if r := f.core(ctx, msg); r != "" {
+				want(r)
 			}
 		case <-retry:
 			retry = nil
-			due = cmpOr(due, ReasonRetry)
 		case <-check.C:
-			due = cmpOr(due, ReasonPeriodic)
+			want(ReasonPeriodic)
 		case <-poll.C:
 			if now := f.node.HubLink().ID; now != leaf {
 				leaf = now
@@ -272,17 +286,28 @@ func (f *Feed) Run(ctx context.Context) error {
 					// Whatever was republished while the link was down
 					// went into the void: read it from the stream.
 					f.log.Info("leaf link to the hub is back; catching up")
-					due, retry = ReasonReconnect, nil
+					due, dueSince, retry = ReasonReconnect, time.Now(), nil
 				}
 			}
 			if n, err := sub.Dropped(); err == nil && n > dropped {
 				f.log.Warn("the subscription dropped views (slow consumer); catching up", "dropped", n-dropped)
 				dropped = n
-				due = cmpOr(due, ReasonSlowConsumer)
+				want(ReasonSlowConsumer)
+			}
+			// Behind counts while the link is up: a hub out of reach is
+			// another alert's business.
+			if due != "" && leaf != 0 {
+				behind.Set(time.Since(dueSince).Seconds())
+			} else {
+				behind.Set(0)
 			}
 		}
 	}
 }
+
+// warnAfter is how many catch-ups in a row may fail with the leaf link up
+// before one WARN.
+const warnAfter = 3
 
 func cmpOr(a, b string) string {
 	if a != "" {

@@ -3,7 +3,9 @@ package viewfeed
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -601,4 +603,67 @@ func TestHubCluster(t *testing.T) {
 	})
 	e.waitLinked()
 	h.holds(t, map[string]string{subject("x"): last})
+}
+
+// TestCatchUpFailureWarnsOnce: with the leaf link up, catch-ups that
+// cannot read the stream (here: it was deleted) are counted, logged at
+// WARN once rather than once per attempt, and shown in behind_seconds; one
+// that works again says so, and the feed holds what the new stream holds.
+func TestCatchUpFailureWarnsOnce(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	h := newHandler()
+	var logs natstest.Buffer
+	m := NewMetrics(nil)
+	cfg := testConfig()
+	cfg.CheckPeriod = 200 * time.Millisecond
+	f, err := New(cfg, e.link, e.leaf, h.options("t"), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	h.holds(t, map[string]string{subject("x"): "x1"})
+
+	if err := e.cloud.DeleteStream(t.Context(), events.StreamViews); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "catch-up failed"
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !strings.Contains(logs.String(), warning) {
+			return fmt.Errorf("no WARN about failing catch-ups yet")
+		}
+		if testutil.ToFloat64(m.behind.WithLabelValues("t")) <= 0 {
+			return fmt.Errorf("behind_seconds is 0 while catch-ups fail")
+		}
+		return nil
+	})
+	errs := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t"))
+	poll.Eventually(t, 20*time.Second, func() error {
+		if n := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t")); n < errs+2 {
+			return fmt.Errorf("%v more failed catch-ups, want 2", n-errs)
+		}
+		return nil
+	})
+	if n := strings.Count(logs.String(), warning); n != 1 {
+		t.Fatalf("%d WARN lines about failing catch-ups, want 1", n)
+	}
+	o := events.DefaultStreamOptions()
+	o.Storage = jetstream.MemoryStorage
+	if err := events.EnsureStreams(t.Context(), e.cloud, o); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("x", "x2")
+	h.holds(t, map[string]string{subject("x"): "x2"})
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !strings.Contains(logs.String(), "works again") {
+			return fmt.Errorf("no line saying catching up works again")
+		}
+		if b := testutil.ToFloat64(m.behind.WithLabelValues("t")); b != 0 {
+			return fmt.Errorf("behind_seconds %v after a catch-up", b)
+		}
+		return nil
+	})
 }

@@ -11,10 +11,9 @@ const (
 	ReasonSlowConsumer = "slow_consumer" // the subscription dropped views
 	ReasonPeriodic     = "periodic"      // CheckPeriod passed
 	ReasonUnverified   = "unverified"    // MaxUnverified views applied since the last catch-up
-	ReasonRetry        = "retry"         // the last catch-up failed
 )
 
-var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRetry}
+var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified}
 
 // Where an applied view came from, the via label of
 // atoll_viewfeed_applied_total.
@@ -36,6 +35,7 @@ const (
 type Metrics struct {
 	catchups      *prometheus.CounterVec
 	catchupErrors *prometheus.CounterVec
+	behind        *prometheus.GaugeVec
 	gaps          *prometheus.CounterVec
 	applied       *prometheus.CounterVec
 	skipped       *prometheus.CounterVec
@@ -46,11 +46,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		catchups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchups_total",
-			Help: "Catch-ups with a short-lived consumer on VIEWS that completed, by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, retry).",
+			Help: "Catch-ups with a short-lived consumer on VIEWS that completed, by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified).",
 		}, []string{"feed", "reason"}),
 		catchupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",
 			Help: "Catch-ups that failed (hub unreachable, a delivery lost on the way) and are retried with backoff.",
+		}, []string{"feed"}),
+		behind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "behind_seconds",
+			Help: "How long a catch-up has been due (the feed may have missed a view) without completing, while the leaf link is up; 0 when none is due.",
 		}, []string{"feed"}),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "gaps_total",
@@ -66,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"feed", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.catchups, m.catchupErrors, m.gaps, m.applied, m.skipped)
+		reg.MustRegister(m.catchups, m.catchupErrors, m.behind, m.gaps, m.applied, m.skipped)
 	}
 	return m
 }
@@ -77,6 +81,7 @@ func (m *Metrics) init(feed string) {
 		m.catchups.WithLabelValues(feed, r)
 	}
 	m.catchupErrors.WithLabelValues(feed)
+	m.behind.WithLabelValues(feed).Set(0)
 	m.gaps.WithLabelValues(feed)
 	m.applied.WithLabelValues(feed, viaCore)
 	m.applied.WithLabelValues(feed, viaCatchUp)
