@@ -89,6 +89,49 @@ type Msg struct {
 	Time time.Time
 }
 
+// reader reads one catch-up's consumer.
+type reader struct {
+	f       *Feed
+	pending uint64 // views still to deliver
+	next    uint64 // the consumer sequence expected next
+	top     uint64 // the last stream sequence delivered
+	applied int
+}
+
+// fetch pulls the next batch (its request bounded by cctx) and hands its
+// views to the handler (with the feed's ctx).
+func (r *reader) fetch(ctx, cctx context.Context, cons jetstream.Consumer) error {
+	fctx, cancel := context.WithTimeout(cctx, requestTimeout/2)
+	defer cancel()
+	batch, err := cons.Fetch(int(min(r.pending, uint64(r.f.cfg.Batch))), jetstream.FetchContext(fctx))
+	if err != nil {
+		return err
+	}
+	got := 0
+	for m := range batch.Messages() {
+		got++
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if md.Sequence.Consumer != r.next {
+			return fmt.Errorf("%w (delivery %d, expected %d)", errLostDelivery, md.Sequence.Consumer, r.next)
+		}
+		r.next++
+		r.pending, r.top = md.NumPending, md.Sequence.Stream
+		if _, ok := r.f.seen[md.Sequence.Stream]; ok {
+			r.f.m.skipped.WithLabelValues(r.f.o.Name, skipSeen).Inc()
+			continue
+		}
+		r.applied++
+		r.f.apply(ctx, Msg{Subject: m.Subject(), Seq: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}, viaCatchUp)
+	}
+	if got == 0 {
+		return fmt.Errorf("nothing delivered with %d pending: %w", r.pending, batch.Error())
+	}
+	return nil
+}
+
 // CatchUp describes a catch-up that ended.
 type CatchUp struct {
 	// Verified is the verified cursor: every view of the space stored
@@ -115,7 +158,8 @@ type Options struct {
 	// read again in full.
 	Start   uint64
 	Created time.Time
-	// Apply hands one view to the handler (see the package's contract).
+	// Apply hands one view to the handler (see the package's contract),
+	// with the context Run was given.
 	Apply func(ctx context.Context, m Msg) error
 	// Reset, when set, is called before the space is read again from the
 	// start of a rebuilt stream.
@@ -369,6 +413,9 @@ func (f *Feed) apply(ctx context.Context, m Msg, via string) {
 // errLostDelivery: a catch-up's consumer skipped a delivery.
 var errLostDelivery = errors.New("a delivery of the catch-up was lost")
 
+// errLeafChanged ends a catch-up whose leaf link was replaced.
+var errLeafChanged = errors.New("the leaf link to the hub changed")
+
 // catchUp reads the space from the verified cursor on with a short-lived
 // consumer until nothing is pending, then moves the verified cursor to
 // the stream's last sequence when it started.
@@ -377,11 +424,31 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 	if js == nil {
 		return errors.New("no hub link")
 	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	// A request sent into a leaf link that then drops waits for its
+	// timeout; the reconnect's catch-up should not: a new leaf
+	// connection ends this one.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func(leaf uint64) {
+		t := time.NewTicker(leafPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				if f.node.HubLink().ID != leaf {
+					cancel(errLeafChanged)
+					return
+				}
+			}
+		}
+	}(f.node.HubLink().ID)
+	rctx, rcancel := context.WithTimeout(cctx, requestTimeout)
 	str, err := js.Stream(rctx, events.StreamViews)
-	cancel()
+	rcancel()
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", events.StreamViews, err)
+		return fmt.Errorf("stream %s: %w", events.StreamViews, errors.Join(err, context.Cause(cctx)))
 	}
 	info := str.CachedInfo()
 	reload := false
@@ -405,41 +472,19 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 	if f.verified > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.verified+1
 	}
-	rctx, cancel = context.WithTimeout(ctx, requestTimeout)
+	rctx, rcancel = context.WithTimeout(cctx, requestTimeout)
 	cons, err := js.CreateConsumer(rctx, events.StreamViews, cfg)
-	cancel()
+	rcancel()
 	if err != nil {
-		return fmt.Errorf("catch-up consumer on %s: %w", f.o.Filter, err)
+		return fmt.Errorf("catch-up consumer on %s: %w", f.o.Filter, errors.Join(err, context.Cause(cctx)))
 	}
-	pending, next, n, top := cons.CachedInfo().NumPending, uint64(1), 0, uint64(0)
-	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, uint64(f.cfg.Batch))), jetstream.FetchMaxWait(requestTimeout/2))
-		if err != nil {
-			return fmt.Errorf("catch-up on %s: %w", f.o.Filter, err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("catch-up on %s: %w", f.o.Filter, err)
-			}
-			if md.Sequence.Consumer != next {
-				return fmt.Errorf("catch-up on %s: %w (delivery %d, expected %d)", f.o.Filter, errLostDelivery, md.Sequence.Consumer, next)
-			}
-			next++
-			pending, top = md.NumPending, md.Sequence.Stream
-			if _, ok := f.seen[md.Sequence.Stream]; ok {
-				f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
-				continue
-			}
-			n++
-			f.apply(ctx, Msg{Subject: m.Subject(), Seq: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}, viaCatchUp)
-		}
-		if got == 0 {
-			return fmt.Errorf("catch-up on %s: nothing delivered with %d pending: %w", f.o.Filter, pending, batch.Error())
+	r := reader{f: f, pending: cons.CachedInfo().NumPending, next: 1}
+	for r.pending > 0 {
+		if err := r.fetch(ctx, cctx, cons); err != nil {
+			return fmt.Errorf("catch-up on %s: %w", f.o.Filter, errors.Join(err, context.Cause(cctx)))
 		}
 	}
+	n, top := r.applied, r.top
 	// Every view of the space stored up to the stream's last sequence at
 	// the start has been handed over (or superseded by one that was).
 	f.verified = max(f.verified, info.State.LastSeq, top)

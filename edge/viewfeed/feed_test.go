@@ -667,3 +667,19 @@ func TestCatchUpFailureWarnsOnce(t *testing.T) {
 		return nil
 	})
 }
+
+// TestApplyContext: Apply gets the context Run was given, not one that
+// ends with the catch-up that delivered the view: a handler may start
+// work that outlives it (membership follows a new unit from there).
+func TestApplyContext(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	var kept atomic.Value
+	o := newHandler().options("t")
+	o.Apply = func(ctx context.Context, _ Msg) error { kept.Store(ctx); return nil }
+	e.run(testConfig(), o)
+	ctx, _ := kept.Load().(context.Context)
+	if ctx == nil || ctx.Err() != nil {
+		t.Fatalf("Apply's context after the catch-up: %v", ctx)
+	}
+}
