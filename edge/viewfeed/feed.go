@@ -125,6 +125,9 @@ func (r *reader) fetch(ctx, cctx context.Context, cons jetstream.Consumer) error
 		}
 		r.applied++
 		r.f.apply(ctx, Msg{Subject: m.Subject(), Seq: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}, viaCatchUp)
+		// Seen: a catch-up that fails after this (the link dropping under
+		// it) and is tried again does not hand it over again.
+		r.f.seen[md.Sequence.Stream] = struct{}{}
 	}
 	if got == 0 {
 		return fmt.Errorf("nothing delivered with %d pending: %w", r.pending, batch.Error())
@@ -190,12 +193,13 @@ type Feed struct {
 	sub  string // the republished filter
 	log  *slog.Logger
 	m    *Metrics
+	kick chan struct{} // CatchUpNow
 	up   chan struct{} // closed after the first catch-up
 
 	// Owned by Run's goroutine.
 	applied, verified uint64
 	created           time.Time
-	seen              map[uint64]struct{} // sequences applied from republished views above verified
+	seen              map[uint64]struct{} // sequences applied above verified
 }
 
 // New returns a feed of o.Filter. m may be nil (metrics not exported).
@@ -222,8 +226,8 @@ func New(cfg Config, link Link, node Node, o Options, log *slog.Logger, m *Metri
 	m.init(o.Name)
 	return &Feed{
 		cfg: cfg, link: link, node: node, o: o, sub: sub, m: m,
-		log:     log.With("feed", o.Name, "filter", o.Filter),
-		up:      make(chan struct{}),
+		log: log.With("feed", o.Name, "filter", o.Filter),
+		up:  make(chan struct{}), kick: make(chan struct{}, 1),
 		applied: o.Start, verified: o.Start, created: o.Created,
 		seen: map[uint64]struct{}{},
 	}, nil
@@ -323,6 +327,8 @@ func (f *Feed) Run(ctx context.Context) error {
 			retry = nil
 		case <-check.C:
 			want(ReasonPeriodic)
+		case <-f.kick:
+			want(ReasonRequested)
 		case <-poll.C:
 			if now := f.node.HubLink().ID; now != leaf {
 				leaf = now
@@ -370,9 +376,12 @@ func (f *Feed) core(ctx context.Context, msg *nats.Msg) string {
 		f.log.Debug("ignoring a republished view without a sequence or outside the filter", "subject", msg.Subject, "view", subj)
 		return ""
 	}
-	_, seen := f.seen[seq]
+	if _, seen := f.seen[seq]; seen {
+		f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
+		return ""
+	}
 	if seq <= f.applied {
-		if seq > f.verified && !seen {
+		if seq > f.verified {
 			// Older than one applied, and never seen: it overtook
 			// nothing we can tell apart without the stream.
 			f.log.Info("a view arrived after a later one; catching up", "subject", subj, "seq", seq, "applied", f.applied)
@@ -510,4 +519,15 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 		f.o.CaughtUp(ctx, CatchUp{Verified: f.verified, Created: f.created, Reloaded: reload})
 	}
 	return nil
+}
+
+// CatchUpNow asks the running feed for a catch-up (reason requested),
+// for a handler that learns from a view that the space should be read in
+// full (the proxy's migration waiting for the shared views). It returns
+// at once.
+func (f *Feed) CatchUpNow() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
 }

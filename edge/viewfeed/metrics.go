@@ -11,9 +11,10 @@ const (
 	ReasonSlowConsumer = "slow_consumer" // the subscription dropped views
 	ReasonPeriodic     = "periodic"      // CheckPeriod passed
 	ReasonUnverified   = "unverified"    // MaxUnverified views applied since the last catch-up
+	ReasonRequested    = "requested"     // the handler asked (CatchUpNow)
 )
 
-var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified}
+var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRequested}
 
 // Where an applied view came from, the via label of
 // atoll_viewfeed_applied_total.
@@ -46,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		catchups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchups_total",
-			Help: "Catch-ups with a short-lived consumer on VIEWS that completed, by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified).",
+			Help: "Catch-ups with a short-lived consumer on VIEWS that completed, by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, requested).",
 		}, []string{"feed", "reason"}),
 		catchupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",
