@@ -80,20 +80,12 @@ type ConsumeOptions struct {
 	PullExpiry, Heartbeat time.Duration
 }
 
-// The pull request and heartbeat of the endpoints proxy's followers (an
-// edge agent's: what a follower costs per idle minute is paid N times at
-// the hub, so a request lives EdgeFollowPullExpiry, 0.1 a minute, with a
-// heartbeat every EdgeFollowHeartbeat), and a Shared consumer's heartbeat.
-// SharedHeartbeat is for the cloud's few shared consumers: a pull request
-// held by a hub server that dies, or by a consumer leader
+// SharedHeartbeat is the heartbeat of the cloud's few shared consumers: a
+// pull request held by a hub server that dies, or by a consumer leader
 // that moves, is lost without a word, and only missing heartbeats tell
 // (two of them); nats.go's default of 15 s left a consumer stalled ~30 s
 // after a hub server loss, 5 s makes it ~10 s.
-const (
-	EdgeFollowPullExpiry = 10 * time.Minute
-	EdgeFollowHeartbeat  = 5 * time.Second
-	SharedHeartbeat      = 5 * time.Second
-)
+const SharedHeartbeat = 5 * time.Second
 
 func (o *ConsumeOptions) defaults() {
 	if o.Workers < 1 {
