@@ -470,6 +470,20 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 		f.applied, f.verified, reload = 0, 0, true
 		clear(f.seen)
 	}
+	if reason == ReasonPeriodic && !reload && f.verified > 0 {
+		// The safety net's cheap path: when the space's last view is at
+		// or below the verified cursor, nothing was stored there since,
+		// and no consumer is needed. The cursor stays where it is: a
+		// replica may answer a direct get slightly behind.
+		rctx, rcancel = context.WithTimeout(cctx, requestTimeout)
+		last, err := str.GetLastMsgForSubject(rctx, f.o.Filter)
+		rcancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && last.Sequence <= f.verified) {
+			f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
+			f.log.Debug("nothing stored in the space since the last catch-up", "verified", f.verified)
+			return nil
+		}
+	}
 	cfg := jetstream.ConsumerConfig{
 		FilterSubject:     f.o.Filter,
 		AckPolicy:         jetstream.AckNonePolicy,

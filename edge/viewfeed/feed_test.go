@@ -683,3 +683,52 @@ func TestApplyContext(t *testing.T) {
 		t.Fatalf("Apply's context after the catch-up: %v", ctx)
 	}
 }
+
+// TestPeriodicQuiet: the periodic catch-up of a space where nothing was
+// stored since the last catch-up creates no consumer on the hub (a direct
+// get of its last view tells), and one where something was stored does.
+func TestPeriodicQuiet(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	created := 0
+	var mu sync.Mutex
+	adv, err := e.cnc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+events.StreamViews+".>", func(*nats.Msg) {
+		mu.Lock()
+		created++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adv.Unsubscribe() })
+	count := func() int { mu.Lock(); defer mu.Unlock(); return created }
+	h := newHandler()
+	cfg := testConfig()
+	cfg.CheckPeriod = 200 * time.Millisecond
+	_, m := e.run(cfg, h.options("t"))
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := catchups(m, "t", ReasonPeriodic); n < 3 {
+			return fmt.Errorf("%d periodic catch-ups", n)
+		}
+		return nil
+	})
+	if n := count(); n != 1 {
+		t.Fatalf("%d consumers created, want the start's only", n)
+	}
+	// Stored, and its republished copy never seen (sent elsewhere): the
+	// next periodic catch-up reads it with a consumer.
+	e.leaf.Freeze()
+	if err := e.node.SetLeafEnabled(false); err != nil {
+		t.Fatal(err)
+	}
+	e.unlinked()
+	e.publish("y", "y1")
+	if err := e.node.SetLeafEnabled(true); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLinked()
+	h.holds(t, map[string]string{subject("y"): "y1"})
+	if n := count(); n < 2 {
+		t.Fatalf("%d consumers created, want another for the view stored unheard", n)
+	}
+}

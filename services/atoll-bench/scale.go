@@ -286,9 +286,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	renew0 := sim.Stats()
 	// Consumers the emulated agents create during the window: a steady
-	// agent creates one per feed per check period, for its catch-up; more
-	// is a feed catching up again and again, which the hub's CPU and the
-	// edge→hub count would hide.
+	// agent creates one per changed space per check period, for its
+	// catch-up; more is a feed catching up again and again, which the
+	// hub's CPU and the edge→hub count would hide.
 	var created atomic.Int64
 	adv, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+events.StreamViews+".>", func(*nats.Msg) { created.Add(1) })
 	if err != nil {
