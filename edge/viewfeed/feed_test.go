@@ -732,3 +732,40 @@ func TestPeriodicQuiet(t *testing.T) {
 		t.Fatalf("%d consumers created, want another for the view stored unheard", n)
 	}
 }
+
+// countingNode counts the asks for the leaf link.
+type countingNode struct {
+	n     Node
+	asked atomic.Int64
+}
+
+func (c *countingNode) HubLink() natsnode.HubLink { c.asked.Add(1); return c.n.HubLink() }
+
+// TestFeedsShareTheLeafPoll: the feeds of one agent ask the node for its
+// leaf link about as often as one feed would.
+func TestFeedsShareTheLeafPoll(t *testing.T) {
+	e := newEnv(t)
+	node := &countingNode{n: e.node}
+	fs, err := NewFeeds(testConfig(), e.link, node, natstest.Logger(t, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i := range 5 {
+		o := newHandler().options(fmt.Sprintf("f%d", i))
+		f, err := fs.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = f.Run(ctx) }()
+	}
+	start := time.Now()
+	<-time.After(2 * time.Second) // a measurement window, not a wait for a state
+	// One feed alone asks 4 times a second; five sharing, not much more.
+	if n, per := node.asked.Load(), time.Since(start).Seconds(); float64(n)/per > 10 {
+		t.Fatalf("%d asks in %.1fs for five feeds, want about one feed's 4/s", n, per)
+	}
+}

@@ -2,6 +2,8 @@ package viewfeed
 
 import (
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
@@ -26,7 +28,26 @@ func NewFeeds(cfg Config, link Link, node Node, log *slog.Logger, m *Metrics) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Feeds{cfg: cfg, link: link, node: node, log: log, m: m}, nil
+	return &Feeds{cfg: cfg, link: link, node: &sharedLeaf{n: node}, log: log, m: m}, nil
+}
+
+// sharedLeaf asks the node for its leaf link at most once per leafPoll
+// for all the feeds of an agent (five): a node answers from its server's
+// leaf list, which it builds for every ask.
+type sharedLeaf struct {
+	n  Node
+	mu sync.Mutex
+	at time.Time
+	l  natsnode.HubLink
+}
+
+func (s *sharedLeaf) HubLink() natsnode.HubLink {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); now.Sub(s.at) >= leafPoll/2 {
+		s.at, s.l = now, s.n.HubLink()
+	}
+	return s.l
 }
 
 // New returns a feed of o.Filter (see New).
