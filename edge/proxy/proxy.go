@@ -305,6 +305,9 @@ func (p *Proxy) subjectsHeld(ctx context.Context, filter string) (map[string]boo
 	return held, nil
 }
 
+// noCursor applies a view without moving its space's cursor.
+const noCursor = 0
+
 // consume follows space sp of unit's views from its cursor on with a view
 // feed, until ctx is done or the feed fails. The feed finds a rebuilt
 // stream (its creation time is not the cursor's, or it ends before the
@@ -336,21 +339,18 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 			}
 			key, err := events.ParseViewSubject(m.Subject)
 			if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
-				p.store.Advance(sp, m.Seq)
 				return nil
 			}
 			var v atollv1.ObjectView
 			if err := proto.Unmarshal(m.Data, &v); err != nil {
-				p.store.Advance(sp, m.Seq)
 				return fmt.Errorf("a view that does not decode: %w", err)
 			}
 			p.store.metrics.viewBytes.Add(float64(len(m.Data)))
 			p.store.metrics.viewSize.Observe(float64(len(m.Data)))
-			if err := p.store.Apply(sp, &v, m.Seq); err != nil {
-				p.store.Advance(sp, m.Seq)
-				return err
-			}
-			return nil
+			// The space's cursor is the feed's verified one (CaughtUp),
+			// not the last view applied: kept on disk, it is where a
+			// restart may start without missing a view lost on the way.
+			return p.store.Apply(sp, &v, noCursor)
 		},
 		Reset: func(context.Context) {
 			p.log.Warn("the views stream was rebuilt; reading the views again", "unit", unit, "space", sp)
