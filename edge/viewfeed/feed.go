@@ -21,8 +21,10 @@
 // A catch-up creates an ephemeral pull consumer filtered on the space
 // (the edge's permissions name the filter), reads it until nothing is
 // pending and lets it go: the edge may not delete consumers, so the hub
-// drops it CatchUpLinger after its last request. In steady state an agent
-// holds no consumer on the hub.
+// drops it CatchUpLinger after its last request. The periodic one first
+// reads the space's last view (a direct get) and creates no consumer when
+// nothing was stored there since the verified cursor. In steady state an
+// agent holds no consumer on the hub.
 //
 // # Cursors
 //
@@ -38,8 +40,9 @@
 // while a catch-up runs wait in the subscription's buffer and are applied
 // afterwards only when above what the catch-up covered.
 //
-// Gap detection remembers the sequences applied from republished views
-// since the last catch-up (at most MaxUnverified, then a catch-up runs):
+// Gap detection remembers the sequences applied above the verified cursor
+// since the last catch-up (at most MaxUnverified, then a catch-up runs);
+// they are not handed over again either:
 // a per-subject table of the space would cost memory per view for every
 // agent, this costs it per change between two catch-ups.
 //
