@@ -162,6 +162,15 @@ var (
 		Producer: "cloud object views (unit `_all`: Services, slices, Endpoints and every Node stripped to its labels, stored once; a unit: its own Nodes in full)", Consumer: "the endpoint proxies of the unit (`_all`: of every unit)",
 		Example: []string{"site-a", "endpointslices", "default", "web-abc"},
 	}
+	// The views as the hub republishes them (VIEWS' RePublish), one
+	// family per view family: what an edge agent follows with core
+	// subscriptions on its own spaces (edge/viewfeed), catching up with a
+	// short-lived consumer on VIEWS when it may have missed one.
+	RepublishedAssignmentFamily = republished(AssignmentFamily, "the node's edge membership (core, `edge/viewfeed`)")
+	RepublishedUnitViewFamily   = republished(UnitViewFamily, "the unit's edge membership (core, `edge/viewfeed`)")
+	RepublishedHostsFamily      = republished(HostsFamily, "the unit's hosts writers (core, `edge/viewfeed`)")
+	RepublishedObjectViewFamily = republished(ObjectViewFamily, "the endpoint proxies of the unit (core, `edge/viewfeed`; `_all`: of every unit)")
+
 	TunnelFamily = &Family{
 		Name: "tunnel", Pattern: Root + ".tunnel.<node>.<session>.<dir>",
 		Values:    map[string][]string{"dir": {string(ToEdge), string(ToCloud)}},
@@ -220,7 +229,27 @@ var (
 var catalog = []*Family{
 	ProbeFamily, VoteFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
+	RepublishedAssignmentFamily, RepublishedUnitViewFamily, RepublishedHostsFamily, RepublishedObjectViewFamily,
 	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, StatusFamily, TunnelsFamily,
+}
+
+// republished is view family f as the hub republishes it: the same
+// tokens and payload under ViewRepublishSubjects, core NATS, with the
+// stream's headers (Nats-Stream, Nats-Subject, Nats-Sequence,
+// Nats-Time-Stamp, Nats-Last-Sequence).
+func republished(f *Family, consumer string) *Family {
+	pattern, err := Republished(f.Pattern)
+	if err != nil {
+		panic(err)
+	}
+	return &Family{
+		Name: f.Name + " (republished)", Pattern: pattern, Values: f.Values,
+		Transport: TransportCore,
+		Message:   f.Message, Identity: f.Identity,
+		MsgID:    "the stored message's; `Nats-Sequence` and `Nats-Last-Sequence` (the subject's previous sequence) added by the hub",
+		Producer: "the hub (VIEWS' RePublish of " + f.Name + ")", Consumer: consumer,
+		Example: f.Example,
+	}
 }
 
 func init() {

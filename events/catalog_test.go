@@ -158,6 +158,8 @@ func TestWildcardConstants(t *testing.T) {
 		{events.TopoSubjects, events.TopologyFamily},
 		{events.ViewSubjects, events.ObjectViewFamily},
 		{events.ViewSubjects, events.AssignmentFamily},
+		{events.ViewRepublishSubjects, events.RepublishedObjectViewFamily},
+		{events.ViewRepublishSubjects, events.RepublishedAssignmentFamily},
 		{events.TunnelSubjects, events.TunnelFamily},
 		{events.TunnelSubjects, events.TunnelRelayFamily},
 		{events.UnitRelaySubjects, events.UnitRelayFamily},

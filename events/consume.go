@@ -75,37 +75,17 @@ type ConsumeOptions struct {
 	// heartbeat every Heartbeat while nothing is delivered. Zero: the
 	// client's defaults for ordered consumers (30 s, 5 s), right for the
 	// cloud's few followers, which must notice a lost consumer quickly
-	// (two missed heartbeats). An edge agent's followers take
-	// EdgeFollow's. Shared consumers heartbeat every SharedHeartbeat.
+	// (two missed heartbeats). Shared consumers heartbeat every
+	// SharedHeartbeat.
 	PullExpiry, Heartbeat time.Duration
 }
 
-// EdgeFollow returns o with the pull requests and heartbeats of an edge
-// agent's followers (its assignment, its unit's view, the host records;
-// the endpoints proxy uses the same constants). What a follower costs per
-// idle minute is paid N times at the hub: with the client's defaults (a
-// 30 s pull request, a heartbeat every 5 s) that was 2 requests a minute
-// up and 12 heartbeats down per follower. A request now lives
-// EdgeFollowPullExpiry (0.1 a minute), with a heartbeat every
-// EdgeFollowHeartbeat: a follower the hub lost is noticed within two
-// missed heartbeats, a minute; the agent's views check after every leaf
-// reconnect catches up what that minute missed.
-func EdgeFollow(o ConsumeOptions) ConsumeOptions {
-	o.PullExpiry, o.Heartbeat = EdgeFollowPullExpiry, EdgeFollowHeartbeat
-	return o
-}
-
-// The pull request and heartbeat of EdgeFollow, and a Shared consumer's
-// heartbeat. SharedHeartbeat is for the cloud's few shared consumers: a
+// SharedHeartbeat is the heartbeat of the cloud's few shared consumers: a
 // pull request held by a hub server that dies, or by a consumer leader
 // that moves, is lost without a word, and only missing heartbeats tell
 // (two of them); nats.go's default of 15 s left a consumer stalled ~30 s
 // after a hub server loss, 5 s makes it ~10 s.
-const (
-	EdgeFollowPullExpiry = 10 * time.Minute
-	EdgeFollowHeartbeat  = 5 * time.Second
-	SharedHeartbeat      = 5 * time.Second
-)
+const SharedHeartbeat = 5 * time.Second
 
 func (o *ConsumeOptions) defaults() {
 	if o.Workers < 1 {

@@ -161,22 +161,3 @@ var (
 		MaxAckPending:  1000,
 	}
 )
-
-// AssignmentFollower is the consumer of node's assignment, on its edge agent.
-func AssignmentFollower(node string) (ConsumerSpec, error) {
-	subj, err := AssignmentSubject(node)
-	if err != nil {
-		return ConsumerSpec{}, err
-	}
-	return FollowSpec("assignment", StreamViews, subj), nil
-}
-
-// UnitViewFollower is the consumer of unit's membership view, on the edge
-// agents of the unit.
-func UnitViewFollower(unit string) (ConsumerSpec, error) {
-	subj, err := UnitViewSubject(unit)
-	if err != nil {
-		return ConsumerSpec{}, err
-	}
-	return FollowSpec("unit-view", StreamViews, subj), nil
-}

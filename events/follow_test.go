@@ -46,7 +46,7 @@ func TestFollowWaitsForTheHub(t *testing.T) {
 	subj, _ := events.AssignmentSubject("n1")
 	go func() {
 		defer close(done)
-		spec, _ := events.AssignmentFollower("n1")
+		spec := events.FollowSpec("assignment", events.StreamViews, subj)
 		_ = events.Consume(ctx, js, spec, func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
 			mu.Lock()
 			got = ev.Msg
@@ -120,7 +120,7 @@ func TestFollowRestart(t *testing.T) {
 
 	var mu sync.Mutex
 	var got string
-	spec, _ := events.AssignmentFollower("n1")
+	spec := events.FollowSpec("assignment", events.StreamViews, subj)
 	m := events.NewMetrics(nil)
 	c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
 		mu.Lock()

@@ -120,7 +120,20 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 	add("AllowDirect", have.AllowDirect, want.AllowDirect)
 	add("DenyDelete", have.DenyDelete, want.DenyDelete)
 	add("DenyPurge", have.DenyPurge, want.DenyPurge)
+	add("RePublish", republishString(have.RePublish), republishString(want.RePublish))
 	return out
+}
+
+// republishString is r as streamDiff shows it ("none" when unset).
+func republishString(r *jetstream.RePublish) string {
+	if r == nil {
+		return "none"
+	}
+	s := r.Source + ":" + r.Destination
+	if r.HeadersOnly {
+		s += " (headers only)"
+	}
+	return s
 }
 
 // final reports whether err is the hub's considered answer: a JetStream

@@ -75,6 +75,9 @@ func retention(d StreamDef) string {
 	if d.AllowRollup {
 		parts = append(parts, "rollup allowed")
 	}
+	if d.RePublish != nil {
+		parts = append(parts, "republished on `"+d.RePublish.Destination+"`")
+	}
 	return strings.Join(parts, ", ")
 }
 

@@ -70,6 +70,9 @@ type StreamDef struct {
 	// default, which nats-server ≥ 2.12 sets to 1,000 for a stream that
 	// declares none, whatever the server or account allows).
 	MaxConsumers int
+	// RePublish has the server publish every message it stores again,
+	// on another subject, with its stream sequence in headers.
+	RePublish *jetstream.RePublish
 }
 
 // streamDefs are the hub streams.
@@ -87,13 +90,17 @@ type StreamDef struct {
 var streamDefs = []StreamDef{
 	{Name: StreamHealth, Description: "Edge voters' ballots (and single votes)", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
 	{Name: StreamTopology, Description: "Edge agents' reports of themselves and the units' lifecycle events", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
-	// Every edge agent follows its views with consumers of its own, so
-	// VIEWS holds a few per node: far more than the server's default bound.
-	{Name: StreamViews, Description: "The cloud's views for edge agents: per unit, and shared by all units (_all)", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true, MaxConsumers: ViewsMaxConsumers},
+	// Edge agents follow their views on the republished subjects
+	// (edge/viewfeed) and read VIEWS with short-lived consumers of their
+	// own to catch up, a few per node at a time at most: far more than
+	// the server's default bound.
+	{Name: StreamViews, Description: "The cloud's views for edge agents: per unit, and shared by all units (_all)", MaxMsgsPerSubject: 1, AllowRollup: true, AllowDirect: true, MaxConsumers: ViewsMaxConsumers,
+		RePublish: &jetstream.RePublish{Source: ViewSubjects, Destination: ViewRepublishSubjects}},
 }
 
-// ViewsMaxConsumers is VIEWS' bound on consumers: room for the followers
-// of 100,000 edge agents.
+// ViewsMaxConsumers is VIEWS' bound on consumers: room for the catch-ups
+// of 100,000 edge agents (and for the followers of agents from before
+// the republished views).
 const ViewsMaxConsumers = 1_000_000
 
 // StreamDefs returns the hub streams as the catalog declares them.
@@ -167,9 +174,18 @@ func Streams(o StreamOptions) []jetstream.StreamConfig {
 			Replicas:          o.Replicas,
 			MaxBytes:          o.maxBytes(),
 			MaxConsumers:      d.MaxConsumers,
+			RePublish:         clonePtr(d.RePublish),
 		})
 	}
 	return out
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 // EnsureStreams creates every hub stream or updates it to the current

@@ -56,7 +56,15 @@ const (
 	NodeTopologySubjects = Root + ".topo.node.*"
 	UnitEventSubjects    = Root + ".topo.unit.*"
 	ViewSubjects         = Root + ".view.>"
-	TunnelSubjects       = Root + ".tunnel.>"
+	// ViewRepublishSubjects is where the hub republishes every view the
+	// VIEWS stream stores (its RePublish): atoll.view.<rest> becomes
+	// atoll.viewpub.<rest>, with the stream sequence and the subject's
+	// previous sequence in headers. Edge agents follow their views there
+	// with core subscriptions (edge/viewfeed) rather than a consumer each.
+	// Its own second token, so no stream subject (atoll.view.>) covers
+	// it: a republish into the stream's own subjects would loop.
+	ViewRepublishSubjects = Root + "." + viewRepublishToken + ".>"
+	TunnelSubjects        = Root + ".tunnel.>"
 	// UnitRelaySubjects: the unit legs of relayed tunnel sessions
 	// (UnitRelayFamily), only ever on a unit's routes.
 	UnitRelaySubjects = Root + ".relay.>"
@@ -252,6 +260,20 @@ func UnitViewSubjects(unit string) (string, error) {
 // (atoll.view._all.>).
 func SharedViewSubjects() string {
 	return strings.TrimSuffix(ViewSubjects, ">") + Token(SharedViewUnit) + ".>"
+}
+
+// viewRepublishToken is the second token of the republished views.
+const viewRepublishToken = "viewpub"
+
+// Republished is the subject (or filter) on which the hub republishes the
+// views of subject, a view subject or filter (atoll.view.<rest>):
+// atoll.viewpub.<rest>.
+func Republished(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, strings.TrimSuffix(ViewSubjects, ">"))
+	if !ok || rest == "" {
+		return "", fmt.Errorf("%w: %q is no view subject", ErrWrongSubject, subject)
+	}
+	return strings.TrimSuffix(ViewRepublishSubjects, ">") + rest, nil
 }
 
 // ViewKey identifies one view.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/atoll-edge/atoll/events"
@@ -18,7 +19,8 @@ import (
 // unit (the endpoints proxy's consumer on atoll.view.<unit>.>, or one kind
 // of it, and direct gets of one object) and the shared views
 // (atoll.view._all.>), and none of another unit's: in particular not its
-// Nodes in full.
+// Nodes in full. The same goes for the views as the hub republishes them
+// (atoll.viewpub.>): the hub sends a leaf only its own spaces'.
 func TestEdgeObjectViewPermissions(t *testing.T) {
 	h := natstest.Hub(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -60,6 +62,47 @@ func TestEdgeObjectViewPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 3*time.Second) }
+
+	// The republished views (edge/viewfeed): the hub sends the leaf the
+	// views of its own spaces only, however wide the agent subscribes.
+	heard := make(chan string, 64)
+	for _, f := range []string{"atoll.viewpub.u1.>", "atoll.viewpub._all.>", "atoll.viewpub.u2.>", "atoll.viewpub.>"} {
+		if _, err := a.Subscribe(f, func(m *nats.Msg) { heard <- m.Subject }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	republished := map[string]bool{}
+	poll.Eventually(t, 20*time.Second, func() error {
+		// Publish again until the leaf's interest has reached the hub.
+		for _, s := range append(other, own...) {
+			if _, err := cjs.Publish(ctx, s, []byte("v")); err != nil {
+				return err
+			}
+		}
+		for {
+			select {
+			case s := <-heard:
+				republished[s] = true
+				continue
+			case <-time.After(200 * time.Millisecond):
+			}
+			break
+		}
+		for _, s := range own {
+			if pub, _ := events.Republished(s); !republished[pub] {
+				return fmt.Errorf("a has not heard %s", pub)
+			}
+		}
+		return nil
+	})
+	for _, s := range other {
+		if pub, _ := events.Republished(s); republished[pub] {
+			t.Errorf("a heard another unit's %s", pub)
+		}
+	}
 
 	// Its unit's views, all kinds and one kind; the shared views.
 	for _, filter := range []string{"atoll.view.u1.>", "atoll.view.u1.endpointslices.>", "atoll.view._all.>"} {

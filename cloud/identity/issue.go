@@ -243,8 +243,16 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 	p.Pub.Allow.Add(renew)
 	api := "$JS." + domain + ".API."
 	for _, f := range viewFilters {
-		// The filtered create subject: the server refuses a request
-		// whose body names another filter than the subject.
+		// The same views as the hub republishes them (VIEWS' RePublish),
+		// which the agent follows with core subscriptions (edge/viewfeed).
+		pub, err := events.Republished(f)
+		if err != nil {
+			return p, err
+		}
+		p.Sub.Allow.Add(pub)
+		// The filtered create subject (the feed's short-lived catch-up
+		// consumers): the server refuses a request whose body names
+		// another filter than the subject.
 		p.Pub.Allow.Add(api + "CONSUMER.CREATE." + events.StreamViews + ".*." + f)
 		// The last stored value of its own views, which the agent
 		// compares with what it holds (edge/membership): a direct get

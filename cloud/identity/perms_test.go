@@ -119,11 +119,26 @@ func TestEdgePermissionsViews(t *testing.T) {
 			t.Errorf("a may read %s", s)
 		}
 	}
+	// The republished views (edge/viewfeed): its own spaces and its
+	// assignment, not another unit's, another node's or everything.
+	for _, s := range []string{"atoll.viewpub.u1.nodes._.a", "atoll.viewpub.u1.unit._.u1", "atoll.viewpub._all.services.default.web", "atoll.viewpub._.assignment._.a"} {
+		if !matches(p.Sub.Allow, s) {
+			t.Errorf("a may not hear the republished %s: sub %v", s, p.Sub.Allow)
+		}
+	}
+	for _, s := range []string{"atoll.viewpub.u2.nodes._.c", "atoll.viewpub.u2.>", "atoll.viewpub._.assignment._.b", "atoll.viewpub.>", "atoll.viewpub.*.nodes._.c"} {
+		if matches(p.Sub.Allow, s) {
+			t.Errorf("a may hear the republished %s", s)
+		}
+	}
 	none, err := EdgePermissions("a", "", "hub")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if matches(none.Pub.Allow, create(events.SharedViewSubjects())) {
+	if matches(none.Pub.Allow, create(events.SharedViewSubjects())) || matches(none.Sub.Allow, "atoll.viewpub._all.services.default.web") {
 		t.Errorf("a node in no unit may read the shared views")
+	}
+	if !matches(none.Sub.Allow, "atoll.viewpub._.assignment._.a") {
+		t.Errorf("a node in no unit may not hear its republished assignment")
 	}
 }

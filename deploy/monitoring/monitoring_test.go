@@ -216,7 +216,7 @@ func TestDashboardModel(t *testing.T) {
 	}
 	all := fmt.Sprint(dashboardExprs(d))
 	for _, m := range []string{"atoll_health_unit_disruption", "atoll_health_protected_nodes", "atoll_prober_round_seconds_bucket",
-		"atoll_voter_ballots_published_total", "atoll_events_consumer_up", "atoll_membership_behind_seconds", "atoll_health_patches_total",
+		"atoll_voter_ballots_published_total", "atoll_events_consumer_up", "atoll_viewfeed_behind_seconds", "atoll_health_patches_total",
 		"atoll_webhook_requests_total", "atoll_tunnel_server_sessions", "atoll_tunnel_server_bytes_total", "atoll_proxy_view_bytes_total"} {
 		if !strings.Contains(all, m) {
 			t.Errorf("no panel queries %s", m)

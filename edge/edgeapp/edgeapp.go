@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/proxy"
 	"github.com/atoll-edge/atoll/edge/reporter"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/cliflags"
@@ -35,9 +36,12 @@ type Config struct {
 	NATS       natsnode.Config
 	Reporter   reporter.Config
 	Membership membership.Config
-	Prober     prober.Config
-	Voter      voter.Config
-	Enroll     enroll.Config
+	// ViewFeed follows the node's views (membership's, the hosts
+	// writer's) off the hub's republished copies.
+	ViewFeed viewfeed.Config
+	Prober   prober.Config
+	Voter    voter.Config
+	Enroll   enroll.Config
 	// Proxy is the endpoints proxy kube-proxy reads (off without
 	// --proxy-addr).
 	Proxy proxy.Config
@@ -68,7 +72,8 @@ func Default() Config {
 		Admin:      admin.Config{Addr: "127.0.0.1:9470"},
 		NATS:       natsnode.Default(),
 		Reporter:   reporter.DefaultConfig(),
-		Membership: membership.Config{StateDir: "/var/lib/atoll", CheckPeriod: membership.DefaultConfig().CheckPeriod},
+		Membership: membership.Config{StateDir: "/var/lib/atoll"},
+		ViewFeed:   viewfeed.DefaultConfig(),
 		Prober:     prober.DefaultConfig(),
 		Voter:      voter.DefaultConfig(),
 		Enroll:     enroll.DefaultConfig(),
@@ -104,7 +109,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.Map)(&c.Reporter.Labels), "labels", "node labels to report, k=v,k=v")
 	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
-	fs.DurationVar(&c.Membership.CheckPeriod, "view-check-period", c.Membership.CheckPeriod, "how often the agent compares its assignment and unit view with the hub's stored ones, besides after every leaf reconnect and follower restart; each check is two requests to the hub")
+	fs.DurationVar(&c.ViewFeed.CheckPeriod, "view-check-period", c.ViewFeed.CheckPeriod, "how often the agent catches up each view it follows with the hub's stream, besides at start, after every leaf reconnect and on a detected gap; each catch-up is a few requests to the hub and a consumer that lives 15 s")
 	fs.Var(proxyAddr{c}, "proxy-addr", "listen address of the endpoints proxy that kube-proxy uses as its apiserver, e.g. 127.0.0.1:9471 (empty: no proxy)")
 	fs.StringVar(&c.Hosts.Path, "hosts-file", c.Hosts.Path, "CoreDNS hosts-plugin file kept with the unit's StatefulSetGrid names (empty: none; see deploy/coredns-atoll-hosts.conf)")
 	fs.StringVar(&c.Hosts.ClusterDomain, "cluster-domain", c.Hosts.ClusterDomain, "cluster DNS domain appended to the StatefulSetGrid names")
@@ -159,7 +164,7 @@ func (c Config) Validate() error {
 	if len(c.NATS.HubURLs) == 0 {
 		return errors.New("--hub-url is required: the hub's leafnode URL, nats-leaf://host:7422 (or $ATOLL_HUB_URL)")
 	}
-	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, c.Proxy, c.Hosts} {
+	for _, v := range []interface{ Validate() error }{c.Admin, c.NATS, c.Reporter, c.ViewFeed, c.Prober, c.Voter, c.Enroll, c.Proxy, c.Hosts} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -176,11 +181,12 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	// components' loggers inherit it and must not add it again.
 	log = log.With("node", c.NATS.NodeName)
 	return fx.Options(
-		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, log),
+		fx.Supply(c.Admin, c.NATS, c.Reporter, c.Membership, c.Prober, c.Voter, c.Enroll, c.ViewFeed, log),
 		fx.WithLogger(fxrun.Logger(log)),
 		admin.Module,
 		natsnode.Module,
 		enroll.Module,
+		viewfeed.Module,
 		membership.Module,
 		reporter.Module,
 		prober.Module,

@@ -196,22 +196,18 @@ func TestEdgesJoinTheirUnit(t *testing.T) {
 		return nil
 	})
 
-	// With its own node's credentials, each agent may read back its
-	// assignment and unit view from the stream (direct gets) to compare
-	// them with what it holds.
+	// With its own node's credentials, each agent hears its assignment
+	// and unit view republished and catches them up from the stream.
 	poll.Eventually(t, 10*time.Second, func() error {
 		for _, e := range edges {
-			if n := e.metric(t, "atoll_membership_checks_total", ""); n < 1 {
-				return fmt.Errorf("%s compared its views with the stream %v times", e.node.Name(), n)
+			for _, feed := range []string{`feed="assignment"`, `feed="unit_view"`} {
+				if n := e.metric(t, "atoll_viewfeed_catchups_total", feed); n < 1 {
+					return fmt.Errorf("%s caught up its %s %v times", e.node.Name(), feed, n)
+				}
 			}
 		}
 		return nil
 	})
-	for _, e := range edges {
-		if n := e.metric(t, "atoll_membership_check_errors_total", ""); n != 0 {
-			t.Errorf("%s failed to read the stream %v times", e.node.Name(), n)
-		}
-	}
 
 	// c restarts while the cloud is gone: it rejoins u1 from its kept state.
 	apps[2].RequireStop()
@@ -265,7 +261,7 @@ func TestRoundBudgetWithinFreshness(t *testing.T) {
 }
 
 // TestViewCheckWithinProbePeriod: a view check slower than the probe
-// period is refused, naming both flags; zero is refused by membership.
+// period is refused, naming both flags; zero is refused by the view feeds.
 func TestViewCheckWithinProbePeriod(t *testing.T) {
 	c := edgeapp.Default()
 	c.NATS.NodeName = "n1"
@@ -274,8 +270,8 @@ func TestViewCheckWithinProbePeriod(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	c.Membership.CheckPeriod = 0
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "check period") {
+	c.ViewFeed.CheckPeriod = 0
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "CheckPeriod") {
 		t.Fatalf("Validate() = %v, want an error about the check period", err)
 	}
 }

@@ -54,7 +54,7 @@ func probing(port int) func(*edgeapp.Config) {
 	return func(c *edgeapp.Config) {
 		c.Kubelet.Port = port
 		c.Prober.Period, c.Prober.RoundBudget, c.Prober.Scoreline = time.Second, 2*time.Second, 100
-		c.Membership.CheckPeriod = c.Prober.Period
+		c.ViewFeed.CheckPeriod = c.Prober.Period
 		c.Prober.Plugins = []prober.PluginConfig{{Kind: "tcp", Name: "kubelet-port", Weight: 1, Timeout: 500 * time.Millisecond}}
 		c.Voter.KeepAlive = 2 * time.Second
 	}

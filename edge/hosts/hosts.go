@@ -20,10 +20,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -61,25 +62,24 @@ type UnitSource interface {
 // Writer keeps the hosts file of the node's unit.
 type Writer struct {
 	cfg   Config
-	link  *hublink.Link
+	feeds *viewfeed.Feeds
 	units UnitSource
 	log   *slog.Logger
-	evm   *events.Metrics
 
 	mu     sync.Mutex
 	last   []byte // content last written or found
 	writes int
 }
 
-// New returns a writer following the records over link.
-func New(cfg Config, link *hublink.Link, units UnitSource, log *slog.Logger, evm *events.Metrics) (*Writer, error) {
+// New returns a writer following the records with a feed of feeds.
+func New(cfg Config, feeds *viewfeed.Feeds, units UnitSource, log *slog.Logger) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Path == "" {
 		return nil, errors.New("hosts: no path")
 	}
-	w := &Writer{cfg: cfg, link: link, units: units, log: log.With("component", "hosts"), evm: evm}
+	w := &Writer{cfg: cfg, feeds: feeds, units: units, log: log.With("component", "hosts")}
 	if b, err := os.ReadFile(cfg.Path); err == nil {
 		w.last = b
 	}
@@ -173,7 +173,9 @@ func writeAtomic(path string, b []byte) error {
 }
 
 // Run follows the records of the node's unit until ctx is done. A unit
-// change switches the follower; records of another unit are ignored.
+// change switches the feed; records of another unit are ignored. Applying
+// is idempotent (a file that holds the records is left alone), as the
+// feed requires.
 func (w *Writer) Run(ctx context.Context) error {
 	changes := w.units.Changes()
 	for ctx.Err() == nil {
@@ -190,35 +192,29 @@ func (w *Writer) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("hosts: %w", err)
 		}
-		js := w.link.JetStream()
-		if js == nil { // the hub link is not up yet
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
-				continue
-			}
+		feed, err := w.feeds.New(viewfeed.Options{Name: "hosts", Filter: subj,
+			Apply: func(_ context.Context, m viewfeed.Msg) error {
+				var recs atollv1.HostRecords
+				if err := events.DecodeMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &recs); err != nil {
+					return err
+				}
+				if recs.GetUnit() != unit {
+					return fmt.Errorf("records of unit %q on %s", recs.GetUnit(), m.Subject)
+				}
+				return w.Apply(&recs)
+			}})
+		if err != nil {
+			return fmt.Errorf("hosts: %w", err)
 		}
-		spec := events.FollowSpec("hosts", events.StreamViews, subj)
 		uctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() {
-			done <- events.Consume(uctx, js, spec, func(_ context.Context, ev events.Event[*atollv1.HostRecords]) error {
-				if ev.Msg.GetUnit() != unit {
-					return events.Reject(fmt.Errorf("records of unit %q on %s", ev.Msg.GetUnit(), ev.Subject))
-				}
-				return w.Apply(ev.Msg)
-			}, events.EdgeFollow(events.ConsumeOptions{Logger: w.log, Metrics: w.evm}))
-		}()
+		go func() { done <- feed.Run(uctx) }()
 		for waiting := true; waiting; {
 			select {
 			case err := <-done:
-				if err != nil && ctx.Err() == nil {
-					w.log.Warn("hosts follower stopped; retrying", "err", err)
-					select {
-					case <-ctx.Done():
-					case <-time.After(time.Second):
-					}
+				if err != nil {
+					cancel()
+					return fmt.Errorf("hosts: %w", err)
 				}
 				waiting = false
 			case <-changes:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -93,8 +94,12 @@ func TestWriterFollowsRecords(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "coredns", "atoll.hosts")
 	cfg := Config{Path: path, ClusterDomain: "cluster.local"}
+	feeds, err := viewfeed.NewFeeds(viewfeed.DefaultConfig(), hublink.Of(nc, js), edge, natstest.Logger(t, slog.LevelWarn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := func() (*Writer, func()) {
-		w, err := New(cfg, hublink.Of(nc, js), staticUnit("u1"), natstest.Logger(t, slog.LevelWarn), nil)
+		w, err := New(cfg, feeds, staticUnit("u1"), natstest.Logger(t, slog.LevelWarn))
 		if err != nil {
 			t.Fatal(err)
 		}

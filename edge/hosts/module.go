@@ -6,19 +6,17 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/edge/membership"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/internal/fxrun"
-	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 type params struct {
 	fx.In
 	Lifecycle  fx.Lifecycle
 	Config     Config
-	Link       *hublink.Link
+	Feeds      *viewfeed.Feeds
 	Membership *membership.Membership
 	Log        *slog.Logger
-	Events     *events.Metrics
 }
 
 // Module runs the hosts writer with atoll-edge when Config.Path is set,
@@ -28,7 +26,7 @@ var Module = fx.Module("hosts",
 		if p.Config.Path == "" {
 			return nil, nil
 		}
-		w, err := New(p.Config, p.Link, units{p.Membership}, p.Log, p.Events)
+		w, err := New(p.Config, p.Feeds, units{p.Membership}, p.Log)
 		if err != nil {
 			return nil, err
 		}

@@ -4,15 +4,12 @@
 // URLs), applies them to the node's NATS server as its mesh, and tells
 // other components (the prober, the voter) who the unit's members are.
 //
-// Following alone is not trusted to converge: a delivery can be lost on
-// the way (an ordered consumer acknowledges nothing, so the server counts
-// a message sent into a reply subject that had just lost its interest as
-// delivered), and an ordered consumer that resumes after a hub restart can
-// wait past the end of a recreated stream. So the agent also compares
-// what it holds with the last value the VIEWS stream stores on each of its
-// subjects, every CheckPeriod and after every reconnect of its leaf link;
-// when it is behind, it applies the stored value, restarts the follower,
-// and counts and logs the catch-up (see check.go).
+// Both views come through view feeds (edge/viewfeed): the hub's
+// republished copy, caught up from the VIEWS stream at start, after every
+// reconnect of the leaf link, on a gap and every check period, so the
+// agent holds no consumer on the hub in steady state. Applying a view is
+// idempotent and ignores a sequence older than the one held, as the feed
+// asks; a rebuilt stream resets the sequences held.
 //
 // The last assignment and view are kept on disk, so a node that restarts
 // while its cloud link is down rejoins its unit from what it knew.
@@ -28,11 +25,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -43,8 +41,6 @@ type Node interface {
 	Name() string
 	// SetMesh sets the server's unit routes.
 	SetMesh(natsnode.Mesh) error
-	// Status tells whether the leaf link to the hub is up.
-	Status() natsnode.Status
 }
 
 // View is the unit as the node currently knows it.
@@ -56,49 +52,31 @@ type View struct {
 
 // Membership follows the cloud's views of this node and its unit.
 type Membership struct {
-	cfg     Config
-	node    Node
-	link    *hublink.Link
-	log     *slog.Logger
-	evm     *events.Metrics
-	metrics *metrics
-	now     func() time.Time
+	cfg   Config
+	node  Node
+	link  *hublink.Link
+	feeds *viewfeed.Feeds
+	log   *slog.Logger
 
-	// assignMu serializes applying assignments (the follower and the
-	// check); it is never taken by the unit view's follower, which
-	// setAssignment may wait for.
+	// assignMu serializes applying assignments; it is never taken by the
+	// unit view's feed, which setAssignment may wait for.
 	assignMu sync.Mutex
 
 	mu         sync.Mutex
 	assignment *atollv1.NodeAssignment
 	assignSeq  uint64 // stream sequence of the assignment held (0: unknown)
 	unitView   *atollv1.UnitView
-	viewSeq    uint64            // stream sequence of the unit view held
-	behind     map[string]string // view kind → why, while found behind
-	suspect    map[string]uint64 // view kind → a stored sequence below the held one, seen once
+	viewSeq    uint64 // stream sequence of the unit view held
 	watchers   []chan struct{}
-	assignCons *events.Consumer
-	unitCons   *events.Consumer
 	unitCancel context.CancelFunc
 	unitDone   chan struct{}
-	views      jetstream.Stream // the VIEWS stream, for the check
-	// failedChecks counts checks in a row that could not read the
-	// stream; checkWarned is set once that was logged at WARN.
-	failedChecks int
-	checkWarned  bool
+	views      jetstream.Stream // the VIEWS stream, for reading a view before joining
 }
 
-// New returns the membership of node, following views over link. reg may
-// be nil (metrics not exported).
-func New(cfg Config, node Node, link *hublink.Link, log *slog.Logger, evm *events.Metrics, reg prometheus.Registerer) (*Membership, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return &Membership{
-		cfg: cfg, node: node, link: link, log: log.With("component", "membership"), evm: evm,
-		metrics: newMetrics(reg), now: time.Now,
-		behind: map[string]string{}, suspect: map[string]uint64{},
-	}, nil
+// New returns the membership of node, following views with feeds and
+// reading a new unit's view over link before joining it.
+func New(cfg Config, node Node, link *hublink.Link, feeds *viewfeed.Feeds, log *slog.Logger) (*Membership, error) {
+	return &Membership{cfg: cfg, node: node, link: link, feeds: feeds, log: log.With("component", "membership")}, nil
 }
 
 // Current returns the unit as currently known.
@@ -128,24 +106,19 @@ func (m *Membership) Fingerprints() (assignment, unitView string) {
 }
 
 // Ready reports why the node cannot take part in its unit: it has no
-// assignment (neither from the cloud nor kept on disk), it is assigned to
-// a unit whose view it does not hold, or the last check found the
-// assignment or the unit view behind the stream and it could not catch
-// up. A node assigned to no unit is ready: it checks only itself. Kept
-// state counts, so a node that restarts while the cloud is unreachable is
-// ready with what it last knew.
+// assignment (neither from the cloud nor kept on disk), or it is assigned
+// to a unit whose view it does not hold. A node assigned to no unit is
+// ready: it checks only itself. Kept state counts, so a node that
+// restarts while the cloud is unreachable is ready with what it last
+// knew.
 func (m *Membership) Ready(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case m.assignment == nil:
 		return errors.New("no assignment from the cloud yet")
-	case m.behind[viewAssignment] != "":
-		return fmt.Errorf("assignment behind the stream: %s", m.behind[viewAssignment])
 	case m.assignment.GetUnit() != "" && m.unitView.GetUnit() != m.assignment.GetUnit():
 		return fmt.Errorf("no view of unit %q yet", m.assignment.GetUnit())
-	case m.behind[viewUnit] != "":
-		return fmt.Errorf("view of unit %q behind the stream: %s", m.assignment.GetUnit(), m.behind[viewUnit])
 	}
 	return nil
 }
@@ -160,33 +133,33 @@ func (m *Membership) Changes() <-chan struct{} {
 	return ch
 }
 
-// Run follows the node's assignment, and the view of its unit, and checks
-// both against the stream, until ctx is done.
+// Run follows the node's assignment, and the view of its unit, until ctx
+// is done.
 func (m *Membership) Run(ctx context.Context) error {
 	m.restore()
-	spec, err := events.AssignmentFollower(m.node.Name())
+	subj, err := events.AssignmentSubject(m.node.Name())
 	if err != nil {
 		return err
 	}
-	cons, err := events.NewConsumer(m.link.JetStream(), spec,
-		func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
-			m.setAssignment(ctx, ev.Msg, ev.Sequence, false)
+	feed, err := m.feeds.New(viewfeed.Options{Name: "assignment", Filter: subj,
+		Apply: func(ctx context.Context, msg viewfeed.Msg) error {
+			var a atollv1.NodeAssignment
+			if err := decode(msg, &a); err != nil {
+				return err
+			}
+			m.setAssignment(ctx, &a, msg.Seq)
 			return nil
 		},
-		events.EdgeFollow(events.ConsumeOptions{Logger: m.log, Metrics: m.evm}))
+		Reset: func(context.Context) {
+			m.mu.Lock()
+			m.assignSeq = 0
+			m.mu.Unlock()
+		}})
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	m.assignCons = cons
-	m.mu.Unlock()
 	m.followUnit(ctx, m.Current().Unit)
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); m.watch(ctx) }()
-	err = cons.Run(ctx)
-	wg.Wait()
+	err = feed.Run(ctx)
 	m.mu.Lock()
 	cancel, done := m.unitCancel, m.unitDone
 	m.mu.Unlock()
@@ -195,6 +168,11 @@ func (m *Membership) Run(ctx context.Context) error {
 		<-done
 	}
 	return err
+}
+
+// decode decodes a view handed over by a feed.
+func decode(msg viewfeed.Msg, into proto.Message) error {
+	return events.DecodeMsg(&nats.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data}, into)
 }
 
 // same reports whether two views are the same value: the same
@@ -209,27 +187,25 @@ func same(a, b interface {
 	return proto.Equal(a, b)
 }
 
-// setAssignment applies a, stored at stream sequence seq. A delivery older
-// than the assignment held (fromCheck false: in flight while the check
-// applied a newer one) is ignored; the check's value is the stream's.
-func (m *Membership) setAssignment(ctx context.Context, a *atollv1.NodeAssignment, seq uint64, fromCheck bool) {
+// setAssignment applies a, stored at stream sequence seq. An assignment
+// older than the one held is ignored, and the one held again changes
+// nothing (a feed may hand it over twice).
+func (m *Membership) setAssignment(ctx context.Context, a *atollv1.NodeAssignment, seq uint64) {
 	m.assignMu.Lock()
 	defer m.assignMu.Unlock()
 	m.mu.Lock()
-	if !fromCheck && seq != 0 && seq < m.assignSeq {
+	if seq != 0 && seq < m.assignSeq {
 		m.mu.Unlock()
 		m.log.Debug("ignoring an assignment older than the one held", "seq", seq, "held_seq", m.assignSeq)
 		return
 	}
 	m.assignSeq = seq
 	if m.assignment != nil && same(a, m.assignment) {
-		delete(m.behind, viewAssignment)
 		m.mu.Unlock()
 		return
 	}
 	unitChanged := a.GetUnit() != m.assignment.GetUnit()
 	m.assignment = a
-	delete(m.behind, viewAssignment)
 	cancel, done := m.unitCancel, m.unitDone
 	m.mu.Unlock()
 	m.log.Info("assignment received", "unit", a.GetUnit(), "fingerprint", a.GetFingerprint())
@@ -247,10 +223,9 @@ func (m *Membership) setAssignment(ctx context.Context, a *atollv1.NodeAssignmen
 
 // prefetchView reads unit's view from the stream before the node joins
 // the unit. Joining renames the node's NATS cluster, which restarts its
-// leaf link: the view's follower, created then, waits for the link, and
-// a delivery on the way can be lost. With the view read first the node
-// joins with its members at once. Failing, it leaves the view to the
-// follower and the check.
+// leaf link: the view's feed, started then, catches up once the link is
+// back. With the view read first the node joins with its members at once.
+// Failing, it leaves the view to the feed.
 func (m *Membership) prefetchView(ctx context.Context, unit string) {
 	if unit == "" {
 		return
@@ -261,18 +236,18 @@ func (m *Membership) prefetchView(ctx context.Context, unit string) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	st, found, err := m.last(pctx, subj, &atollv1.UnitView{})
-	if err != nil || !found {
-		m.log.Debug("unit view not read before joining; its follower brings it", "unit", unit, "found", found, "err", err)
+	v := &atollv1.UnitView{}
+	seq, err := m.last(pctx, subj, v)
+	if err != nil {
+		m.log.Debug("unit view not read before joining; its feed brings it", "unit", unit, "err", err)
 		return
 	}
-	v := st.msg.(*atollv1.UnitView)
 	m.mu.Lock()
 	if v.GetUnit() != m.assignment.GetUnit() {
 		m.mu.Unlock()
 		return
 	}
-	m.unitView, m.viewSeq = v, st.seq
+	m.unitView, m.viewSeq = v, seq
 	m.mu.Unlock()
 	m.log.Info("unit view received", "unit", v.GetUnit(), "members", len(v.GetMembers()), "fingerprint", v.GetFingerprint(), "from", "stream")
 	m.save("unitview.pb", v)
@@ -282,61 +257,106 @@ func (m *Membership) prefetchView(ctx context.Context, unit string) {
 func (m *Membership) followUnit(ctx context.Context, unit string) {
 	if unit == "" {
 		m.mu.Lock()
-		m.unitCancel, m.unitDone, m.unitCons = nil, nil, nil
+		m.unitCancel, m.unitDone = nil, nil
 		m.mu.Unlock()
 		return
 	}
-	spec, err := events.UnitViewFollower(unit)
-	if err == nil {
-		var cons *events.Consumer
-		cons, err = events.NewConsumer(m.link.JetStream(), spec,
-			func(_ context.Context, ev events.Event[*atollv1.UnitView]) error {
-				m.setUnitView(ev.Msg, ev.Sequence, false)
-				return nil
-			},
-			events.EdgeFollow(events.ConsumeOptions{Logger: m.log.With("unit", unit), Metrics: m.evm}))
-		if err == nil {
-			uctx, cancel := context.WithCancel(ctx)
-			done := make(chan struct{})
-			m.mu.Lock()
-			m.unitCancel, m.unitDone, m.unitCons = cancel, done, cons
-			m.mu.Unlock()
-			go func() {
-				defer close(done)
-				if err := cons.Run(uctx); err != nil {
-					m.log.Error("following unit view stopped", "unit", unit, "err", err)
-				}
-			}()
-			return
-		}
+	subj, err := events.UnitViewSubject(unit)
+	if err != nil {
+		m.log.Error("cannot follow unit", "unit", unit, "err", err)
+		return
 	}
-	m.log.Error("cannot follow unit", "unit", unit, "err", err)
+	// The view held (read before joining, or kept) is the last of its one
+	// subject: the feed starts after it, and finds a rebuilt stream by it.
+	m.mu.Lock()
+	var start uint64
+	if m.unitView.GetUnit() == unit {
+		start = m.viewSeq
+	}
+	m.mu.Unlock()
+	feed, err := m.feeds.New(viewfeed.Options{Name: "unit_view", Filter: subj, Start: start,
+		Apply: func(_ context.Context, msg viewfeed.Msg) error {
+			var v atollv1.UnitView
+			if err := decode(msg, &v); err != nil {
+				return err
+			}
+			m.setUnitView(&v, msg.Seq)
+			return nil
+		},
+		Reset: func(context.Context) {
+			m.mu.Lock()
+			m.viewSeq = 0
+			m.mu.Unlock()
+		}})
+	if err != nil {
+		m.log.Error("cannot follow unit", "unit", unit, "err", err)
+		return
+	}
+	uctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	m.mu.Lock()
+	m.unitCancel, m.unitDone = cancel, done
+	m.mu.Unlock()
+	go func() {
+		defer close(done)
+		if err := feed.Run(uctx); err != nil {
+			m.log.Error("following unit view stopped", "unit", unit, "err", err)
+		}
+	}()
 }
 
 // setUnitView applies v, stored at stream sequence seq (see setAssignment).
-func (m *Membership) setUnitView(v *atollv1.UnitView, seq uint64, fromCheck bool) {
+func (m *Membership) setUnitView(v *atollv1.UnitView, seq uint64) {
 	m.mu.Lock()
 	if v.GetUnit() != m.assignment.GetUnit() {
 		m.mu.Unlock()
 		return
 	}
-	if !fromCheck && seq != 0 && seq < m.viewSeq && m.unitView.GetUnit() == v.GetUnit() {
+	if seq != 0 && seq < m.viewSeq && m.unitView.GetUnit() == v.GetUnit() {
 		m.mu.Unlock()
 		m.log.Debug("ignoring a unit view older than the one held", "seq", seq, "held_seq", m.viewSeq)
 		return
 	}
 	m.viewSeq = seq
 	if m.unitView.GetUnit() == v.GetUnit() && same(v, m.unitView) {
-		delete(m.behind, viewUnit)
 		m.mu.Unlock()
 		return
 	}
 	m.unitView = v
-	delete(m.behind, viewUnit)
 	m.mu.Unlock()
 	m.log.Info("unit view received", "unit", v.GetUnit(), "members", len(v.GetMembers()), "fingerprint", v.GetFingerprint())
 	m.save("unitview.pb", v)
 	m.apply()
+}
+
+// last reads the last view stored on subj into like and returns its
+// sequence (a direct get: the edge may read its own views' subjects).
+func (m *Membership) last(ctx context.Context, subj string, like proto.Message) (uint64, error) {
+	m.mu.Lock()
+	views := m.views
+	m.mu.Unlock()
+	if views == nil {
+		js := m.link.JetStream()
+		if js == nil {
+			return 0, errors.New("no hub link")
+		}
+		st, err := js.Stream(ctx, events.StreamViews)
+		if err != nil {
+			return 0, fmt.Errorf("stream %s: %w", events.StreamViews, err)
+		}
+		views = st
+		m.mu.Lock()
+		m.views = st
+		m.mu.Unlock()
+	}
+	raw, err := views.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		return 0, fmt.Errorf("last value of %s: %w", subj, err)
+	}
+	if err := events.DecodeMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, like); err != nil {
+		return 0, fmt.Errorf("last value of %s: %w", subj, err)
+	}
+	return raw.Sequence, nil
 }
 
 // apply sets the node's mesh from the current assignment and view and

@@ -15,7 +15,6 @@ func TestReady(t *testing.T) {
 		name       string
 		assignment *atollv1.NodeAssignment
 		view       *atollv1.UnitView
-		behind     map[string]string
 		want       string // substring of the error; empty: ready
 	}{
 		{name: "nothing yet", want: "no assignment"},
@@ -24,14 +23,10 @@ func TestReady(t *testing.T) {
 			view: &atollv1.UnitView{Unit: "u1"}, want: `no view of unit "u2"`},
 		{name: "assigned with view", assignment: &atollv1.NodeAssignment{Node: "a", Unit: "u1"}, view: &atollv1.UnitView{Unit: "u1"}},
 		{name: "in no unit", assignment: &atollv1.NodeAssignment{Node: "a"}},
-		{name: "assignment behind", assignment: &atollv1.NodeAssignment{Node: "a", Unit: "u1"}, view: &atollv1.UnitView{Unit: "u1"},
-			behind: map[string]string{viewAssignment: "stored x"}, want: "assignment behind the stream: stored x"},
-		{name: "unit view behind", assignment: &atollv1.NodeAssignment{Node: "a", Unit: "u1"}, view: &atollv1.UnitView{Unit: "u1"},
-			behind: map[string]string{viewUnit: "stored y"}, want: `view of unit "u1" behind the stream: stored y`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &Membership{assignment: tt.assignment, unitView: tt.view, behind: tt.behind}
+			m := &Membership{assignment: tt.assignment, unitView: tt.view}
 			err := m.Ready(context.Background())
 			switch {
 			case tt.want == "" && err != nil:

@@ -3,11 +3,10 @@ package membership
 import (
 	"log/slog"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -19,9 +18,8 @@ type params struct {
 	Config    Config
 	Node      *natsnode.Node
 	Link      *hublink.Link
+	Feeds     *viewfeed.Feeds
 	Log       *slog.Logger
-	Registry  prometheus.Registerer
-	Events    *events.Metrics
 	Admin     *admin.Server
 }
 
@@ -29,7 +27,7 @@ type params struct {
 // "membership".
 var Module = fx.Module("membership",
 	fx.Provide(func(p params) (*Membership, error) {
-		m, err := New(p.Config, p.Node, p.Link, p.Log, p.Events, p.Registry)
+		m, err := New(p.Config, p.Node, p.Link, p.Feeds, p.Log)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
@@ -154,11 +156,19 @@ func (staticUnit) Changes() <-chan struct{} { return nil }
 // runProxy runs a proxy of host a1 on addr (in network namespace ns, or
 // the test's own when nil) with state in dir, over the edge server's
 // link, until the returned stop is called.
-func runProxy(t *testing.T, ns *netns, addr, dir string, link *hublink.Link, reg *metrics) (*Proxy, func()) {
+func runProxy(t *testing.T, ns *netns, addr, dir string, node viewfeed.Node, link *hublink.Link, reg *metrics) (*Proxy, func()) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Enabled, cfg.Addr, cfg.StateDir, cfg.Bookmark, cfg.SaveDelay = true, addr, dir, 200*time.Millisecond, 10*time.Millisecond
-	p, err := New(cfg, "a1", link, staticUnit("u1"), natstest.Logger(t, slog.LevelWarn), reg)
+	// Catch-ups every 300 ms: a rebuilt stream, which nothing announces
+	// to a core subscription, is found within a second.
+	fc := viewfeed.DefaultConfig()
+	fc.CheckPeriod, fc.CatchUpLinger = 300*time.Millisecond, time.Second
+	feeds, err := viewfeed.NewFeeds(fc, link, node, natstest.Logger(t, slog.LevelWarn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, "a1", link, feeds, staticUnit("u1"), natstest.Logger(t, slog.LevelWarn), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,16 +218,25 @@ func TestOfflineRestart(t *testing.T) {
 	l.Close()
 	cfg := &rest.Config{Host: "http://" + addr}
 
-	_, stop := runProxy(t, nil, addr, dir, link, nil)
+	first, stop := runProxy(t, nil, addr, dir, edge, link, nil)
 	long := informerView(t, cfg)
 	poll.Eventually(t, 30*time.Second, wantView(long, map[string][]string{"web-1": {"a1"}}))
+	// Both spaces read (each has its own feed) before the hub goes.
+	poll.Eventually(t, 30*time.Second, func() error {
+		for _, sp := range Spaces {
+			if first.Store().SeqOf(sp) == 0 {
+				return fmt.Errorf("the %s space not read yet", sp)
+			}
+		}
+		return nil
+	})
 
 	// The hub goes down, then the proxy restarts.
 	rh.stop()
 	stop()
 	m := newMetrics(nil)
 	started := time.Now()
-	p, _ := runProxy(t, nil, addr, dir, link, m)
+	p, _ := runProxy(t, nil, addr, dir, edge, link, m)
 	fresh := informerView(t, cfg)
 	if err := wantView(fresh, map[string][]string{"web-1": {"a1"}})(); err != nil {
 		t.Fatalf("after a restart with the hub down: %v", err)

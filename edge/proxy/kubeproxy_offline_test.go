@@ -77,7 +77,7 @@ func TestKubeProxyOfflineRestart(t *testing.T) {
 	}
 
 	m := newMetrics(nil)
-	_, stop := runProxy(t, ns, addr, dir, link, m)
+	_, stop := runProxy(t, ns, addr, dir, edge, link, m)
 	runKubeProxy(t, bin, ns, "a1", addr)
 	waitRules(t, ns, "a1", "web", "10.244.1.1")
 	waitRules(t, ns, "a1", "plain", "10.244.1.1", "10.244.2.1")
@@ -102,7 +102,7 @@ func TestKubeProxyOfflineRestart(t *testing.T) {
 	// within a second.
 	m = newMetrics(nil)
 	started := time.Now()
-	runProxy(t, ns, addr, dir, link, m)
+	runProxy(t, ns, addr, dir, edge, link, m)
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + addr, Dial: ns.dial, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
@@ -18,6 +19,7 @@ type params struct {
 	Config     Config
 	Node       NodeName
 	Link       *hublink.Link
+	Feeds      *viewfeed.Feeds
 	Membership *membership.Membership
 	Log        *slog.Logger
 	Registry   prometheus.Registerer
@@ -33,7 +35,7 @@ var Module = fx.Module("proxy",
 		if !p.Config.Enabled {
 			return nil, nil
 		}
-		px, err := New(p.Config, string(p.Node), p.Link, membershipUnits{m: p.Membership}, p.Log, newMetrics(p.Registry))
+		px, err := New(p.Config, string(p.Node), p.Link, p.Feeds, membershipUnits{m: p.Membership}, p.Log, newMetrics(p.Registry))
 		if err != nil {
 			return nil, err
 		}

@@ -8,10 +8,11 @@
 // The store (store.go) numbers every change with the proxy's own
 // revision; the server (server.go) serves list, get and watch with
 // bookmarks, resumes and 410 Gone; the follower reads the unit's view
-// space and the shared one from the hub's VIEWS stream, each from the last
-// sequence applied of it; the state is kept on disk (state.go) so that a
-// restart with the hub down serves at once and resumes the stream where it
-// left off.
+// space and the shared one with a view feed each (edge/viewfeed: the
+// hub's republished views, caught up from the VIEWS stream from the
+// space's cursor), so the proxy holds no consumer on the hub in steady
+// state; the state is kept on disk (state.go) so that a restart with the
+// hub down serves at once and resumes the stream where it left off.
 package proxy
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
@@ -46,6 +48,7 @@ type Proxy struct {
 	cfg   Config
 	host  string
 	link  *hublink.Link
+	feeds *viewfeed.Feeds
 	units UnitSource
 	log   *slog.Logger
 	store *Store
@@ -54,9 +57,10 @@ type Proxy struct {
 	ln    net.Listener
 }
 
-// New returns the proxy of node host, reading views over link. m may be
+// New returns the proxy of node host, following views with feeds (and
+// listing the stream's subjects over link to end a migration). m may be
 // nil (metrics not exported).
-func New(cfg Config, host string, link *hublink.Link, units UnitSource, log *slog.Logger, m *metrics) (*Proxy, error) {
+func New(cfg Config, host string, link *hublink.Link, feeds *viewfeed.Feeds, units UnitSource, log *slog.Logger, m *metrics) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -76,7 +80,7 @@ func New(cfg Config, host string, link *hublink.Link, units UnitSource, log *slo
 				"rev", store.Rev(), "migrating", store.Migrating(), "took", time.Since(start))
 		}
 	}
-	p := &Proxy{cfg: cfg, host: host, link: link, units: units, log: log, store: store}
+	p := &Proxy{cfg: cfg, host: host, link: link, feeds: feeds, units: units, log: log, store: store}
 	p.api = NewServer(store, cfg.Bookmark, log)
 	return p, nil
 }
@@ -199,8 +203,8 @@ func (p *Proxy) follow(ctx context.Context) {
 	}
 }
 
-// consumeAll reads both spaces of unit's views, each with its own
-// consumer, until ctx is done or one fails.
+// consumeAll reads both spaces of unit's views, each with its own feed,
+// until ctx is done or one fails.
 func (p *Proxy) consumeAll(ctx context.Context, unit string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -301,135 +305,75 @@ func (p *Proxy) subjectsHeld(ctx context.Context, filter string) (map[string]boo
 	return held, nil
 }
 
-// consume reads space sp of unit's views from its cursor on, until ctx
-// is done or the consumer fails.
+// noCursor applies a view without moving its space's cursor.
+const noCursor = 0
+
+// consume follows space sp of unit's views from its cursor on with a view
+// feed, until ctx is done or the feed fails. The feed finds a rebuilt
+// stream (its creation time is not the cursor's, or it ends before the
+// cursor) and reads the space again in full: the store's reload
+// (reload.go) ends at the catch-up that read it, unless the shared space
+// is empty on a hub whose cloud has not moved to it yet while a kept
+// state migrates: then the kept views stay until shared views arrive.
 func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
-	js := p.link.JetStream()
-	if js == nil {
-		return errors.New("proxy: no hub link yet")
-	}
 	filter, err := filterOf(unit, sp)
 	if err != nil {
 		return err
 	}
-	// The stream as it is now: one rebuilt since the cursor's sequence
-	// is reloaded in full (reload.go).
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	str, err := js.Stream(ictx, events.StreamViews)
-	if err != nil {
-		return fmt.Errorf("proxy: views stream: %w", err)
+	var created time.Time
+	if c := p.store.StreamCreated(sp); c != 0 {
+		created = time.Unix(0, c)
 	}
-	info := str.CachedInfo()
-	created, seq := info.Created.UnixNano(), p.store.SeqOf(sp)
-	if held := p.store.StreamCreated(sp); !p.store.Reloading(sp) && ((held != 0 && held != created) || seq > info.State.LastSeq) {
-		p.log.Warn("the views stream was rebuilt; reading the views again", "unit", unit, "space", sp,
-			"seq", seq, "stream_last_seq", info.State.LastSeq, "created", info.Created, "held_created", held)
-		p.store.BeginReload(sp)
-	}
-	// Reloading: the last view of the space now, at which the reload ends.
-	var reloadUntil uint64
-	// waiting: a migration found no shared views yet (a cloud not moved
-	// to the shared space): the kept views stay until it has.
-	waiting := false
-	if p.store.Reloading(sp) {
-		last, err := str.GetLastMsgForSubject(ictx, filter)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound) && sp == SharedSpace && p.store.Migrating():
-			p.log.Warn("no shared views on the hub yet; keeping the views kept before them", "unit", unit)
-			waiting = true
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			p.endReload(ctx, unit, sp, created)
-		case err != nil:
-			return fmt.Errorf("proxy: views stream: last view of %s: %w", filter, err)
-		case last.Sequence <= p.store.SeqOf(sp):
-			p.endReload(ctx, unit, sp, created) // applied before the consumer restarted
-		default:
-			reloadUntil = last.Sequence
-		}
-	} else {
-		p.store.SetStreamCreated(sp, created)
-		if sp == SharedSpace {
-			p.endMigration(ctx, unit) // left by an earlier run
-		}
-	}
-	seq = p.store.SeqOf(sp)
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if seq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
-	}
-	cons, err := js.OrderedConsumer(ictx, events.StreamViews, cfg)
-	if err != nil {
-		return fmt.Errorf("proxy: views consumer of %s: %w", filter, err)
-	}
-	failed := make(chan error, 1)
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		md, err := msg.Metadata()
-		if err != nil {
-			return
-		}
-		if reloadUntil > 0 && md.Sequence.Stream >= reloadUntil {
-			reloadUntil = 0
-			defer p.endReload(ctx, unit, sp, created)
-		}
-		key, err := events.ParseViewSubject(msg.Subject())
-		if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
-			p.store.Advance(sp, md.Sequence.Stream)
-			return
-		}
-		var v atollv1.ObjectView
-		if err := proto.Unmarshal(msg.Data(), &v); err != nil {
-			p.log.Warn("dropping a view that does not decode", "subject", msg.Subject(), "err", err)
-			p.store.Advance(sp, md.Sequence.Stream)
-			return
-		}
-		p.store.metrics.viewBytes.Add(float64(len(msg.Data())))
-		p.store.metrics.viewSize.Observe(float64(len(msg.Data())))
-		if err := p.store.Apply(sp, &v, md.Sequence.Stream); err != nil {
-			p.log.Warn("dropping a view", "subject", msg.Subject(), "err", err)
-			p.store.Advance(sp, md.Sequence.Stream)
-		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrConsumerDeleted) {
-			select {
-			case failed <- err:
+	// Views of the space applied since its reload began; none at the end
+	// of a catch-up that read it in full: the hub holds none.
+	seen := 0
+	var feed *viewfeed.Feed
+	feed, err = p.feeds.New(viewfeed.Options{
+		Name: "proxy_" + sp.String(), Filter: filter, Start: p.store.SeqOf(sp), Created: created,
+		Apply: func(_ context.Context, m viewfeed.Msg) error {
+			seen++
+			if seen == 1 && p.store.Reloading(sp) && sp == SharedSpace && p.store.Migrating() {
+				// The first shared view of a migration that waited for
+				// them: read the space in full now.
+				feed.CatchUpNow()
+			}
+			key, err := events.ParseViewSubject(m.Subject)
+			if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
+				return nil
+			}
+			var v atollv1.ObjectView
+			if err := proto.Unmarshal(m.Data, &v); err != nil {
+				return fmt.Errorf("a view that does not decode: %w", err)
+			}
+			p.store.metrics.viewBytes.Add(float64(len(m.Data)))
+			p.store.metrics.viewSize.Observe(float64(len(m.Data)))
+			// The space's cursor is the feed's verified one (CaughtUp),
+			// not the last view applied: kept on disk, it is where a
+			// restart may start without missing a view lost on the way.
+			return p.store.Apply(sp, &v, noCursor)
+		},
+		Reset: func(context.Context) {
+			p.log.Warn("the views stream was rebuilt; reading the views again", "unit", unit, "space", sp)
+			p.store.BeginReload(sp)
+			seen = 0
+		},
+		CaughtUp: func(ctx context.Context, c viewfeed.CatchUp) {
+			p.store.Advance(sp, c.Verified)
+			switch {
+			case !p.store.Reloading(sp):
+				p.store.SetStreamCreated(sp, c.Created.UnixNano())
+				if sp == SharedSpace {
+					p.endMigration(ctx, unit) // left by an earlier run
+				}
+			case seen == 0 && sp == SharedSpace && p.store.Migrating():
+				p.log.Warn("no shared views on the hub yet; keeping the views kept before them", "unit", unit)
 			default:
+				p.endReload(ctx, unit, sp, c.Created.UnixNano())
 			}
-		}
-	}), jetstream.PullExpiry(events.EdgeFollowPullExpiry), jetstream.PullHeartbeat(events.EdgeFollowHeartbeat))
+		},
+	})
 	if err != nil {
-		return fmt.Errorf("proxy: consume views of %s: %w", filter, err)
+		return err
 	}
-	defer cc.Stop()
-	// A stream rebuilt while the consumer runs does not always end it
-	// (the ordered consumer recreates itself past the old sequence): look
-	// now and then.
-	tick := time.NewTicker(streamCheckPeriod)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-failed:
-			return err
-		case <-tick.C:
-			if waiting {
-				return errors.New("proxy: waiting for the shared views")
-			}
-			seq := p.store.SeqOf(sp)
-			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			info, err := str.Info(ictx)
-			cancel()
-			if err == nil && (info.Created.UnixNano() != created || seq > info.State.LastSeq) {
-				return errors.New("proxy: the views stream was rebuilt")
-			}
-		}
-	}
+	return feed.Run(ctx)
 }
-
-// streamCheckPeriod is how often the follower checks that the VIEWS
-// stream is the one it reads (and a migration waiting for the shared
-// views looks again): a request to the hub per space, paid by every
-// edge, so rare (a rebuilt stream also ends the consumer, which restarts
-// the follower). A variable for the tests.
-var streamCheckPeriod = 5 * time.Minute

@@ -54,10 +54,14 @@ func TestRebuiltStream(t *testing.T) {
 		}
 		return nil
 	})
+	// Each space has its own feed: the unit's may catch up a moment later.
+	poll.Eventually(t, 10*time.Second, func() error {
+		if c := s.StreamCreated(SharedSpace); c == 0 || s.StreamCreated(UnitSpace) != c {
+			return fmt.Errorf("the stream's creation time was not recorded on both cursors")
+		}
+		return nil
+	})
 	oldSeq, oldCreated := s.Seq(), s.StreamCreated(SharedSpace)
-	if oldCreated == 0 || s.StreamCreated(UnitSpace) != oldCreated {
-		t.Fatal("the stream's creation time was not recorded on both cursors")
-	}
 	var chans []<-chan Event
 	for _, kind := range objectview.Kinds {
 		_, _, ch, stop, err := s.Watch(kind, match{}, s.Rev(), false)

@@ -164,10 +164,11 @@ func (s *Store) Rev() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.rev 
 // Changed returns a channel closed at the next change.
 func (s *Store) Changed() <-chan struct{} { s.mu.RLock(); defer s.mu.RUnlock(); return s.changed }
 
-// Apply applies one view of space sp at stream sequence seq. A view of
-// another kind (unit views, host records), and in the unit's space a view
-// of another kind than Nodes (the layout before the shared space), only
-// advances the space's cursor.
+// Apply applies one view of space sp at stream sequence seq, which moves
+// the space's cursor (0: it stays; the proxy moves it with Advance to what
+// its feed verified). A view of another kind (unit views, host records),
+// and in the unit's space a view of another kind than Nodes (the layout
+// before the shared space), only advances the space's cursor.
 func (s *Store) Apply(sp Space, v *atollv1.ObjectView, seq uint64) error {
 	kind := v.GetKind()
 	_, known := objectview.Kind(kind)

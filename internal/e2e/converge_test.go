@@ -17,12 +17,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -246,8 +248,14 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 		if a.own {
 			node = a.site.node
 		}
-		a.m, err = membership.New(membership.Config{CheckPeriod: opt.checkPeriod}, node,
-			hublink.Of(nc, js), log.With("node", a.name), nil, a.reg)
+		link := hublink.Of(nc, js)
+		fc := viewfeed.DefaultConfig()
+		fc.CheckPeriod = opt.checkPeriod
+		feeds, err := viewfeed.NewFeeds(fc, link, a.site.node, log.With("node", a.name), viewfeed.NewMetrics(a.reg))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		a.m, err = membership.New(membership.Config{}, node, link, feeds, log.With("node", a.name))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -377,8 +385,13 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 			tb.Fatal(err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == "atoll_membership_catchups_total" {
-				for _, m := range mf.GetMetric() {
+			if mf.GetName() != "atoll_viewfeed_catchups_total" {
+				continue
+			}
+			// The catch-ups something called for: not the start's, nor
+			// the periodic safety net's.
+			for _, m := range mf.GetMetric() {
+				if r := reasonOf(m); r != viewfeed.ReasonStart && r != viewfeed.ReasonPeriodic {
 					res.catchups += m.GetCounter().GetValue()
 				}
 			}
@@ -386,6 +399,16 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 	}
 	res.took = time.Since(began)
 	return res
+}
+
+// reasonOf is the reason label of a catch-up count.
+func reasonOf(m *dto.Metric) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == "reason" {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // final is what the stream holds for one agent at the end.

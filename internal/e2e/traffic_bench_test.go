@@ -33,6 +33,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/topology/objects"
 	"github.com/atoll-edge/atoll/edge/proxy"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
@@ -178,7 +179,12 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 			}
 			cfg := proxy.DefaultConfig()
 			cfg.Enabled, cfg.Addr, cfg.StateDir = true, "127.0.0.1:0", b.TempDir()
-			p, err := proxy.New(cfg, nodeOf(i), hublink.Of(enc, ejs), fixedUnit(unit), log, nil)
+			link := hublink.Of(enc, ejs)
+			feeds, err := viewfeed.NewFeeds(viewfeed.DefaultConfig(), link, edge, log, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := proxy.New(cfg, nodeOf(i), link, feeds, fixedUnit(unit), log, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -640,7 +646,12 @@ func TestTrafficEdgeProcess(t *testing.T) {
 	}
 	cfg := proxy.DefaultConfig()
 	cfg.Enabled, cfg.Addr, cfg.StateDir = true, "127.0.0.1:0", os.Getenv("ATOLL_TRAFFIC_EDGE_DIR")
-	p, err := proxy.New(cfg, node, hublink.Of(nc, js), fixedUnit(unit), log, nil)
+	link := hublink.Of(nc, js)
+	feeds, err := viewfeed.NewFeeds(viewfeed.DefaultConfig(), link, edge, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(cfg, node, link, feeds, fixedUnit(unit), log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,9 +31,12 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/identity"
+	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/reporter"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -51,8 +54,8 @@ type scaleOptions struct {
 	renew  time.Duration
 	grace  time.Duration // kube-controller-manager's node monitor grace period
 	status time.Duration // simulated kubelets' full status re-post interval
-	// followers has each emulated agent hold the hub-side consumers a
-	// real agent holds (emulateFollowers).
+	// followers has each emulated agent follow its views as a real
+	// agent does (emulateFeeds).
 	followers bool
 	// profileDir, when set, receives a CPU profile of atoll-cloud over
 	// the window (cpu-<N>.pprof, from its admin endpoint).
@@ -251,13 +254,17 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 
 	// The agents.
 	var ballots, topology atomic.Int64
+	var feeds *viewfeed.Metrics
+	if o.followers {
+		feeds = viewfeed.NewMetrics(nil)
+	}
 	actx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 	for i, name := range names {
 		unit := specs[i].Labels[wellknown.LabelUnit]
 		first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
-		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology, o.followers) })
+		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology, feeds) })
 	}
 
 	if err := o.progress.wait(ctx, fmt.Sprintf("scale %d: warm-up", n), o.warmup); err != nil {
@@ -279,8 +286,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	renew0 := sim.Stats()
 	// Consumers the emulated agents create during the window: a steady
-	// agent creates none (a consumer recreated again and again is what
-	// the hub's CPU and the edge→hub count would hide).
+	// agent creates one per changed space per check period, for its
+	// catch-up; more is a feed catching up again and again, which the
+	// hub's CPU and the edge→hub count would hide.
 	var created atomic.Int64
 	adv, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+events.StreamViews+".>", func(*nats.Msg) { created.Add(1) })
 	if err != nil {
@@ -313,7 +321,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	row.cloudMiB = float64(rssKiB(pids["cloud"])) / 1024
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
 	// Everything the agents' connection sent the hub: ballots, topology
-	// and the followers' pull requests.
+	// and the feeds' catch-ups.
 	row.msgsPerNode = float64(nc.Stats().OutMsgs-out0) / secs / float64(n)
 	row.consumersCreated = created.Load()
 	if vs, err := js.Stream(ctx, events.StreamViews); err == nil {
@@ -350,47 +358,51 @@ func emulatedRate() float64 {
 	return 1/reporter.DefaultConfig().Period.Seconds() + 1/voter.DefaultConfig().KeepAlive.Seconds()
 }
 
-// emulateFollowers holds the hub-side consumers a real agent holds, as it
-// holds them: ordered consumers of the VIEWS stream with the pull requests
-// and heartbeats of events' Follow consumers (its assignment, its unit's
-// view, the host records, and the endpoints proxy's two: its unit's views
-// and the shared ones), each delivering the last value of its subjects
-// and then every change.
-func emulateFollowers(ctx context.Context, js jetstream.JetStream, node, unit string) {
+// emulateFeeds follows node's views as a real agent does: a view feed
+// (edge/viewfeed, the agent's own code) for each of its five spaces (its
+// assignment, its unit's view, the host records, and the endpoints
+// proxy's two: its unit's views and the shared ones), each a core
+// subscription on the republished views and a short-lived consumer for
+// its catch-ups (at start and every check period; emulated agents have
+// no leaf link of their own, so no reconnect catch-ups). Nothing is held
+// on the hub between catch-ups.
+func emulateFeeds(ctx context.Context, link viewfeed.Link, node, unit string, m *viewfeed.Metrics) {
+	cfg := viewfeed.DefaultConfig()
+	// What waits during a catch-up of a quiet space: a real agent's
+	// default buffer, 10,000 times over, would be the bench's memory.
+	cfg.Buffer = 64
 	assign, _ := events.AssignmentSubject(node)
 	view, _ := events.UnitViewSubject(unit)
 	hosts, _ := events.HostsSubject(unit)
 	objects, _ := events.UnitViewSubjects(unit)
-	for _, f := range []string{assign, view, hosts, objects, events.SharedViewSubjects()} {
-		for ctx.Err() == nil {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			cons, err := js.OrderedConsumer(cctx, events.StreamViews, jetstream.OrderedConsumerConfig{
-				FilterSubjects: []string{f}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
-			cancel()
-			if err != nil {
-				time.Sleep(time.Second + rand.N(time.Second))
-				continue
-			}
-			cc, err := cons.Consume(func(jetstream.Msg) {},
-				jetstream.PullExpiry(events.EdgeFollowPullExpiry), jetstream.PullHeartbeat(events.EdgeFollowHeartbeat))
-			if err != nil {
-				time.Sleep(time.Second + rand.N(time.Second))
-				continue
-			}
-			context.AfterFunc(ctx, cc.Stop)
-			break
+	spaces := []struct{ name, filter string }{
+		{"assignment", assign}, {"unit_view", view}, {"hosts", hosts},
+		{"proxy_unit", objects}, {"proxy_shared", events.SharedViewSubjects()},
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, sp := range spaces {
+		f, err := viewfeed.New(cfg, link, steadyLeaf{}, viewfeed.Options{Name: sp.name, Filter: sp.filter,
+			Apply: func(context.Context, viewfeed.Msg) error { return nil }}, log, m)
+		if err != nil {
+			return
 		}
+		go func() { _ = f.Run(ctx) }()
 	}
 }
+
+// steadyLeaf is an emulated agent's leaf link: always the same one.
+type steadyLeaf struct{}
+
+func (steadyLeaf) HubLink() natsnode.HubLink { return natsnode.HubLink{ID: 1} }
 
 // emulateAgent publishes what node's agent publishes in a steady unit of
 // members: its TopologyUpdate every reporter period and its Ballot (every
 // other member healthy) every voter keep-alive, the first of each at a
 // random point of the period.
-func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64, followers bool) {
+func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64, feeds *viewfeed.Metrics) {
 	rc, vc := reporter.DefaultConfig(), voter.DefaultConfig()
-	if followers {
-		go emulateFollowers(ctx, js, node, unit)
+	if feeds != nil {
+		emulateFeeds(ctx, hublink.Of(nc, js), node, unit, feeds)
 	}
 	tsubj, _ := events.TopologySubject(node)
 	bsubj, _ := events.BallotSubject(unit, node)

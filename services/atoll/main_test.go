@@ -11,6 +11,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
@@ -96,6 +97,51 @@ func TestEventsTail(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("tail did not stop when cancelled")
 	}
+}
+
+// TestEventsTailViewsOnce: tailing everything shows a view once, as
+// stored, not again as the hub republishes it.
+func TestEventsTailViewsOnce(t *testing.T) {
+	h := natstest.Hub(t)
+	nc, err := h.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(t.Context(), js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	var out natstest.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "tail", "--server", h.ClientURL(), "--creds", natstest.OperatorCreds(t, h.Issuer())}, nil, &out)
+	}()
+	subj, _ := events.UnitViewSubject("u1")
+	poll.Eventually(t, 10*time.Second, func() error {
+		if _, err := events.PublishDurable(t.Context(), js, subj, &atollv1.UnitView{Unit: "u1"}, ""); err != nil {
+			return err
+		}
+		// A marker after the view's republished copy.
+		if err := events.Publish(nc, "atoll.topo.node.m", &atollv1.TopologyUpdate{Node: "m"}, ""); err != nil {
+			return err
+		}
+		// The view and a marker after its republished copy, both heard.
+		if got := out.String(); !strings.Contains(got, subj+" ") || !strings.Contains(got[strings.Index(got, subj+" "):], "atoll.topo.node.m") {
+			return poll.Errorf("no view and marker after it in %q", got)
+		}
+		return nil
+	})
+	if got := out.String(); strings.Contains(got, "atoll.viewpub.") {
+		t.Fatalf("tail printed %q, want the stored view and not its republished copy", got)
+	}
+	cancel()
+	<-done
 }
 
 func TestEventsCatalog(t *testing.T) {

@@ -18,14 +18,17 @@ func tail(ctx context.Context, args []string, stdout io.Writer) error {
 	var hf hubFlags
 	hf.register(fs)
 	count := fs.Int("count", 0, "exit after this many events (0: run until interrupted)")
-	if err := parseFlags(fs, args, stdout, "atoll events tail [flags] [subject]   (default subject atoll.>)"); err != nil {
+	if err := parseFlags(fs, args, stdout, "atoll events tail [flags] [subject]   (default subject atoll.>, without the republished views)"); err != nil {
 		return err
 	}
 	subject := events.AllSubjects
+	// By default a view is shown once, as stored, not again as the hub
+	// republishes it (atoll.viewpub.>); ask for that subject to see it.
+	republished := false
 	switch fs.NArg() {
 	case 0:
 	case 1:
-		subject = fs.Arg(0)
+		subject, republished = fs.Arg(0), true
 	default:
 		return cliflags.Usagef("events tail: one subject at most, got %q", fs.Args())
 	}
@@ -49,6 +52,10 @@ func tail(ctx context.Context, args []string, stdout io.Writer) error {
 		case <-ctx.Done():
 			return nil
 		case m := <-msgs:
+			if !republished && events.SubjectMatches(events.ViewRepublishSubjects, m.Subject) {
+				n--
+				continue
+			}
 			fmt.Fprintln(stdout, line(m, time.Now()))
 		}
 	}

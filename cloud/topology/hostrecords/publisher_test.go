@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/topology/hostrecords"
 	"github.com/atoll-edge/atoll/edge/hosts"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/crds"
@@ -151,7 +152,11 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		files[u] = filepath.Join(t.TempDir(), "atoll.hosts")
-		w, err := hosts.New(hosts.Config{Path: files[u], ClusterDomain: "cluster.local"}, hublink.Of(enc, ejs), staticUnit(u), log, nil)
+		feeds, err := viewfeed.NewFeeds(viewfeed.DefaultConfig(), hublink.Of(enc, ejs), edge, log, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := hosts.New(hosts.Config{Path: files[u], ClusterDomain: "cluster.local"}, feeds, staticUnit(u), log)
 		if err != nil {
 			t.Fatal(err)
 		}

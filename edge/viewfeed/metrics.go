@@ -1,0 +1,92 @@
+package viewfeed
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Catch-up reasons, the reason label of atoll_viewfeed_catchups_total.
+const (
+	ReasonStart        = "start"         // the feed started (from the handler's cursor)
+	ReasonReconnect    = "reconnect"     // the node's leaf link to the hub came back
+	ReasonGap          = "gap"           // a view's previous sequence was never seen
+	ReasonOutOfOrder   = "out_of_order"  // a view older than one applied, not seen before
+	ReasonSlowConsumer = "slow_consumer" // the subscription dropped views
+	ReasonPeriodic     = "periodic"      // CheckPeriod passed
+	ReasonUnverified   = "unverified"    // MaxUnverified views applied since the last catch-up
+	ReasonRequested    = "requested"     // the handler asked (CatchUpNow)
+)
+
+var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRequested}
+
+// Where an applied view came from, the via label of
+// atoll_viewfeed_applied_total.
+const (
+	viaCore    = "core"
+	viaCatchUp = "catchup"
+)
+
+// Why a view was not applied, the reason label of
+// atoll_viewfeed_skipped_total.
+const (
+	skipSeen    = "seen"    // its sequence was applied already
+	skipInvalid = "invalid" // no sequence header, or outside the feed's filter
+	skipFailed  = "failed"  // the handler refused it
+)
+
+// Metrics are the feeds' metrics, shared by every feed of a process
+// (label feed).
+type Metrics struct {
+	catchups      *prometheus.CounterVec
+	catchupErrors *prometheus.CounterVec
+	behind        *prometheus.GaugeVec
+	gaps          *prometheus.CounterVec
+	applied       *prometheus.CounterVec
+	skipped       *prometheus.CounterVec
+}
+
+// NewMetrics registers the feeds' metrics with reg (nil: not exported).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		catchups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchups_total",
+			Help: "Catch-ups with a short-lived consumer on VIEWS that completed, by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, requested).",
+		}, []string{"feed", "reason"}),
+		catchupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",
+			Help: "Catch-ups that failed (hub unreachable, a delivery lost on the way) and are retried with backoff.",
+		}, []string{"feed"}),
+		behind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "behind_seconds",
+			Help: "How long a catch-up has been due (the feed may have missed a view) without completing, while the leaf link is up; 0 when none is due.",
+		}, []string{"feed"}),
+		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "gaps_total",
+			Help: "Republished views whose subject's previous sequence the feed never saw (a view lost on the way), each followed by a catch-up.",
+		}, []string{"feed"}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "applied_total",
+			Help: "Views handed to the feed's handler, by where they came from (core: republished; catchup: the catch-up's consumer).",
+		}, []string{"feed", "via"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "skipped_total",
+			Help: "Views not applied, by reason: seen (applied already), invalid (no sequence, outside the filter), failed (the handler refused it).",
+		}, []string{"feed", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.catchups, m.catchupErrors, m.behind, m.gaps, m.applied, m.skipped)
+	}
+	return m
+}
+
+// init creates the series of feed, so dashboards see zeros.
+func (m *Metrics) init(feed string) {
+	for _, r := range reasons {
+		m.catchups.WithLabelValues(feed, r)
+	}
+	m.catchupErrors.WithLabelValues(feed)
+	m.behind.WithLabelValues(feed).Set(0)
+	m.gaps.WithLabelValues(feed)
+	m.applied.WithLabelValues(feed, viaCore)
+	m.applied.WithLabelValues(feed, viaCatchUp)
+	for _, r := range []string{skipSeen, skipInvalid, skipFailed} {
+		m.skipped.WithLabelValues(feed, r)
+	}
+}
