@@ -42,20 +42,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	h := natstest.Hub(t)
-	cnc, err := h.Connect("cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cnc.Close)
-	cloud, err := jetstream.NewWithDomain(cnc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := events.DefaultStreamOptions()
-	o.Storage = jetstream.MemoryStorage
-	if err := events.EnsureStreams(t.Context(), cloud, o); err != nil {
-		t.Fatal(err)
-	}
+	cnc, cloud := natstest.CloudStreams(t, h)
 	node := natstest.Unit(t, h, unit, natstest.EdgeOptions{}, "a")[0]
 	e := &env{t: t, cloud: cloud, cnc: cnc, node: node, leaf: &leafView{n: node}, hubLeafs: h.Server().NumLeafNodes}
 	e.waitLinked()
