@@ -29,10 +29,7 @@ func TestViewsHoldsMoreThanAThousandConsumers(t *testing.T) {
 	}{
 		{"single", func(t *testing.T) (*nats.Conn, string, int) {
 			h := natstest.Hub(t)
-			nc, err := h.Connect("test")
-			if err != nil {
-				t.Fatal(err)
-			}
+			nc, _ := natstest.CloudJetStream(t, h)
 			return nc, h.Domain(), 1
 		}},
 		{"cluster", func(t *testing.T) (*nats.Conn, string, int) {

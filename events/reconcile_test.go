@@ -16,16 +16,7 @@ import (
 
 func hubJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	h := natstest.Hub(t)
-	nc, err := h.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.CloudJetStream(t, natstest.Hub(t))
 	return js
 }
 

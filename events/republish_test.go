@@ -21,16 +21,7 @@ import (
 func TestViewsRepublished(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	h := natstest.Hub(t)
-	nc, err := h.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.CloudJetStream(t, natstest.Hub(t))
 	o := events.DefaultStreamOptions()
 	o.Storage = jetstream.MemoryStorage
 	var old jetstream.StreamConfig

@@ -109,7 +109,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.Map)(&c.Reporter.Labels), "labels", "node labels to report, k=v,k=v")
 	fs.DurationVar(&c.Reporter.Period, "report-period", c.Reporter.Period, "period of topology reports")
 	fs.StringVar(&c.Membership.StateDir, "state-dir", c.Membership.StateDir, "directory keeping the last known unit membership")
-	fs.DurationVar(&c.ViewFeed.CheckPeriod, "view-check-period", c.ViewFeed.CheckPeriod, "how often the agent catches up each view it follows with the hub's stream, besides at start, after every leaf reconnect and on a detected gap; each catch-up is a few requests to the hub and a consumer that lives 15 s")
+	fs.DurationVar(&c.ViewFeed.CheckPeriod, "view-check-period", c.ViewFeed.CheckPeriod, "how often the agent checks each view space it follows against the hub's stream, besides at start, after every leaf reconnect and on a detected gap: one direct get, and every 12th check a full catch-up (a few requests to the hub and a consumer that lives 15 s)")
 	fs.Var(proxyAddr{c}, "proxy-addr", "listen address of the endpoints proxy that kube-proxy uses as its apiserver, e.g. 127.0.0.1:9471 (empty: no proxy)")
 	fs.StringVar(&c.Hosts.Path, "hosts-file", c.Hosts.Path, "CoreDNS hosts-plugin file kept with the unit's StatefulSetGrid names (empty: none; see deploy/coredns-atoll-hosts.conf)")
 	fs.StringVar(&c.Hosts.ClusterDomain, "cluster-domain", c.Hosts.ClusterDomain, "cluster DNS domain appended to the StatefulSetGrid names")

@@ -140,11 +140,34 @@ func (e *Enroller) due(c *jwt.UserClaims) bool {
 	return e.expiring(c) || e.unitDue(c) || e.permsDue(c)
 }
 
-// permsDue: the credentials, issued by a cloud from before ballots, do not
-// let the node publish its ballot (asked again at most every
-// unitRenewPause): fresh ones carry the current permissions.
+// permsDue: the credentials, issued by a cloud from before ballots or
+// before the republished views, do not let the node publish its ballot
+// or hear its views as the hub republishes them (asked again at most
+// every unitRenewPause): fresh ones carry the current permissions.
 func (e *Enroller) permsDue(c *jwt.UserClaims) bool {
-	return time.Since(e.lastRenew) >= unitRenewPause && !AllowsBallot(c, e.node.Name())
+	return time.Since(e.lastRenew) >= unitRenewPause &&
+		(!AllowsBallot(c, e.node.Name()) || !HearsRepublishedViews(c, e.node.Name()))
+}
+
+// HearsRepublishedViews reports whether credentials c let node hear its
+// assignment where the hub republishes it (edge/viewfeed follows its
+// views there; with credentials from before, views arrive only with the
+// feeds' checks, minutes late).
+func HearsRepublishedViews(c *jwt.UserClaims, node string) bool {
+	assign, err := events.AssignmentSubject(strings.ToLower(node))
+	if err != nil {
+		return true // not a subject this node can have: nothing to renew for
+	}
+	subj, err := events.Republished(assign)
+	if err != nil {
+		return true
+	}
+	for _, f := range c.Sub.Allow {
+		if events.SubjectMatches(strings.ToLower(f), subj) {
+			return true
+		}
+	}
+	return false
 }
 
 // AllowsBallot reports whether credentials c let node publish its ballot

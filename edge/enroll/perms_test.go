@@ -46,3 +46,34 @@ func TestAllowsBallot(t *testing.T) {
 		})
 	}
 }
+
+// TestHearsRepublishedViews: credentials issued today let the node hear
+// its assignment where the hub republishes it; credentials from before the
+// republished views do not, so the enroller renews them at once.
+func TestHearsRepublishedViews(t *testing.T) {
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	claims := func(sub ...string) *jwt.UserClaims {
+		c := jwt.NewUserClaims(pub)
+		c.Tags.Add("unit:site-a")
+		c.Sub.Allow.Add(sub...)
+		return c
+	}
+	tests := []struct {
+		name string
+		c    *jwt.UserClaims
+		want bool
+	}{
+		// What cloud/identity.EdgePermissions grants today, in part.
+		{"current credentials", claims("atoll.view._.assignment._.edge-1", "atoll.viewpub._.assignment._.edge-1", "atoll.viewpub.site-a.>"), true},
+		{"credentials from before the republished views", claims("atoll.view._.assignment._.edge-1", "atoll.view.site-a.>"), false},
+		{"another node's", claims("atoll.viewpub._.assignment._.edge-2"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := enroll.HearsRepublishedViews(tt.c, "edge-1"); got != tt.want {
+				t.Fatalf("HearsRepublishedViews = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -41,15 +41,7 @@ func newAgent(t *testing.T, period time.Duration) *agentFixture {
 	t.Helper()
 	log := natstest.Logger(t, slog.LevelInfo)
 	h := natstest.Hub(t)
-	cnc, err := h.Connect("cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cnc.Close)
-	cloud, err := jetstream.NewWithDomain(cnc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cloud := natstest.CloudJetStream(t, h)
 	if err := events.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,12 @@ type Config struct {
 	// subject). Each catch-up is a few requests to the hub and a
 	// consumer that lives CatchUpLinger.
 	CheckPeriod time.Duration
+	// VerifyEvery makes every n-th periodic check a full catch-up (a
+	// stream info, and a consumer when the space changed since the last
+	// one): the net for a stream rebuilt while nothing is republished and
+	// for a lost view another one heard later hides. The other checks
+	// read only the space's last view.
+	VerifyEvery int
 	// CatchUpLinger is the InactiveThreshold of a catch-up's consumer:
 	// how long the hub keeps it after its last request. The edge may not
 	// delete consumers, so this is how they go.
@@ -36,6 +42,7 @@ const DefaultCheckPeriod = 5 * time.Minute
 func DefaultConfig() Config {
 	return Config{
 		CheckPeriod:   DefaultCheckPeriod,
+		VerifyEvery:   12,
 		CatchUpLinger: 15 * time.Second,
 		Buffer:        8192,
 		MaxUnverified: 4096,
@@ -48,6 +55,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.CheckPeriod <= 0:
 		return errors.New("viewfeed: CheckPeriod must be positive")
+	case c.VerifyEvery < 1:
+		return errors.New("viewfeed: VerifyEvery must be at least 1")
 	case c.CatchUpLinger < time.Second:
 		return errors.New("viewfeed: CatchUpLinger must be at least 1s")
 	case c.Buffer < 1:

@@ -15,16 +15,25 @@
 //     verified cursor, nor a sequence the feed applied since;
 //   - on a view older than one applied that it had not seen (out of
 //     order), and when the subscription dropped views (slow consumer);
+//   - on a republished view stored after the last catch-up began whose
+//     sequence is at or below the verified cursor: the stream was rebuilt
+//     and its sequences started over;
 //   - every CheckPeriod, the net for a loss nothing reveals (the first
 //     view of a new subject lost, and nothing after it on that subject).
 //
 // A catch-up creates an ephemeral pull consumer filtered on the space
 // (the edge's permissions name the filter), reads it until nothing is
 // pending and lets it go: the edge may not delete consumers, so the hub
-// drops it CatchUpLinger after its last request. The periodic one first
-// reads the space's last view (a direct get) and creates no consumer when
-// nothing was stored there since the verified cursor. In steady state an
-// agent holds no consumer on the hub.
+// drops it CatchUpLinger after its last request. Two occasions first make
+// a light check, one direct get of the space's last view (no stream info,
+// no consumer), and catch up in full only when it shows a need: after a
+// reconnect, when that view is above the verified cursor (something was
+// stored since the last catch-up); at a periodic check, when it is above
+// the verified cursor and was not heard from its republished copy. Every
+// VerifyEvery-th periodic check is full (a stream info, which also finds a
+// rebuilt stream, and a consumer when the space changed since the last
+// catch-up). In steady state an agent holds no consumer on the hub and
+// sends one request per feed per CheckPeriod.
 //
 // # Cursors
 //
@@ -203,6 +212,12 @@ type Feed struct {
 	applied, verified uint64
 	created           time.Time
 	seen              map[uint64]struct{} // sequences applied above verified
+	// Of the last full catch-up: the stream read (its last view of the
+	// space is what a light check asks for), the hub's time when it
+	// started, and the periodic checks since.
+	stream    jetstream.Stream
+	caughtAt  time.Time
+	periodics int
 }
 
 // New returns a feed of o.Filter. m may be nil (metrics not exported).
@@ -255,6 +270,10 @@ const leafPoll = 250 * time.Millisecond
 
 // requestTimeout bounds one request of a catch-up to the hub.
 const requestTimeout = 10 * time.Second
+
+// lightTimeout bounds a light check's direct get: it falls back to a full
+// catch-up, so it need not wait for a slow answer.
+const lightTimeout = 2 * time.Second
 
 // Run follows the space until ctx is done. It returns an error only when
 // it cannot subscribe.
@@ -383,12 +402,20 @@ func (f *Feed) core(ctx context.Context, msg *nats.Msg) string {
 		f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
 		return ""
 	}
+	var at time.Time
+	if ts := msg.Header.Get(jetstream.TimeStampHeaer); ts != "" {
+		at, _ = time.Parse(time.RFC3339Nano, ts)
+	}
 	if seq <= f.applied {
 		if seq > f.verified {
 			// Older than one applied, and never seen: it overtook
 			// nothing we can tell apart without the stream.
 			f.log.Info("a view arrived after a later one; catching up", "subject", subj, "seq", seq, "applied", f.applied)
 			return ReasonOutOfOrder
+		}
+		if f.storedSince(at) {
+			f.log.Warn("a view stored after the last catch-up has a sequence below it: the views stream was rebuilt; catching up", "subject", subj, "seq", seq, "verified", f.verified)
+			return ReasonRebuilt
 		}
 		f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
 		return ""
@@ -399,10 +426,6 @@ func (f *Feed) core(ctx context.Context, msg *nats.Msg) string {
 		f.m.gaps.WithLabelValues(f.o.Name).Inc()
 		f.log.Info("a view was lost on the way; catching up", "subject", subj, "seq", seq, "previous_seq", prev, "verified", f.verified)
 		reason = ReasonGap
-	}
-	var at time.Time
-	if ts := msg.Header.Get(jetstream.TimeStampHeaer); ts != "" {
-		at, _ = time.Parse(time.RFC3339Nano, ts)
 	}
 	f.apply(ctx, Msg{Subject: subj, Seq: seq, Header: msg.Header, Data: msg.Data, Time: at}, viaCore)
 	f.applied = seq
@@ -456,6 +479,22 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 			}
 		}
 	}(f.node.HubLink().ID)
+	if reason == ReasonPeriodic {
+		f.periodics++
+	}
+	if f.lightCheck(reason) {
+		quiet, err := f.quiet(cctx, reason)
+		if err != nil {
+			// A stream that is gone gives a direct get no answer across
+			// the leaf link, only a timeout: the full catch-up's stream
+			// info says what is wrong.
+			f.log.Debug("cannot read the space's last view; catching up in full", "reason", reason, "err", err)
+		}
+		if quiet {
+			f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
+			return nil
+		}
+	}
 	rctx, rcancel := context.WithTimeout(cctx, requestTimeout)
 	str, err := js.Stream(rctx, events.StreamViews)
 	rcancel()
@@ -474,14 +513,15 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 		clear(f.seen)
 	}
 	if reason == ReasonPeriodic && !reload && f.verified > 0 {
-		// The safety net's cheap path: when the space's last view is at
-		// or below the verified cursor, nothing was stored there since,
-		// and no consumer is needed. The cursor stays where it is: a
-		// replica may answer a direct get slightly behind.
+		// The full check's cheap path: when the space's last view is
+		// at or below the verified cursor, nothing was stored there
+		// since, and no consumer is needed. The cursor stays where it
+		// is: a replica may answer a direct get slightly behind.
 		rctx, rcancel = context.WithTimeout(cctx, requestTimeout)
 		last, err := str.GetLastMsgForSubject(rctx, f.o.Filter)
 		rcancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && last.Sequence <= f.verified) {
+			f.stream, f.caughtAt, f.created, f.periodics = str, info.TimeStamp, info.Created, 0
 			f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
 			f.log.Debug("nothing stored in the space since the last catch-up", "verified", f.verified)
 			return nil
@@ -521,6 +561,7 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 		}
 	}
 	f.created = info.Created
+	f.stream, f.caughtAt, f.periodics = str, info.TimeStamp, 0
 	f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
 	level := slog.LevelDebug
 	if reason != ReasonPeriodic {
@@ -536,6 +577,74 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 		f.o.CaughtUp(ctx, CatchUp{Verified: f.verified, Created: f.created, Reloaded: reload})
 	}
 	return nil
+}
+
+// rebuildMargin is how much later than the last full catch-up's start
+// (both on the hub's clock, though a hub cluster's servers may differ a
+// little) a view must have been stored for a sequence at or below the
+// verified cursor to show a rebuilt stream. A variable for the tests.
+var rebuildMargin = 5 * time.Second
+
+// storedSince reports whether a view stored at at (the hub's time) was
+// stored after the last full catch-up began: one whose sequence is at or
+// below the verified cursor then comes from a stream whose sequences
+// started over.
+func (f *Feed) storedSince(at time.Time) bool {
+	return !at.IsZero() && !f.caughtAt.IsZero() && at.After(f.caughtAt.Add(rebuildMargin))
+}
+
+// lightCheck reports whether a catch-up for reason may first read only
+// the space's last view (one request, no stream info, no consumer): a
+// periodic check other than every VerifyEvery-th, and the catch-up after
+// a reconnect, once a full catch-up has read the stream.
+func (f *Feed) lightCheck(reason string) bool {
+	if f.stream == nil || f.verified == 0 {
+		return false
+	}
+	switch reason {
+	case ReasonPeriodic:
+		return f.periodics < f.cfg.VerifyEvery
+	case ReasonReconnect:
+		return true
+	}
+	return false
+}
+
+// quiet reads the space's last view and reports whether a full catch-up
+// can be left out:
+//   - none at all, or at or below the verified cursor: nothing was stored
+//     in the space since the last full catch-up, so nothing can have been
+//     missed (unless it was stored after that catch-up with a lower
+//     sequence: the stream was rebuilt);
+//   - for a periodic check, a view already applied from its republished
+//     copy: what was stored since was heard, as far as anything but a
+//     full catch-up can tell (gaps on a subject show on its next view;
+//     every VerifyEvery-th check is full).
+//
+// After a reconnect only the first holds: views republished after the
+// reconnect may have been heard while others were lost during the drop.
+func (f *Feed) quiet(ctx context.Context, reason string) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, lightTimeout)
+	last, err := f.stream.GetLastMsgForSubject(rctx, f.o.Filter)
+	cancel()
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	case last.Sequence <= f.verified:
+		if f.storedSince(last.Time) {
+			f.log.Warn("the space's last view was stored after the last catch-up with a sequence below it: the views stream was rebuilt", "seq", last.Sequence, "verified", f.verified)
+			return false, nil
+		}
+		f.log.Debug("nothing stored in the space since the last catch-up", "reason", reason, "verified", f.verified)
+		return true, nil
+	}
+	if _, heard := f.seen[last.Sequence]; heard && reason == ReasonPeriodic {
+		f.log.Debug("the space's last view was heard", "seq", last.Sequence, "verified", f.verified)
+		return true, nil
+	}
+	return false, nil
 }
 
 // CatchUpNow asks the running feed for a catch-up (reason requested),

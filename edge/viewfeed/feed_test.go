@@ -42,20 +42,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	h := natstest.Hub(t)
-	cnc, err := h.Connect("cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cnc.Close)
-	cloud, err := jetstream.NewWithDomain(cnc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := events.DefaultStreamOptions()
-	o.Storage = jetstream.MemoryStorage
-	if err := events.EnsureStreams(t.Context(), cloud, o); err != nil {
-		t.Fatal(err)
-	}
+	cnc, cloud := natstest.CloudStreams(t, h)
 	node := natstest.Unit(t, h, unit, natstest.EdgeOptions{}, "a")[0]
 	e := &env{t: t, cloud: cloud, cnc: cnc, node: node, leaf: &leafView{n: node}, hubLeafs: h.Server().NumLeafNodes}
 	e.waitLinked()
@@ -767,5 +754,131 @@ func TestFeedsShareTheLeafPoll(t *testing.T) {
 	// One feed alone asks 4 times a second; five sharing, not much more.
 	if n, per := node.asked.Load(), time.Since(start).Seconds(); float64(n)/per > 10 {
 		t.Fatalf("%d asks in %.1fs for five feeds, want about one feed's 4/s", n, per)
+	}
+}
+
+// createdCounter counts the consumers created on VIEWS from now on.
+func (e *env) createdCounter() func() int {
+	e.t.Helper()
+	var n atomic.Int64
+	adv, err := e.cnc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED."+events.StreamViews+".>", func(*nats.Msg) { n.Add(1) })
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = adv.Unsubscribe() })
+	if err := e.cnc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() int { return int(n.Load()) }
+}
+
+// TestPeriodicHeard: a space that changed since the last catch-up, every
+// change heard from its republished copy, costs its periodic checks no
+// consumer (the last view was heard); every VerifyEvery-th check is a full
+// catch-up, which reads the changes with a consumer.
+func TestPeriodicHeard(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	h := newHandler()
+	cfg := testConfig()
+	cfg.CheckPeriod, cfg.VerifyEvery = 200*time.Millisecond, 1000
+	_, m := e.run(cfg, h.options("t"))
+	created := e.createdCounter()
+	e.publishUntilHeard(h, "y")
+	before := catchups(m, "t", ReasonPeriodic)
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := catchups(m, "t", ReasonPeriodic); n < before+3 {
+			return fmt.Errorf("%d periodic checks since the change was heard", n-before)
+		}
+		return nil
+	})
+	if n := created(); n != 0 {
+		t.Fatalf("%d consumers created by periodic checks of a space whose last view was heard, want 0", n)
+	}
+
+	e2 := newEnv(t)
+	e2.publish("x", "x1")
+	h2 := newHandler()
+	cfg.VerifyEvery = 3
+	_, m2 := e2.run(cfg, h2.options("t"))
+	created2 := e2.createdCounter()
+	e2.publishUntilHeard(h2, "y")
+	before = catchups(m2, "t", ReasonPeriodic)
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := created2(); n < 1 {
+			return fmt.Errorf("%d consumers created after %d periodic checks, want the full one's", n, catchups(m2, "t", ReasonPeriodic)-before)
+		}
+		return nil
+	})
+}
+
+// TestReconnectQuiet: a reconnect after which the space's last view is
+// at or below the verified cursor (nothing stored meanwhile) reads that
+// view only: no consumer; one after which something was stored reads it
+// with a consumer (TestLinkLoss).
+func TestReconnectQuiet(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	h := newHandler()
+	_, m := e.run(testConfig(), h.options("t"))
+	h.holds(t, map[string]string{subject("x"): "x1"})
+	created := e.createdCounter()
+	if err := e.node.SetLeafEnabled(false); err != nil {
+		t.Fatal(err)
+	}
+	e.unlinked()
+	if err := e.node.SetLeafEnabled(true); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		if n := catchups(m, "t", ReasonReconnect); n < 1 {
+			return fmt.Errorf("%d reconnect catch-ups", n)
+		}
+		return nil
+	})
+	if n := created(); n != 0 {
+		t.Fatalf("%d consumers created after a reconnect with nothing stored meanwhile, want 0", n)
+	}
+}
+
+// TestRebuiltHeard: a stream rebuilt while the feed runs (deleted and
+// made anew, its sequences starting over) is found from the first view
+// republished by it, without waiting for a periodic check: the space is
+// read again in full after a Reset.
+func TestRebuiltHeard(t *testing.T) {
+	// The rebuilt stream's views are stored within a second of the
+	// catch-up here, not rebuildMargin later.
+	margin := rebuildMargin
+	rebuildMargin = 0
+	t.Cleanup(func() { rebuildMargin = margin })
+	e := newEnv(t)
+	for i := range 5 {
+		e.publish(fmt.Sprintf("old%d", i), "v")
+	}
+	h := newHandler()
+	cfg := testConfig()
+	cfg.CheckPeriod = time.Hour
+	_, m := e.run(cfg, h.options("t"))
+	h.holds(t, map[string]string{subject("old4"): "v"})
+	if err := e.cloud.DeleteStream(t.Context(), events.StreamViews); err != nil {
+		t.Fatal(err)
+	}
+	o := events.DefaultStreamOptions()
+	o.Storage = jetstream.MemoryStorage
+	if err := events.EnsureStreams(t.Context(), e.cloud, o); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("new", "n1")
+	h.holds(t, map[string]string{subject("new"): "n1"})
+	poll.Eventually(t, 20*time.Second, func() error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.resets != 1 {
+			return fmt.Errorf("%d resets", h.resets)
+		}
+		return nil
+	})
+	if n := catchups(m, "t", ReasonRebuilt); n != 1 {
+		t.Errorf("%d catch-ups for a rebuilt stream, want 1", n)
 	}
 }

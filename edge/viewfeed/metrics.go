@@ -12,6 +12,7 @@ const (
 	ReasonPeriodic     = "periodic"      // CheckPeriod passed
 	ReasonUnverified   = "unverified"    // MaxUnverified views applied since the last catch-up
 	ReasonRequested    = "requested"     // the handler asked (CatchUpNow)
+	ReasonRebuilt      = "rebuilt"       // a view stored after the last catch-up has a sequence below it
 )
 
 var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRequested}
@@ -47,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		catchups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchups_total",
-			Help: "Catch-ups with a short-lived consumer on VIEWS that completed, by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, requested).",
+			Help: "Catch-ups that completed (full, with a short-lived consumer on VIEWS, or ended by a light check of the space's last view), by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, requested, rebuilt).",
 		}, []string{"feed", "reason"}),
 		catchupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",
