@@ -166,7 +166,6 @@ type Consumer struct {
 	handle func(ctx context.Context, msg jetstream.Msg) // decodes and calls the handler
 
 	running  atomic.Bool
-	restart  chan string   // Restart's reason, taken by the running session
 	head     atomic.Uint64 // the stream's last sequence when consuming started
 	caught   chan struct{}
 	caughtMu sync.Once
@@ -187,9 +186,8 @@ func NewConsumer[M any, PM interface {
 	o.defaults()
 	c := &Consumer{
 		js: js, spec: spec, o: o,
-		log:     o.Logger.With("consumer", spec.Name, "stream", spec.Stream, "mode", spec.Mode.String()),
-		caught:  make(chan struct{}),
-		restart: make(chan string, 1),
+		log:    o.Logger.With("consumer", spec.Name, "stream", spec.Stream, "mode", spec.Mode.String()),
+		caught: make(chan struct{}),
 	}
 	p := pipeline[M, PM]{name: spec.Name, h: h, o: o, log: c.log, maxAttempts: spec.MaxDeliver, timeout: spec.AckWait * 9 / 10}
 	if spec.Mode == Shared {
@@ -251,22 +249,7 @@ const (
 	RestartLost        = "lost"        // deleted on the server, or gone with its state
 	RestartClosed      = "closed"      // consuming stopped on the client
 	RestartUnreachable = "unreachable" // the stream could not be reached to create it
-	RestartStalled     = "stalled"     // its owner found it behind the stream (Restart)
 )
-
-// Restart ends the running consumer and creates it again, as if it had
-// been lost (counted under reason RestartStalled, logged at WARN): a
-// Follow consumer starts over at its DeliverPolicy. Owners call it when
-// they find the consumer behind the stream — a delivery lost on the way,
-// an ordered consumer resuming past a stream that was recreated — which
-// the server cannot report. It returns at once; a Consumer that is not
-// running restarts at its next session.
-func (c *Consumer) Restart() {
-	select {
-	case c.restart <- RestartStalled:
-	default: // a restart is already due
-	}
-}
 
 type restartError struct {
 	reason string
@@ -314,11 +297,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.o.Metrics.restarts.WithLabelValues(c.spec.Name, reason).Inc()
 		wait := min(c.o.Backoff(failures), 10*time.Second)
 		switch {
-		case reason == RestartStalled:
-			// Asked for by the owner, who logged why: come back at once.
-			wait = 0
-			failures = 0
-			c.log.Warn("consumer restarted: its owner found it behind the stream")
 		case established:
 			// A consumer that was running is gone: always worth an ERROR.
 			c.log.Error("consumer stopped; recreating it", "reason", reason, "err", err, "retry_in", wait)
@@ -356,10 +334,6 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 	}
 	if c.head.Load() == 0 {
 		c.head.Store(stream.CachedInfo().State.LastSeq)
-	}
-	select {
-	case <-c.restart: // asked for before this consumer existed: it is new
-	default:
 	}
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 && info.NumAckPending == 0 {
 		c.markCaughtUp("nothing to deliver")
@@ -442,9 +416,6 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 				return nil
 			}
 			return &restartError{RestartClosed, errors.New("consuming stopped")}
-		case reason := <-c.restart:
-			stopAll()
-			return &restartError{reason, errors.New("restart requested: behind the stream")}
 		case <-t.C:
 		case <-check:
 		}

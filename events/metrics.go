@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"consumer"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "events", Name: "consumer_restarts_total",
-			Help: "Consumers lost or not reachable and (re)created, by consumer and reason (lost, closed, unreachable, stalled: restarted by its owner).",
+			Help: "Consumers lost or not reachable and (re)created, by consumer and reason (lost, closed, unreachable).",
 		}, []string{"consumer", "reason"}),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "events", Name: "consumer_up",
