@@ -82,6 +82,7 @@ type scaleRow struct {
 	settled              time.Duration  // from the end of the warm-up until those writes stopped
 	viewsConsumers       int            // consumers of VIEWS at the end of the window
 	consumersCreated     int64          // VIEWS consumers created during the window
+	reconnects           uint64         // the emulated agents' connection came back (after a cut by the hub)
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -145,6 +146,9 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		return err
 	}
 	for _, r := range rows {
+		if r.reconnects > 0 {
+			fmt.Fprintf(out, "the emulated agents' one connection to the hub was cut and came back %d times at %d nodes (each a leaf reconnect for all their feeds)\n", r.reconnects, r.nodes)
+		}
 		if len(r.writes) > 0 {
 			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v; what they changed: %v\n", r.nodes, r.writes, r.paths)
 		}
@@ -261,10 +265,11 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	actx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
+	leaf := newConnLeaf(nc)
 	for i, name := range names {
 		unit := specs[i].Labels[wellknown.LabelUnit]
 		first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
-		wg.Go(func() { emulateAgent(actx, nc, js, name, unit, names[first:last], &ballots, &topology, feeds) })
+		wg.Go(func() { emulateAgent(actx, nc, js, leaf, name, unit, names[first:last], &ballots, &topology, feeds) })
 	}
 
 	if err := o.progress.wait(ctx, fmt.Sprintf("scale %d: warm-up", n), o.warmup); err != nil {
@@ -324,6 +329,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	// and the feeds' catch-ups.
 	row.msgsPerNode = float64(nc.Stats().OutMsgs-out0) / secs / float64(n)
 	row.consumersCreated = created.Load()
+	row.reconnects = leaf.reconnects()
 	if vs, err := js.Stream(ctx, events.StreamViews); err == nil {
 		row.viewsConsumers = vs.CachedInfo().State.Consumers
 	}
@@ -366,7 +372,7 @@ func emulatedRate() float64 {
 // its catch-ups (at start and every check period; emulated agents have
 // no leaf link of their own, so no reconnect catch-ups). Nothing is held
 // on the hub between catch-ups.
-func emulateFeeds(ctx context.Context, link viewfeed.Link, node, unit string, m *viewfeed.Metrics) {
+func emulateFeeds(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, node, unit string, m *viewfeed.Metrics) {
 	cfg := viewfeed.DefaultConfig()
 	// What waits during a catch-up of a quiet space: a real agent's
 	// default buffer, 10,000 times over, would be the bench's memory.
@@ -381,7 +387,7 @@ func emulateFeeds(ctx context.Context, link viewfeed.Link, node, unit string, m 
 	}
 	log := slog.New(slog.DiscardHandler)
 	for _, sp := range spaces {
-		f, err := viewfeed.New(cfg, link, steadyLeaf{}, viewfeed.Options{Name: sp.name, Filter: sp.filter,
+		f, err := viewfeed.New(cfg, link, leaf, viewfeed.Options{Name: sp.name, Filter: sp.filter,
 			Apply: func(context.Context, viewfeed.Msg) error { return nil }}, log, m)
 		if err != nil {
 			return
@@ -390,19 +396,32 @@ func emulateFeeds(ctx context.Context, link viewfeed.Link, node, unit string, m 
 	}
 }
 
-// steadyLeaf is an emulated agent's leaf link: always the same one.
-type steadyLeaf struct{}
+// connLeaf is the emulated agents' leaf link: their one connection to
+// the hub, a new link after each of its reconnects (the hub may cut it as
+// a slow consumer while the nodes join), after which the feeds catch up
+// as an agent's do after a leaf reconnect.
+type connLeaf struct{ id atomic.Uint64 }
 
-func (steadyLeaf) HubLink() natsnode.HubLink { return natsnode.HubLink{ID: 1} }
+func newConnLeaf(nc *nats.Conn) *connLeaf {
+	l := &connLeaf{}
+	l.id.Store(1)
+	nc.SetReconnectHandler(func(*nats.Conn) { l.id.Add(1) })
+	return l
+}
+
+func (l *connLeaf) HubLink() natsnode.HubLink { return natsnode.HubLink{ID: l.id.Load()} }
+
+// reconnects is how many times the connection came back.
+func (l *connLeaf) reconnects() uint64 { return l.id.Load() - 1 }
 
 // emulateAgent publishes what node's agent publishes in a steady unit of
 // members: its TopologyUpdate every reporter period and its Ballot (every
 // other member healthy) every voter keep-alive, the first of each at a
 // random point of the period.
-func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node, unit string, members []string, ballots, topology *atomic.Int64, feeds *viewfeed.Metrics) {
+func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, leaf *connLeaf, node, unit string, members []string, ballots, topology *atomic.Int64, feeds *viewfeed.Metrics) {
 	rc, vc := reporter.DefaultConfig(), voter.DefaultConfig()
 	if feeds != nil {
-		emulateFeeds(ctx, hublink.Of(nc, js), node, unit, feeds)
+		emulateFeeds(ctx, hublink.Of(nc, js), leaf, node, unit, feeds)
 	}
 	tsubj, _ := events.TopologySubject(node)
 	bsubj, _ := events.BallotSubject(unit, node)
