@@ -55,12 +55,7 @@ func TestViewsHoldsMoreThanAThousandConsumers(t *testing.T) {
 			o.Replicas, o.Storage = replicas, jetstream.MemoryStorage
 
 			// VIEWS as an installation from before the bound made it.
-			var old jetstream.StreamConfig
-			for _, s := range events.Streams(o) {
-				if s.Name == events.StreamViews {
-					old = s
-				}
-			}
+			old := viewsConfig(t, o)
 			if old.MaxConsumers != events.ViewsMaxConsumers {
 				t.Fatalf("VIEWS declares MaxConsumers %d, want %d", old.MaxConsumers, events.ViewsMaxConsumers)
 			}
@@ -93,17 +88,7 @@ func TestViewsHoldsMoreThanAThousandConsumers(t *testing.T) {
 				t.Fatalf("consumer %d on the old VIEWS: %v, want refused for the maximum", limit+1, err)
 			}
 
-			changes, err := events.ReconcileStreams(ctx, js, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			found := false
-			for _, ch := range changes {
-				found = found || ch.Stream == events.StreamViews && strings.Contains(strings.Join(ch.Fields, ","), "MaxConsumers")
-			}
-			if !found {
-				t.Fatalf("reconcile changed %+v, want VIEWS' MaxConsumers", changes)
-			}
+			reconcileChanges(t, ctx, js, o, "MaxConsumers")
 			for i := limit; i < limit+5; i++ {
 				if err := create(i); err != nil {
 					t.Fatalf("consumer %d after the reconcile: %v", i+1, err)
@@ -111,4 +96,32 @@ func TestViewsHoldsMoreThanAThousandConsumers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// viewsConfig is VIEWS' configuration as Streams(o) declares it.
+func viewsConfig(t *testing.T, o events.StreamOptions) jetstream.StreamConfig {
+	t.Helper()
+	for _, s := range events.Streams(o) {
+		if s.Name == events.StreamViews {
+			return s
+		}
+	}
+	t.Fatal("no VIEWS in events.Streams")
+	return jetstream.StreamConfig{}
+}
+
+// reconcileChanges reconciles the hub's streams and fails unless VIEWS'
+// field was among what changed (an installation from before it gets it).
+func reconcileChanges(t *testing.T, ctx context.Context, js jetstream.JetStream, o events.StreamOptions, field string) {
+	t.Helper()
+	changes, err := events.ReconcileStreams(ctx, js, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range changes {
+		if ch.Stream == events.StreamViews && strings.Contains(strings.Join(ch.Fields, ","), field) {
+			return
+		}
+	}
+	t.Fatalf("reconcile changed %+v, want VIEWS' %s", changes, field)
 }

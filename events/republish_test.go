@@ -3,7 +3,6 @@ package events_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,12 +23,7 @@ func TestViewsRepublished(t *testing.T) {
 	nc, js := natstest.CloudJetStream(t, natstest.Hub(t))
 	o := events.DefaultStreamOptions()
 	o.Storage = jetstream.MemoryStorage
-	var old jetstream.StreamConfig
-	for _, s := range events.Streams(o) {
-		if s.Name == events.StreamViews {
-			old = s
-		}
-	}
+	old := viewsConfig(t, o)
 	if old.RePublish == nil || old.RePublish.Source != events.ViewSubjects || old.RePublish.Destination != events.ViewRepublishSubjects {
 		t.Fatalf("VIEWS republishes %+v, want %s → %s", old.RePublish, events.ViewSubjects, events.ViewRepublishSubjects)
 	}
@@ -56,17 +50,7 @@ func TestViewsRepublished(t *testing.T) {
 		t.Fatalf("the old VIEWS republished %s", m.Subject)
 	}
 
-	changes, err := events.ReconcileStreams(ctx, js, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, ch := range changes {
-		found = found || ch.Stream == events.StreamViews && strings.Contains(strings.Join(ch.Fields, ","), "RePublish")
-	}
-	if !found {
-		t.Fatalf("reconcile changed %+v, want VIEWS' RePublish", changes)
-	}
+	reconcileChanges(t, ctx, js, o, "RePublish")
 
 	want, err := events.Republished(subj)
 	if err != nil {
