@@ -16,8 +16,9 @@
 //   - on a view older than one applied that it had not seen (out of
 //     order), and when the subscription dropped views (slow consumer);
 //   - on a republished view stored after the last catch-up began whose
-//     sequence is at or below the verified cursor: the stream was rebuilt
-//     and its sequences started over;
+//     sequence is at or below the verified cursor: the stream may have
+//     been rebuilt, its sequences started over (the catch-up's stream
+//     info tells);
 //   - every CheckPeriod, the net for a loss nothing reveals (the first
 //     view of a new subject lost, and nothing after it on that subject).
 //
@@ -414,7 +415,7 @@ func (f *Feed) core(ctx context.Context, msg *nats.Msg) string {
 			return ReasonOutOfOrder
 		}
 		if f.storedSince(at) {
-			f.log.Warn("a view stored after the last catch-up has a sequence below it: the views stream was rebuilt; catching up", "subject", subj, "seq", seq, "verified", f.verified)
+			f.log.Warn("a view stored after the last catch-up has a sequence below it: the views stream may have been rebuilt; catching up", "subject", subj, "seq", seq, "verified", f.verified)
 			return ReasonRebuilt
 		}
 		f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
@@ -579,18 +580,14 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 	return nil
 }
 
-// rebuildMargin is how much later than the last full catch-up's start
-// (both on the hub's clock, though a hub cluster's servers may differ a
-// little) a view must have been stored for a sequence at or below the
-// verified cursor to show a rebuilt stream. A variable for the tests.
-var rebuildMargin = 5 * time.Second
-
 // storedSince reports whether a view stored at at (the hub's time) was
 // stored after the last full catch-up began: one whose sequence is at or
-// below the verified cursor then comes from a stream whose sequences
-// started over.
+// below the verified cursor then suggests a stream whose sequences started
+// over. It only calls for a full catch-up, whose stream info decides (a
+// hub cluster's servers' clocks may differ a little: the cost of a wrong
+// guess is one catch-up).
 func (f *Feed) storedSince(at time.Time) bool {
-	return !at.IsZero() && !f.caughtAt.IsZero() && at.After(f.caughtAt.Add(rebuildMargin))
+	return !at.IsZero() && !f.caughtAt.IsZero() && at.After(f.caughtAt)
 }
 
 // lightCheck reports whether a catch-up for reason may first read only
@@ -634,7 +631,7 @@ func (f *Feed) quiet(ctx context.Context, reason string) (bool, error) {
 		return false, err
 	case last.Sequence <= f.verified:
 		if f.storedSince(last.Time) {
-			f.log.Warn("the space's last view was stored after the last catch-up with a sequence below it: the views stream was rebuilt", "seq", last.Sequence, "verified", f.verified)
+			f.log.Warn("the space's last view was stored after the last catch-up with a sequence below it: the views stream may have been rebuilt", "seq", last.Sequence, "verified", f.verified)
 			return false, nil
 		}
 		f.log.Debug("nothing stored in the space since the last catch-up", "reason", reason, "verified", f.verified)

@@ -846,11 +846,6 @@ func TestReconnectQuiet(t *testing.T) {
 // republished by it, without waiting for a periodic check: the space is
 // read again in full after a Reset.
 func TestRebuiltHeard(t *testing.T) {
-	// The rebuilt stream's views are stored within a second of the
-	// catch-up here, not rebuildMargin later.
-	margin := rebuildMargin
-	rebuildMargin = 0
-	t.Cleanup(func() { rebuildMargin = margin })
 	e := newEnv(t)
 	for i := range 5 {
 		e.publish(fmt.Sprintf("old%d", i), "v")
