@@ -82,7 +82,7 @@ type scaleRow struct {
 	settled              time.Duration  // from the end of the warm-up until those writes stopped
 	viewsConsumers       int            // consumers of VIEWS at the end of the window
 	consumersCreated     int64          // VIEWS consumers created during the window
-	reconnects           uint64         // the emulated agents' connection came back (after a cut by the hub)
+	reconnects           uint64         // the emulated agents' connections came back (after a cut by the hub)
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -147,7 +147,7 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	}
 	for _, r := range rows {
 		if r.reconnects > 0 {
-			fmt.Fprintf(out, "the emulated agents' one connection to the hub was cut and came back %d times at %d nodes (each a leaf reconnect for all their feeds)\n", r.reconnects, r.nodes)
+			fmt.Fprintf(out, "the emulated agents' connections to the hub were cut and came back %d times at %d nodes (each a leaf reconnect for the feeds of up to %d agents)\n", r.reconnects, r.nodes, agentsPerConn)
 		}
 		if len(r.writes) > 0 {
 			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v; what they changed: %v\n", r.nodes, r.writes, r.paths)
@@ -208,7 +208,11 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, fmt.Errorf("atoll-cloud not ready (see %s): %w", cloudLog.Name(), err)
 	}
 
-	// The emulated agents' connection: a service user of the hub's keys.
+	// The emulated agents' connections: service users of the hub's keys,
+	// one per agentsPerConn agents, so that a connection carries about
+	// what a busy edge server's leaf carries and the hub cutting one (as
+	// a slow consumer while nodes join) is a leaf reconnect for a few
+	// hundred agents, not all of them.
 	keys, err := identity.LoadKeys(filepath.Join(hubDir, "identity"))
 	if err != nil {
 		return row, err
@@ -221,15 +225,14 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	seed, _ := kp.Seed()
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", clientPort), nats.UserJWTAndSeed(userJWT, string(seed)))
-	if err != nil {
-		return row, err
+	conns := make([]*agentConn, (n+agentsPerConn-1)/agentsPerConn)
+	for i := range conns {
+		if conns[i], err = dialAgents(fmt.Sprintf("nats://127.0.0.1:%d", clientPort), userJWT, string(seed)); err != nil {
+			return row, err
+		}
+		defer conns[i].nc.Close()
 	}
-	defer nc.Close()
-	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
-	if err != nil {
-		return row, err
-	}
+	nc, js := conns[0].nc, conns[0].js
 
 	// Nodes and their kubelets.
 	sim, err := edgesim.New(cluster.RESTConfig(), edgesim.Config{RenewInterval: o.renew, StatusInterval: o.status,
@@ -265,11 +268,13 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	actx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
-	leaf := newConnLeaf(nc)
 	for i, name := range names {
 		unit := specs[i].Labels[wellknown.LabelUnit]
 		first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
-		wg.Go(func() { emulateAgent(actx, nc, js, leaf, name, unit, names[first:last], &ballots, &topology, feeds) })
+		c := conns[i/agentsPerConn]
+		wg.Go(func() {
+			emulateAgent(actx, c.nc, c.js, c.leaf, name, unit, names[first:last], &ballots, &topology, feeds)
+		})
 	}
 
 	if err := o.progress.wait(ctx, fmt.Sprintf("scale %d: warm-up", n), o.warmup); err != nil {
@@ -303,7 +308,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	if err := nc.Flush(); err != nil {
 		return row, err
 	}
-	b0, t0, out0 := ballots.Load(), topology.Load(), nc.Stats().OutMsgs
+	b0, t0, out0 := ballots.Load(), topology.Load(), outMsgs(conns)
 	start := time.Now()
 	profiled := make(chan error, 1)
 	if o.profileDir != "" {
@@ -325,11 +330,13 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
 	row.cloudMiB = float64(rssKiB(pids["cloud"])) / 1024
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
-	// Everything the agents' connection sent the hub: ballots, topology
+	// Everything the agents' connections sent the hub: ballots, topology
 	// and the feeds' catch-ups.
-	row.msgsPerNode = float64(nc.Stats().OutMsgs-out0) / secs / float64(n)
+	row.msgsPerNode = float64(outMsgs(conns)-out0) / secs / float64(n)
 	row.consumersCreated = created.Load()
-	row.reconnects = leaf.reconnects()
+	for _, c := range conns {
+		row.reconnects += c.leaf.reconnects()
+	}
 	if vs, err := js.Stream(ctx, events.StreamViews); err == nil {
 		row.viewsConsumers = vs.CachedInfo().State.Consumers
 	}
@@ -396,10 +403,44 @@ func emulateFeeds(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, n
 	}
 }
 
-// connLeaf is the emulated agents' leaf link: their one connection to
-// the hub, a new link after each of its reconnects (the hub may cut it as
-// a slow consumer while the nodes join), after which the feeds catch up
-// as an agent's do after a leaf reconnect.
+// agentsPerConn is how many emulated agents share a connection to the
+// hub: 500 agents' 2,500 feed subscriptions on one connection, where a
+// real edge server's leaf carries one agent's.
+const agentsPerConn = 500
+
+// agentConn is a connection that emulated agents share, with its leaf
+// link.
+type agentConn struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	leaf *connLeaf
+}
+
+func dialAgents(url, userJWT, seed string) (*agentConn, error) {
+	nc, err := nats.Connect(url, nats.UserJWTAndSeed(userJWT, seed), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &agentConn{nc: nc, js: js, leaf: newConnLeaf(nc)}, nil
+}
+
+// outMsgs is what the connections have sent the hub.
+func outMsgs(conns []*agentConn) (n uint64) {
+	for _, c := range conns {
+		n += c.nc.Stats().OutMsgs
+	}
+	return n
+}
+
+// connLeaf is the leaf link of the emulated agents on one connection: a
+// new link after each of its reconnects (the hub may cut it as a slow
+// consumer while the nodes join), after which the feeds catch up as an
+// agent's do after a leaf reconnect.
 type connLeaf struct{ id atomic.Uint64 }
 
 func newConnLeaf(nc *nats.Conn) *connLeaf {
