@@ -96,6 +96,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/protect"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -148,6 +149,8 @@ type Service struct {
 	// unitLocks (unit → *sync.Mutex) serialize the updates of one unit's
 	// state (updateUnit).
 	unitLocks sync.Map
+	// sizes counts each unit's members (the Node informer's events).
+	sizes *unitSizes
 }
 
 // New builds the service on the manager m: it registers the informers
@@ -163,6 +166,7 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 		tracker: NewTracker(cfg.VoteTTL),
 		now:     time.Now,
 		units:   map[string]unitStatus{},
+		sizes:   newUnitSizes(cfg.UnitLabel),
 		cache:   m.GetClient(),
 		work:    make(chan event.GenericEvent),
 		elected: m.Elected(),
@@ -197,7 +201,8 @@ func (s *Service) Protected(node string) bool {
 // ProtectedNode decides for a Node being written, from its own Ready
 // condition (protect.NodePolicy).
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
-	return Protect(n, s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+	// Only a node the cloud lost is ever protected: judge no other.
+	return protect.LostByCloud(n) && Protect(n, s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
 }
 
 // judge reads the votes about n that count: cast for n's unit by another
@@ -218,13 +223,7 @@ func (s *Service) judge(n *corev1.Node, now time.Time) Judgement {
 }
 
 // members is the number of Nodes labelled as members of unit.
-func (s *Service) members(unit string) int {
-	var list corev1.NodeList
-	if err := s.cache.List(context.Background(), &list, client.MatchingFields{unitIndex: unit}, client.UnsafeDisableDeepCopy); err != nil {
-		return 0
-	}
-	return len(list.Items)
-}
+func (s *Service) members(unit string) int { return s.sizes.of(unit) }
 
 // unitOf is the unit of the named node, "" when it is in none or unknown.
 func (s *Service) unitOf(node string) string {
@@ -586,8 +585,10 @@ func (s *Service) enqueue(ctx context.Context, node string) {
 // resync re-evaluates every unit's disruption state and queues every lost
 // node, so expiring votes and holds take effect without new events.
 func (s *Service) resync(ctx context.Context) {
+	// Read only: the cache's own objects, not 10,000 deep copies every
+	// resync period.
 	var list corev1.NodeList
-	if err := s.cache.List(ctx, &list); err != nil {
+	if err := s.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
 	now := s.now()
@@ -623,7 +624,7 @@ func (s *Service) resync(ctx context.Context) {
 			queue = append(queue, names...)
 		}
 		for _, n := range members {
-			if Protect(n, s.judge(n, now), s.held(unit)) {
+			if protect.LostByCloud(n) && Protect(n, s.judge(n, now), s.held(unit)) {
 				protected++
 			}
 		}

@@ -75,8 +75,14 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 	// The controller's watches start on the leader only; the cache must
 	// hold these on every replica.
 	for _, o := range []client.Object{&corev1.Node{}, &corev1.Pod{}, &discoveryv1.EndpointSlice{}, &corev1.Endpoints{}} {
-		if _, err := m.GetCache().GetInformer(ctx, o); err != nil {
+		inf, err := m.GetCache().GetInformer(ctx, o)
+		if err != nil {
 			return fmt.Errorf("informer %T: %w", o, err)
+		}
+		if _, ok := o.(*corev1.Node); ok {
+			if _, err := inf.AddEventHandler(s.sizes.handler()); err != nil {
+				return fmt.Errorf("node informer handler: %w", err)
+			}
 		}
 	}
 	err := builder.ControllerManagedBy(m).
