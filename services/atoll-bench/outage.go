@@ -57,10 +57,6 @@ type outageOptions struct {
 	settle, quiet time.Duration
 }
 
-// outageGrace is the node lifecycle controller's grace period in the
-// outage: a node is lost when its Lease is this old.
-const outageGrace = 40 * time.Second
-
 const outageNamespace = "outage"
 
 // outageRow is one size's mass outage.
@@ -104,7 +100,7 @@ func runOutage(ctx context.Context, out io.Writer, so scaleOptions, o outageOpti
 		rows = append(rows, r)
 	}
 	fmt.Fprintf(out, "\nunits of %d; Lease renewal every %v; grace period %v; toleration %v; hub server killed %v after the cut; writes counted %v after the heal for %v\n",
-		so.unit, so.renew, outageGrace, o.toleration, o.killAfter, o.settle, o.quiet)
+		so.unit, so.renew, so.grace, o.toleration, o.killAfter, o.settle, o.quiet)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "\nnodes\tcut (whole/scattered/dead)\tNoExecute seen\tnot-ready endpoints\tprotected evicted\theld (hold annotated)\tdead evicted\tslowest dead eviction\tatoll writes (objects, max per object)\tmax ballot lag\twrites after heal")
 	for _, r := range rows {
@@ -299,7 +295,7 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	}
 	tol := int(o.toleration.Seconds())
 	cluster, err := kubetest.StartCluster(ctx, kubetest.Config{Dir: filepath.Join(dir, "kube"), ControllerManager: true,
-		NodeMonitorGracePeriod: outageGrace, NodeMonitorPeriod: 5 * time.Second, NodeEvictionRate: 100,
+		NodeMonitorGracePeriod: so.grace, NodeMonitorPeriod: 5 * time.Second, NodeEvictionRate: 100,
 		NotReadyTolerationSeconds: tol, UnreachableTolerationSeconds: tol,
 		ExtraAPIServerFlags: append(audit, "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"),
 		Logger:              slog.New(slog.DiscardHandler)})
@@ -501,7 +497,7 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 			return row, fmt.Errorf("record %s's link loss: %w", m, err)
 		}
 	}
-	end := cutAt.Add(outageGrace + o.toleration + 15*time.Second + 30*time.Second)
+	end := cutAt.Add(so.grace + o.toleration + 15*time.Second + 30*time.Second)
 	killed := false
 	tick := time.NewTicker(time.Second)
 	so.progress.begin(fmt.Sprintf("outage %d: watching the cut", n))
