@@ -213,11 +213,15 @@ func (s *Service) ProtectedNode(n *corev1.Node) bool {
 // node that left the unit, or about a node that left it, stops counting at
 // once.
 func (s *Service) judge(n *corev1.Node, now time.Time) Judgement {
-	unit := n.Labels[s.cfg.UnitLabel]
+	return s.judgeIn(n.Name, n.Labels[s.cfg.UnitLabel], now)
+}
+
+// judgeIn is judge for the node name in unit ("" for none).
+func (s *Service) judgeIn(name, unit string, now time.Time) Judgement {
 	if unit == "" {
 		return Judgement{}
 	}
-	return s.tracker.Judge(n.Name, now, s.members(unit), func(v *atollv1.Vote) bool {
+	return s.tracker.Judge(name, now, s.members(unit), func(v *atollv1.Vote) bool {
 		return v.GetUnit() == unit && s.unitOf(v.GetVoter()) == unit
 	})
 }
@@ -226,15 +230,10 @@ func (s *Service) judge(n *corev1.Node, now time.Time) Judgement {
 func (s *Service) members(unit string) int { return s.sizes.of(unit) }
 
 // unitOf is the unit of the named node, "" when it is in none or unknown.
-func (s *Service) unitOf(node string) string {
-	// Judging reads the unit of every voter and member: from the cache's
-	// own object (read only), not a deep copy of it.
-	var n corev1.Node
-	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n, client.UnsafeDisableDeepCopy); err != nil {
-		return ""
-	}
-	return n.Labels[s.cfg.UnitLabel]
-}
+// Judging reads the unit of every voter and member: from the counts the
+// Node informer keeps (unitSizes), not a read of the cache (a fifth of
+// atoll-cloud's CPU at 10,000 nodes).
+func (s *Service) unitOf(node string) string { return s.sizes.unitOfNode(node) }
 
 // validVote checks what the tracker cannot: that the vote's TTL and its
 // own timestamp are within bounds, and that the voter is not the node
@@ -285,21 +284,13 @@ func (s *Service) held(unit string) bool {
 
 // Judge returns the cloud's reading of the votes about node that count.
 func (s *Service) Judge(node string) Judgement {
-	var n corev1.Node
-	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
-		return Judgement{}
-	}
-	return s.judge(&n, s.now())
+	return s.judgeIn(node, s.unitOf(node), s.now())
 }
 
 // Votes returns the fresh votes about node that count (those Judge
 // reads), sorted by voter: who voted, what, and when.
 func (s *Service) Votes(node string) []CastVote {
-	var n corev1.Node
-	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
-		return nil
-	}
-	unit := n.Labels[s.cfg.UnitLabel]
+	unit := s.unitOf(node)
 	if unit == "" {
 		return nil
 	}

@@ -34,10 +34,19 @@ func TestUnitSizes(t *testing.T) {
 	want("updated in place", map[string]int{"u1": 2})
 	h.OnUpdate(node("b", "u1"), node("b", "u2"))
 	want("moved", map[string]int{"u1": 1, "u2": 1})
+	if got := u.unitOfNode("b"); got != "u2" {
+		t.Errorf("moved: b is in %q, want u2", got)
+	}
+	if got := u.unitOfNode("nobody"); got != "" {
+		t.Errorf("an unknown node is in %q, want none", got)
+	}
 	h.OnUpdate(node("c", ""), node("c", "u2"))
 	want("labelled", map[string]int{"u2": 2})
 	h.OnUpdate(node("a", "u1"), node("a", ""))
 	want("unlabelled", map[string]int{"u1": 0, "u2": 2})
+	if got := u.unitOfNode("a"); got != "" {
+		t.Errorf("unlabelled: a is in %q, want none", got)
+	}
 	h.OnDelete(node("b", "u2"))
 	// A deletion the informer missed arrives as a tombstone, with the
 	// object as last seen.
