@@ -33,6 +33,10 @@ type Config struct {
 	MaxUnverified int
 	// Batch is how many views a catch-up asks for at a time.
 	Batch int
+	// LeafPoll is how often a feed looks for a reconnect of the leaf
+	// link and for views its subscription dropped: how late, at most,
+	// the catch-up after a leaf reconnect starts.
+	LeafPoll time.Duration
 }
 
 // DefaultCheckPeriod is 5 minutes: every agent pays it at the hub.
@@ -47,6 +51,7 @@ func DefaultConfig() Config {
 		Buffer:        8192,
 		MaxUnverified: 4096,
 		Batch:         256,
+		LeafPoll:      250 * time.Millisecond,
 	}
 }
 
@@ -65,6 +70,8 @@ func (c Config) Validate() error {
 		return errors.New("viewfeed: MaxUnverified must be positive")
 	case c.Batch < 1:
 		return errors.New("viewfeed: Batch must be positive")
+	case c.LeafPoll <= 0:
+		return errors.New("viewfeed: LeafPoll must be positive")
 	}
 	return nil
 }

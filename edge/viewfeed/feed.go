@@ -265,10 +265,6 @@ func (f *Feed) Ready() error {
 // CaughtUp is closed after the feed's first catch-up.
 func (f *Feed) CaughtUp() <-chan struct{} { return f.up }
 
-// leafPoll is how often the feed looks for a reconnect of the leaf link
-// and for views its subscription dropped.
-const leafPoll = 250 * time.Millisecond
-
 // requestTimeout bounds one request of a catch-up to the hub.
 const requestTimeout = 10 * time.Second
 
@@ -298,7 +294,7 @@ func (f *Feed) Run(ctx context.Context) error {
 
 	check := time.NewTicker(f.cfg.CheckPeriod)
 	defer check.Stop()
-	poll := time.NewTicker(leafPoll)
+	poll := time.NewTicker(f.cfg.LeafPoll)
 	defer poll.Stop()
 	leaf := f.node.HubLink().ID
 	var dropped int
@@ -466,7 +462,7 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func(leaf uint64) {
-		t := time.NewTicker(leafPoll)
+		t := time.NewTicker(f.cfg.LeafPoll)
 		defer t.Stop()
 		for {
 			select {

@@ -28,23 +28,24 @@ func NewFeeds(cfg Config, link Link, node Node, log *slog.Logger, m *Metrics) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Feeds{cfg: cfg, link: link, node: &sharedLeaf{n: node}, log: log, m: m}, nil
+	return &Feeds{cfg: cfg, link: link, node: &sharedLeaf{n: node, poll: cfg.LeafPoll}, log: log, m: m}, nil
 }
 
-// sharedLeaf asks the node for its leaf link at most once per leafPoll
+// sharedLeaf asks the node for its leaf link at most once per LeafPoll
 // for all the feeds of an agent (five): a node answers from its server's
 // leaf list, which it builds for every ask.
 type sharedLeaf struct {
-	n  Node
-	mu sync.Mutex
-	at time.Time
-	l  natsnode.HubLink
+	n    Node
+	poll time.Duration
+	mu   sync.Mutex
+	at   time.Time
+	l    natsnode.HubLink
 }
 
 func (s *sharedLeaf) HubLink() natsnode.HubLink {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now := time.Now(); now.Sub(s.at) >= leafPoll/2 {
+	if now := time.Now(); now.Sub(s.at) >= s.poll/2 {
 		s.at, s.l = now, s.n.HubLink()
 	}
 	return s.l
