@@ -202,8 +202,11 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		return reconcile.Result{RequeueAfter: catchUpRetry}, nil
 	}
 	name := req.Name
+	// Read only (the patcher writes from its own copy): every ballot
+	// enqueues the nodes it names, so this runs for each, and a deep copy
+	// of the Node was most of its cost.
 	var n corev1.Node
-	err := s.cache.Get(ctx, req.NamespacedName, &n)
+	err := s.cache.Get(ctx, req.NamespacedName, &n, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
 		s.tracker.Forget(name)
 		return reconcile.Result{}, nil
