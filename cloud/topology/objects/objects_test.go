@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
@@ -34,6 +36,20 @@ type fixture struct {
 	cluster *kubetest.Cluster
 	views   jetstream.Stream
 	pubs    []*Publisher
+	readers []*countingReader // each publisher's
+}
+
+// countingReader counts the Node lists a publisher makes.
+type countingReader struct {
+	client.Reader
+	nodeLists atomic.Int64
+}
+
+func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*corev1.NodeList); ok {
+		r.nodeLists.Add(1)
+	}
+	return r.Reader.List(ctx, list, opts...)
 }
 
 func start(t *testing.T, replicas int) *fixture {
@@ -79,7 +95,9 @@ func startWith(t *testing.T, replicas int, before func(*kubetest.Cluster, jetstr
 		}
 		cfg := DefaultConfig()
 		cfg.Debounce = 0
-		p, err := New(cfg, m.GetClient(), hublink.Of(nc, js), log.With("replica", i), nil)
+		reader := &countingReader{Reader: m.GetClient()}
+		f.readers = append(f.readers, reader)
+		p, err := New(cfg, reader, hublink.Of(nc, js), log.With("replica", i), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
