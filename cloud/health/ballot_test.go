@@ -237,3 +237,52 @@ func TestLeafLossSilentCut(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepAliveTouchesNothing: a ballot that repeats its voter's fresh
+// votes touches no node (no verdict can change: judging every node of a
+// large unit for each keep-alive was O(unit²) per ballot); a changed
+// verdict, a vote that had expired, a new node and a node left out are
+// touched, and Changing names the same nodes before the ballot is
+// recorded.
+func TestKeepAliveTouchesNothing(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ttl := 75 * time.Second
+	tr := NewTracker(30 * time.Second)
+	observeBallot(tr, ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "z": healthy}), now)
+
+	at := now.Add(30 * time.Second)
+	keep := ballot("a", at, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "z": healthy})
+	if got := tr.Changing("a", at, events.BallotVotes(keep)); got != nil {
+		t.Fatalf("Changing names %v for a keep-alive", got)
+	}
+	if got := observeBallot(tr, keep, at); len(got) != 0 {
+		t.Fatalf("a keep-alive touched %v", got)
+	}
+	if j := tr.Judge("x", at.Add(ttl), 4, nil); j.Votes() != 1 {
+		t.Fatalf("the keep-alive did not renew x's vote: %+v", j)
+	}
+
+	// y turns unhealthy, z is left out, w is new.
+	at = at.Add(30 * time.Second)
+	next := ballot("a", at, ttl, map[string]atollv1.Verdict{"x": healthy, "y": unhealthy, "w": healthy})
+	want := []string{"w", "y"}
+	changing := tr.Changing("a", at, events.BallotVotes(next))
+	slices.Sort(changing)
+	if !slices.Equal(changing, want) {
+		t.Fatalf("Changing = %v, want %v", changing, want)
+	}
+	got := observeBallot(tr, next, at)
+	slices.Sort(got)
+	if want := []string{"w", "y", "z"}; !slices.Equal(got, want) {
+		t.Fatalf("touched %v, want %v", got, want)
+	}
+
+	// A vote renewed after it expired counts again: touched.
+	late := at.Add(ttl + time.Second)
+	again := ballot("a", late, ttl, map[string]atollv1.Verdict{"x": healthy, "y": unhealthy, "w": healthy})
+	got = observeBallot(tr, again, late)
+	slices.Sort(got)
+	if want := []string{"w", "x", "y"}; !slices.Equal(got, want) {
+		t.Fatalf("renewing expired votes touched %v, want %v", got, want)
+	}
+}

@@ -387,14 +387,21 @@ func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
 // changed.
 func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, published time.Time) []string {
 	votes := events.BallotVotes(b)
+	if published.IsZero() {
+		published = time.Now()
+	}
+	// Only the nodes whose vote from this voter changes can change
+	// verdict (and those it stops naming, judged after only).
 	before := map[string]atollv1.Verdict{}
-	for _, v := range votes {
-		before[v.GetNode()] = s.Judge(v.GetNode()).Verdict
+	for _, node := range s.tracker.Changing(b.GetVoter(), published, votes) {
+		before[node] = s.Judge(node).Verdict
 	}
 	touched := s.tracker.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), votes)
 	// A ballot from a silent unit ends its hold: the state first, so the
 	// reconciles write the hold's end with the verdicts.
-	if unit := s.unitOf(b.GetVoter()); len(touched) > 0 && s.silentUnit(unit) {
+	// (Any ballot: one that repeats fresh votes touches no node, but it
+	// still proves the unit's link is back.)
+	if unit := s.unitOf(b.GetVoter()); s.silentUnit(unit) {
 		s.refreshUnit(ctx, unit)
 	}
 	var changed []string

@@ -76,7 +76,8 @@ func NewTracker(defaultTTL time.Duration) *Tracker {
 // ballot replaces the voter's whole previous ballot: a node it no longer
 // names loses the voter's vote. A ballot not newer than the voter's last
 // one recorded (a duplicate, or one delivered out of order) is ignored. It
-// returns the nodes whose vote from voter was set or dropped (nil: ignored).
+// returns the nodes whose vote from voter changed (Changing) or was
+// dropped; a ballot that only repeats fresh votes returns none.
 func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl time.Duration, votes []*atollv1.Vote) []string {
 	if published.IsZero() {
 		published = time.Now()
@@ -92,11 +93,14 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	}
 	named := make(map[string]bool, len(votes))
 	nodes := make([]string, 0, len(votes))
+	var touched []string
 	for _, v := range votes {
 		named[v.GetNode()] = true
 		nodes = append(nodes, v.GetNode())
+		if t.changes(voter, v, published) {
+			touched = append(touched, v.GetNode())
+		}
 	}
-	touched := append([]string(nil), nodes...)
 	for _, node := range prev.nodes {
 		if !named[node] {
 			t.drop(node, voter)
@@ -108,6 +112,32 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	}
 	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: nodes, ttl: ttl}
 	return touched
+}
+
+// Changing returns the nodes whose vote from voter the votes would
+// change (ObserveBallot's touched, but for the nodes the voter stops
+// naming): a new vote, another verdict or unit, or one that replaces an
+// expired vote. A keep-alive that repeats fresh votes changes no verdict,
+// and judging every node of a large unit before and after each ballot
+// was O(unit²) per ballot: at units of 180 the ballots fell behind by
+// more than their TTL.
+func (t *Tracker) Changing(voter string, published time.Time, votes []*atollv1.Vote) []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []string
+	for _, v := range votes {
+		if t.changes(voter, v, published) {
+			out = append(out, v.GetNode())
+		}
+	}
+	return out
+}
+
+// changes reports whether v changes what voter's vote about its node
+// counts for. The caller holds t.mu.
+func (t *Tracker) changes(voter string, v *atollv1.Vote, published time.Time) bool {
+	old, ok := t.byNode[v.GetNode()][voter]
+	return !ok || old.vote.GetVerdict() != v.GetVerdict() || old.vote.GetUnit() != v.GetUnit() || t.expired(old, published)
 }
 
 // LinkDown reports whether the hub reported voter's leaf link closed
