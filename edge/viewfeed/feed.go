@@ -109,14 +109,19 @@ type reader struct {
 	next    uint64 // the consumer sequence expected next
 	top     uint64 // the last stream sequence delivered
 	applied int
+	timeout time.Duration // bounds each fetch
 }
 
 // fetch pulls the next batch (its request bounded by cctx) and hands its
-// views to the handler (with the feed's ctx).
+// views to the handler (with the feed's ctx). The hub sends idle
+// heartbeats for the pull: a request or its deliveries lost on the way (a
+// unit's routes changing under the leaf that carries them) fail the fetch
+// after two missed heartbeats instead of at its deadline.
 func (r *reader) fetch(ctx, cctx context.Context, cons jetstream.Consumer) error {
-	fctx, cancel := context.WithTimeout(cctx, requestTimeout/2)
+	fctx, cancel := context.WithTimeout(cctx, r.timeout)
 	defer cancel()
-	batch, err := cons.Fetch(int(min(r.pending, uint64(r.f.cfg.Batch))), jetstream.FetchContext(fctx))
+	batch, err := cons.Fetch(int(min(r.pending, uint64(r.f.cfg.Batch))), jetstream.FetchContext(fctx),
+		jetstream.FetchHeartbeat(fetchHeartbeat))
 	if err != nil {
 		return err
 	}
@@ -265,8 +270,24 @@ func (f *Feed) Ready() error {
 // CaughtUp is closed after the feed's first catch-up.
 func (f *Feed) CaughtUp() <-chan struct{} { return f.up }
 
-// requestTimeout bounds one request of a catch-up to the hub.
-const requestTimeout = 10 * time.Second
+// requestTimeout bounds one request of a catch-up to the hub after
+// failures catch-ups in a row failed: 2 s, doubling with each failure up
+// to 10 s. A reply lost on the way costs the first bound, not the last (a
+// catch-up blocks the feed's views pushed meanwhile); a hub slow to answer
+// gets longer with every try.
+func requestTimeout(failures uint64) time.Duration {
+	d := 2 * time.Second
+	for range min(failures, 3) {
+		d *= 2
+	}
+	return min(d, 10*time.Second)
+}
+
+// fetchHeartbeat is the idle heartbeat a catch-up's fetch asks the hub
+// for: a lost pull fails after two missed ones. It stays below half of
+// the shortest fetch's expiry (requestTimeout(0), less the client's
+// margin), as the client requires.
+const fetchHeartbeat = 500 * time.Millisecond
 
 // lightTimeout bounds a light check's direct get: it falls back to a full
 // catch-up, so it need not wait for a slow answer.
@@ -311,7 +332,7 @@ func (f *Feed) Run(ctx context.Context) error {
 	behind := f.m.behind.WithLabelValues(f.o.Name)
 	for {
 		if due != "" && retry == nil {
-			if err := f.catchUp(ctx, due); err != nil {
+			if err := f.catchUp(ctx, due, failures); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -354,8 +375,10 @@ func (f *Feed) Run(ctx context.Context) error {
 				if now != 0 {
 					// Whatever was republished while the link was down
 					// went into the void: read it from the stream.
+					// A new link: the failures over the old one say
+					// nothing about it.
 					f.log.Info("leaf link to the hub is back; catching up")
-					due, dueSince, retry = ReasonReconnect, time.Now(), nil
+					due, dueSince, retry, failures = ReasonReconnect, time.Now(), nil, 0
 				}
 			}
 			if n, err := sub.Dropped(); err == nil && n > dropped {
@@ -451,7 +474,7 @@ var errLeafChanged = errors.New("the leaf link to the hub changed")
 // catchUp reads the space from the verified cursor on with a short-lived
 // consumer until nothing is pending, then moves the verified cursor to
 // the stream's last sequence when it started.
-func (f *Feed) catchUp(ctx context.Context, reason string) error {
+func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) error {
 	js := f.link.JetStream()
 	if js == nil {
 		return errors.New("no hub link")
@@ -492,7 +515,8 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 			return nil
 		}
 	}
-	rctx, rcancel := context.WithTimeout(cctx, requestTimeout)
+	timeout := requestTimeout(failures)
+	rctx, rcancel := context.WithTimeout(cctx, timeout)
 	str, err := js.Stream(rctx, events.StreamViews)
 	rcancel()
 	if err != nil {
@@ -514,7 +538,7 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 		// at or below the verified cursor, nothing was stored there
 		// since, and no consumer is needed. The cursor stays where it
 		// is: a replica may answer a direct get slightly behind.
-		rctx, rcancel = context.WithTimeout(cctx, requestTimeout)
+		rctx, rcancel = context.WithTimeout(cctx, timeout)
 		last, err := str.GetLastMsgForSubject(rctx, f.o.Filter)
 		rcancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && last.Sequence <= f.verified) {
@@ -535,13 +559,13 @@ func (f *Feed) catchUp(ctx context.Context, reason string) error {
 	if f.verified > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.verified+1
 	}
-	rctx, rcancel = context.WithTimeout(cctx, requestTimeout)
+	rctx, rcancel = context.WithTimeout(cctx, timeout)
 	cons, err := js.CreateConsumer(rctx, events.StreamViews, cfg)
 	rcancel()
 	if err != nil {
 		return fmt.Errorf("catch-up consumer on %s: %w", f.o.Filter, errors.Join(err, context.Cause(cctx)))
 	}
-	r := reader{f: f, pending: cons.CachedInfo().NumPending, next: 1}
+	r := reader{f: f, pending: cons.CachedInfo().NumPending, next: 1, timeout: timeout}
 	for r.pending > 0 {
 		if err := r.fetch(ctx, cctx, cons); err != nil {
 			return fmt.Errorf("catch-up on %s: %w", f.o.Filter, errors.Join(err, context.Cause(cctx)))
