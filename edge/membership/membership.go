@@ -234,7 +234,7 @@ func (m *Membership) prefetchView(ctx context.Context, unit string) {
 	if err != nil {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, prefetchTimeout)
 	defer cancel()
 	v := &atollv1.UnitView{}
 	seq, err := m.last(pctx, subj, v)
@@ -252,6 +252,13 @@ func (m *Membership) prefetchView(ctx context.Context, unit string) {
 	m.log.Info("unit view received", "unit", v.GetUnit(), "members", len(v.GetMembers()), "fingerprint", v.GetFingerprint(), "from", "stream")
 	m.save("unitview.pb", v)
 }
+
+// prefetchTimeout bounds the read of a unit's view before joining it. The
+// read only saves the feed's first catch-up: a hub answers it in
+// milliseconds, and a request lost with a leaf link that restarts under
+// it (a site's own agent joining a unit renames the cluster) would hold
+// the assignment's feed, and the view, for as long as this waits.
+const prefetchTimeout = 500 * time.Millisecond
 
 // followUnit follows the view of unit in the background.
 func (m *Membership) followUnit(ctx context.Context, unit string) {
