@@ -117,15 +117,21 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 }
 
 // consumeBallots is consumeVotes for ballots: it records each ballot and
-// enqueues the nodes it names. It runs on the leader only.
+// enqueues the nodes whose verdict it changed. It runs on the leader only,
+// beside the leader's ballot follower: whichever of the two records a
+// ballot first enqueues what it changed, and the other finds nothing left
+// to change. Nothing is lost to a new leader: its controller reconciles
+// every Node when it starts. (Enqueueing every entry of every ballot was
+// 179 workqueue sends per keep-alive in units of 180 nodes: at 10,000
+// nodes they saturated the reconciler's channel, the follower blocked
+// behind it, and every vote expired before it was recorded.)
 func (s *Service) consumeBallots(ctx context.Context) error {
 	err := events.Consume(ctx, s.bus.JetStream(), events.BallotConsumer, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
 			return events.Reject(err)
 		}
-		s.observeBallot(ctx, ev.Msg, ev.Published)
-		for _, e := range ev.Msg.GetEntries() {
-			s.enqueue(ctx, e.GetNode())
+		for _, n := range s.observeBallot(ctx, ev.Msg, ev.Published) {
+			s.enqueue(ctx, n)
 		}
 		return nil
 	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
