@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -284,5 +286,64 @@ func TestKeepAliveTouchesNothing(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"w", "x", "y"}; !slices.Equal(got, want) {
 		t.Fatalf("renewing expired votes touched %v, want %v", got, want)
+	}
+}
+
+// TestBallotsAlreadyRecordedOrExpired: a ballot already recorded (the
+// leader's follower and its shared consumer both deliver each one) is
+// neither recorded again nor judged; one whose TTL passed before it was
+// handled (a consumer far behind) is recorded, so the voter's order
+// holds, but changes no verdict and is counted, however many nodes it
+// names; a fresh one after it counts at once.
+func TestBallotsAlreadyRecordedOrExpired(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ttl := 75 * time.Second
+	s := &Service{
+		tracker: NewTracker(30 * time.Second),
+		now:     func() time.Time { return now },
+		units:   map[string]unitStatus{},
+		sizes:   newUnitSizes("atoll.io/unit"),
+		metrics: newMetrics(prometheus.NewRegistry()),
+	}
+	for _, n := range []string{"a", "b", "x", "y"} {
+		s.sizes.set(n, "u1")
+	}
+	verdicts := map[string]atollv1.Verdict{"x": healthy, "y": healthy}
+
+	// Stored 80 s ago: its TTL passed before it was handled.
+	late := ballot("a", now.Add(-80*time.Second), ttl, verdicts)
+	if got := s.observeBallot(t.Context(), late, now.Add(-80*time.Second)); got != nil {
+		t.Fatalf("a ballot expired on arrival changed %v", got)
+	}
+	if got := testutil.ToFloat64(s.metrics.lateBallots); got != 1 {
+		t.Fatalf("expired ballots counted %v, want 1", got)
+	}
+	if j := s.Judge("x"); j.Votes() != 0 {
+		t.Fatalf("an expired ballot counts: %+v", j)
+	}
+	if s.tracker.LastBallot("a").IsZero() {
+		t.Fatal("the expired ballot was not recorded")
+	}
+
+	// b's fresh ballot is one vote of the two x and y need; a's makes it.
+	s.observeBallot(t.Context(), ballot("b", now.Add(-time.Second), ttl, verdicts), now.Add(-time.Second))
+	fresh := ballot("a", now.Add(-time.Second), ttl, verdicts)
+	got := s.observeBallot(t.Context(), fresh, now.Add(-time.Second))
+	slices.Sort(got)
+	if want := []string{"x", "y"}; !slices.Equal(got, want) {
+		t.Fatalf("a fresh ballot changed %v, want %v", got, want)
+	}
+	// The same ballot again, and an older one delivered late: nothing.
+	if got := s.observeBallot(t.Context(), fresh, now.Add(-time.Second)); got != nil {
+		t.Fatalf("a ballot delivered twice changed %v", got)
+	}
+	if got := s.observeBallot(t.Context(), ballot("a", now.Add(-2*time.Second), ttl, map[string]atollv1.Verdict{"x": unhealthy}), now); got != nil {
+		t.Fatalf("an older ballot changed %v", got)
+	}
+	if j := s.Judge("x"); j.Verdict != healthy {
+		t.Fatalf("x = %+v after the duplicate and the older ballot, want healthy", j)
+	}
+	if got := testutil.ToFloat64(s.metrics.lateBallots); got != 1 {
+		t.Fatalf("expired ballots counted %v, want still 1", got)
 	}
 }

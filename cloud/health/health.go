@@ -386,9 +386,28 @@ func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
 // observeBallot records a ballot; it returns the nodes whose verdict
 // changed.
 func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, published time.Time) []string {
-	votes := events.BallotVotes(b)
 	if published.IsZero() {
 		published = time.Now()
+	}
+	made, ttl := b.GetTime().AsTime(), b.GetTtl().AsDuration()
+	// Recorded already (the leader's follower and shared consumer both
+	// deliver every ballot), older than the one recorded, or sent before
+	// its voter's link closed: nothing to record, nothing to judge.
+	if !s.tracker.Newer(b.GetVoter(), made, published) {
+		return nil
+	}
+	votes := events.BallotVotes(b)
+	// A ballot whose TTL passed before it was handled (a consumer behind
+	// by more than the TTL) changes no verdict: its votes count for
+	// nothing, and so do the voter's older ones it replaces. It is
+	// recorded without judging: judging a large unit's nodes before and
+	// after each such ballot is O(unit²), and kept a consumer that fell
+	// that far behind from ever catching up (at 10,000 nodes in units of
+	// 180, every vote expired before it was recorded).
+	if ttl > 0 && !published.Add(ttl).After(s.now()) {
+		s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)
+		s.metrics.lateBallots.Inc()
+		return nil
 	}
 	// Only the nodes whose vote from this voter changes can change
 	// verdict (and those it stops naming, judged after only).
@@ -396,7 +415,7 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	for _, node := range s.tracker.Changing(b.GetVoter(), published, votes) {
 		before[node] = s.Judge(node).Verdict
 	}
-	touched := s.tracker.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), votes)
+	touched := s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)
 	// A ballot from a silent unit ends its hold: the state first, so the
 	// reconciles write the hold's end with the verdicts.
 	// (Any ballot: one that repeats fresh votes touches no node, but it

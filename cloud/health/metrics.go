@@ -9,6 +9,8 @@ type metrics struct {
 	deferred  prometheus.Counter
 	votes     prometheus.Gauge
 	linksLost prometheus.Counter
+	// lateBallots counts ballots whose TTL had passed when handled.
+	lateBallots prometheus.Counter
 	// linksMoved counts leaf connections closed by a hub server's
 	// shutdown, which cut nothing.
 	linksMoved prometheus.Counter
@@ -32,6 +34,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "health", Name: "reconciles_deferred_total",
 			Help: "Reconciles put off because this replica's vote state had not caught up with the stream.",
 		}),
+		lateBallots: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "ballots_expired_on_arrival_total",
+			Help: "Ballots whose TTL had passed when they were handled (a consumer behind by more than the TTL): recorded, counted for no verdict.",
+		}),
 		votes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "tracked_votes",
 			Help: "Votes this replica keeps (expired ones are dropped at each resync).",
@@ -46,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes, m.linksLost, m.linksMoved)
+		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes, m.linksLost, m.linksMoved, m.lateBallots)
 	}
 	return m
 }

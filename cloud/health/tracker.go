@@ -114,6 +114,21 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	return touched
 }
 
+// Newer reports whether a ballot from voter made at made would be
+// recorded: no ballot of the voter made at or after it is, and the hub
+// has not reported the voter's link closed after publishing it.
+func (t *Tracker) Newer(voter string, made, published time.Time) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if prev, had := t.ballots[voter]; had && !made.After(prev.made) {
+		return false
+	}
+	if cut, ok := t.cuts[voter]; ok && !published.After(cut) {
+		return false
+	}
+	return true
+}
+
 // Changing returns the nodes whose vote from voter the votes would
 // change (ObserveBallot's touched, but for the nodes the voter stops
 // naming): a new vote, another verdict or unit, or one that replaces an
