@@ -192,9 +192,10 @@ func (s *Service) publishNodes(ctx context.Context, dirty map[string]bool) error
 			errs = append(errs, err)
 		}
 	}
+	secrets := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(unitOf)) {
 		unit := unitOf[name]
-		s.publishAssignment(ctx, name, unit, names[unit], now, fail)
+		s.publishAssignment(ctx, name, unit, names[unit], secrets, now, fail)
 	}
 	return errors.Join(errs...)
 }

@@ -457,8 +457,9 @@ func (s *Service) publish(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	secrets := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(assignments)) {
-		s.publishAssignment(ctx, name, assignments[name], names[assignments[name]], now, fail)
+		s.publishAssignment(ctx, name, assignments[name], names[assignments[name]], secrets, now, fail)
 	}
 	return errors.Join(errs...)
 }
@@ -513,13 +514,22 @@ func (s *Service) publishUnit(ctx context.Context, unit string, ms []*atollv1.Un
 
 // publishAssignment publishes node name's assignment to unit ("" for
 // none), whose members are names (sorted), with the unit's route secret.
-func (s *Service) publishAssignment(ctx context.Context, name, unit string, names []string, now time.Time, fail func(reason, what string, err error)) {
+// secrets holds the secrets read so far in the pass, by unit: every
+// member's assignment carries its unit's, and reading it per member
+// compared the unit's member lists once per member (O(unit² log unit) a
+// pass; 16 % of atoll-cloud's CPU while 10,000 nodes joined units of
+// 180).
+func (s *Service) publishAssignment(ctx context.Context, name, unit string, names []string, secrets map[string]string, now time.Time, fail func(reason, what string, err error)) {
 	a := &atollv1.NodeAssignment{Node: name, Unit: unit}
 	if a.Unit != "" {
-		pw, err := s.secret(ctx, a.Unit, names)
-		if err != nil {
-			fail(reasonSecret, "assignment of "+name, err)
-			return
+		pw, ok := secrets[a.Unit]
+		if !ok {
+			var err error
+			if pw, err = s.secret(ctx, a.Unit, names); err != nil {
+				fail(reasonSecret, "assignment of "+name, err)
+				return
+			}
+			secrets[a.Unit] = pw
 		}
 		a.RouteUser, a.RoutePassword = routeUser(a.Unit), pw
 	}
