@@ -346,4 +346,16 @@ func TestBallotsAlreadyRecordedOrExpired(t *testing.T) {
 	if got := testutil.ToFloat64(s.metrics.lateBallots); got != 1 {
 		t.Fatalf("expired ballots counted %v, want still 1", got)
 	}
+
+	// A first ballot naming more nodes than maxJudged: all of them go to
+	// the reconciles, unjudged.
+	many := map[string]atollv1.Verdict{}
+	for i := range maxJudged + 2 {
+		n := fmt.Sprintf("m%02d", i)
+		s.sizes.set(n, "u1")
+		many[n] = healthy
+	}
+	if got := s.observeBallot(t.Context(), ballot("b", now, ttl, many), now); len(got) != maxJudged+2+2 {
+		t.Fatalf("a ballot changing %d votes returned %d nodes, want every node it names and the 2 it drops", maxJudged+2, len(got))
+	}
 }

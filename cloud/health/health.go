@@ -383,8 +383,13 @@ func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
 	return s.validVote(&atollv1.Vote{Voter: b.GetVoter(), Time: b.GetTime(), Ttl: b.GetTtl()}, published)
 }
 
+// maxJudged is how many nodes whose vote a ballot changes observeBallot
+// judges before and after to tell which verdicts changed; a ballot that
+// changes more returns them all, for the reconciles to judge.
+const maxJudged = 8
+
 // observeBallot records a ballot; it returns the nodes whose verdict
-// changed.
+// changed (or may have: see maxJudged).
 func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, published time.Time) []string {
 	if published.IsZero() {
 		published = time.Now()
@@ -411,8 +416,21 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	}
 	// Only the nodes whose vote from this voter changes can change
 	// verdict (and those it stops naming, judged after only).
+	changing := s.tracker.Changing(b.GetVoter(), published, votes)
+	if len(changing) > maxJudged {
+		// A voter's first ballot, or its first after its votes expired:
+		// every node it names is touched. The reconciles judge them,
+		// once each however many ballots of the unit name them, and
+		// write only what changed; judging them all here, before and
+		// after, was O(unit²) per ballot.
+		touched := s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)
+		if unit := s.unitOf(b.GetVoter()); s.silentUnit(unit) {
+			s.refreshUnit(ctx, unit)
+		}
+		return touched
+	}
 	before := map[string]atollv1.Verdict{}
-	for _, node := range s.tracker.Changing(b.GetVoter(), published, votes) {
+	for _, node := range changing {
 		before[node] = s.Judge(node).Verdict
 	}
 	touched := s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -189,4 +191,25 @@ func TestTopologyReportRecomputesItsUnitOnly(t *testing.T) {
 		}
 		return fmt.Errorf("u1 does not carry n1-1's route URL")
 	})
+
+	// The same report again (an agent reports every 30 s), with other
+	// fingerprints and time: no pass at all.
+	passes := testutil.ToFloat64(s.metrics.incremental)
+	s.observe(&atollv1.TopologyUpdate{Node: "n1-1", Unit: "u1", RouteUrl: "nats-route://10.0.1.2:6222",
+		AssignmentFingerprint: "x", Time: timestamppb.Now()}, time.Now())
+	if err := s.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(s.metrics.incremental) - passes; got != 0 {
+		t.Errorf("a repeated report ran %v passes, want 0", got)
+	}
+	// Another label: a pass.
+	s.observe(&atollv1.TopologyUpdate{Node: "n1-1", Unit: "u1", RouteUrl: "nats-route://10.0.1.2:6222",
+		Labels: map[string]string{"zone": "b"}}, time.Now())
+	if err := s.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(s.metrics.incremental) - passes; got != 1 {
+		t.Errorf("a report with new labels ran %v passes, want 1", got)
+	}
 }

@@ -264,10 +264,28 @@ func (s *Service) observe(u *atollv1.TopologyUpdate, published time.Time) {
 		seen = time.Now()
 	}
 	s.mu.Lock()
+	prev, had := s.nodes[u.GetNode()]
 	s.nodes[u.GetNode()] = node{report: u, seen: seen}
-	s.dirty[u.GetNode()] = true
+	// A report that repeats what the views take from it (each agent
+	// reports every 30 s) marks nothing: a pass for it rebuilt its unit's
+	// view and every member's assignment to store nothing, O(unit) per
+	// report.
+	dirty := !had || !sameMembership(prev.report, u)
+	if dirty {
+		s.dirty[u.GetNode()] = true
+	}
 	s.mu.Unlock()
-	s.poke()
+	if dirty {
+		s.poke()
+	}
+}
+
+// sameMembership reports whether two reports of a node say the same of
+// what the views take from a report: its unit, InternalIP, labels and
+// route URL.
+func sameMembership(a, b *atollv1.TopologyUpdate) bool {
+	return a.GetUnit() == b.GetUnit() && a.GetRouteUrl() == b.GetRouteUrl() &&
+		internalIP(a) == internalIP(b) && maps.Equal(a.GetLabels(), b.GetLabels())
 }
 
 // member is one node as the membership source sees it.
