@@ -417,21 +417,17 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	// Only the nodes whose vote from this voter changes can change
 	// verdict (and those it stops naming, judged after only).
 	changing := s.tracker.Changing(b.GetVoter(), published, votes)
-	if len(changing) > maxJudged {
-		// A voter's first ballot, or its first after its votes expired:
-		// every node it names is touched. The reconciles judge them,
-		// once each however many ballots of the unit name them, and
-		// write only what changed; judging them all here, before and
-		// after, was O(unit²) per ballot.
-		touched := s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)
-		if unit := s.unitOf(b.GetVoter()); s.silentUnit(unit) {
-			s.refreshUnit(ctx, unit)
-		}
-		return touched
-	}
+	// A voter's first ballot, or its first after its votes expired,
+	// changes every vote it carries: its nodes go to the reconciles
+	// unjudged, which judge each once however many ballots of the unit
+	// name it, and write only what changed (judging them all here,
+	// before and after, was O(unit²) per ballot).
+	judge := len(changing) <= maxJudged
 	before := map[string]atollv1.Verdict{}
-	for _, node := range changing {
-		before[node] = s.Judge(node).Verdict
+	if judge {
+		for _, node := range changing {
+			before[node] = s.Judge(node).Verdict
+		}
 	}
 	touched := s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)
 	// A ballot from a silent unit ends its hold: the state first, so the
@@ -440,6 +436,9 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	// still proves the unit's link is back.)
 	if unit := s.unitOf(b.GetVoter()); s.silentUnit(unit) {
 		s.refreshUnit(ctx, unit)
+	}
+	if !judge {
+		return touched
 	}
 	var changed []string
 	for _, node := range touched {

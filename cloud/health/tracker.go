@@ -84,13 +84,10 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	prev, had := t.ballots[voter]
-	if had && !made.After(prev.made) {
+	if !t.newer(voter, made, published) {
 		return nil
 	}
-	if cut, ok := t.cuts[voter]; ok && !published.After(cut) {
-		return nil
-	}
+	prev := t.ballots[voter]
 	named := make(map[string]bool, len(votes))
 	nodes := make([]string, 0, len(votes))
 	var touched []string
@@ -120,6 +117,11 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 func (t *Tracker) Newer(voter string, made, published time.Time) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	return t.newer(voter, made, published)
+}
+
+// newer is Newer for a caller holding t.mu.
+func (t *Tracker) newer(voter string, made, published time.Time) bool {
 	if prev, had := t.ballots[voter]; had && !made.After(prev.made) {
 		return false
 	}
