@@ -620,12 +620,13 @@ const convergeBound = 2 * time.Second
 
 // convergeSeed is ATOLL_CONVERGE_SEED when set (to replay a failed run),
 // otherwise a new one.
-func convergeSeed() uint64 {
+func convergeSeed(tb testing.TB) uint64 {
 	if v := os.Getenv("ATOLL_CONVERGE_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
-		if err == nil {
-			return n
+		if err != nil {
+			tb.Fatalf("ATOLL_CONVERGE_SEED=%q: want the unsigned seed a run printed", v)
 		}
+		return n
 	}
 	return uint64(time.Now().UnixNano())
 }
@@ -638,7 +639,7 @@ func TestViewsConverge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress: 200 agents")
 	}
-	seed := convergeSeed()
+	seed := convergeSeed(t)
 	res := runConverge(t, stressOptions(seed))
 	t.Logf("seed %d: worst %v (%s), %v catch-ups from the stream, run took %v", seed, res.worst, res.worstAgent, res.catchups, res.took)
 	if res.worst > convergeBound {
@@ -650,7 +651,7 @@ func TestViewsConverge(t *testing.T) {
 // seconds (their assignments and both units' views go A → B → A): the
 // stored views and every agent's views end correct, within 2 s.
 func TestRelabelOutAndBack(t *testing.T) {
-	seed := convergeSeed()
+	seed := convergeSeed(t)
 	res := runConverge(t, convergeOptions{agents: 16, sites: 4, unitSize: 4, cloudAfter: 0, relabels: 8,
 		seed: seed, checkPeriod: stressCheck})
 	t.Logf("seed %d: worst %v (%s), %v catch-ups from the stream", seed, res.worst, res.worstAgent, res.catchups)
