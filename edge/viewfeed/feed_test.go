@@ -2,6 +2,7 @@ package viewfeed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -875,5 +876,65 @@ func TestRebuiltHeard(t *testing.T) {
 	})
 	if n := catchups(m, "t", ReasonRebuilt); n != 1 {
 		t.Errorf("%d catch-ups for a rebuilt stream, want 1", n)
+	}
+}
+
+// TestLostPullFailsByHeartbeat: a catch-up's pull whose leaf link drops
+// under it, unnoticed by the feed (a unit's routes changing while the
+// agent's own connection stays up), fails by the hub's missed idle
+// heartbeats rather than waiting for its deadline: the views pushed
+// meanwhile queue behind the catch-up.
+func TestLostPullFailsByHeartbeat(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	f, err := New(testConfig(), e.link, e.leaf, newHandler().options("t"), natstest.Logger(t, -4), NewMetrics(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	cons, err := e.link.JetStream().CreateConsumer(ctx, events.StreamViews, jetstream.ConsumerConfig{
+		FilterSubject: "atoll.view." + unit + ".>", AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := cons.CachedInfo().Name
+	// A reader expecting one view more than the space holds: its second
+	// pull waits at the hub, kept alive by heartbeats. Its deadline (9 s)
+	// is below the 10 s from which the client asks for heartbeats of its
+	// own: only the feed's ask can end the pull before the deadline.
+	r := reader{f: f, pending: 1, next: 1, timeout: 9 * time.Second}
+	if err := r.fetch(ctx, ctx, cons); err != nil {
+		t.Fatalf("first fetch: %v", err)
+	}
+	r.pending = 1
+	done := make(chan error, 1)
+	go func() { done <- r.fetch(ctx, ctx, cons) }()
+	poll.Eventually(t, 10*time.Second, func() error {
+		c, err := e.cloud.Consumer(ctx, events.StreamViews, name)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumWaiting == 0 {
+			return fmt.Errorf("no pull waiting on %s", name)
+		}
+		return nil
+	})
+	e.leaf.Freeze()
+	if err := e.node.SetLeafEnabled(false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			t.Fatalf("lost pull ended with %v, want %v", err, jetstream.ErrNoHeartbeat)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the lost pull did not fail")
 	}
 }
