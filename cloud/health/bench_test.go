@@ -2,8 +2,11 @@ package health
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -59,5 +62,51 @@ func BenchmarkTrackerEvent(b *testing.B) {
 				observeBallot(tr, ballotOf(60, 4, at), at)
 			}
 		})
+	}
+}
+
+// BenchmarkTrackerMemory measures what the vote state holds at 10,000
+// nodes in units of 180 (55 units, 9,900 nodes, each voting on its unit's
+// other members: 1.77 million votes), the ballots decoded from the wire
+// as the consumers do: heap bytes and heap objects per vote after a
+// collection. Run on a quiet machine:
+//
+//	go test -run '^$' -bench BenchmarkTrackerMemory -benchtime 1x -count 3 ./cloud/health/
+func BenchmarkTrackerMemory(b *testing.B) {
+	const units, size = 55, 180
+	at := time.Unix(100000, 0)
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tr := NewTracker(30 * time.Second)
+		for u := range units {
+			for v := range size {
+				verdicts := make(map[string]atollv1.Verdict, size-1)
+				for i := range size {
+					if i != v {
+						verdicts[fmt.Sprintf("n%d-%d", u, i)] = healthy
+					}
+				}
+				sent := ballot(fmt.Sprintf("n%d-%d", u, v), at, 75*time.Second, verdicts)
+				sent.Unit = fmt.Sprintf("u%d", u)
+				wire, err := proto.Marshal(sent)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var got atollv1.Ballot
+				if err := proto.Unmarshal(wire, &got); err != nil {
+					b.Fatal(err)
+				}
+				observeBallot(tr, &got, at)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		_, votes := tr.Size()
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(votes), "B/vote")
+		b.ReportMetric(float64(int64(after.HeapObjects)-int64(before.HeapObjects))/float64(votes), "objects/vote")
+		b.ReportMetric(float64(votes), "votes")
+		runtime.KeepAlive(tr)
 	}
 }

@@ -24,7 +24,7 @@ func TestTrackerVotes(t *testing.T) {
 	tr.Observe(vote("n", "n", atollv1.Verdict_VERDICT_HEALTHY, t0, 30*time.Second), t0)  // its own
 	tr.Observe(vote("old", "n", atollv1.Verdict_VERDICT_HEALTHY, t0, 5*time.Second), t0) // expired at t0+10s
 	tr.Observe(vote("x", "n", atollv1.Verdict_VERDICT_HEALTHY, t0, 30*time.Second), t0)  // rejected by counts
-	counts := func(v *atollv1.Vote) bool { return v.GetVoter() != "x" }
+	counts := func(voter, _ string) bool { return voter != "x" }
 
 	got := tr.Votes("n", t0.Add(10*time.Second), counts)
 	want := []CastVote{

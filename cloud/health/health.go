@@ -221,9 +221,13 @@ func (s *Service) judgeIn(name, unit string, now time.Time) Judgement {
 	if unit == "" {
 		return Judgement{}
 	}
-	return s.tracker.Judge(name, now, s.members(unit), func(v *atollv1.Vote) bool {
-		return v.GetUnit() == unit && s.unitOf(v.GetVoter()) == unit
-	})
+	return s.tracker.Judge(name, now, s.members(unit), s.countsIn(unit))
+}
+
+// countsIn accepts the votes that count in unit: cast for it, by a node
+// that is a member of it now.
+func (s *Service) countsIn(unit string) func(voter, voteUnit string) bool {
+	return func(voter, voteUnit string) bool { return voteUnit == unit && s.unitOf(voter) == unit }
 }
 
 // members is the number of Nodes labelled as members of unit.
@@ -294,9 +298,7 @@ func (s *Service) Votes(node string) []CastVote {
 	if unit == "" {
 		return nil
 	}
-	return s.tracker.Votes(node, s.now(), func(v *atollv1.Vote) bool {
-		return v.GetUnit() == unit && s.unitOf(v.GetVoter()) == unit
-	})
+	return s.tracker.Votes(node, s.now(), s.countsIn(unit))
 }
 
 // LinkDown reports whether the hub reported node's leaf link closed
