@@ -6,9 +6,11 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -357,5 +359,45 @@ func TestBallotsAlreadyRecordedOrExpired(t *testing.T) {
 	}
 	if got := s.observeBallot(t.Context(), ballot("b", now, ttl, many), now); len(got) != maxJudged+2+2 {
 		t.Fatalf("a ballot changing %d votes returned %d nodes, want every node it names and the 2 it drops", maxJudged+2, len(got))
+	}
+}
+
+// TestTrackerNames: the tracker keeps one copy of each name however many
+// ballots name it, and forgets the names once their votes have expired.
+func TestTrackerNames(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ttl := 75 * time.Second
+	tr := NewTracker(30 * time.Second)
+	for i := range 3 {
+		at := now.Add(time.Duration(i) * time.Second)
+		// Each decoded ballot brings its own copies of the names.
+		for _, b := range []*atollv1.Ballot{
+			ballot("node-a", at, ttl, map[string]atollv1.Verdict{"node-x": healthy, "node-y": healthy}),
+			ballot("node-b", at, ttl, map[string]atollv1.Verdict{"node-x": healthy, "node-a": healthy}),
+		} {
+			wire, err := proto.Marshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got atollv1.Ballot
+			if err := proto.Unmarshal(wire, &got); err != nil {
+				t.Fatal(err)
+			}
+			observeBallot(tr, &got, at)
+		}
+	}
+	x := func(voter string) *byte {
+		nodes := tr.ballots[voter].nodes
+		return unsafe.StringData(nodes[slices.Index(nodes, "node-x")])
+	}
+	if n := len(tr.names); n != 5 { // node-a, -b, -x, -y, u1
+		t.Errorf("%d names kept, want 5 (four nodes and the unit)", n)
+	}
+	if x("node-a") != x("node-b") {
+		t.Error("two ballots naming the same node keep two copies of its name")
+	}
+	tr.Prune(now.Add(10 * time.Minute))
+	if n := len(tr.names); n != 0 {
+		t.Errorf("%d names kept after every vote expired, want 0", n)
 	}
 }

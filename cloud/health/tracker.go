@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unique"
 
 	"github.com/atoll-edge/atoll/internal/quorum"
 
@@ -59,16 +58,24 @@ func (t *Tracker) record(v *atollv1.Vote, published time.Time) entry {
 		ttl = t.defaultTTL
 	}
 	return entry{
-		unit: intern(v.GetUnit()), verdict: v.GetVerdict(),
+		unit: t.intern(v.GetUnit()), verdict: v.GetVerdict(),
 		normal: v.GetNormal(), abnormal: v.GetAbnormal(), checkers: v.GetCheckers(),
 		made: v.GetTime().AsTime(), since: v.GetSince().AsTime(),
 		published: published, ttl: ttl,
 	}
 }
 
-// intern returns the canonical copy of a name, so the tracker keeps one
-// string per name, not one per decoded message.
-func intern(s string) string { return unique.Make(s).Value() }
+// intern returns the tracker's copy of a node or unit name, so it keeps
+// one string per name, not one per decoded message; Prune drops the names
+// nothing uses any more. The caller holds t.mu.
+func (t *Tracker) intern(s string) string {
+	if c, ok := t.names[s]; ok {
+		return c
+	}
+	s = strings.Clone(s)
+	t.names[s] = s
+	return s
+}
 
 // Tracker keeps the latest vote of every voter about every node and judges
 // them. Votes expire by the hub's clock (the time JetStream stored them)
@@ -90,6 +97,9 @@ type Tracker struct {
 	// closed; what the voter had stored by then never counts, even when
 	// delivered after the cut (a replica catching up on the stream).
 	cuts map[string]time.Time
+	// names holds one copy of each node and unit name the votes use
+	// (intern).
+	names map[string]string
 }
 
 type ballotRecord struct {
@@ -101,7 +111,7 @@ type ballotRecord struct {
 
 // NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
 func NewTracker(defaultTTL time.Duration) *Tracker {
-	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}}
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}, names: map[string]string{}}
 }
 
 // ObserveBallot records the votes of one ballot of voter (events.BallotVotes),
@@ -126,7 +136,7 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	var touched []string
 	for _, v := range votes {
 		named[v.GetNode()] = true
-		nodes = append(nodes, v.GetNode())
+		nodes = append(nodes, t.intern(v.GetNode()))
 		if t.changes(voter, v, published) {
 			touched = append(touched, v.GetNode())
 		}
@@ -219,7 +229,7 @@ func (t *Tracker) LastBallot(voter string) time.Time {
 
 // set records voter's vote about node; callers hold mu.
 func (t *Tracker) set(node, voter string, e entry) {
-	node, voter = intern(node), intern(voter)
+	node, voter = t.intern(node), t.intern(voter)
 	voters := t.byNode[node]
 	if voters == nil {
 		voters = map[string]entry{}
@@ -350,11 +360,14 @@ func (t *Tracker) Prune(now time.Time) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
+	units := map[string]bool{}
 	for target, voters := range t.byNode {
 		for voter, e := range voters {
 			if e.expired(now) {
 				t.drop(target, voter)
 				n++
+			} else {
+				units[e.unit] = true
 			}
 		}
 	}
@@ -371,6 +384,14 @@ func (t *Tracker) Prune(now time.Time) int {
 	for voter, at := range t.cuts {
 		if now.After(at.Add(maxCutAge)) {
 			delete(t.cuts, voter)
+		}
+	}
+	for name := range t.names {
+		_, node := t.byNode[name]
+		_, voter := t.byVoter[name]
+		_, ballot := t.ballots[name]
+		if !node && !voter && !ballot && !units[name] {
+			delete(t.names, name)
 		}
 	}
 	return n
