@@ -91,9 +91,11 @@ func runOutage(ctx context.Context, out io.Writer, so scaleOptions, o outageOpti
 	}
 	defer done()
 	var rows []outageRow
-	for _, n := range so.sizes {
+	for i, n := range so.sizes {
+		// A directory per run, not per size: a size given twice starts
+		// from an empty cluster, hub and audit log again.
 		fmt.Fprintf(out, "mass outage at %d nodes ...\n", n)
-		r, err := measureOutage(ctx, out, filepath.Join(dir, strconv.Itoa(n)), bin, n, so, o)
+		r, err := measureOutage(ctx, out, filepath.Join(dir, fmt.Sprintf("%d-%d", i, n)), bin, n, so, o)
 		if err != nil {
 			return fmt.Errorf("%d nodes: %w", n, err)
 		}

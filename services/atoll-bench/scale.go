@@ -128,9 +128,11 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, then until atoll-cloud's writes stop for 30 s (at most %v), window %v\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.settle, o.window)
 	var rows []scaleRow
-	for _, n := range o.sizes {
+	for i, n := range o.sizes {
+		// A directory per run, not per size: a size given twice starts
+		// from an empty cluster, hub and audit log again.
 		fmt.Fprintf(out, "measuring %d nodes ...\n", n)
-		r, err := measureScale(ctx, filepath.Join(dir, strconv.Itoa(n)), bin, n, o)
+		r, err := measureScale(ctx, filepath.Join(dir, fmt.Sprintf("%d-%d", i, n)), bin, n, o)
 		if err != nil {
 			return fmt.Errorf("%d nodes: %w", n, err)
 		}
