@@ -64,6 +64,16 @@ func startUnit(t *testing.T, cfg tunnel.Config) *unitEnv {
 		}
 	}
 	natstest.SetMesh(t, "u1", u1...)
+	// The unit's routes formed before anything is counted: a test's
+	// goroutine baseline taken while they still connect reads as a leak.
+	for _, n := range u1 {
+		poll.Eventually(t, 30*time.Second, func() error {
+			if peers := n.Status().RoutedPeers; len(peers) != len(u1)-1 {
+				return fmt.Errorf("%s routed to %v", n.Name(), peers)
+			}
+			return nil
+		})
+	}
 	e.nodes["d"] = natstest.Unit(t, h, "u2", natstest.EdgeOptions{}, "d")[0]
 	for name, n := range e.nodes {
 		poll.Eventually(t, 30*time.Second, func() error {
