@@ -30,6 +30,21 @@ func ballot(voter string, made time.Time, ttl time.Duration, verdicts map[string
 	return b
 }
 
+// viaWire returns b as a consumer has it: encoded and decoded again,
+// with its own copies of every name.
+func viaWire(t testing.TB, b *atollv1.Ballot) *atollv1.Ballot {
+	t.Helper()
+	wire, err := proto.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got atollv1.Ballot
+	if err := proto.Unmarshal(wire, &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got
+}
+
 func observeBallot(tr *Tracker, b *atollv1.Ballot, published time.Time) []string {
 	return tr.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), events.BallotVotes(b))
 }
@@ -375,15 +390,7 @@ func TestTrackerNames(t *testing.T) {
 			ballot("node-a", at, ttl, map[string]atollv1.Verdict{"node-x": healthy, "node-y": healthy}),
 			ballot("node-b", at, ttl, map[string]atollv1.Verdict{"node-x": healthy, "node-a": healthy}),
 		} {
-			wire, err := proto.Marshal(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got atollv1.Ballot
-			if err := proto.Unmarshal(wire, &got); err != nil {
-				t.Fatal(err)
-			}
-			observeBallot(tr, &got, at)
+			observeBallot(tr, viaWire(t, b), at)
 		}
 	}
 	x := func(voter string) *byte {

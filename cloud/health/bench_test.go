@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -90,15 +88,7 @@ func BenchmarkTrackerMemory(b *testing.B) {
 				}
 				sent := ballot(fmt.Sprintf("n%d-%d", u, v), at, 75*time.Second, verdicts)
 				sent.Unit = fmt.Sprintf("u%d", u)
-				wire, err := proto.Marshal(sent)
-				if err != nil {
-					b.Fatal(err)
-				}
-				var got atollv1.Ballot
-				if err := proto.Unmarshal(wire, &got); err != nil {
-					b.Fatal(err)
-				}
-				observeBallot(tr, &got, at)
+				observeBallot(tr, viaWire(b, sent), at)
 			}
 		}
 		runtime.GC()
