@@ -17,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
@@ -36,6 +35,10 @@ type restartableHub struct {
 	cfg hub.Config
 	mu  sync.Mutex
 	h   *hub.Hub
+	// The Nodes and Services published (publish), as the cloud's cache
+	// holds them.
+	nodes map[string]*corev1.Node
+	svcs  map[string]*corev1.Service
 }
 
 func newRestartableHub(t *testing.T) *restartableHub {
@@ -50,7 +53,7 @@ func newRestartableHub(t *testing.T) *restartableHub {
 		t.Fatal(err)
 	}
 	cfg.StoreDir = t.TempDir()
-	r := &restartableHub{t: t, cfg: cfg}
+	r := &restartableHub{t: t, cfg: cfg, nodes: map[string]*corev1.Node{}, svcs: map[string]*corev1.Service{}}
 	r.start()
 	t.Cleanup(r.stop)
 	return r
@@ -94,19 +97,30 @@ func (r *restartableHub) LeafURLs() []string {
 	return r.h.LeafURLs()
 }
 
-// publish publishes views the way the cloud publisher does: Services,
-// slices and Endpoints in the shared space, Nodes there stripped to their
-// labels and in full in unit's space.
+// publish publishes views the way the cloud publisher does: Nodes in
+// unit's space; Services, slices and Endpoints in the shared space, a
+// slice or Endpoints with its endpoints' topology (of the Nodes and
+// Services published so far, these included).
 func (r *restartableHub) publish(t *testing.T, unit string, objs ...objectview.Object) {
 	t.Helper()
 	var shared, own []objectview.Object
+	r.mu.Lock()
 	for _, o := range objs {
-		if n, ok := o.(*corev1.Node); ok {
-			own = append(own, o)
-			o = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, Labels: n.Labels}}
+		switch o := o.(type) {
+		case *corev1.Node:
+			r.nodes[o.Name] = o
+		case *corev1.Service:
+			r.svcs[objKey(o.Namespace, o.Name)] = o
 		}
-		shared = append(shared, o)
 	}
+	for _, o := range objs {
+		if _, ok := o.(*corev1.Node); ok {
+			own = append(own, o)
+			continue
+		}
+		shared = append(shared, cloudView(o, r.nodes, r.svcs))
+	}
+	r.mu.Unlock()
 	r.publishTo(t, events.SharedViewUnit, shared...)
 	r.publishTo(t, unit, own...)
 }
@@ -255,7 +269,7 @@ func TestOfflineRestart(t *testing.T) {
 	want := map[string][]string{"web-1": {"a1", "a2"}}
 	poll.Eventually(t, 60*time.Second, wantView(fresh, want))
 	poll.Eventually(t, 10*time.Second, wantView(long, want))
-	b, err := proto.Marshal(view(t, objectview.KindEndpointSlices, changed))
+	b, err := proto.Marshal(view(t, objectview.KindEndpointSlices, cloudView(changed, rh.nodes, rh.svcs)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -55,7 +56,8 @@ func view(t *testing.T, kind string, obj objectview.Object) *atollv1.ObjectView 
 }
 
 // feed applies objects to s in order, as the cloud publishes them: Nodes
-// in the unit's space, the other kinds in the shared one.
+// in the unit's space, the other kinds in the shared one, a slice or
+// Endpoints with the topology of the Nodes and its Service fed before.
 func feed(t *testing.T, s *Store, objs ...objectview.Object) {
 	t.Helper()
 	for _, o := range objs {
@@ -64,10 +66,52 @@ func feed(t *testing.T, s *Store, objs ...objectview.Object) {
 		if kind == objectview.KindNodes {
 			sp = UnitSpace
 		}
+		s.mu.RLock()
+		o = cloudView(o, s.raw[objectview.KindNodes], s.raw[objectview.KindServices])
+		s.mu.RUnlock()
 		if err := s.Apply(sp, view(t, kind, o), s.Seq()+1); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// cloudView is o as the cloud publishes it (cloud/topology/objects): a
+// slice or Endpoints carries its endpoints' nodes' values of its
+// Service's topology keys, read from nodes (by name) and svcs (by
+// namespace/name). Other objects are returned as they are.
+func cloudView[N, S objectview.Object](o objectview.Object, nodes map[string]N, svcs map[string]S) objectview.Object {
+	svcName := o.GetName()
+	switch o.(type) {
+	case *discoveryv1.EndpointSlice:
+		svcName = o.GetLabels()[discoveryv1.LabelServiceName]
+	case *corev1.Endpoints:
+	default:
+		return o
+	}
+	svc, ok := svcs[objKey(o.GetNamespace(), svcName)]
+	if !ok {
+		return o
+	}
+	keys := objectview.TopologyKeys(any(svc).(*corev1.Service))
+	if len(keys) == 0 {
+		return o
+	}
+	topo := objectview.EndpointTopology{}
+	for _, n := range objectview.EndpointNodes(o) {
+		if node, ok := nodes[n]; ok {
+			if v := objectview.NodeTopology(keys, node.GetLabels()); v != nil {
+				topo[n] = v
+			}
+		}
+	}
+	c := o.DeepCopyObject().(objectview.Object)
+	a := maps.Clone(c.GetAnnotations())
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[wellknown.EndpointTopologyAnnotation] = topo.Encode()
+	c.SetAnnotations(a)
+	return c
 }
 
 func servedNodes(t *testing.T, s *Store, slice string) []string {

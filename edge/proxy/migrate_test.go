@@ -154,8 +154,9 @@ func TestMigrateWaitsForSharedViews(t *testing.T) {
 // purged the unit's space and publishes the shared one) the proxy reads
 // the shared space, and then drops what the stream no longer has: a
 // Service deleted meanwhile, and the other unit's Node kept from the unit's
-// space (b1 now comes from the shared space, with the labels it got
-// meanwhile). Watchers see exactly those changes, nothing for the rest.
+// space (b1's labels now travel in web-1's view, which serves the same:
+// nothing for it). Watchers see exactly those changes, nothing for the
+// rest.
 func TestMigrateOldState(t *testing.T) {
 	rh := newRestartableHub(t)
 	a1 := testNode("a1", map[string]string{zone: "A"})
@@ -191,7 +192,7 @@ func TestMigrateOldState(t *testing.T) {
 	// meanwhile, "gone" was deleted.
 	rh.purgeUnit(t, "u1", objectview.KindServices, objectview.KindEndpointSlices, objectview.KindEndpoints, objectview.KindNodes)
 	b1New := testNode("b1", map[string]string{zone: "B", "extra": "x"})
-	rh.publishTo(t, "u1", a1)
+	rh.publish(t, "u1", a1)
 	rh.publish(t, "u9", b1New)
 	rh.publish(t, "u1", web, slice)
 
@@ -219,13 +220,15 @@ func TestMigrateOldState(t *testing.T) {
 		events = append(events, collect(ch)...)
 	}
 	got := eventNames(events)
-	want := []string{string(watch.Deleted) + " gone", string(watch.Modified) + " b1"}
+	want := []string{string(watch.Deleted) + " b1", string(watch.Deleted) + " gone"}
 	if len(got) != 2 || !(fmt.Sprint(got) == fmt.Sprint(want) || fmt.Sprint(got) == fmt.Sprint([]string{want[1], want[0]})) {
 		t.Fatalf("events %v, want only %v", got, want)
 	}
-	n, ok := ps.Get(objectview.KindNodes, "", "b1")
-	if !ok || n.GetLabels()["extra"] != "x" {
-		t.Fatalf("b1 served as %v, want the shared space's", n)
+	if n, ok := ps.Get(objectview.KindNodes, "", "b1"); ok {
+		t.Fatalf("b1 of another unit served as %v", n)
+	}
+	if got := servedNodes(t, ps, "web-1"); fmt.Sprint(got) != "[a1]" {
+		t.Fatalf("web-1 serves %v, want [a1]", got)
 	}
 	if n, ok := ps.Get(objectview.KindNodes, "", "a1"); !ok || len(n.(*corev1.Node).Status.Addresses) == 0 {
 		t.Fatalf("a1 served as %v, want its unit's full Node", n)

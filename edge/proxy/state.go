@@ -33,8 +33,11 @@ const (
 // objects it no longer has are dropped at its end), and then the Nodes of
 // the unit's space that the stream no longer holds there (other units'
 // Nodes of the old layout, purged by the cloud) are dropped
-// (EndMigration).
-const StateLayout = 1
+// (EndMigration). Layout 2 is layout 1 without the shared space's Nodes
+// (the cloud no longer publishes them: the endpoints' views carry their
+// topology); a state of layout 0 or 1 drops them when loaded: each Node
+// of another unit is served as deleted.
+const StateLayout = 2
 
 // rawKey names one raw object of a space.
 type rawKey struct {
@@ -70,9 +73,9 @@ type saver struct {
 // Unit is the unit whose views the store holds ("" before any).
 func (s *Store) Unit() string { s.mu.RLock(); defer s.mu.RUnlock(); return s.unit }
 
-// Reset empties the unit's space for unit: the old unit's Nodes go (each
-// falls back to the shared space's stripped Node; watchers see only what
-// changes), and the new unit's space is read from its start. The shared
+// Reset empties the unit's space for unit: the old unit's Nodes go
+// (watchers see them deleted), and the new unit's space is read from its
+// start. The shared
 // space is the same for every unit and stays. The revision keeps growing.
 func (s *Store) Reset(unit string) {
 	s.mu.Lock()
@@ -358,6 +361,14 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 	}
 	s.migrating = st.GetMigrating() || old
 	s.taken()
+	if st.GetLayout() < 2 {
+		// The shared space's Nodes of layout 1: dropped, served as
+		// deleted (a Node of the unit's space stays).
+		for _, k := range slices.Sorted(mapKeys(s.layers[SharedSpace].objs[objectview.KindNodes])) {
+			s.put(SharedSpace, objectview.KindNodes, k, nil, nil)
+		}
+		s.dirty.full = true
+	}
 	if s.migrating {
 		// The shared space is read in full (again, after a restart in
 		// the middle), and the state is written in the new layout.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/atoll-edge/atoll/internal/objectview"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -38,9 +40,9 @@ type Event struct {
 
 // Space is where a view comes from: the unit's own view space
 // (atoll.view.<unit>.>: its Nodes in full) or the space shared by all
-// units (atoll.view._all.>: Services, EndpointSlices, Endpoints, every
-// Node stripped to its labels). Each is read by its own consumer from its
-// own cursor.
+// units (atoll.view._all.>: Services, EndpointSlices and Endpoints, the
+// last two with their endpoints' topology). Each is read by its own
+// consumer from its own cursor.
 type Space int
 
 const (
@@ -83,10 +85,10 @@ func newLayer() layer {
 }
 
 // Store holds the views of one unit as the host serves them: the raw
-// objects the cloud published (the union of both spaces: a Node of the
-// unit's own space, in full, stands for the shared space's stripped one)
-// and, derived from them by the topology filter, the served ones, each
-// with the revision of its last change.
+// objects the cloud published (the union of both spaces) and, derived
+// from them by the topology filter (the host's Node's labels against the
+// topology the endpoints' views carry), the served ones, each with the
+// revision of its last change.
 // Revisions are the proxy's own, one counter over all kinds, so they are
 // monotonic whatever the order the views arrive in. Deleted objects stay
 // as tombstones (up to MaxTombstones), so a watch can resume from any
@@ -167,16 +169,22 @@ func (s *Store) Changed() <-chan struct{} { s.mu.RLock(); defer s.mu.RUnlock(); 
 // Apply applies one view of space sp at stream sequence seq, which moves
 // the space's cursor (0: it stays; the proxy moves it with Advance to what
 // its feed verified). A view of another kind (unit views, host records),
-// and in the unit's space a view of another kind than Nodes (the layout
-// before the shared space), only advances the space's cursor.
+// in the unit's space a view of another kind than Nodes (the layout
+// before the shared space), and in the shared space a Node (the layout
+// before the endpoints' views carried their topology), only advances the
+// space's cursor. A slice or Endpoints whose topology does not decode is
+// refused with the error.
 func (s *Store) Apply(sp Space, v *atollv1.ObjectView, seq uint64) error {
 	kind := v.GetKind()
 	_, known := objectview.Kind(kind)
-	known = known && (sp == SharedSpace || kind == objectview.KindNodes)
+	known = known && (sp == SharedSpace) != (kind == objectview.KindNodes)
 	var obj objectview.Object
 	if known && !v.GetDeleted() {
 		var err error
 		if obj, err = objectview.Decode(v); err != nil {
+			return err
+		}
+		if _, err := objectview.DecodeEndpointTopology(obj); err != nil {
 			return err
 		}
 	}
@@ -273,8 +281,11 @@ func (s *Store) apply(kind, k string, obj objectview.Object) {
 		s.recompute(kind, k)
 	case objectview.KindNodes:
 		s.recompute(kind, k)
-		// Node labels decide the topology filter: recompute every slice
-		// and Endpoints (only real changes are emitted).
+		// The host's labels decide the topology filter (and the unit's
+		// Nodes' labels that of views from a cloud before the views
+		// carried their topology): recompute every slice and Endpoints
+		// (only real changes are emitted). The store holds its unit's
+		// Nodes only.
 		for _, sk := range slices.Sorted(mapKeys(s.raw[objectview.KindEndpointSlices])) {
 			s.recompute(objectview.KindEndpointSlices, sk)
 		}
@@ -325,49 +336,83 @@ func (s *Store) indexSlice(k string, old, obj objectview.Object) {
 	}
 }
 
-func (s *Store) nodeLabels(node string) (map[string]string, bool) {
-	n, ok := s.raw[objectview.KindNodes][node]
-	if !ok {
-		return nil, false
-	}
-	return n.GetLabels(), true
-}
-
+// hostLabels are the labels of the host's Node (its unit's space).
 func (s *Store) hostLabels() map[string]string {
-	l, _ := s.nodeLabels(s.host)
-	return l
+	if n, ok := s.raw[objectview.KindNodes][s.host]; ok {
+		return n.GetLabels()
+	}
+	return nil
 }
 
 // servedOf derives the served object of kind at k from the raw objects
-// (nil: none).
+// (nil: none): the topology filter's choice, without the topology the
+// view carried (a detail of the views: kube-proxy sees the object as the
+// apiserver holds it, and no event when only a far node's labels change).
 func (s *Store) servedOf(kind, k string) objectview.Object {
 	raw := s.raw[kind][k]
 	if raw == nil {
 		return nil
 	}
+	var served objectview.Object
 	switch kind {
 	case objectview.KindEndpointSlices:
 		sl := raw.(*discoveryv1.EndpointSlice)
 		svc, _ := s.raw[objectview.KindServices][objKey(sl.Namespace, sl.Labels[discoveryv1.LabelServiceName])].(*corev1.Service)
-		keys := TopologyKeys(svc)
+		keys := objectview.TopologyKeys(svc)
 		if keys == nil {
-			return raw
+			served = raw
+			break
 		}
-		var all []*discoveryv1.EndpointSlice
+		// Every slice of the Service: the key chosen is the first with
+		// an endpoint near the host in any of them.
+		topo := objectview.EndpointTopology{}
 		for _, sk := range s.slicesOf(sl.Namespace, sl.Labels[discoveryv1.LabelServiceName]) {
-			all = append(all, s.raw[kind][sk].(*discoveryv1.EndpointSlice))
+			maps.Copy(topo, s.topologyOf(s.raw[kind][sk], keys))
 		}
-		return Choose(keys, s.hostLabels(), sliceNodes(all), s.nodeLabels).FilterSlice(sl)
+		served = Choose(keys, s.hostLabels(), topo).FilterSlice(sl)
 	case objectview.KindEndpoints:
 		ep := raw.(*corev1.Endpoints)
 		svc, _ := s.raw[objectview.KindServices][k].(*corev1.Service)
-		keys := TopologyKeys(svc)
+		keys := objectview.TopologyKeys(svc)
 		if keys == nil {
-			return raw
+			served = raw
+			break
 		}
-		return Choose(keys, s.hostLabels(), endpointsNodes(ep), s.nodeLabels).FilterEndpoints(ep)
+		served = Choose(keys, s.hostLabels(), s.topologyOf(ep, keys)).FilterEndpoints(ep)
+	default:
+		return raw
 	}
-	return raw
+	if _, ok := served.GetAnnotations()[wellknown.EndpointTopologyAnnotation]; ok {
+		if served == raw {
+			served = raw.DeepCopyObject().(objectview.Object)
+		}
+		a := maps.Clone(served.GetAnnotations())
+		delete(a, wellknown.EndpointTopologyAnnotation)
+		if len(a) == 0 {
+			a = nil
+		}
+		served.SetAnnotations(a)
+	}
+	return served
+}
+
+// topologyOf is the topology the view of obj carries under keys. A view
+// from a cloud before views carried it (kept in a state, or published
+// by a cloud not yet upgraded) falls back to the labels of the Nodes the
+// store holds.
+func (s *Store) topologyOf(obj objectview.Object, keys []string) objectview.EndpointTopology {
+	if t, _ := objectview.DecodeEndpointTopology(obj); t != nil { // checked by Apply
+		return t
+	}
+	t := objectview.EndpointTopology{}
+	for _, n := range objectview.EndpointNodes(obj) {
+		if node, ok := s.raw[objectview.KindNodes][n]; ok {
+			if v := objectview.NodeTopology(keys, node.GetLabels()); v != nil {
+				t[n] = v
+			}
+		}
+	}
+	return t
 }
 
 // recompute derives the served object of kind at k and records and

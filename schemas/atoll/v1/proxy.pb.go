@@ -49,7 +49,9 @@ type ProxyState struct {
 	// Layout of the state: 0 (before the shared view space) holds one
 	// cursor (seq, over atoll.view.<unit>.>) and every view in raw; 1
 	// holds two: seq, stream_created and raw for the unit's own space
-	// (its Nodes in full), shared_* for the shared space (atoll.view._all.>).
+	// (its Nodes in full), shared_* for the shared space (atoll.view._all.>);
+	// 2 is 1 without Nodes in shared_raw (the shared space no longer holds
+	// them: the endpoints' views carry their nodes' topology).
 	Layout              uint32        `protobuf:"varint,10,opt,name=layout,proto3" json:"layout,omitempty"`
 	SharedRaw           []*ObjectView `protobuf:"bytes,11,rep,name=shared_raw,json=sharedRaw,proto3" json:"shared_raw,omitempty"`
 	SharedSeq           uint64        `protobuf:"varint,12,opt,name=shared_seq,json=sharedSeq,proto3" json:"shared_seq,omitempty"`
