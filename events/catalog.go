@@ -159,7 +159,7 @@ var (
 		Message:  &atollv1.ObjectView{},
 		Identity: map[string]string{"kind": "kind", "name": "name"},
 		MsgID:    "`<subject>@<fingerprint>@<seq replaced>`, published expecting that last subject sequence",
-		Producer: "cloud object views (unit `_all`: Services, slices, Endpoints and every Node stripped to its labels, stored once; a unit: its own Nodes in full)", Consumer: "the endpoint proxies of the unit (`_all`: of every unit)",
+		Producer: "cloud object views (unit `_all`: Services, slices and Endpoints, stored once, a slice's or Endpoints' view with its endpoints' nodes' topology; a unit: its own Nodes in full)", Consumer: "the endpoint proxies of the unit (`_all`: of every unit)",
 		Example: []string{"site-a", "endpointslices", "default", "web-abc"},
 	}
 	// The views as the hub republishes them (VIEWS' RePublish), one

@@ -24,9 +24,9 @@ const (
 	NoUnit = "_"
 
 	// SharedViewUnit is the unit token of the views every unit reads
-	// (cloud/topology/objects): Services, EndpointSlices, Endpoints and
-	// every Node stripped to name, uid and labels, stored once rather
-	// than once per unit. A unit name comes from a Kubernetes label
+	// (cloud/topology/objects): Services, EndpointSlices and Endpoints
+	// (the last two with their endpoints' nodes' topology), stored once
+	// rather than once per unit. A unit name comes from a Kubernetes label
 	// value, which cannot start with '_', so no unit has it; ValidUnit
 	// refuses it all the same.
 	SharedViewUnit = "_all"

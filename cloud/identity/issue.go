@@ -229,8 +229,8 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		p.Sub.Allow.Add(views)
 		viewFilters = append(viewFilters, views)
 		// The views every unit reads, stored once (cloud/topology/objects):
-		// Services, slices, Endpoints and every Node stripped to its labels.
-		// Other units' Nodes in full stay in their units' spaces.
+		// Services, slices and Endpoints (with their endpoints' topology).
+		// Other units' Nodes stay in their units' spaces.
 		shared := events.SharedViewSubjects()
 		p.Sub.Allow.Add(shared)
 		viewFilters = append(viewFilters, shared)

@@ -31,7 +31,7 @@ func TestEndpointTopology(t *testing.T) {
 	}
 	sl := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "default", Annotations: map[string]string{wellknown.EndpointTopologyAnnotation: a.Encode()}},
-		Endpoints: []discoveryv1.Endpoint{{NodeName: ptr.To("n2")}, {NodeName: ptr.To("n1")}, {NodeName: ptr.To("n2")}, {}},
+		Endpoints:  []discoveryv1.Endpoint{{NodeName: ptr.To("n2")}, {NodeName: ptr.To("n1")}, {NodeName: ptr.To("n2")}, {}},
 	}
 	if got := EndpointNodes(sl); fmt.Sprint(got) != "[n1 n2]" {
 		t.Fatalf("EndpointNodes(slice) = %v", got)

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "atoll", Subsystem: "objectviews", Name: "fanout",
-			Help:    "Views stored per object handled in a pass: 1 (shared), 2 for a Node whose labels changed, 0 when nothing changed.",
+			Help:    "Views stored per object handled in a pass: 1 (its view), 2 for a Node that moved unit, 0 when nothing changed.",
 			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 		}),
 		passes: prometheus.NewCounter(prometheus.CounterOpts{

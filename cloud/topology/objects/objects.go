@@ -4,14 +4,18 @@
 //
 // The views every unit reads are stored once, in the shared view space
 // (atoll.view._all.<kind>.<namespace>.<name>, events.SharedViewUnit):
-// every Service, EndpointSlice and Endpoints (the topology filter runs at
-// the edge, where the host's own labels decide), and every Node stripped
-// to name, uid and labels (what the filter reads). A unit's own Nodes are
-// also published in full in its own space (atoll.view.<unit>.nodes._.<name>;
+// every Service, EndpointSlice and Endpoints. The topology filter runs at
+// the edge, where the host's own labels decide; the labels it compares
+// them with travel in the endpoints' own views: the view of an
+// EndpointSlice or Endpoints whose Service has topology keys carries each
+// endpoint node's values of those keys (wellknown.EndpointTopologyAnnotation),
+// so no edge needs every Node of the cluster. A unit's Nodes are
+// published in full in its own space only (atoll.view.<unit>.nodes._.<name>;
 // kube-proxy reads its own Node). One object change is one message (two
-// for a Node whose labels changed; three for one that moved unit: a
-// tombstone in the old unit). A deleted object leaves a tombstone
-// (ObjectView.deleted).
+// for a Node that moved unit: a tombstone in the old unit); a Node whose
+// labels changed also republishes the views of the slices and Endpoints
+// with endpoints on it, each stored only if its topology changed. A
+// deleted object leaves a tombstone (ObjectView.deleted).
 //
 // Each view is stored with events.LastValue: published only when the
 // stream's last value for its subject has another fingerprint, under the
@@ -19,8 +23,9 @@
 // that last subject sequence, so replicas run active-active and a resync
 // republishes nothing that did not change.
 //
-// The layout before the shared space put every view in every unit's
-// space. A full pass purges what it finds of it (purge.go).
+// The layouts before put every view in every unit's space, then every
+// Node, stripped to its labels, in the shared space. A full pass purges
+// what it finds of them (purge.go).
 package objects
 
 import (
@@ -37,6 +42,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +51,7 @@ import (
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -70,7 +77,15 @@ type Publisher struct {
 	nodeUnit map[string]string // node → unit, as of the last pass
 	uids     map[key]string    // uid of each object last seen, for its tombstone
 	checked  map[string]bool   // units whose space was purged of the old layout (purge.go); only pass touches it
-	changed  chan struct{}
+	// sharedNodesPurged: the shared space was purged of its Nodes
+	// (purge.go); only pass touches it.
+	sharedNodesPurged bool
+	// The views that carry a node's topology, to republish when its
+	// labels change; only pass and what it calls touch them.
+	byNode  map[string]map[key]struct{}  // node → slices and Endpoints with endpoints on it (those whose Service has topology keys)
+	nodesOf map[key][]string             // slice or Endpoints → the nodes it is in byNode under
+	labels  map[string]map[string]string // node in byNode → its labels as of the last pass that read it
+	changed chan struct{}
 }
 
 // New returns a publisher reading the cluster through reader (the
@@ -99,6 +114,7 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 		}),
 		uids:    map[key]string{},
 		checked: map[string]bool{},
+		byNode:  map[string]map[key]struct{}{}, nodesOf: map[key][]string{}, labels: map[string]map[string]string{},
 		changed: make(chan struct{}, 1),
 	}, nil
 }
@@ -174,6 +190,10 @@ func (p *Publisher) pass(ctx context.Context) error {
 	} else {
 		keys = slices.Collect(maps.Keys(dirty))
 	}
+	if keys, err = p.dependents(ctx, keys, all); err != nil {
+		p.requeue(dirty, all)
+		return err
+	}
 	unitList := slices.Sorted(maps.Keys(p.unitSize))
 	p.metrics.units.Set(float64(len(unitList)))
 	var failed []error
@@ -181,6 +201,9 @@ func (p *Publisher) pass(ctx context.Context) error {
 		// Before publishing: a unit whose space was purged gets its own
 		// Nodes again in this pass.
 		if err := p.purgeOldLayout(ctx, unitList); err != nil {
+			failed = append(failed, err)
+		}
+		if err := p.purgeSharedNodes(ctx); err != nil {
 			failed = append(failed, err)
 		}
 	}
@@ -327,9 +350,10 @@ func (p *Publisher) allKeys(ctx context.Context) ([]key, error) {
 }
 
 // publishObject stores the views of k: the object as the cache holds it,
-// or its tombstone, in the shared space; for a Node, also in full in its
-// unit's space, and a tombstone in the space of the unit it left
-// (prevUnit: node → unit at the last pass).
+// or its tombstone, in the shared space; for a Node, in its unit's space
+// instead, and a tombstone in the space of the unit it left (prevUnit:
+// node → unit at the last pass). The view of a slice or Endpoints
+// carries its endpoints' topology (topology).
 func (p *Publisher) publishObject(ctx context.Context, k key, nodeUnit, prevUnit map[string]string) error {
 	info, ok := objectview.Kind(k.kind)
 	if !ok {
@@ -349,33 +373,43 @@ func (p *Publisher) publishObject(ctx context.Context, k key, nodeUnit, prevUnit
 	}
 	var targets []target
 	isNode := k.kind == objectview.KindNodes
-	if obj == nil {
-		targets = append(targets, target{events.SharedViewUnit, nil})
-		if u := prevUnit[k.name]; isNode && u != "" {
+	switch {
+	case obj == nil && isNode:
+		if u := prevUnit[k.name]; u != "" {
 			targets = append(targets, target{u, nil})
 		}
-	} else {
-		p.mu.Lock()
-		p.uids[k] = string(obj.GetUID())
-		p.mu.Unlock()
-		shared, err := objectview.Encode(k.kind, trim(obj, !isNode))
+	case obj == nil:
+		targets = append(targets, target{events.SharedViewUnit, nil})
+		p.track(k, nil)
+	case isNode:
+		p.setUID(k, obj)
+		u := nodeUnit[k.name]
+		if was := prevUnit[k.name]; was != "" && was != u {
+			targets = append(targets, target{was, nil})
+		}
+		if u != "" {
+			full, err := objectview.Encode(k.kind, trim(obj))
+			if err != nil {
+				return err
+			}
+			targets = append(targets, target{u, full})
+		}
+	default:
+		p.setUID(k, obj)
+		view := trim(obj)
+		topo, nodes, err := p.topology(ctx, k, view)
+		if err != nil {
+			return err
+		}
+		if topo != nil {
+			view.SetAnnotations(withAnnotation(view.GetAnnotations(), wellknown.EndpointTopologyAnnotation, topo.Encode()))
+		}
+		p.track(k, nodes)
+		shared, err := objectview.Encode(k.kind, view)
 		if err != nil {
 			return err
 		}
 		targets = append(targets, target{events.SharedViewUnit, shared})
-		if isNode {
-			u := nodeUnit[k.name]
-			if was := prevUnit[k.name]; was != "" && was != u {
-				targets = append(targets, target{was, nil})
-			}
-			if u != "" {
-				full, err := objectview.Encode(k.kind, trim(obj, true))
-				if err != nil {
-					return err
-				}
-				targets = append(targets, target{u, full})
-			}
-		}
 	}
 	var errs []error
 	stored := 0
@@ -418,6 +452,158 @@ func (p *Publisher) publishObject(ctx context.Context, k key, nodeUnit, prevUnit
 	return errors.Join(errs...)
 }
 
+func (p *Publisher) setUID(k key, obj client.Object) {
+	p.mu.Lock()
+	p.uids[k] = string(obj.GetUID())
+	p.mu.Unlock()
+}
+
+// topology returns the topology the view of k (obj: a slice or an
+// Endpoints) carries, and the nodes of its endpoints; nil and none when
+// its Service has no topology keys (or is headless, or gone). A node the
+// cache does not know is left out (none of its endpoints passes a key
+// then); its Node's arrival republishes the view (dependents).
+func (p *Publisher) topology(ctx context.Context, k key, obj objectview.Object) (objectview.EndpointTopology, []string, error) {
+	svcName := k.name
+	if k.kind == objectview.KindEndpointSlices {
+		svcName = obj.GetLabels()[discoveryv1.LabelServiceName]
+	}
+	if svcName == "" {
+		return nil, nil, nil
+	}
+	var svc corev1.Service
+	err := p.reader.Get(ctx, client.ObjectKey{Namespace: k.namespace, Name: svcName}, &svc, client.UnsafeDisableDeepCopy)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("objects: get service %s/%s: %w", k.namespace, svcName, err)
+	}
+	keys := objectview.TopologyKeys(&svc)
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	nodes := objectview.EndpointNodes(obj)
+	topo := objectview.EndpointTopology{}
+	for _, name := range nodes {
+		var n corev1.Node
+		err := p.reader.Get(ctx, client.ObjectKey{Name: name}, &n, client.UnsafeDisableDeepCopy)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("objects: get node %s: %w", name, err)
+		}
+		if v := objectview.NodeTopology(keys, n.Labels); v != nil {
+			topo[name] = v
+		}
+	}
+	return topo, nodes, nil
+}
+
+// withAnnotation is a copy of annotations with k set to v.
+func withAnnotation(annotations map[string]string, k, v string) map[string]string {
+	out := maps.Clone(annotations)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[k] = v
+	return out
+}
+
+// track records that the view of k carries the topology of nodes (none:
+// it carries none, or k is gone).
+func (p *Publisher) track(k key, nodes []string) {
+	for _, n := range p.nodesOf[k] {
+		if delete(p.byNode[n], k); len(p.byNode[n]) == 0 {
+			delete(p.byNode, n)
+		}
+	}
+	if len(nodes) == 0 {
+		delete(p.nodesOf, k)
+		return
+	}
+	p.nodesOf[k] = nodes
+	for _, n := range nodes {
+		if p.byNode[n] == nil {
+			p.byNode[n] = map[key]struct{}{}
+		}
+		p.byNode[n][k] = struct{}{}
+	}
+}
+
+// dependents adds to keys the views that depend on what else changed: a
+// Service's slices and Endpoints (its topology keys decide their
+// topology), and the slices and Endpoints with endpoints on a Node whose
+// labels changed since the last pass that read it (or that came or went;
+// or whose labels were not kept: only those of Nodes that some view
+// carries the topology of are). A Node's status update, the common
+// event, costs one cache read. A full pass (keys: every object) only
+// brings the kept labels up to date.
+func (p *Publisher) dependents(ctx context.Context, keys []key, full bool) ([]key, error) {
+	set := map[key]bool{}
+	for _, k := range keys {
+		set[k] = true
+	}
+	add := func(k key) {
+		if !set[k] {
+			set[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range slices.Clone(keys) {
+		switch k.kind {
+		case objectview.KindServices:
+			if full {
+				continue
+			}
+			var list discoveryv1.EndpointSliceList
+			if err := p.reader.List(ctx, &list, client.InNamespace(k.namespace),
+				client.MatchingLabels{discoveryv1.LabelServiceName: k.name}, client.UnsafeDisableDeepCopy); err != nil {
+				return nil, fmt.Errorf("objects: list slices of service %s/%s: %w", k.namespace, k.name, err)
+			}
+			for i := range list.Items {
+				add(key{objectview.KindEndpointSlices, k.namespace, list.Items[i].Name})
+			}
+			add(key{objectview.KindEndpoints, k.namespace, k.name})
+		case objectview.KindNodes:
+			// Only the Nodes some view carries the topology of are
+			// compared (and their labels kept).
+			if len(p.byNode[k.name]) == 0 {
+				delete(p.labels, k.name)
+				continue
+			}
+			var n corev1.Node
+			err := p.reader.Get(ctx, client.ObjectKey{Name: k.name}, &n, client.UnsafeDisableDeepCopy)
+			var labels map[string]string
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return nil, fmt.Errorf("objects: get node %s: %w", k.name, err)
+			default:
+				labels = n.Labels
+			}
+			was, known := p.labels[k.name]
+			if known && err == nil && maps.Equal(was, labels) {
+				continue
+			}
+			if err != nil {
+				delete(p.labels, k.name)
+			} else {
+				p.labels[k.name] = maps.Clone(labels)
+			}
+			for _, d := range slices.SortedFunc(maps.Keys(p.byNode[k.name]), compareKeys) {
+				add(d)
+			}
+		}
+	}
+	return keys, nil
+}
+
+func compareKeys(a, b key) int {
+	return strings.Compare(a.kind+"/"+a.namespace+"/"+a.name, b.kind+"/"+b.namespace+"/"+b.name)
+}
+
 // tombstone stores the tombstone of k on subj, unless the stream holds
 // nothing there or a tombstone already, and says whether it stored it.
 func (p *Publisher) tombstone(ctx context.Context, subj string, k key) (bool, error) {
@@ -456,14 +642,17 @@ func (p *Publisher) put(ctx context.Context, subj string, v *atollv1.ObjectView)
 
 // tombstoneStale leaves a tombstone on every subject of the stream that
 // no live object accounts for (objects deleted while no replica ran): in
-// the shared space, and among the Nodes of each current unit's space.
+// the shared space (whose Nodes purgeSharedNodes removes), and among the
+// Nodes of each current unit's space.
 // Spaces of units that no longer exist are left alone.
 func (p *Publisher) tombstoneStale(ctx context.Context, live []key, units []string) error {
 	want := map[string]bool{}
 	nodeUnit := p.nodeUnit
 	for _, k := range live {
-		if s, err := objectview.Subject(events.SharedViewUnit, k.kind, k.namespace, k.name); err == nil {
-			want[s] = true
+		if k.kind != objectview.KindNodes {
+			if s, err := objectview.Subject(events.SharedViewUnit, k.kind, k.namespace, k.name); err == nil {
+				want[s] = true
+			}
 		}
 		if u := nodeUnit[k.name]; k.kind == objectview.KindNodes && u != "" {
 			if s, err := objectview.Subject(u, k.kind, k.namespace, k.name); err == nil {
@@ -472,7 +661,7 @@ func (p *Publisher) tombstoneStale(ctx context.Context, live []key, units []stri
 		}
 	}
 	var filters []string
-	for _, kind := range objectview.Kinds {
+	for _, kind := range sharedKinds {
 		filters = append(filters, kindFilter(events.SharedViewUnit, kind))
 	}
 	for _, u := range units {

@@ -151,11 +151,14 @@ func node(name, unit, ip string) *corev1.Node {
 }
 
 // TestObjectViews: two replicas publish every Service, EndpointSlice and
-// Endpoints once in the shared space, every Node there as labels only and
-// each unit's Nodes in full in its own space (and nowhere else); each
-// change is stored once whatever the number of replicas; a resync stores
-// nothing; a deletion leaves one tombstone; a Node moving unit leaves a
-// tombstone in the old unit and is in full in the new.
+// Endpoints once in the shared space, a slice with its endpoints' nodes'
+// values of its Service's topology keys, and each unit's Nodes in full
+// in its own space (and nowhere else); each change is stored once
+// whatever the number of replicas; a resync stores nothing; a Node's
+// topology label change republishes its slices, another label does not,
+// and nor does a heartbeat; a Service's keys decide its slices' topology;
+// a deletion leaves one tombstone; a Node moving unit leaves a tombstone
+// in the old unit and is in full in the new.
 func TestObjectViews(t *testing.T) {
 	f := start(t, 2)
 	ctx := t.Context()
@@ -171,7 +174,7 @@ func TestObjectViews(t *testing.T) {
 		}
 	}
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Annotations: map[string]string{wellknown.TopologyKeysAnnotation: "zone"}},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
 	}
 	if _, err := kc.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
@@ -197,9 +200,9 @@ func TestObjectViews(t *testing.T) {
 		if got := o.(*discoveryv1.EndpointSlice).Endpoints; len(got) != 1 || got[0].Addresses[0] != "10.1.0.1" {
 			return fmt.Errorf("endpoints %v", got)
 		}
-		return nil
+		return wantTopology(o, `{"n1":{"zone":"z-u1"}}`)
 	}
-	// n1 in full for u1 (its status), as labels only for everyone.
+	// n1 in full for u1 (its status), nowhere else.
 	subjects["atoll.view.u1.nodes._.n1"] = func(v *atollv1.ObjectView) error {
 		o, err := objectview.Decode(v)
 		if err != nil {
@@ -207,16 +210,6 @@ func TestObjectViews(t *testing.T) {
 		}
 		if n := o.(*corev1.Node); len(n.Status.Addresses) == 0 || n.Labels["zone"] != "z-u1" {
 			return fmt.Errorf("own node without its status or labels: %+v", n)
-		}
-		return nil
-	}
-	subjects["atoll.view._all.nodes._.n1"] = func(v *atollv1.ObjectView) error {
-		o, err := objectview.Decode(v)
-		if err != nil {
-			return err
-		}
-		if n := o.(*corev1.Node); len(n.Status.Addresses) != 0 || n.Labels["zone"] != "z-u1" {
-			return fmt.Errorf("another unit's node not stripped to its labels: %+v", n)
 		}
 		return nil
 	}
@@ -257,8 +250,8 @@ func TestObjectViews(t *testing.T) {
 	}
 	base := settle()
 	// Nothing of the shared kinds, and no other unit's Node, in a unit's
-	// space.
-	for _, subj := range []string{"atoll.view.u1.services.default.web", "atoll.view.u2.endpointslices.default.web-1", "atoll.view.u2.nodes._.n1", "atoll.view.u1.nodes._.n2"} {
+	// space; no Node in the shared space.
+	for _, subj := range []string{"atoll.view.u1.services.default.web", "atoll.view.u2.endpointslices.default.web-1", "atoll.view.u2.nodes._.n1", "atoll.view.u1.nodes._.n2", "atoll.view._all.nodes._.n1", "atoll.view._all.nodes._.n2"} {
 		if v, _, err := f.view(ctx, subj); err != nil || v != nil {
 			t.Errorf("%s: %v, %v: want nothing", subj, v, err)
 		}
@@ -307,20 +300,24 @@ func TestObjectViews(t *testing.T) {
 	if _, err := kc.DiscoveryV1().EndpointSlices("default").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Eventually(t, 20*time.Second, func() error {
-		v, _, err := f.view(ctx, "atoll.view._all.endpointslices.default.web-1")
-		if err != nil {
-			return err
-		}
-		o, err := objectview.Decode(v)
-		if err != nil {
-			return err
-		}
-		if n := len(o.(*discoveryv1.EndpointSlice).Endpoints); n != 2 {
-			return fmt.Errorf("%d endpoints", n)
-		}
-		return nil
-	})
+	sliceTopology := func(want string) {
+		t.Helper()
+		poll.Eventually(t, 20*time.Second, func() error {
+			v, _, err := f.view(ctx, "atoll.view._all.endpointslices.default.web-1")
+			if err != nil {
+				return err
+			}
+			o, err := objectview.Decode(v)
+			if err != nil {
+				return err
+			}
+			if n := len(o.(*discoveryv1.EndpointSlice).Endpoints); n != 2 {
+				return fmt.Errorf("%d endpoints", n)
+			}
+			return wantTopology(o, want)
+		})
+	}
+	sliceTopology(`{"n1":{"zone":"z-u1"},"n2":{"zone":"z-u2"}}`)
 	if got := settle(); got != base+1 {
 		t.Fatalf("one slice change stored %d messages, want 1", got-base)
 	}
@@ -328,6 +325,45 @@ func TestObjectViews(t *testing.T) {
 		t.Fatalf("the fan-out histogram counts %v views stored for a change stored once", got)
 	}
 	base++
+
+	// n2's zone changes: its unit's view and the slice's topology.
+	relabel := func(name, k, v string) {
+		t.Helper()
+		n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Labels[k] = v
+		if _, err := kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relabel("n2", "zone", "z-9")
+	sliceTopology(`{"n1":{"zone":"z-u1"},"n2":{"zone":"z-9"}}`)
+	if got := settle(); got != base+2 {
+		t.Fatalf("a topology label change stored %d messages, want 2 (the Node's, the slice's)", got-base)
+	}
+	base += 2
+	// Another label: only the Node's own view.
+	relabel("n2", "other", "x")
+	if got := settle(); got != base+1 {
+		t.Fatalf("another label's change stored %d messages, want 1 (the Node's)", got-base)
+	}
+	base++
+	// The Service's keys go: its view and the slice's, without topology.
+	svc, err := kc.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Annotations = nil
+	if _, err := kc.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sliceTopology("")
+	if got := settle(); got != base+2 {
+		t.Fatalf("a change of the Service's keys stored %d messages, want 2 (the Service's, the slice's)", got-base)
+	}
+	base += 2
 
 	// A node heartbeat alone changes no view.
 	n1, err := kc.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
@@ -366,8 +402,7 @@ func TestObjectViews(t *testing.T) {
 	}
 	base++
 
-	// n1 moves to u2: a tombstone in u1, in full in u2, its new labels
-	// in the shared space: three messages.
+	// n1 moves to u2: a tombstone in u1, in full in u2: two messages.
 	if n1, err = kc.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -392,9 +427,18 @@ func TestObjectViews(t *testing.T) {
 		}
 		return nil
 	})
-	if got := settle(); got != base+3 {
-		t.Fatalf("a move stored %d messages, want 3", got-base)
+	if got := settle(); got != base+2 {
+		t.Fatalf("a move stored %d messages, want 2", got-base)
 	}
+}
+
+// wantTopology checks the topology o's view carries ("": none).
+func wantTopology(o objectview.Object, want string) error {
+	got, ok := o.GetAnnotations()[wellknown.EndpointTopologyAnnotation]
+	if got != want || ok != (want != "") {
+		return fmt.Errorf("topology %q (present: %v), want %q", got, ok, want)
+	}
+	return nil
 }
 
 // TestTombstoneForObjectDeletedWhileDown: a view on the stream whose object

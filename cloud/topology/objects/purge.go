@@ -26,6 +26,27 @@ import (
 // that followed the old layout drop what was purged themselves
 // (edge/proxy).
 
+// The layout after it also stored every Node, stripped to its labels, in
+// the shared space (N views read by every edge: N × N at a cold start of
+// the fleet, and one Node's label change sent to every edge), for the
+// edges' topology filter, which now reads the topology the endpoints'
+// views carry. The first full pass of a process purges them
+// (atoll.view._all.nodes.>). Edges drop the shared Nodes they kept
+// (edge/proxy, state layout 2).
+
+// purgeSharedNodes purges the Nodes of the shared space, once per
+// process.
+func (p *Publisher) purgeSharedNodes(ctx context.Context) error {
+	if p.sharedNodesPurged {
+		return nil
+	}
+	if _, err := p.purge(ctx, kindFilter(events.SharedViewUnit, objectview.KindNodes)); err != nil {
+		return err
+	}
+	p.sharedNodesPurged = true
+	return nil
+}
+
 // sharedKinds are the kinds stored in the shared space only.
 var sharedKinds = []string{objectview.KindServices, objectview.KindEndpointSlices, objectview.KindEndpoints}
 
@@ -87,6 +108,6 @@ func (p *Publisher) purge(ctx context.Context, filter string) (int, error) {
 		p.views.Forget(s)
 	}
 	p.metrics.purged.Add(float64(len(subjects)))
-	p.log.Info("purged views of the per-unit layout", "filter", filter, "subjects", len(subjects), "shared", events.SharedViewSubjects())
+	p.log.Info("purged views of an old layout", "filter", filter, "subjects", len(subjects), "shared", events.SharedViewSubjects())
 	return len(subjects), nil
 }

@@ -82,9 +82,9 @@ func sharedObjects(t *testing.T, cluster *kubetest.Cluster) int {
 }
 
 // TestViewsStoredOnce: with U units, N nodes and S Services (with their
-// slices and Endpoints), the VIEWS stream holds S + slices + Endpoints +
-// N stripped Nodes in the shared space and N full Nodes in the units'
-// spaces, not ×U; a change of one Service stores one message.
+// slices and Endpoints), the VIEWS stream holds S + slices + Endpoints in
+// the shared space and N full Nodes in the units' spaces, not ×U; a
+// change of one Service stores one message.
 func TestViewsStoredOnce(t *testing.T) {
 	const units, perUnit, services = 4, 3, 5
 	f := start(t, 1)
@@ -118,16 +118,16 @@ func TestViewsStoredOnce(t *testing.T) {
 	poll.Eventually(t, 60*time.Second, func() error {
 		shared = sharedObjects(t, f.cluster)
 		got, total := streamCounts(t, f)
-		want := map[string]int{events.SharedViewUnit: shared + nodes}
+		want := map[string]int{events.SharedViewUnit: shared}
 		for u := range units {
 			want[fmt.Sprint("u", u)] = perUnit
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want) || total != uint64(shared+2*nodes) {
-			return fmt.Errorf("stream holds %v (%d messages), want %v (%d)", got, total, want, shared+2*nodes)
+		if fmt.Sprint(got) != fmt.Sprint(want) || total != uint64(shared+nodes) {
+			return fmt.Errorf("stream holds %v (%d messages), want %v (%d)", got, total, want, shared+nodes)
 		}
 		return nil
 	})
-	t.Logf("%d units, %d nodes, %d shared objects: %d messages", units, nodes, shared, shared+2*nodes)
+	t.Logf("%d units, %d nodes, %d shared objects: %d messages", units, nodes, shared, shared+nodes)
 
 	// One Service change: one message.
 	base := settled(t, f)
@@ -135,7 +135,7 @@ func TestViewsStoredOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.Annotations = map[string]string{wellknown.TopologyKeysAnnotation: "zone"}
+	svc.Annotations = map[string]string{"team": "a"}
 	if _, err := kc.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestViewsStoredOnce(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if o.GetAnnotations()[wellknown.TopologyKeysAnnotation] != "zone" {
+		if o.GetAnnotations()["team"] != "a" {
 			return errors.New("change not stored")
 		}
 		return nil
@@ -159,10 +159,11 @@ func TestViewsStoredOnce(t *testing.T) {
 }
 
 // TestPurgeOldLayout: a stream holding the per-unit layout (every Service
-// and every Node in every unit's space) is purged by the first pass: no
-// shared kind is left in a unit's space, only the unit's own Nodes (in
-// full); the purges are counted, and a second full pass purges nothing
-// and stores nothing.
+// and every Node in every unit's space) and the shared space's stripped
+// Nodes of the layout after it is purged by the first pass: no shared
+// kind is left in a unit's space, only the unit's own Nodes (in full),
+// and no Node in the shared space; the purges are counted, and a second
+// full pass purges nothing and stores nothing.
 func TestPurgeOldLayout(t *testing.T) {
 	ctx := t.Context()
 	f := startWith(t, 1, func(cluster *kubetest.Cluster, js jetstream.JetStream) {
@@ -184,6 +185,7 @@ func TestPurgeOldLayout(t *testing.T) {
 			"atoll.view.u1.services.default.web":  svc,
 			"atoll.view.u2.services.default.web":  svc,
 			"atoll.view.u1.nodes._.n2":            stripped,
+			"atoll.view._all.nodes._.n2":          stripped,
 			"atoll.view.u1.endpoints.default.web": nil,
 		} {
 			m := svc
@@ -212,6 +214,9 @@ func TestPurgeOldLayout(t *testing.T) {
 			if !strings.HasPrefix(subj, "atoll.view._all.") && !own[subj] {
 				return fmt.Errorf("%s left in a unit's space (%v)", subj, got)
 			}
+			if strings.HasPrefix(subj, "atoll.view._all.nodes.") {
+				return fmt.Errorf("%s left in the shared space", subj)
+			}
 		}
 		if got["u1"] != 1 || got["u2"] != 1 {
 			return fmt.Errorf("units' spaces hold %v, want their own Node each", got)
@@ -222,9 +227,10 @@ func TestPurgeOldLayout(t *testing.T) {
 		return nil
 	})
 	purged := testutil.ToFloat64(p.metrics.purged)
-	// u1: its Service, Endpoints and n2; u2: its Service.
-	if purged < 4 {
-		t.Errorf("purged_total = %v, want at least 4 subjects", purged)
+	// u1: its Service, Endpoints and n2; u2: its Service; the shared
+	// space's n2.
+	if purged < 5 {
+		t.Errorf("purged_total = %v, want at least 5 subjects", purged)
 	}
 	base := settled(t, f)
 	passes := testutil.ToFloat64(p.metrics.passes)

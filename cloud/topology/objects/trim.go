@@ -11,20 +11,15 @@ import (
 // trim returns the copy of obj that a unit's view carries. Every kind
 // loses its managed fields and resource version (the edge numbers its own
 // versions; the apiserver's would make every no-op write a new view). A
-// Node of the unit (own) keeps its spec and status, without the heartbeat
-// times, images and volumes that change without meaning anything to a
-// proxy; a Node of another unit keeps only its name, uid and labels —
-// what the edge's topology filter reads.
-func trim(obj client.Object, own bool) objectview.Object {
+// Node keeps its spec and status, without the heartbeat times, images and
+// volumes that change without meaning anything to a proxy.
+func trim(obj client.Object) objectview.Object {
 	c := obj.DeepCopyObject().(client.Object)
 	c.SetManagedFields(nil)
 	c.SetResourceVersion("")
 	n, ok := c.(*corev1.Node)
 	if !ok {
 		return c
-	}
-	if !own {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, Labels: n.Labels, CreationTimestamp: n.CreationTimestamp}}
 	}
 	n.Status.Images = nil
 	n.Status.VolumesInUse = nil

@@ -281,8 +281,10 @@ func (x *UnitMember) GetNodeKey() string {
 // Endpoints, Node) as the cloud trimmed it for the edge.
 // Subject: atoll.view.<unit>.<kind>.<namespace>.<name>; namespace "_" for
 // cluster-scoped objects; unit "_all" for the views every unit reads
-// (Services, EndpointSlices, Endpoints, every Node stripped to name, uid
-// and labels), a unit for its own Nodes in full.
+// (Services, EndpointSlices, Endpoints; a slice's or Endpoints' view
+// carries its endpoints' nodes' values of its Service's topology keys in
+// the annotation topology.atoll.io/endpoint-topology), a unit for its own
+// Nodes in full.
 type ObjectView struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lowercase plural resource, e.g. "endpointslices".
