@@ -184,8 +184,10 @@ func (s *Store) Apply(sp Space, v *atollv1.ObjectView, seq uint64) error {
 		if obj, err = objectview.Decode(v); err != nil {
 			return err
 		}
-		if _, err := objectview.DecodeEndpointTopology(obj); err != nil {
-			return err
+		if kind == objectview.KindEndpointSlices || kind == objectview.KindEndpoints {
+			if _, err := objectview.DecodeEndpointTopology(obj); err != nil {
+				return err
+			}
 		}
 	}
 	s.mu.Lock()
