@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		votes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "tracked_votes",
-			Help: "Votes this replica keeps (expired ones are dropped at each resync).",
+			Help: "Votes this replica keeps (expired ones are dropped at the first resync after the earliest expiry).",
 		}),
 		linksLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "voter_links_lost_total",

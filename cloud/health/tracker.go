@@ -102,6 +102,16 @@ type Tracker struct {
 	// names holds one copy of each node and unit name the votes use
 	// (intern).
 	names map[string]string
+	// due is no later than the first time Prune has anything to drop (a
+	// vote expiring, a ballot record or a cut to forget; zero: unknown,
+	// scan): before it Prune returns at once. Prune scanned every vote
+	// every 2 s under the write lock — at 10,000 nodes in units of 180,
+	// 1.8 million votes, an eighth of atoll-cloud's CPU and a quarter of a
+	// second each time that no ballot could be recorded — where keep-alive
+	// ballots (every 30 s, TTL 75 s) leave nothing to drop for 45 s.
+	due time.Time
+	// scans counts the scans Prune made (tests).
+	scans int
 }
 
 type ballotRecord struct {
@@ -153,7 +163,22 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 		t.set(v.GetNode(), voter, t.record(v, published))
 	}
 	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: nodes, ttl: ttl}
+	t.dueBy(t.forgetBallot(t.ballots[voter]))
 	return touched
+}
+
+// dueBy makes Prune scan at at or before; callers hold mu.
+func (t *Tracker) dueBy(at time.Time) {
+	if !t.due.IsZero() && at.Before(t.due) {
+		t.due = at
+	}
+}
+
+// forgetBallot is when Prune forgets the voter of ballot b: a ballot
+// record outlives its votes by a little, so a late duplicate of the
+// voter's last ballot cannot count again.
+func (t *Tracker) forgetBallot(b ballotRecord) time.Time {
+	return b.published.Add(2 * max(b.ttl, t.defaultTTL))
 }
 
 // Newer reports whether a ballot from voter made at made would be
@@ -238,6 +263,7 @@ func (t *Tracker) set(node, voter string, e entry) {
 		t.byNode[node] = voters
 	}
 	voters[voter] = e
+	t.dueBy(e.published.Add(e.ttl))
 	nodes := t.byVoter[voter]
 	if nodes == nil {
 		nodes = map[string]bool{}
@@ -272,6 +298,7 @@ func (t *Tracker) Cut(voter string, at time.Time) []string {
 	defer t.mu.Unlock()
 	if at.After(t.cuts[voter]) {
 		t.cuts[voter] = at
+		t.dueBy(at.Add(maxCutAge))
 	}
 	var out []string
 	for node := range t.byVoter[voter] {
@@ -357,12 +384,26 @@ func (t *Tracker) Forget(node string) {
 
 // Prune drops the votes expired at now: they no longer count, and
 // without this the votes about nodes that left (or never existed) would
-// stay forever. It returns how many it dropped.
+// stay forever. It returns how many it dropped. Until the first vote
+// expires (or a record is to be forgotten) it does nothing (due).
 func (t *Tracker) Prune(now time.Time) int {
+	t.mu.RLock()
+	idle := !t.due.IsZero() && !now.After(t.due)
+	t.mu.RUnlock()
+	if idle {
+		return 0
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.scans++
 	n := 0
 	units := map[string]bool{}
+	var due time.Time
+	next := func(at time.Time) {
+		if due.IsZero() || at.Before(due) {
+			due = at
+		}
+	}
 	for target, voters := range t.byNode {
 		for voter, e := range voters {
 			if e.expired(now) {
@@ -370,6 +411,7 @@ func (t *Tracker) Prune(now time.Time) int {
 				n++
 			} else {
 				units[e.unit] = true
+				next(e.published.Add(e.ttl))
 			}
 		}
 	}
@@ -377,8 +419,10 @@ func (t *Tracker) Prune(now time.Time) int {
 	// duplicate of its last ballot cannot count again; after that the
 	// voter is forgotten.
 	for voter, b := range t.ballots {
-		if now.After(b.published.Add(2 * max(b.ttl, t.defaultTTL))) {
+		if at := t.forgetBallot(b); now.After(at) {
 			delete(t.ballots, voter)
+		} else {
+			next(at)
 		}
 	}
 	// A cut only matters for ballots stored before it, which have expired
@@ -386,8 +430,12 @@ func (t *Tracker) Prune(now time.Time) int {
 	for voter, at := range t.cuts {
 		if now.After(at.Add(maxCutAge)) {
 			delete(t.cuts, voter)
+		} else {
+			next(at.Add(maxCutAge))
 		}
 	}
+	// Nothing left: the next record sets due (zero until then: scan).
+	t.due = due
 	for name := range t.names {
 		_, node := t.byNode[name]
 		_, voter := t.byVoter[name]
