@@ -20,6 +20,9 @@ const (
 	OutcomeAck   = "ack"
 	OutcomeRetry = "retry"
 	OutcomeTerm  = "term"
+	// OutcomeSeen: acked without decoding, handled elsewhere already
+	// (ConsumeOptions.Seen).
+	OutcomeSeen = "seen"
 )
 
 // Metrics counts what consumers and subscriptions did with each message,
@@ -39,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "events", Name: "handled_total",
-			Help: "Messages handled, by consumer and outcome (ack, retry, term).",
+			Help: "Messages handled, by consumer and outcome (ack, retry, term; seen: acked undecoded, handled by another consumer of the process already).",
 		}, []string{"consumer", "outcome"}),
 		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "events", Name: "terminated_total",

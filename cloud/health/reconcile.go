@@ -134,11 +134,26 @@ func (s *Service) consumeBallots(ctx context.Context) error {
 			s.enqueue(ctx, n)
 		}
 		return nil
-	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
+	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm, Seen: s.ballotSeen})
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("consuming ballots stopped", "err", err)
 	}
 	return nil
+}
+
+// ballotSeen tells, before a ballot is decoded, whether the tracker has
+// recorded it or a later one of its voter (stored at or after it): the
+// leader's follower records every ballot, mostly before the shared
+// consumer gets it, and what it changed is enqueued already. A ballot
+// the follower refused (invalid) is not recorded, so the shared consumer
+// decodes it and terminates it with the reason.
+func (s *Service) ballotSeen(subject string, stored time.Time) bool {
+	_, voter, err := events.ParseBallotSubject(subject)
+	if err != nil {
+		return false
+	}
+	last := s.tracker.LastBallot(voter)
+	return !last.IsZero() && !stored.After(last)
 }
 
 // consumeVotes handles each vote once across replicas (at least once): it
