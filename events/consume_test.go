@@ -221,56 +221,62 @@ func TestPublishRejectsIdentityMismatch(t *testing.T) {
 	}
 }
 
-// TestConsumeSeen: a Shared consumer asks Seen before decoding; a message
-// Seen claims is acked undecoded (even one that would not decode: it was
-// handled elsewhere) and counted as seen, the others are decoded and
-// handled; Seen is given the subject and the stored time.
+// TestConsumeSeen: a Shared or Follow consumer asks Seen before
+// decoding; a message Seen claims is skipped undecoded (even one that
+// would not decode: it was handled elsewhere; a Shared consumer acks it)
+// and counted as seen, the others are decoded and handled; Seen is given
+// the subject and the stored time.
 func TestConsumeSeen(t *testing.T) {
-	_, js := setup(t)
-	metrics := events.NewMetrics(nil)
-	spec := events.VoteConsumer
-	spec.Name = "seen-test"
-	spec.DeliverPolicy = jetstream.DeliverAllPolicy
-	before := time.Now().Add(-time.Second)
-	seenSubj, _ := vote("u1", "seen", "voter")
-	for _, node := range []string{"n1", "seen", "n2"} {
-		subj, v := vote("u1", node, "voter")
-		if _, err := events.PublishDurable(context.Background(), js, subj, v, "seen-"+node); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: seenSubj, Header: nats.Header{events.HeaderType: {"atoll.v1.Vote"}}, Data: []byte{0xff}}); err != nil {
-		t.Fatal(err)
-	}
-	var got received
-	var badTime sync.Once
-	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
-		got.add(ev.Msg.GetNode())
-		return nil
-	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Seen: func(subject string, stored time.Time) bool {
-		if stored.Before(before) || stored.After(time.Now()) {
-			badTime.Do(func() { t.Errorf("Seen given stored time %v", stored) })
-		}
-		return subject == seenSubj
-	}})
-	poll.Eventually(t, 10*time.Second, func() error {
-		if got.count() != 2 || metrics.HandledCount(spec.Name, events.OutcomeSeen) != 2 {
-			return fmt.Errorf("handled %d, %v seen; want n1, n2 and 2 seen", got.count(), metrics.HandledCount(spec.Name, events.OutcomeSeen))
-		}
-		ci, err := js.Consumer(context.Background(), events.StreamHealth, spec.Name)
-		if err != nil {
-			return err
-		}
-		info, err := ci.Info(context.Background())
-		if err != nil {
-			return err
-		}
-		if info.NumAckPending != 0 || info.NumPending != 0 {
-			return fmt.Errorf("ack pending %d, pending %d", info.NumAckPending, info.NumPending)
-		}
-		return nil
-	})
-	if n := metrics.TerminatedCount(spec.Name, events.ReasonUndecodable); n != 0 {
-		t.Fatalf("a message Seen claimed was decoded and terminated (%v)", n)
+	for _, spec := range modes() {
+		t.Run(spec.Mode.String(), func(t *testing.T) {
+			_, js := setup(t)
+			metrics := events.NewMetrics(nil)
+			before := time.Now().Add(-time.Second)
+			seenSubj, _ := vote("u1", "seen", "voter")
+			for _, node := range []string{"n1", "seen", "n2"} {
+				publishVote(t, js, node)
+			}
+			if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: seenSubj, Header: nats.Header{events.HeaderType: {"atoll.v1.Vote"}}, Data: []byte{0xff}}); err != nil {
+				t.Fatal(err)
+			}
+			var got received
+			var badTime sync.Once
+			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
+				got.add(ev.Msg.GetNode())
+				return nil
+			}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Seen: func(subject string, stored time.Time) bool {
+				if stored.Before(before) || stored.After(time.Now()) {
+					badTime.Do(func() { t.Errorf("Seen given stored time %v", stored) })
+				}
+				return subject == seenSubj
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, c)
+			poll.Eventually(t, 10*time.Second, func() error {
+				if got.count() != 2 || metrics.HandledCount(spec.Name, events.OutcomeSeen) != 2 {
+					return fmt.Errorf("handled %d, %v seen; want n1, n2 and 2 seen", got.count(), metrics.HandledCount(spec.Name, events.OutcomeSeen))
+				}
+				if spec.Mode != events.Shared {
+					return nil
+				}
+				ci, err := js.Consumer(context.Background(), events.StreamHealth, spec.Name)
+				if err != nil {
+					return err
+				}
+				info, err := ci.Info(context.Background())
+				if err != nil {
+					return err
+				}
+				if info.NumAckPending != 0 || info.NumPending != 0 {
+					return fmt.Errorf("ack pending %d, pending %d", info.NumAckPending, info.NumPending)
+				}
+				return nil
+			})
+			if n := metrics.TerminatedCount(spec.Name, events.ReasonUndecodable); n != 0 {
+				t.Fatalf("a message Seen claimed was decoded and terminated (%v)", n)
+			}
+		})
 	}
 }

@@ -537,7 +537,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.enqueue(ctx, n)
 		}
 		return nil
-	}, events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
+	}, events.ConsumeOptions{Logger: s.log, Metrics: s.evm, Seen: s.ballotSeen})
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}

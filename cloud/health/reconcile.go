@@ -142,11 +142,12 @@ func (s *Service) consumeBallots(ctx context.Context) error {
 }
 
 // ballotSeen tells, before a ballot is decoded, whether the tracker has
-// recorded it or a later one of its voter (stored at or after it): the
-// leader's follower records every ballot, mostly before the shared
-// consumer gets it, and what it changed is enqueued already. A ballot
-// the follower refused (invalid) is not recorded, so the shared consumer
-// decodes it and terminates it with the reason.
+// recorded it or a later one of its voter (stored at or after it): on
+// the leader the follower and the shared consumer both get every ballot,
+// and whichever records it enqueues what it changed, so the other skips
+// it. A ballot the first refused (invalid) is not recorded, so the
+// other decodes it and refuses it too (the shared consumer terminates it
+// with the reason).
 func (s *Service) ballotSeen(subject string, stored time.Time) bool {
 	_, voter, err := events.ParseBallotSubject(subject)
 	if err != nil {
