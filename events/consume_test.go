@@ -71,6 +71,15 @@ func setup(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
+// consumerInfo is what the server says of the HEALTH consumer name.
+func consumerInfo(js jetstream.JetStream, name string) (*jetstream.ConsumerInfo, error) {
+	c, err := js.Consumer(context.Background(), events.StreamHealth, name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(context.Background())
+}
+
 // received collects what a handler saw.
 type received struct {
 	mu    sync.Mutex
@@ -134,11 +143,7 @@ func TestConsumePoison(t *testing.T) {
 	})
 	// Nothing left pending: the poison is not coming back.
 	poll.Eventually(t, 10*time.Second, func() error {
-		info, err := js.Consumer(context.Background(), events.StreamHealth, spec.Name)
-		if err != nil {
-			return err
-		}
-		ci, err := info.Info(context.Background())
+		ci, err := consumerInfo(js, spec.Name)
 		if err != nil {
 			return err
 		}
@@ -261,11 +266,7 @@ func TestConsumeSeen(t *testing.T) {
 				if spec.Mode != events.Shared {
 					return nil
 				}
-				ci, err := js.Consumer(context.Background(), events.StreamHealth, spec.Name)
-				if err != nil {
-					return err
-				}
-				info, err := ci.Info(context.Background())
+				info, err := consumerInfo(js, spec.Name)
 				if err != nil {
 					return err
 				}

@@ -135,6 +135,19 @@ func (f *fixture) view(ctx context.Context, subj string) (*atollv1.ObjectView, u
 	return &v, raw.Sequence, nil
 }
 
+// object returns the object of the last view stored on subj (an error
+// when there is none, or a tombstone).
+func (f *fixture) object(ctx context.Context, subj string) (objectview.Object, error) {
+	v, _, err := f.view(ctx, subj)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil || v.GetDeleted() {
+		return nil, fmt.Errorf("%s: no object stored", subj)
+	}
+	return objectview.Decode(v)
+}
+
 func (f *fixture) lastSeq(t *testing.T) uint64 {
 	t.Helper()
 	info, err := f.views.Info(t.Context())
@@ -303,11 +316,7 @@ func TestObjectViews(t *testing.T) {
 	sliceTopology := func(want string) {
 		t.Helper()
 		poll.Eventually(t, 20*time.Second, func() error {
-			v, _, err := f.view(ctx, "atoll.view._all.endpointslices.default.web-1")
-			if err != nil {
-				return err
-			}
-			o, err := objectview.Decode(v)
+			o, err := f.object(ctx, "atoll.view._all.endpointslices.default.web-1")
 			if err != nil {
 				return err
 			}

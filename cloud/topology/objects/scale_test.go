@@ -140,11 +140,7 @@ func TestViewsStoredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 20*time.Second, func() error {
-		v, _, err := f.view(ctx, "atoll.view._all.services.default.svc-0")
-		if err != nil {
-			return err
-		}
-		o, err := objectview.Decode(v)
+		o, err := f.object(ctx, "atoll.view._all.services.default.svc-0")
 		if err != nil {
 			return err
 		}
@@ -275,11 +271,7 @@ func TestPassReadsDirtyNodesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 20*time.Second, func() error {
-		v, _, err := f.view(ctx, "atoll.view.u1.nodes._.n-0")
-		if err != nil || v == nil {
-			return fmt.Errorf("no view: %v", err)
-		}
-		o, err := objectview.Decode(v)
+		o, err := f.object(ctx, "atoll.view.u1.nodes._.n-0")
 		if err != nil {
 			return err
 		}
