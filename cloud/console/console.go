@@ -43,7 +43,19 @@ type Message struct {
 type unitEntry struct {
 	seq  uint64
 	unit Unit
-	raw  json.RawMessage
+	raw  json.RawMessage // unit's JSON, encoded when first sent
+}
+
+// encoded is the entry's JSON, encoded once. Callers hold mu.
+func (e *unitEntry) encoded() (json.RawMessage, error) {
+	if e.raw == nil {
+		raw, err := json.Marshal(e.unit)
+		if err != nil {
+			return nil, fmt.Errorf("console: encode unit %s: %w", e.unit.Name, err)
+		}
+		e.raw = raw
+	}
+	return e.raw, nil
 }
 
 // Console keeps the page's model and serves the page, the state and the
@@ -200,12 +212,11 @@ func (c *Console) Update(ctx context.Context) error {
 	for _, u := range units {
 		seen[u.Name] = true
 		order = append(order, u.Name)
-		raw, err := json.Marshal(u)
-		if err != nil {
-			return fmt.Errorf("console: encode unit %s: %w", u.Name, err)
-		}
+		// Compared field by field, and encoded only when a browser is
+		// sent the unit: most units do not change between two builds,
+		// and nobody may be watching.
 		prev := c.units[u.Name]
-		if prev != nil && bytes.Equal(prev.raw, raw) {
+		if prev != nil && sameUnit(prev.unit, u) {
 			continue
 		}
 		if !changed {
@@ -215,7 +226,7 @@ func (c *Console) Update(ctx context.Context) error {
 		if prev != nil && c.built {
 			c.record(now, prev.unit, u)
 		}
-		c.units[u.Name] = &unitEntry{seq: c.seq, unit: u, raw: raw}
+		c.units[u.Name] = &unitEntry{seq: c.seq, unit: u}
 	}
 	for name := range c.units {
 		if !seen[name] {
@@ -335,7 +346,12 @@ func (c *Console) message(cur *cursor) (Message, <-chan struct{}, bool) {
 			continue
 		}
 		if snapshot || e.seq > cur.seq || !cur.known[name] {
-			m.Units = append(m.Units, e.raw)
+			raw, err := e.encoded()
+			if err != nil {
+				c.log.Error("unit left out of the page", "unit", name, "err", err)
+				continue
+			}
+			m.Units = append(m.Units, raw)
 		}
 	}
 	for name := range cur.known {

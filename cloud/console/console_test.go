@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -613,8 +614,10 @@ func TestWrites(t *testing.T) {
 }
 
 // BenchmarkUpdate rebuilds the model of UNITS×NODES nodes (fake health;
-// the cost of reading the cache and encoding), the work of every
-// Interval. Numbers: not measured yet (the machine is shared).
+// the cost of reading the cache and comparing with the last build), the
+// work of every Interval. On the 2-core machine of the README, 30
+// iterations: 10,000 nodes 6.3 ms per build (18.1 ms when every unit was
+// JSON-encoded to find the changed ones).
 func BenchmarkUpdate(b *testing.B) {
 	for _, size := range []struct{ units, nodes int }{{10, 10}, {100, 50}, {200, 50}} {
 		b.Run(fmt.Sprintf("units=%d/nodes=%d", size.units, size.nodes), func(b *testing.B) {
@@ -704,4 +707,95 @@ func TestIdleRebuilds(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSameUnit changes every field of a unit, of its node, of the node's
+// vote and of its grid one at a time: each change must make the unit
+// differ (a field sameUnit does not compare would never reach the page).
+func TestSameUnit(t *testing.T) {
+	hold := t0.Add(time.Minute)
+	base := Unit{Name: "u1", Disruption: "Normal", HoldUntil: &hold,
+		Nodes: []Node{{Name: "a", State: StateHealthy, Ready: "True", Verdict: "healthy", Protected: true, Link: "up", Tunnels: 1,
+			Votes: []Vote{{Voter: "b", Verdict: "healthy", Made: t0, Stored: t0}}}},
+		Grids: []GridUnit{{Grid: "DeploymentGrid/ns/web", Revision: "r1", Rollout: "r2", Current: true, Ready: true,
+			ReadyReplicas: 1, Replicas: 2, Phase: "updated", Position: 1, Of: 2}}}
+	clone := func() Unit {
+		raw, err := json.Marshal(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u Unit
+		if err := json.Unmarshal(raw, &u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	if !sameUnit(base, clone()) {
+		t.Fatal("a unit differs from its copy")
+	}
+	// leaves lists the settable leaf fields under v by path.
+	var leaves func(path string, v reflect.Value, out map[string]func(reflect.Value) reflect.Value)
+	leaves = func(path string, v reflect.Value, out map[string]func(reflect.Value) reflect.Value) {
+		switch {
+		case v.Type() == reflect.TypeFor[time.Time]() || v.Type() == reflect.TypeFor[*time.Time]():
+			out[path] = nil
+		case v.Kind() == reflect.Struct:
+			for i := range v.NumField() {
+				leaves(path+"."+v.Type().Field(i).Name, v.Field(i), out)
+			}
+		case v.Kind() == reflect.Slice:
+			leaves(path+"[0]", v.Index(0), out)
+		default:
+			out[path] = nil
+		}
+	}
+	paths := map[string]func(reflect.Value) reflect.Value{}
+	leaves("Unit", reflect.ValueOf(base), paths)
+	// field follows path from the unit u.
+	field := func(u reflect.Value, path string) reflect.Value {
+		v := u
+		for _, part := range strings.Split(path, ".")[1:] {
+			name, idx := strings.CutSuffix(part, "[0]")
+			v = v.FieldByName(name)
+			if idx {
+				v = v.Index(0)
+			}
+		}
+		return v
+	}
+	for path := range paths {
+		u := clone()
+		f := field(reflect.ValueOf(&u).Elem(), path)
+		switch x := f.Addr().Interface().(type) {
+		case *string:
+			*x += "x"
+		case *bool:
+			*x = !*x
+		case *int:
+			*x++
+		case *int32:
+			*x++
+		case *uint32:
+			*x++
+		case *time.Time:
+			*x = x.Add(time.Second)
+		case **time.Time:
+			later := (*x).Add(time.Second)
+			*x = &later
+		default:
+			t.Fatalf("%s: the test cannot change a %s", path, f.Type())
+		}
+		if sameUnit(base, u) {
+			t.Errorf("%s changed, sameUnit still says equal", path)
+		}
+	}
+	if len(paths) < 24 {
+		t.Fatalf("only %d fields walked", len(paths))
+	}
+	// A unit without hold and one with.
+	u := clone()
+	u.HoldUntil = nil
+	if sameUnit(base, u) || sameUnit(u, base) || !sameUnit(u, u) {
+		t.Fatal("hold nil vs set")
+	}
 }

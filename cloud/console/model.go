@@ -219,6 +219,28 @@ func (b *builder) node(n *corev1.Node, tunnels uint32) Node {
 	return out
 }
 
+// sameUnit reports whether a and b show the same (what the page would
+// encode of them is equal).
+func sameUnit(a, b Unit) bool {
+	return a.Name == b.Name && a.Disruption == b.Disruption && sameTime(a.HoldUntil, b.HoldUntil) &&
+		slices.EqualFunc(a.Nodes, b.Nodes, sameNode) && slices.Equal(a.Grids, b.Grids)
+}
+
+func sameNode(a, b Node) bool {
+	return a.Name == b.Name && a.State == b.State && a.Ready == b.Ready && a.Verdict == b.Verdict &&
+		a.Protected == b.Protected && a.Link == b.Link && a.Tunnels == b.Tunnels &&
+		slices.EqualFunc(a.Votes, b.Votes, func(x, y Vote) bool {
+			return x.Voter == y.Voter && x.Verdict == y.Verdict && x.Made.Equal(y.Made) && x.Stored.Equal(y.Stored)
+		})
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
 // readyCondition is n's Ready condition, "" when it has none.
 func readyCondition(n *corev1.Node) corev1.ConditionStatus {
 	for _, c := range n.Status.Conditions {
