@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -225,6 +226,7 @@ type watch struct {
 	notReady  map[string]time.Duration
 	evicted   map[string]time.Time
 	taintedAt map[string]time.Time
+	unknownAt map[string]time.Time // dead nodes: Ready no longer True
 }
 
 func (w *watch) node(obj any) {
@@ -235,11 +237,14 @@ func (w *watch) node(obj any) {
 	tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
 		return t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute
 	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.unknownAt[n.Name]; w.dead[n.Name] && !ok && !w.cutAt.IsZero() && !nodeReady(n) {
+		w.unknownAt[n.Name] = time.Now()
+	}
 	if !tainted {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if _, seen := w.noExec[n.Name]; w.protected[n.Name] && !seen {
 		w.noExec[n.Name] = time.Since(w.cutAt)
 	}
@@ -248,6 +253,15 @@ func (w *watch) node(obj any) {
 			w.taintedAt[n.Name] = time.Now()
 		}
 	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func (w *watch) slice(obj any) {
@@ -414,7 +428,7 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 
 	// Who is cut: whole units first, then one node in each of the next
 	// scatter units, every deadEvery-th of those really dead.
-	w := &watch{protected: map[string]bool{}, dead: map[string]bool{}, noExec: map[string]time.Duration{}, notReady: map[string]time.Duration{}, evicted: map[string]time.Time{}, taintedAt: map[string]time.Time{}}
+	w := &watch{protected: map[string]bool{}, dead: map[string]bool{}, noExec: map[string]time.Duration{}, notReady: map[string]time.Duration{}, evicted: map[string]time.Time{}, taintedAt: map[string]time.Time{}, unknownAt: map[string]time.Time{}}
 	var cut, held []string
 	for u := range o.units {
 		members := f.units[fmt.Sprintf("u%04d", u)]
@@ -466,6 +480,10 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	nsInf.WaitForCacheSync(ictx.Done())
 
 	writes0, err := atollWritesByObject(auditDir)
+	if err != nil {
+		return row, err
+	}
+	kcm0, err := nodeControllerWrites(auditDir)
 	if err != nil {
 		return row, err
 	}
@@ -555,7 +573,17 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 			row.wrongEvictions++
 		}
 	}
-	for m := range w.dead {
+	// Each dead node's way to its eviction, from the cut: when the node
+	// lifecycle controller saw it lost, tainted it, and when its pod went.
+	since := func(m map[string]time.Time, node string) string {
+		if t, ok := m[node]; ok {
+			return "+" + t.Sub(cutAt).Round(100*time.Millisecond).String()
+		}
+		return "never"
+	}
+	for _, m := range slices.Sorted(maps.Keys(w.dead)) {
+		row.details = append(row.details, fmt.Sprintf("dead node %s: Ready lost %s, NoExecute %s, pod evicted %s (from the cut)",
+			m, since(w.unknownAt, m), since(w.taintedAt, m), since(w.evicted, m)))
 		at, ok := w.evicted[m]
 		if !ok {
 			continue
@@ -566,6 +594,30 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		}
 	}
 	w.mu.Unlock()
+	// What the node lifecycle controller wrote meanwhile: re-taints of
+	// protected nodes (each dropped by the webhook) share its client and
+	// its tainting queue with the dead nodes' taints.
+	kcm1, err := nodeControllerWrites(auditDir)
+	if err != nil {
+		return row, err
+	}
+	byClass := map[string]int{}
+	for k, v := range kcm1 {
+		if d := v - kcm0[k]; d > 0 {
+			what, node, _ := strings.Cut(k, " ")
+			class := "other"
+			switch {
+			case w.dead[node]:
+				class = "dead"
+			case w.protected[node]:
+				class = "protected"
+			}
+			byClass[what+" of "+class+" nodes"] += d
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(byClass)) {
+		row.details = append(row.details, fmt.Sprintf("node-controller during the watch: %d %s", byClass[k], k))
+	}
 	for _, m := range held {
 		node, err := client.CoreV1().Nodes().Get(ctx, m, metav1.GetOptions{})
 		if err == nil && node.Annotations[wellknown.AnnotationHoldUntil] != "" {
@@ -603,6 +655,24 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		return row, err
 	}
 	row.healWrites = sum(h1) - sum(h0)
+	// The heal's late writes: by resource, and the objects written most.
+	byResource, perObject := map[string]int{}, map[string]int{}
+	for k, v := range h1 {
+		if d := v - h0[k]; d > 0 {
+			resource, _, _ := strings.Cut(k, "/")
+			byResource[resource] += d
+			perObject[k] = d
+		}
+	}
+	for _, r := range slices.Sorted(maps.Keys(byResource)) {
+		row.details = append(row.details, fmt.Sprintf("writes after the heal: %d to %s", byResource[r], r))
+	}
+	top := slices.SortedFunc(maps.Keys(perObject), func(a, b string) int {
+		return cmp.Or(cmp.Compare(perObject[b], perObject[a]), cmp.Compare(a, b))
+	})
+	for _, k := range top[:min(5, len(top))] {
+		row.details = append(row.details, fmt.Sprintf("writes after the heal: %d to %s", perObject[k], k))
+	}
 	return row, nil
 }
 
@@ -685,6 +755,37 @@ func waitFormed(ctx context.Context, client kubernetes.Interface, n int, within 
 // atollWritesByObject counts atoll-cloud's writes in the audit log so
 // far, by object (resource, namespace, name).
 func atollWritesByObject(auditDir string) (map[string]int, error) {
+	return auditWrites(auditDir, func(e kubetest.AuditEvent) string {
+		if !strings.HasPrefix(e.UserAgent, wellknown.FieldManager) {
+			return ""
+		}
+		return e.Object() // subresources count for their object
+	})
+}
+
+// nodeControllerUser is the node lifecycle controller's identity
+// (kube-controller-manager runs each controller under its own
+// ServiceAccount in the harness).
+const nodeControllerUser = "system:serviceaccount:kube-system:node-controller"
+
+// nodeControllerWrites counts the node lifecycle controller's writes to
+// Nodes so far, by "status <node>" (its condition updates) and "taints
+// <node>" (the rest: taint patches).
+func nodeControllerWrites(auditDir string) (map[string]int, error) {
+	return auditWrites(auditDir, func(e kubetest.AuditEvent) string {
+		if e.User.Username != nodeControllerUser || e.ObjectRef.Resource != "nodes" {
+			return ""
+		}
+		if e.ObjectRef.Subresource == "status" {
+			return "status " + e.ObjectRef.Name
+		}
+		return "taints " + e.ObjectRef.Name
+	})
+}
+
+// auditWrites counts the writes (create, update, patch, delete) of the
+// audit log so far by key(event); events with an empty key are left out.
+func auditWrites(auditDir string, key func(kubetest.AuditEvent) string) (map[string]int, error) {
 	out := map[string]int{}
 	evs, err := kubetest.ReadAudit(kubetest.AuditLog(auditDir))
 	if err != nil {
@@ -694,12 +795,11 @@ func atollWritesByObject(auditDir string) (map[string]int, error) {
 		return nil, err
 	}
 	for _, e := range evs {
-		if !strings.HasPrefix(e.UserAgent, wellknown.FieldManager) {
-			continue
-		}
 		switch e.Verb {
 		case "create", "update", "patch", "delete":
-			out[e.ObjectRef.Resource+"/"+e.ObjectRef.Namespace+"/"+e.ObjectRef.Name]++ // subresources count for their object
+			if k := key(e); k != "" {
+				out[k]++
+			}
 		}
 	}
 	return out, nil
