@@ -53,9 +53,13 @@ type outageOptions struct {
 	toleration time.Duration
 	// killAfter is when, after the cut, one hub server is killed.
 	killAfter time.Duration
-	// settle and quiet: after the heal, time to settle, then the window
-	// in which Atoll's writes must be zero.
+	// settle and quiet: after the heal, at most settle until Atoll's
+	// writes stop, then the window in which they must be zero.
 	settle, quiet time.Duration
+	// zones labels each unit's nodes with a zone of their own
+	// (topology.kubernetes.io/zone), so KCM's zones are the units;
+	// false: the whole fleet is one zone.
+	zones bool
 }
 
 const outageNamespace = "outage"
@@ -71,7 +75,13 @@ type outageRow struct {
 	writes, objects, maxPerObject      int
 	lagPending                         uint64
 	lagOldest                          time.Duration
-	healWrites                         int
+	lagAt                              time.Duration // when the oldest was seen, from the cut
+	// The heal: Atoll's writes until they stopped (30 s without one),
+	// the objects written and the most writes to one, when the last was
+	// made after the heal, then the writes of the quiet window (want 0).
+	healWrites, healObjects, healMaxPerObject int
+	healSettled                               time.Duration
+	quietWrites                               int
 	killed                             string
 	details                            []string
 }
@@ -102,14 +112,19 @@ func runOutage(ctx context.Context, out io.Writer, so scaleOptions, o outageOpti
 		}
 		rows = append(rows, r)
 	}
-	fmt.Fprintf(out, "\nunits of %d; Lease renewal every %v; grace period %v; toleration %v; hub server killed %v after the cut; writes counted %v after the heal for %v\n",
-		so.unit, so.renew, so.grace, o.toleration, o.killAfter, o.settle, o.quiet)
+	zones := "one KCM zone per unit"
+	if !o.zones {
+		zones = "one KCM zone for the fleet"
+	}
+	fmt.Fprintf(out, "\nunits of %d, %s; Lease renewal every %v; grace period %v; toleration %v; hub server killed %v after the cut; after the heal, writes waited for (at most %v) until none for 30 s, then counted for %v\n",
+		so.unit, zones, so.renew, so.grace, o.toleration, o.killAfter, o.settle, o.quiet)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nnodes\tcut (whole/scattered/dead)\tNoExecute seen\tnot-ready endpoints\tprotected evicted\theld (hold annotated)\tdead evicted\tslowest dead eviction\tatoll writes (objects, max per object)\tmax ballot lag\twrites after heal")
+	fmt.Fprintln(w, "\nnodes\tcut (whole/scattered/dead)\tNoExecute seen\tnot-ready endpoints\tprotected evicted\theld (hold annotated)\tdead evicted\tslowest dead eviction\tatoll writes (objects, max per object)\tmax ballot lag\theal writes (objects, max per object), last after\twrites in the quiet window")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%d (%d/%d/%d)\t%d\t%d\t%d\t%d (%d)\t%d/%d\t%v\t%d (%d, %d)\t%d, %v\t%d\n", r.nodes, r.cut, r.whole, r.scattered, r.dead,
+		fmt.Fprintf(w, "%d\t%d (%d/%d/%d)\t%d\t%d\t%d\t%d (%d)\t%d/%d\t%v\t%d (%d, %d)\t%d, %v\t%d (%d, %d), %v\t%d\n", r.nodes, r.cut, r.whole, r.scattered, r.dead,
 			r.noExecute, r.notReady, r.wrongEvictions, r.held, r.holdAnnotated, r.deadEvicted, r.dead, r.deadSlowest.Round(100*time.Millisecond),
-			r.writes, r.objects, r.maxPerObject, r.lagPending, r.lagOldest.Round(time.Millisecond), r.healWrites)
+			r.writes, r.objects, r.maxPerObject, r.lagPending, r.lagOldest.Round(time.Millisecond),
+			r.healWrites, r.healObjects, r.healMaxPerObject, r.healSettled.Round(time.Second), r.quietWrites)
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -392,7 +407,12 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	for i := range n {
 		names[i] = fmt.Sprintf("edge-%05d", i)
 		unit := fmt.Sprintf("u%04d", i/so.unit)
-		specs[i] = edgesim.NodeSpec{Name: names[i], Labels: map[string]string{wellknown.LabelUnit: unit}}
+		labels := map[string]string{wellknown.LabelUnit: unit}
+		if o.zones {
+			// KCM's zones: one per unit, as a site is labelled.
+			labels[corev1.LabelTopologyZone] = unit
+		}
+		specs[i] = edgesim.NodeSpec{Name: names[i], Labels: labels}
 		f.unitOf[names[i]] = unit
 		f.units[unit] = append(f.units[unit], names[i])
 		f.kick[names[i]] = make(chan struct{}, 1)
@@ -520,12 +540,27 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 			return row, fmt.Errorf("record %s's link loss: %w", m, err)
 		}
 	}
+	// The watch lasts until the toleration + 45 s after the grace period,
+	// and on, up to 3 min more, while a dead node's pod is still there
+	// (KCM at 10,000 Nodes notices lost nodes late: each dead node's
+	// times are printed).
 	end := cutAt.Add(so.grace + o.toleration + 15*time.Second + 30*time.Second)
+	hardEnd := end.Add(3 * time.Minute)
+	deadLeft := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for m := range w.dead {
+			if _, ok := w.evicted[m]; !ok {
+				return true
+			}
+		}
+		return false
+	}
 	killed := false
 	tick := time.NewTicker(time.Second)
 	so.progress.begin(fmt.Sprintf("outage %d: watching the cut", n))
-	for now := time.Now(); now.Before(end); now = time.Now() {
-		so.progress.timed(end.Sub(cutAt))
+	for now := time.Now(); now.Before(end) || (now.Before(hardEnd) && deadLeft()); now = time.Now() {
+		so.progress.timed(max(end.Sub(cutAt), now.Add(time.Second).Sub(cutAt)))
 		if !killed && now.Sub(cutAt) >= o.killAfter {
 			row.killed = hubs.Server(0).Name()
 			if err := hubs.Kill(0); err != nil {
@@ -535,6 +570,9 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 			fmt.Fprintf(out, "  killed hub server %s %v after the cut\n", row.killed, time.Since(cutAt).Round(100*time.Millisecond))
 		}
 		if p, age := consumerLag(ctx, js, events.BallotConsumer.Name); p > row.lagPending || age > row.lagOldest {
+			if age > row.lagOldest {
+				row.lagAt = now.Sub(cutAt)
+			}
 			row.lagPending, row.lagOldest = max(p, row.lagPending), max(age, row.lagOldest)
 		}
 		select {
@@ -560,6 +598,8 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 			}
 		}
 	}
+	row.details = append(row.details, fmt.Sprintf("watched %v after the cut; oldest unhandled ballot (%v) seen %v after the cut",
+		time.Since(cutAt).Round(time.Second), row.lagOldest.Round(time.Millisecond), row.lagAt.Round(time.Second)))
 	w.mu.Lock()
 	row.noExecute, row.notReady = len(w.noExec), len(w.notReady)
 	for _, m := range slices.Sorted(maps.Keys(w.noExec)) {
@@ -627,6 +667,11 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 
 	// Heal: the hub server returns, every node comes back.
 	fmt.Fprintln(out, "  healing ...")
+	hb, err := atollWritesByObject(auditDir)
+	if err != nil {
+		return row, err
+	}
+	healAt := time.Now()
 	if err := hubs.Restart(ctx, 0); err != nil {
 		return row, err
 	}
@@ -640,12 +685,28 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		}
 		f.kickUnit(m)
 	}
-	if err := so.progress.wait(ctx, fmt.Sprintf("outage %d: settle after the heal", n), o.settle); err != nil {
-		return row, err
+	// The heal's writes (verdicts back, holds ended: informational, at
+	// that client's rate) until they stop; then the quiet window.
+	so.progress.begin(fmt.Sprintf("outage %d: waiting until the heal's writes stop", n))
+	_, lastWrite, err := settleWrites(ctx, auditDir, o.settle, "--outage-settle")
+	so.progress.end()
+	switch {
+	case ctx.Err() != nil:
+		return row, ctx.Err()
+	case err != nil:
+		row.details = append(row.details, err.Error())
 	}
 	h0, err := atollWritesByObject(auditDir)
 	if err != nil {
 		return row, err
+	}
+	row.healSettled = lastWrite.Sub(healAt)
+	for k, v := range h0 {
+		if d := v - hb[k]; d > 0 {
+			row.healWrites += d
+			row.healObjects++
+			row.healMaxPerObject = max(row.healMaxPerObject, d)
+		}
 	}
 	if err := so.progress.wait(ctx, fmt.Sprintf("outage %d: counting writes", n), o.quiet); err != nil {
 		return row, err
@@ -654,24 +715,24 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	if err != nil {
 		return row, err
 	}
-	row.healWrites = sum(h1) - sum(h0)
-	// The heal's late writes: by resource, and the objects written most.
+	row.quietWrites = sum(h1) - sum(h0)
+	// The heal's writes: by resource, and the objects written most.
 	byResource, perObject := map[string]int{}, map[string]int{}
 	for k, v := range h1 {
-		if d := v - h0[k]; d > 0 {
+		if d := v - hb[k]; d > 0 {
 			resource, _, _ := strings.Cut(k, "/")
 			byResource[resource] += d
 			perObject[k] = d
 		}
 	}
 	for _, r := range slices.Sorted(maps.Keys(byResource)) {
-		row.details = append(row.details, fmt.Sprintf("writes after the heal: %d to %s", byResource[r], r))
+		row.details = append(row.details, fmt.Sprintf("writes from the heal on: %d to %s", byResource[r], r))
 	}
 	top := slices.SortedFunc(maps.Keys(perObject), func(a, b string) int {
 		return cmp.Or(cmp.Compare(perObject[b], perObject[a]), cmp.Compare(a, b))
 	})
 	for _, k := range top[:min(5, len(top))] {
-		row.details = append(row.details, fmt.Sprintf("writes after the heal: %d to %s", perObject[k], k))
+		row.details = append(row.details, fmt.Sprintf("writes from the heal on: %d to %s", perObject[k], k))
 	}
 	return row, nil
 }

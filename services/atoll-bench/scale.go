@@ -310,7 +310,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	settleStart := time.Now()
-	if row.joinWrites, err = settleWrites(ctx, auditDir, o.settle); err != nil {
+	if row.joinWrites, _, err = settleWrites(ctx, auditDir, o.settle, "--scale-settle"); err != nil {
 		return row, err
 	}
 	row.settled = time.Since(settleStart)
@@ -707,29 +707,30 @@ func findProcess(dir, name string) int {
 // settleWrites waits, at most max, until atoll-cloud has written nothing
 // for settleQuiet: the writes of the nodes joining (first verdict
 // annotations, at the informational client's rate) must not be counted as
-// steady state. It returns how many writes atoll-cloud made until then,
-// and an error when they never stopped: a steady state that writes.
-func settleWrites(ctx context.Context, auditDir string, max time.Duration) (int, error) {
+// steady state. It returns how many writes atoll-cloud made until then
+// and when it saw the count change last, and an error naming flag when
+// they never stopped: a steady state that writes.
+func settleWrites(ctx context.Context, auditDir string, max time.Duration, flag string) (int, time.Time, error) {
 	const poll, settleQuiet = 5 * time.Second, 30 * time.Second
 	deadline := time.Now().Add(max)
 	last, lastChange := -1, time.Now()
 	for {
 		w, err := atollWrites(auditDir)
 		if err != nil {
-			return 0, err
+			return 0, lastChange, err
 		}
 		if n := sum(w); n != last {
 			last, lastChange = n, time.Now()
 		}
 		if time.Since(lastChange) >= settleQuiet {
-			return last, nil
+			return last, lastChange, nil
 		}
 		if time.Now().After(deadline) {
-			return last, fmt.Errorf("atoll-cloud still writing %v after the warm-up (%d writes so far; --scale-settle)", max, last)
+			return last, lastChange, fmt.Errorf("atoll-cloud still writing %v later (%d writes so far; %s)", max, last, flag)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, lastChange, ctx.Err()
 		case <-time.After(poll):
 		}
 	}
