@@ -3,6 +3,7 @@ package health
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -406,5 +407,81 @@ func TestTrackerNames(t *testing.T) {
 	tr.Prune(now.Add(10 * time.Minute))
 	if n := len(tr.names); n != 0 {
 		t.Errorf("%d names kept after every vote expired, want 0", n)
+	}
+}
+
+// TestRefreshIsObserveBallot: a tracker that takes each ballot through
+// Refresh first, and ObserveBallot only when Refresh declines, ends each
+// step exactly as one that takes every ballot through ObserveBallot; and
+// Refresh takes only a repeat of the voter's fresh votes, in order.
+func TestRefreshIsObserveBallot(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ttl := 75 * time.Second
+	type e struct {
+		node    string
+		verdict atollv1.Verdict
+		normal  uint32
+	}
+	mk := func(voter, unit string, made time.Time, es ...e) *atollv1.Ballot {
+		b := &atollv1.Ballot{Voter: voter, Unit: unit, Time: timestamppb.New(made), Ttl: durationpb.New(ttl), Members: 4}
+		for _, x := range es {
+			b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: x.node, Verdict: x.verdict, Normal: x.normal, Since: timestamppb.New(made)})
+		}
+		return viaWire(t, b)
+	}
+	x, y, z := e{"x", healthy, 2}, e{"y", healthy, 2}, e{"z", healthy, 2}
+	steps := []struct {
+		name    string
+		at      time.Duration // published, from now; the ballot is made then
+		b       func(made time.Time) *atollv1.Ballot
+		cut     bool // cut voter a just before
+		refresh bool
+	}{
+		{"first ballot", 0, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, false, false},
+		{"keep-alive", 30 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, false, true},
+		{"new counts", 60 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, e{"y", healthy, 1}, z) }, false, true},
+		{"verdict change", 61 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, e{"y", unhealthy, 0}, z) }, false, false},
+		{"reordered", 62 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, z, x, e{"y", unhealthy, 0}) }, false, false},
+		{"same again, in order", 63 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, z, x, e{"y", unhealthy, 0}) }, false, true},
+		{"one left out", 64 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, z, x) }, false, false},
+		{"one added", 65 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, z, x, y) }, false, false},
+		{"a duplicate for one", 66 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, z, x, x) }, false, false},
+		{"itself for one", 67 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, z, x, e{"a", healthy, 2}) }, false, false},
+		{"back to three", 68 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, false, false},
+		{"another unit", 69 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u2", m, x, y, z) }, false, false},
+		{"back to its unit", 70 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, false, false},
+		{"older, delivered late", 69 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, false, false},
+		{"after its votes expired", 70*time.Second + ttl + time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, false, false},
+		{"keep-alive again", 200 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, false, true},
+		{"after a cut", 210 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m, x, y, z) }, true, false},
+		{"empty", 220 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m) }, false, false},
+		{"empty again", 230 * time.Second, func(m time.Time) *atollv1.Ballot { return mk("a", "u1", m) }, false, false},
+	}
+	both, plain := NewTracker(30*time.Second), NewTracker(30*time.Second)
+	for _, s := range steps {
+		at := now.Add(s.at)
+		b := s.b(at)
+		if s.cut {
+			both.Cut("a", at.Add(-time.Millisecond))
+			plain.Cut("a", at.Add(-time.Millisecond))
+		}
+		var got []string
+		refreshed := both.Refresh(b, at)
+		if !refreshed {
+			got = observeBallot(both, b, at)
+		}
+		want := observeBallot(plain, b, at)
+		if refreshed != s.refresh {
+			t.Fatalf("%s: Refresh = %v, want %v", s.name, refreshed, s.refresh)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: touched %v, ObserveBallot alone %v", s.name, got, want)
+		}
+		if !reflect.DeepEqual(both.byNode, plain.byNode) || !reflect.DeepEqual(both.byVoter, plain.byVoter) ||
+			!reflect.DeepEqual(both.ballots, plain.ballots) || !both.due.Equal(plain.due) {
+			t.Fatalf("%s: the trackers differ:\n%+v\n%+v\n%+v\n%+v", s.name, both.byNode, plain.byNode, both.ballots, plain.ballots)
+		}
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/events"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -98,5 +102,52 @@ func BenchmarkTrackerMemory(b *testing.B) {
 		b.ReportMetric(float64(int64(after.HeapObjects)-int64(before.HeapObjects))/float64(votes), "objects/vote")
 		b.ReportMetric(float64(votes), "votes")
 		runtime.KeepAlive(tr)
+	}
+}
+
+// BenchmarkKeepAlive times one keep-alive ballot of a voter in a unit of
+// 180 (179 entries, from the wire), recorded by Refresh and, for
+// comparison, the way every ballot took before it (expanded into votes,
+// Changing, then ObserveBallot).
+func BenchmarkKeepAlive(b *testing.B) {
+	const size, units = 180, 10
+	name := func(u, i int) string { return fmt.Sprintf("n%d-%03d", u, i) }
+	ballotOf := func(u, voter int, at time.Time) *atollv1.Ballot {
+		bl := &atollv1.Ballot{Voter: name(u, voter), Unit: fmt.Sprintf("u%d", u), Time: timestamppb.New(at), Ttl: durationpb.New(75 * time.Second), Members: size}
+		for i := range size {
+			if i != voter {
+				bl.Entries = append(bl.Entries, &atollv1.BallotEntry{Node: name(u, i), Verdict: healthy, Normal: size - 2, Since: timestamppb.New(at)})
+			}
+		}
+		return viaWire(b, bl)
+	}
+	for _, path := range []string{"refresh", "observe"} {
+		b.Run("path="+path, func(b *testing.B) {
+			tr := NewTracker(30 * time.Second)
+			start := time.Unix(100000, 0)
+			for u := range units {
+				for v := range size {
+					observeBallot(tr, ballotOf(u, v, start), start)
+				}
+			}
+			at := start
+			b.ReportAllocs()
+			for b.Loop() {
+				at = at.Add(time.Millisecond)
+				b.StopTimer()
+				bl := ballotOf(3, 7, at)
+				b.StartTimer()
+				if path == "refresh" {
+					if !tr.Refresh(bl, at) {
+						b.Fatal("a keep-alive not refreshed")
+					}
+					continue
+				}
+				votes := events.BallotVotes(bl)
+				if len(tr.Changing(bl.GetVoter(), at, votes)) != 0 || len(tr.ObserveBallot(bl.GetVoter(), at, at, 75*time.Second, votes)) != 0 {
+					b.Fatal("a keep-alive changed votes")
+				}
+			}
+		})
 	}
 }

@@ -403,7 +403,6 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	if !s.tracker.Newer(b.GetVoter(), made, published) {
 		return nil
 	}
-	votes := events.BallotVotes(b)
 	// A ballot whose TTL passed before it was handled (a consumer behind
 	// by more than the TTL) changes no verdict: its votes count for
 	// nothing, and so do the voter's older ones it replaces. It is
@@ -412,10 +411,17 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	// that far behind from ever catching up (at 10,000 nodes in units of
 	// 180, every vote expired before it was recorded).
 	if ttl > 0 && !published.Add(ttl).After(s.now()) {
-		s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)
+		s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, events.BallotVotes(b))
 		s.metrics.lateBallots.Inc()
 		return nil
 	}
+	// A keep-alive that repeats the voter's fresh votes changes no
+	// verdict: renewed in place, nothing to judge.
+	if s.tracker.Refresh(b, published) {
+		s.endSilence(ctx, b.GetVoter())
+		return nil
+	}
+	votes := events.BallotVotes(b)
 	// Only the nodes whose vote from this voter changes can change
 	// verdict (and those it stops naming, judged after only).
 	changing := s.tracker.Changing(b.GetVoter(), published, votes)
@@ -436,9 +442,7 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	// reconciles write the hold's end with the verdicts.
 	// (Any ballot: one that repeats fresh votes touches no node, but it
 	// still proves the unit's link is back.)
-	if unit := s.unitOf(b.GetVoter()); s.silentUnit(unit) {
-		s.refreshUnit(ctx, unit)
-	}
+	s.endSilence(ctx, b.GetVoter())
 	if !judge {
 		return touched
 	}
@@ -449,6 +453,14 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 		}
 	}
 	return changed
+}
+
+// endSilence ends the hold of voter's unit when it is silent: a ballot
+// from it, even one that repeats fresh votes, proves its link is back.
+func (s *Service) endSilence(ctx context.Context, voter string) {
+	if unit := s.unitOf(voter); s.silentUnit(unit) {
+		s.refreshUnit(ctx, unit)
+	}
 }
 
 // LinkLost tells the service that the hub closed voter's leaf connection

@@ -167,6 +167,48 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	return touched
 }
 
+// Refresh records a ballot of voter that repeats its previous one: the
+// same nodes in the same order (agents sort their entries), each with the
+// verdict and unit of the voter's vote about it, and none of those votes
+// expired. Those votes are renewed in place (times, counts, since);
+// nothing else changes, so no node is touched. It returns false, having
+// recorded nothing, for any other ballot, which ObserveBallot then takes.
+// Keep-alive ballots — every voter's every 30 s, 179 entries in a unit of
+// 180 — are most of what the cloud handles; this way each entry costs one
+// lookup and one assignment, and the ballot is not expanded into votes.
+func (t *Tracker) Refresh(b *atollv1.Ballot, published time.Time) bool {
+	voter, entries, unit := b.GetVoter(), b.GetEntries(), b.GetUnit()
+	made, ttl := b.GetTime().AsTime(), b.GetTtl().AsDuration()
+	voteTTL := ttl
+	if voteTTL <= 0 {
+		voteTTL = t.defaultTTL
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	prev, ok := t.ballots[voter]
+	if !ok || len(entries) == 0 || len(entries) != len(prev.nodes) || !t.newer(voter, made, published) {
+		return false
+	}
+	for i, e := range entries {
+		old, ok := t.byNode[prev.nodes[i]][voter]
+		if !ok || e.GetNode() != prev.nodes[i] || old.verdict != e.GetVerdict() || old.unit != unit || old.expired(published) {
+			return false
+		}
+	}
+	for i, e := range entries {
+		voters := t.byNode[prev.nodes[i]]
+		v := voters[voter]
+		v.normal, v.abnormal, v.checkers = e.GetNormal(), e.GetAbnormal(), e.GetNormal()+e.GetAbnormal()
+		v.made, v.since = made, e.GetSince().AsTime()
+		v.published, v.ttl = published, voteTTL
+		voters[voter] = v
+	}
+	t.dueBy(published.Add(voteTTL))
+	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: prev.nodes, ttl: ttl}
+	t.dueBy(t.forgetBallot(t.ballots[voter]))
+	return true
+}
+
 // dueBy makes Prune scan at at or before; callers hold mu.
 func (t *Tracker) dueBy(at time.Time) {
 	if !t.due.IsZero() && at.Before(t.due) {
