@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.DurationVar(&o.outageOpts.killAfter, "outage-kill-after", 15*time.Second, "mass outage: when, after the cut, one hub server is killed")
 	fs.DurationVar(&o.outageOpts.settle, "outage-settle", 10*time.Minute, "mass outage: after the heal, at most this long until Atoll's writes stop (30 s without one)")
 	fs.BoolVar(&o.outageOpts.zones, "outage-zones", true, "mass outage: each unit is a KCM zone (topology.kubernetes.io/zone = unit); false: one zone for the whole fleet")
+	fs.Float64Var(&o.outageOpts.evictionRate, "outage-eviction-rate", 0.1, "mass outage: kube-controller-manager's --node-eviction-rate (its default, 0.1: nodes tainted per second in a zone)")
 	fs.DurationVar(&o.outageOpts.quiet, "outage-quiet", time.Minute, "mass outage: window after the heal's writes stopped in which Atoll's writes are counted (want 0)")
 	if err := cliflags.Parse(fs, args); err != nil {
 		if err == flag.ErrHelp {
@@ -120,8 +121,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return cliflags.Usagef("--scale-outage needs --scale sizes")
 	case o.outage && (o.outageOpts.units < 0 || o.outageOpts.scatter < 0 || o.outageOpts.units+o.outageOpts.scatter == 0 || o.outageOpts.deadEvery < 0):
 		return cliflags.Usagef("--outage-units and --outage-scatter must not be negative and not both 0, --outage-dead-every not negative")
-	case o.outage && (o.outageOpts.toleration < time.Second || o.outageOpts.killAfter < 0 || o.outageOpts.settle <= 0 || o.outageOpts.quiet <= 0):
-		return cliflags.Usagef("--outage-toleration must be at least 1s, --outage-kill-after not negative, --outage-settle and --outage-quiet positive")
+	case o.outage && (o.outageOpts.toleration < time.Second || o.outageOpts.killAfter < 0 || o.outageOpts.settle <= 0 || o.outageOpts.quiet <= 0 || o.outageOpts.evictionRate <= 0):
+		return cliflags.Usagef("--outage-toleration must be at least 1s, --outage-kill-after not negative, --outage-settle, --outage-quiet and --outage-eviction-rate positive")
 	case o.outage:
 		return runOutage(ctx, out, o.scale, o.outageOpts)
 	case len(o.scale.sizes) > 0:

@@ -60,6 +60,10 @@ type outageOptions struct {
 	// (topology.kubernetes.io/zone), so KCM's zones are the units;
 	// false: the whole fleet is one zone.
 	zones bool
+	// evictionRate is KCM's --node-eviction-rate: lost nodes tainted per
+	// second in each zone (a zone's queue also holds the protected nodes
+	// KCM taints again after the webhook dropped their taint).
+	evictionRate float64
 }
 
 const outageNamespace = "outage"
@@ -116,8 +120,8 @@ func runOutage(ctx context.Context, out io.Writer, so scaleOptions, o outageOpti
 	if !o.zones {
 		zones = "one KCM zone for the fleet"
 	}
-	fmt.Fprintf(out, "\nunits of %d, %s; Lease renewal every %v; grace period %v; toleration %v; hub server killed %v after the cut; after the heal, writes waited for (at most %v) until none for 30 s, then counted for %v\n",
-		so.unit, zones, so.renew, so.grace, o.toleration, o.killAfter, o.settle, o.quiet)
+	fmt.Fprintf(out, "\nunits of %d, %s, KCM --node-eviction-rate %g; Lease renewal every %v; grace period %v; toleration %v; hub server killed %v after the cut; after the heal, writes waited for (at most %v) until none for 30 s, then counted for %v\n",
+		so.unit, zones, o.evictionRate, so.renew, so.grace, o.toleration, o.killAfter, o.settle, o.quiet)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "\nnodes\tcut (whole/scattered/dead)\tNoExecute seen\tnot-ready endpoints\tprotected evicted\theld (hold annotated)\tdead evicted\tslowest dead eviction\tatoll writes (objects, max per object)\tmax ballot lag\theal writes (objects, max per object), last after\twrites in the quiet window")
 	for _, r := range rows {
@@ -326,7 +330,7 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 	}
 	tol := int(o.toleration.Seconds())
 	cluster, err := kubetest.StartCluster(ctx, kubetest.Config{Dir: filepath.Join(dir, "kube"), ControllerManager: true,
-		NodeMonitorGracePeriod: so.grace, NodeMonitorPeriod: 5 * time.Second, NodeEvictionRate: 100,
+		NodeMonitorGracePeriod: so.grace, NodeMonitorPeriod: 5 * time.Second, NodeEvictionRate: o.evictionRate,
 		NotReadyTolerationSeconds: tol, UnreachableTolerationSeconds: tol,
 		ExtraAPIServerFlags: append(audit, "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"),
 		Logger:              slog.New(slog.DiscardHandler)})
