@@ -56,7 +56,8 @@ func (fixedUnit) Changes() <-chan struct{} { return nil }
 // debounce) on a real hub, and ATOLL_BENCH_PROXIES endpoints proxies
 // (default 100; edge/proxy, state on disk) spread over ATOLL_BENCH_UNITS
 // units (default 10; one edge NATS server per unit, each proxy with its own
-// consumer, as one agent per node would have), with ATOLL_BENCH_SERVICES
+// view feed and state, as one agent per node would have; the proxies of a
+// unit share their server's leaf, which carries each change once), with ATOLL_BENCH_SERVICES
 // Services of one EndpointSlice each (default 1000, half of them
 // topology-keyed). It prints:
 //
@@ -66,7 +67,7 @@ func (fixedUnit) Changes() <-chan struct{} { return nil }
 //     ATOLL_BENCH_CHANGES changes (default 20);
 //   - the bytes sent to an edge per endpoint change: the hub's leaf bytes
 //     out during the changes (on the wire: after the leaf link's
-//     compression, with the consumers' heartbeats) per proxy and change,
+//     compression, with the link's heartbeats) per proxy and change,
 //     and the size of the view message as stored;
 //   - the RSS of an edge process (edge NATS server + endpoints proxy, its
 //     own process) before and after it holds the views of the Services,
