@@ -734,11 +734,11 @@ func TestSameUnit(t *testing.T) {
 		t.Fatal("a unit differs from its copy")
 	}
 	// leaves lists the settable leaf fields under v by path.
-	var leaves func(path string, v reflect.Value, out map[string]func(reflect.Value) reflect.Value)
-	leaves = func(path string, v reflect.Value, out map[string]func(reflect.Value) reflect.Value) {
+	var leaves func(path string, v reflect.Value, out map[string]bool)
+	leaves = func(path string, v reflect.Value, out map[string]bool) {
 		switch {
 		case v.Type() == reflect.TypeFor[time.Time]() || v.Type() == reflect.TypeFor[*time.Time]():
-			out[path] = nil
+			out[path] = true
 		case v.Kind() == reflect.Struct:
 			for i := range v.NumField() {
 				leaves(path+"."+v.Type().Field(i).Name, v.Field(i), out)
@@ -746,10 +746,10 @@ func TestSameUnit(t *testing.T) {
 		case v.Kind() == reflect.Slice:
 			leaves(path+"[0]", v.Index(0), out)
 		default:
-			out[path] = nil
+			out[path] = true
 		}
 	}
-	paths := map[string]func(reflect.Value) reflect.Value{}
+	paths := map[string]bool{}
 	leaves("Unit", reflect.ValueOf(base), paths)
 	// field follows path from the unit u.
 	field := func(u reflect.Value, path string) reflect.Value {
