@@ -194,7 +194,9 @@ func TestConnectRelayed(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			echo(t, c, 64<<10+i, nil)
+			if err := echoed(c, 64<<10+i, nil); err != nil {
+				t.Errorf("session %d: %v", i, err)
+			}
 		}()
 	}
 	wg.Wait()
