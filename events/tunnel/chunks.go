@@ -37,21 +37,21 @@ func (q *chunks) pushOwned(p []byte) {
 	q.bufs = append(q.bufs, p)
 }
 
-// take removes and returns up to max bytes from the front: without a
-// copy when the first chunk holds them (a slice of it, capped so that
-// nobody appends to it), else copied together from several chunks.
+// take removes and returns up to max bytes from the front, never more
+// than the first chunk holds: a slice of it, capped so that nobody appends
+// to it. A frame ends where a chunk ends rather than copying two chunks
+// together (a bulk stream's chunks are whole reads; a frame cut short by
+// the window leaves the rest of its chunk for the next frame): the copy
+// and its allocation cost more than a shorter frame.
 func (q *chunks) take(max int) []byte {
 	k := min(max, q.n)
 	if k <= 0 {
 		return nil
 	}
-	if head := q.bufs[0]; len(head) >= k {
-		q.advance(k)
-		return head[:k:k]
-	}
-	out := make([]byte, k)
-	q.read(out)
-	return out
+	head := q.bufs[0]
+	k = min(k, len(head))
+	q.advance(k)
+	return head[:k:k]
 }
 
 // read copies the front into p and removes it.

@@ -78,15 +78,19 @@ func (d *Dialer) Dial(ctx context.Context, node, target string) (*Conn, error) {
 	}
 	r := &route{d: d, node: node, id: id, subs: map[string]*nats.Subscription{}}
 	release := func(c *Conn) {
-		r.close()
+		linger := time.Duration(0)
+		if c.s.Lingers() {
+			linger = 2 * d.cfg.MaxResend
+		}
+		r.close(linger)
 		if d.OnDone != nil {
 			d.OnDone(node, c.s.Stats(), c.s.Err())
 		}
 	}
-	c := newConn(NewSession(id, d.cfg, time.Now()), r.send, nil, Addr{Target: "cloud"}, Addr{Node: node, Target: target})
+	c := newConn(NewSession(id, d.cfg, time.Now()), r.sendFrame, nil, Addr{Target: "cloud"}, Addr{Node: node, Target: target})
 	r.c = c
 	if err := r.start(); err != nil {
-		r.close()
+		r.close(0)
 		c.timer.Stop()
 		return nil, fmt.Errorf("tunnel dial %s: subscribe: %w", node, err)
 	}

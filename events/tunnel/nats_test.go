@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/events/tunnel"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 type env struct {
@@ -258,5 +261,69 @@ func TestHalfCloseBothWays(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("read after Close succeeded")
 	}
+	noLeaks(t, e, g, subs)
+}
+
+// TestDialerLingers: the cloud closes first, so its session ends having
+// acknowledged the agent's CLOSE only with a WINDOW frame. Were that lost,
+// the agent would resend its CLOSE: the cloud's released session still
+// answers it, with an ERROR (which ends the agent's side cleanly), until
+// its linger has passed; then its subscription is gone.
+func TestDialerLingers(t *testing.T) {
+	e := start(t, tunnel.Config{})
+	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
+	released := make(chan error, 1)
+	e.dialer.OnDone = func(_ string, _ tunnel.Stats, err error) { released <- err }
+	c := e.dial(t, "127.0.0.1:10250")
+	id := c.Session()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(c); err != nil || string(got) != "ping" {
+		t.Fatalf("read %q %v", got, err)
+	}
+	_ = c.Close()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatalf("session ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cloud's end was not released")
+	}
+	in, _ := events.TunnelSubject("n1", id, events.ToEdge)
+	out, _ := events.TunnelSubject("n1", id, events.ToCloud)
+	answers, err := e.edg.SubscribeSync(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.edg.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	resent, _ := proto.Marshal(&atollv1.TunnelFrame{Session: id, Kind: atollv1.FrameKind_FRAME_KIND_CLOSE, Sequence: 3, Ack: 3})
+	if err := e.edg.Publish(out, resent); err != nil {
+		t.Fatal(err)
+	}
+	// The cloud's last ack may still be on its way; the ERROR follows.
+	for {
+		m, err := answers.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no ERROR for a CLOSE resent after the cloud's end was released: %v", err)
+		}
+		var f atollv1.TunnelFrame
+		if err := proto.Unmarshal(m.Data, &f); err != nil || f.Session != id {
+			t.Fatalf("answer %v %v, want a frame of session %s", &f, err, id)
+		}
+		if f.Kind == atollv1.FrameKind_FRAME_KIND_ERROR {
+			break
+		}
+		if f.Kind != atollv1.FrameKind_FRAME_KIND_WINDOW {
+			t.Fatalf("answer %v, want the last ack or an ERROR", &f)
+		}
+	}
+	_ = answers.Unsubscribe()
 	noLeaks(t, e, g, subs)
 }

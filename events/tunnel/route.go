@@ -93,6 +93,16 @@ func (r *route) subscribeLocked(via string) error {
 			return
 		}
 		r.mu.Lock()
+		if r.done {
+			// Lingering (see close): the node resends what our lost last
+			// ack did not cover; an ERROR tells it the session is over.
+			subj := r.subject
+			r.mu.Unlock()
+			if f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR {
+				r.send(&atollv1.TunnelFrame{Session: r.id, Kind: atollv1.FrameKind_FRAME_KIND_ERROR, Error: "unknown session"}, subj)
+			}
+			return
+		}
 		r.heard, r.lastHeard = true, time.Now()
 		if via == r.via {
 			r.probing = false
@@ -149,14 +159,21 @@ func (r *route) setLocked(via string) error {
 	return nil
 }
 
-// send publishes a frame on the current path.
-func (r *route) send(f *atollv1.TunnelFrame) {
+// sendFrame publishes a frame of the session on the current path.
+func (r *route) sendFrame(f *atollv1.TunnelFrame) {
 	r.mu.Lock()
 	subj, via := r.subject, r.via
 	if f.Sequence != 0 {
 		r.lastSeq = f // frames are never modified once sent
 	}
 	r.mu.Unlock()
+	if r.send(f, subj) && via != "" && r.d.Relay.OnFrame != nil {
+		r.d.Relay.OnFrame(events.ToEdge)
+	}
+}
+
+// send publishes f on subj and reports whether it went out.
+func (r *route) send(f *atollv1.TunnelFrame, subj string) bool {
 	bp := marshalBufs.Get().(*[]byte)
 	data, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], f)
 	if err == nil {
@@ -164,9 +181,7 @@ func (r *route) send(f *atollv1.TunnelFrame) {
 	}
 	*bp = data
 	marshalBufs.Put(bp)
-	if err == nil && via != "" && r.d.Relay.OnFrame != nil {
-		r.d.Relay.OnFrame(events.ToEdge)
-	}
+	return err == nil
 }
 
 // thresholdLocked is the silence after which the path is changed: After
@@ -275,13 +290,21 @@ func (r *route) start() error {
 	return nil
 }
 
-// close drops the subscriptions and the watchdog.
-func (r *route) close() {
+// close stops the watchdog and drops the subscriptions, after linger
+// when it is positive: meanwhile they answer the node's frames with an
+// ERROR (a session that Lingers: the node may resend its CLOSE because
+// our last ack was lost, and nothing else would answer it, as the
+// Listener does for sessions it no longer knows).
+func (r *route) close(linger time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.done = true
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+	if linger > 0 {
+		time.AfterFunc(linger, func() { r.close(0) })
+		return
 	}
 	for _, s := range r.subs {
 		_ = s.Unsubscribe()

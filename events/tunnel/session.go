@@ -99,6 +99,9 @@ type inflight struct {
 type Stats struct {
 	FramesSent, FramesResent, FramesReceived, FramesDropped uint64
 	BytesSent, BytesReceived                                uint64
+	// FinUnacked is 1 when the session ended cleanly without the ack of
+	// its CLOSE (see Tick).
+	FinUnacked uint64
 }
 
 // Session is one end of a tunnel session as a pure state machine. Inputs
@@ -141,6 +144,9 @@ type Session struct {
 	errReason                     string
 	errSent                       bool
 	finished                      bool
+	// lastAckBare: the peer's CLOSE arrived after our CLOSE had gone out,
+	// so its ack left in a WINDOW frame, which nothing acknowledges.
+	lastAckBare bool
 
 	stats Stats
 }
@@ -222,7 +228,7 @@ func (s *Session) ReadChunk(max int) []byte {
 	if s.buf.len() == 0 {
 		return nil
 	}
-	p := s.buf.take(min(max, len(s.buf.bufs[0])))
+	p := s.buf.take(max)
 	s.readOff += uint64(len(p))
 	if s.limit()-s.sentLim >= uint64(s.cfg.Window/4) {
 		s.needAck = true
@@ -270,6 +276,15 @@ func (s *Session) Done() bool {
 	}
 	return s.finished
 }
+
+// Lingers reports that the session finished but the peer may not have
+// its last ack (TCP's TIME_WAIT): the peer's CLOSE was acknowledged only
+// by a WINDOW frame, and if that was lost the peer resends until it hears
+// an answer. Whoever forgets a lingering session should answer its frames
+// with an ERROR for a while (both transports do), which ends the peer's
+// side cleanly. When our CLOSE carried the ack instead, the peer's ack of
+// our CLOSE proves it has it.
+func (s *Session) Lingers() bool { return s.finished && s.err == nil && s.lastAckBare }
 
 // Stats is a copy of the counters.
 func (s *Session) Stats() Stats { return s.stats }
@@ -396,6 +411,7 @@ func (s *Session) sequenced(f *atollv1.TunnelFrame, now time.Time) {
 		}
 	case atollv1.FrameKind_FRAME_KIND_CLOSE:
 		s.peerFin = true
+		s.lastAckBare = s.finSeq != 0
 	}
 	s.recvNext++
 	if f.Kind != atollv1.FrameKind_FRAME_KIND_CLOSE {
@@ -414,6 +430,13 @@ func (s *Session) sequenced(f *atollv1.TunnelFrame, now time.Time) {
 	s.needAck = true
 }
 
+// onlyFinUnacked: both ends closed, and the only frame the peer has not
+// acknowledged is our CLOSE.
+func (s *Session) onlyFinUnacked() bool {
+	return s.peerFin && s.wantFin && s.finSeq != 0 && s.queue.len() == 0 &&
+		len(s.unacked) == 1 && s.unacked[0].f.Sequence == s.finSeq
+}
+
 func (s *Session) checkFinished() {
 	if s.err == nil && s.peerFin && s.finSeq != 0 && s.peerAck >= s.finSeq && !s.needAck && s.ackAt.IsZero() {
 		s.finished = true
@@ -426,6 +449,18 @@ func (s *Session) Tick(now time.Time) {
 		return
 	}
 	if now.Sub(s.lastHeard) >= s.cfg.LinkTimeout {
+		if s.onlyFinUnacked() {
+			// Every byte both ways is delivered and acknowledged; only our
+			// CLOSE's ack is missing. The peer that sent its CLOSE and
+			// received ours forgets the session (the cloud's end keeps no
+			// subscription to answer with), so its last ack, once lost,
+			// never comes again: nothing is missing. (Had the link failed
+			// instead, a peer that missed our CLOSE fails on its own
+			// LinkTimeout.)
+			s.finished = true
+			s.stats.FinUnacked++
+			return
+		}
 		s.fail(fmt.Errorf("%w: nothing heard for %s", ErrPeerLost, now.Sub(s.lastHeard).Round(time.Millisecond)), "peer lost")
 		return
 	}

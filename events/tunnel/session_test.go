@@ -244,6 +244,19 @@ func (l *link) carry(dir int, fs []*atollv1.TunnelFrame, now time.Time) {
 	}
 }
 
+// deliver hands fs to s; once s is done, it answers them with an ERROR
+// through l in direction back, as both transports answer the frames of a
+// session they no longer hold.
+func deliver(l *link, back int, s *Session, fs []*atollv1.TunnelFrame, now time.Time) {
+	for _, f := range fs {
+		if s.Done() && f.Kind != atollv1.FrameKind_FRAME_KIND_ERROR {
+			l.carry(back, []*atollv1.TunnelFrame{{Session: f.Session, Kind: atollv1.FrameKind_FRAME_KIND_ERROR, Error: "unknown session"}}, now)
+			continue
+		}
+		s.Receive(f, now)
+	}
+}
+
 // transfer moves a and b's payloads through l in both directions with
 // half-closes and returns what each end read.
 func transfer(t testing.TB, l *link, cfg Config, toB, toA []byte, maxSteps int) (atB, atA []byte, a, b *Session) {
@@ -275,12 +288,8 @@ func transfer(t testing.TB, l *link, cfg Config, toB, toA []byte, maxSteps int) 
 		l.carry(1, b.Outgoing(now), now)
 		qa, qb := l.queue[0], l.queue[1]
 		l.queue = [2][]*atollv1.TunnelFrame{}
-		for _, f := range qa {
-			b.Receive(f, now)
-		}
-		for _, f := range qb {
-			a.Receive(f, now)
-		}
+		deliver(l, 1, b, qa, now)
+		deliver(l, 0, a, qb, now)
 		if a.Done() && b.Done() {
 			// Done is the protocol's end; unread bytes stay readable.
 			for n := 1; n > 0; {
@@ -436,5 +445,98 @@ func TestLyingPeerCannotGrowMemory(t *testing.T) {
 	}
 	if taken != cfg.Window+cfg.SendBuffer {
 		t.Fatalf("took %d bytes, want window+buffer %d", taken, cfg.Window+cfg.SendBuffer)
+	}
+}
+
+// TestLastAckLost: b closes first, then a; b acknowledges a's CLOSE with a
+// WINDOW frame, which is lost, and b forgets the session. a resends its
+// CLOSE: answered with the ERROR a forgotten session gets, a ends
+// cleanly; never answered, a ends cleanly at LinkTimeout, for every byte
+// both ways was acknowledged — but not while a DATA frame is unacknowledged.
+func TestLastAckLost(t *testing.T) {
+	cfg := testConfig()
+	// pump moves a's and b's frames to each other until neither has any;
+	// drop decides which of b's frames to a are lost.
+	pump := func(a, b *Session, now time.Time, drop func(*atollv1.TunnelFrame) bool) {
+		for range 10 {
+			fa, fb := a.Outgoing(now), b.Outgoing(now)
+			if len(fa)+len(fb) == 0 {
+				return
+			}
+			for _, f := range fa {
+				b.Receive(f, now)
+			}
+			for _, f := range fb {
+				if drop == nil || !drop(f) {
+					a.Receive(f, now)
+				}
+			}
+		}
+	}
+	setup := func(lastData bool) (a, b *Session, now time.Time) {
+		a, b = NewSession("s", cfg, t0), NewSession("s", cfg, t0)
+		a.Open("t:1")
+		now = t0
+		pump(a, b, now, nil)
+		b.Open("")
+		a.Write([]byte("to b"), now)
+		b.Write([]byte("to a"), now)
+		now = now.Add(cfg.AckDelay)
+		pump(a, b, now, nil)
+		b.CloseWrite()
+		now = now.Add(time.Millisecond)
+		pump(a, b, now, nil)
+		if b.Done() || b.finSeq == 0 || b.peerAck < b.finSeq {
+			t.Fatalf("b done %v before a's CLOSE, or its CLOSE unacknowledged", b.Done())
+		}
+		if lastData {
+			a.Write([]byte("more"), now)
+		}
+		a.CloseWrite()
+		now = now.Add(time.Millisecond)
+		pump(a, b, now, func(f *atollv1.TunnelFrame) bool { return f.Kind == kWindow })
+		if !b.Done() || b.Err() != nil || !b.Lingers() {
+			t.Fatalf("b: done %v, err %v, lingers %v; want done, nil, lingering", b.Done(), b.Err(), b.Lingers())
+		}
+		if a.Done() {
+			t.Fatal("a done without the ack of its CLOSE")
+		}
+		return a, b, now
+	}
+
+	a, b, now := setup(false)
+	// a's resend reaches the forgotten b, which answers with an ERROR.
+	now = now.Add(cfg.Resend)
+	a.Tick(now)
+	out := a.Outgoing(now)
+	if len(out) == 0 || out[len(out)-1].Kind != kClose {
+		t.Fatalf("a resent %v, want its CLOSE", out)
+	}
+	a.Receive(&atollv1.TunnelFrame{Session: "s", Kind: kError, Error: "unknown session"}, now)
+	if !a.Done() || a.Err() != nil || a.Lingers() {
+		t.Fatalf("a after the ERROR: done %v err %v lingers %v, want done cleanly without lingering", a.Done(), a.Err(), a.Lingers())
+	}
+	_ = b
+
+	// Nobody answers: a ends cleanly at LinkTimeout.
+	a, _, now = setup(false)
+	for end := now.Add(cfg.LinkTimeout); now.Before(end); now = now.Add(100 * time.Millisecond) {
+		a.Tick(now)
+		a.Outgoing(now)
+	}
+	a.Tick(now)
+	if !a.Done() || a.Err() != nil || a.Stats().FinUnacked != 1 {
+		t.Fatalf("a unanswered after LinkTimeout: done %v err %v FinUnacked %d, want done cleanly", a.Done(), a.Err(), a.Stats().FinUnacked)
+	}
+
+	// Its last DATA unacknowledged too: the peer may not have it, a fails.
+	a, _, now = setup(true)
+	for end := now.Add(cfg.LinkTimeout); now.Before(end); now = now.Add(100 * time.Millisecond) {
+		a.Tick(now)
+		a.Outgoing(now)
+	}
+	a.Tick(now)
+	if !errors.Is(a.Err(), ErrPeerLost) {
+		t.Fatalf("a with unacknowledged DATA after LinkTimeout: err %v, want ErrPeerLost", a.Err())
 	}
 }
