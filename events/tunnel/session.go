@@ -451,12 +451,12 @@ func (s *Session) Tick(now time.Time) {
 	if now.Sub(s.lastHeard) >= s.cfg.LinkTimeout {
 		if s.onlyFinUnacked() {
 			// Every byte both ways is delivered and acknowledged; only our
-			// CLOSE's ack is missing. The peer that sent its CLOSE and
-			// received ours forgets the session (the cloud's end keeps no
-			// subscription to answer with), so its last ack, once lost,
-			// never comes again: nothing is missing. (Had the link failed
-			// instead, a peer that missed our CLOSE fails on its own
-			// LinkTimeout.)
+			// CLOSE's ack is missing. A peer that sent its CLOSE and
+			// received ours forgets the session; its transport answers our
+			// resends with an ERROR only for a while (see Lingers), so its
+			// last ack, once lost, may never come: nothing is missing.
+			// (Had the link failed instead, a peer that missed our CLOSE
+			// fails on its own LinkTimeout.)
 			s.finished = true
 			s.stats.FinUnacked++
 			return
