@@ -28,16 +28,21 @@ func NewSessionID() string {
 // bulk stream does not allocate (and zero) a frame-sized slice per frame.
 var marshalBufs = sync.Pool{New: func() any { return new([]byte) }}
 
+// publishFrame encodes f into a pooled buffer and publishes it.
+func publishFrame(nc *nats.Conn, subject string, f *atollv1.TunnelFrame) error {
+	bp := marshalBufs.Get().(*[]byte)
+	data, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], f)
+	if err == nil {
+		err = nc.Publish(subject, data)
+	}
+	*bp = data
+	marshalBufs.Put(bp)
+	return err
+}
+
 func publisher(nc *nats.Conn, subject string, onErr func(error)) func(*atollv1.TunnelFrame) {
 	return func(f *atollv1.TunnelFrame) {
-		bp := marshalBufs.Get().(*[]byte)
-		data, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], f)
-		if err == nil {
-			err = nc.Publish(subject, data)
-		}
-		*bp = data
-		marshalBufs.Put(bp)
-		if err != nil && onErr != nil {
+		if err := publishFrame(nc, subject, f); err != nil && onErr != nil {
 			onErr(fmt.Errorf("publish %s: %w", subject, err))
 		}
 	}
@@ -150,9 +155,7 @@ func (s *listened) send(f *atollv1.TunnelFrame) {
 	s.mu.Lock()
 	subj := s.reply
 	s.mu.Unlock()
-	if data, err := proto.Marshal(f); err == nil {
-		_ = s.nc.Publish(subj, data)
-	}
+	_ = publishFrame(s.nc, subj, f)
 }
 
 // Request is a session a peer asked to open; Accept or Refuse it.

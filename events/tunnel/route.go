@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -142,9 +141,7 @@ func (r *route) setLocked(via string) error {
 		// after the next resend or keepalive.
 		r.probing = true
 		if r.lastSeq != nil {
-			if data, err := proto.Marshal(r.lastSeq); err == nil {
-				_ = r.d.nc.Publish(subj, data)
-			}
+			_ = publishFrame(r.d.nc, subj, r.lastSeq)
 		}
 	}
 	if via != "" && !r.relayed {
@@ -174,14 +171,7 @@ func (r *route) sendFrame(f *atollv1.TunnelFrame) {
 
 // send publishes f on subj and reports whether it went out.
 func (r *route) send(f *atollv1.TunnelFrame, subj string) bool {
-	bp := marshalBufs.Get().(*[]byte)
-	data, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], f)
-	if err == nil {
-		err = r.d.nc.Publish(subj, data)
-	}
-	*bp = data
-	marshalBufs.Put(bp)
-	return err == nil
+	return publishFrame(r.d.nc, subj, f) == nil
 }
 
 // thresholdLocked is the silence after which the path is changed: After
