@@ -1,12 +1,57 @@
 package tunnel
 
+import "sync"
+
 // chunks is a byte queue kept as a list of slices, so that appending and
 // consuming never copy what is already queued (a flat slice re-grows and
 // moves its whole content as it is consumed from the front and appended
 // at the back, which dominated the tunnel's CPU profile).
 type chunks struct {
 	bufs [][]byte
-	n    int
+	// owners[i], when not nil, is the pooled buffer bufs[i] lies in: the
+	// queue holds a reference to it until bufs[i] is consumed.
+	owners []*frameBuf
+	n      int
+}
+
+// frameBuf is a bulk stream's read buffer lent to a session's send
+// queue (Conn.ReadFrom). The queue and every frame cut from it hold a
+// reference; once the last is dropped (the frame acknowledged, the
+// queue consumed past it) it goes back to readBufs for the next read,
+// instead of a new MaxFrame allocation per read. References are counted
+// under the Conn's lock, as the Session is only used under it. A failed
+// session drops its queue and frames without counting: their buffers go
+// to the collector.
+//
+// A frame given to the transport is encoded at once (publishFrame), so
+// after its ack nothing reads its payload but a route's republish of its
+// last frame on a path switch, which the peer drops as a duplicate
+// without looking at the payload (it acknowledged that sequence).
+type frameBuf struct {
+	b    []byte
+	refs int
+}
+
+var readBufs sync.Pool
+
+// getFrameBuf returns a buffer of size bytes, recycled when one is free.
+func getFrameBuf(size int) *frameBuf {
+	if fb, _ := readBufs.Get().(*frameBuf); fb != nil && cap(fb.b) >= size {
+		fb.b, fb.refs = fb.b[:size], 0
+		return fb
+	}
+	return &frameBuf{b: make([]byte, size)}
+}
+
+// putFrameBuf recycles a buffer nobody refers to.
+func putFrameBuf(fb *frameBuf) { readBufs.Put(fb) }
+
+func (fb *frameBuf) ref() { fb.refs++ }
+
+func (fb *frameBuf) unref() {
+	if fb.refs--; fb.refs == 0 {
+		putFrameBuf(fb)
+	}
 }
 
 func (q *chunks) len() int { return q.n }
@@ -25,16 +70,23 @@ func (q *chunks) push(p []byte, size int) {
 		b := make([]byte, len(p), max(size, len(p)))
 		copy(b, p)
 		q.bufs = append(q.bufs, b)
+		q.owners = append(q.owners, nil)
 	}
 }
 
-// pushOwned queues p itself (the caller gives it up).
-func (q *chunks) pushOwned(p []byte) {
+// pushOwned queues p itself (the caller gives it up; its capacity must
+// end where it does, so that push never appends into it). own, when not
+// nil, is the pooled buffer p lies in.
+func (q *chunks) pushOwned(p []byte, own *frameBuf) {
 	if len(p) == 0 {
 		return
 	}
+	if own != nil {
+		own.ref()
+	}
 	q.n += len(p)
 	q.bufs = append(q.bufs, p)
+	q.owners = append(q.owners, own)
 }
 
 // take removes and returns up to max bytes from the front, never more
@@ -43,15 +95,20 @@ func (q *chunks) pushOwned(p []byte) {
 // together (a bulk stream's chunks are whole reads; a frame cut short by
 // the window leaves the rest of its chunk for the next frame): the copy
 // and its allocation cost more than a shorter frame.
-func (q *chunks) take(max int) []byte {
+// The pooled buffer it lies in, if any, is returned with a reference for
+// the caller to drop.
+func (q *chunks) take(max int) ([]byte, *frameBuf) {
 	k := min(max, q.n)
 	if k <= 0 {
-		return nil
+		return nil, nil
 	}
-	head := q.bufs[0]
+	head, own := q.bufs[0], q.owners[0]
+	if own != nil {
+		own.ref()
+	}
 	k = min(k, len(head))
 	q.advance(k)
-	return head[:k:k]
+	return head[:k:k], own
 }
 
 // read copies the front into p and removes it.
@@ -73,9 +130,15 @@ func (q *chunks) advance(k int) {
 	}
 	q.bufs[0] = nil
 	q.bufs = q.bufs[1:]
+	if own := q.owners[0]; own != nil {
+		q.owners[0] = nil
+		own.unref()
+	}
+	q.owners = q.owners[1:]
 	if len(q.bufs) == 0 {
-		q.bufs = nil
+		q.bufs, q.owners = nil, nil
 	}
 }
 
-func (q *chunks) reset() { q.bufs, q.n = nil, 0 }
+// reset drops everything queued; pooled buffers go to the collector.
+func (q *chunks) reset() { q.bufs, q.owners, q.n = nil, nil, 0 }

@@ -31,10 +31,10 @@ func TestChunks(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				q.push(p, rng.IntN(4096))
 			} else {
-				q.pushOwned(bytes.Clone(p))
+				q.pushOwned(bytes.Clone(p), nil)
 			}
 		case 2:
-			p := q.take(rng.IntN(5000))
+			p, _ := q.take(rng.IntN(5000))
 			got = append(got, p...)
 			taken = append(taken, p)
 			takenWant = append(takenWant, bytes.Clone(p))
@@ -107,5 +107,48 @@ func TestCumulativeAck(t *testing.T) {
 	s.Receive(frame(atollv1.FrameKind_FRAME_KIND_CLOSE, 6), t0.Add(11*time.Millisecond))
 	if out := s.Outgoing(t0.Add(11 * time.Millisecond)); len(out) != 1 || out[0].Ack != 6 {
 		t.Fatalf("CLOSE not acknowledged at once: %v", out)
+	}
+}
+
+// TestFrameBufRefs: a lent read buffer is referenced by the queue and by
+// every frame cut from it, and is free only once all of them are
+// acknowledged — also when the window cuts it into several frames.
+func TestFrameBufRefs(t *testing.T) {
+	const size = 40 << 10
+	cfg := Config{MaxFrame: 60 << 10, Window: InitialWindow, SendBuffer: 128 << 10}.Defaults()
+	s := NewSession("s", cfg, t0)
+	s.Open("t:1")
+	s.Outgoing(t0)
+	s.Receive(frame(kOpen, 1, func(f *atollv1.TunnelFrame) { f.Ack = 1 }), t0)
+	fb, fb2 := &frameBuf{b: make([]byte, size)}, &frameBuf{b: make([]byte, size)}
+	if !s.writeBuf(fb, size, t0) || !s.writeBuf(fb2, size, t0) {
+		t.Fatal("writeBuf refused")
+	}
+	// Our window (64 KiB in flight) lets 40 + 24 KiB out: fb2 is cut.
+	out := s.Outgoing(t0)
+	if len(out) != 2 || len(out[0].Payload) != size || len(out[1].Payload) != InitialWindow-size {
+		t.Fatalf("%d frames, want 40 and 24 KiB", len(out))
+	}
+	if fb.refs != 1 || fb2.refs != 2 {
+		t.Fatalf("refs %d and %d, want 1 (its frame) and 2 (a frame and the queue)", fb.refs, fb2.refs)
+	}
+	ack := func(seq uint64) {
+		s.Receive(&atollv1.TunnelFrame{Session: "s", Kind: kWindow, Ack: seq, Limit: 1 << 20}, t0)
+	}
+	ack(out[0].Sequence)
+	if fb.refs != 0 || fb2.refs != 2 {
+		t.Fatalf("after the first ack: refs %d and %d, want 0 and 2", fb.refs, fb2.refs)
+	}
+	rest := s.Outgoing(t0)
+	if len(rest) != 1 || len(rest[0].Payload) != 2*size-InitialWindow || fb2.refs != 2 {
+		t.Fatalf("%d frames, fb2 refs %d: want the last 16 KiB, 2 refs (two frames)", len(rest), fb2.refs)
+	}
+	ack(out[1].Sequence)
+	if fb2.refs != 1 {
+		t.Fatalf("fb2 refs %d with one frame unacknowledged, want 1", fb2.refs)
+	}
+	ack(rest[0].Sequence)
+	if fb2.refs != 0 {
+		t.Fatalf("fb2 refs %d once every frame is acknowledged, want 0", fb2.refs)
 	}
 }

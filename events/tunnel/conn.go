@@ -281,24 +281,37 @@ func (c *Conn) stopDeadlineTimers() {
 // in frame-sized pieces while data streams, and holds little while the
 // session idles: it waits with a small buffer of its own and, once a read
 // fills it (a bulk stream, whose bytes then leave in full frames), reads
-// into a new MaxFrame buffer each time and hands it to the session as it
-// is (no copy into the send queue), until a read returns less than half
-// of one (the burst is over: that read is copied, and
-// the session idles with the small buffer only).
+// into a MaxFrame buffer each time and lends it to the session as it is
+// (no copy into the send queue; the buffer comes back once acknowledged,
+// see frameBuf), until a read returns less than half of one (the burst
+// is over: that read is copied, and the session idles with the small
+// buffer only).
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	small := make([]byte, idleReadBuffer)
-	buf, bulk := small, false
+	var fb *frameBuf // the bulk read buffer, not lent yet
+	defer func() {
+		if fb != nil {
+			putFrameBuf(fb)
+		}
+	}()
+	bulk := false
 	var total int64
 	for {
-		if buf == nil {
-			buf = make([]byte, c.s.cfg.MaxFrame)
+		buf := small
+		if bulk {
+			if fb == nil {
+				fb = getFrameBuf(c.s.cfg.MaxFrame)
+			}
+			buf = fb.b
 		}
 		n, err := r.Read(buf)
 		if n > 0 {
 			var werr error
 			if bulk && n >= len(buf)/2 {
-				werr = c.writeOwned(buf[:n:n])
-				buf = nil
+				var lent bool
+				if lent, werr = c.writeBuf(fb, n); lent {
+					fb = nil
+				}
 			} else {
 				_, werr = c.Write(buf[:n])
 			}
@@ -315,39 +328,44 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 		switch {
 		case !bulk && n == len(buf) && c.s.cfg.MaxFrame > len(small):
-			bulk, buf = true, nil
+			bulk = true
 		case bulk && n < len(buf)/2:
-			bulk, buf = false, small
+			bulk = false
+			if fb != nil { // idle sessions hold the small buffer only
+				putFrameBuf(fb)
+				fb = nil
+			}
 		}
 	}
 }
 
-// writeOwned is Write of p, which the caller gives up: the session queues
-// p itself once the send buffer has room for all of it.
-func (c *Conn) writeOwned(p []byte) error {
-	if len(p) > c.s.cfg.SendBuffer {
-		_, err := c.Write(p)
-		return err
+// writeBuf is Write of fb's first n bytes, lending fb to the session once
+// the send buffer has room for all of them; lent reports whether it did
+// (else they were copied, or not written on an error).
+func (c *Conn) writeBuf(fb *frameBuf, n int) (lent bool, err error) {
+	if n > c.s.cfg.SendBuffer {
+		_, err := c.Write(fb.b[:n])
+		return false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
 		if c.closed {
-			return net.ErrClosed
+			return false, net.ErrClosed
 		}
 		if err := c.s.Err(); err != nil {
-			return err
+			return false, err
 		}
 		if c.s.wantFin || c.s.finished {
-			return ErrClosed
+			return false, ErrClosed
 		}
 		if !c.writeDL.IsZero() && !time.Now().Before(c.writeDL) {
-			return os.ErrDeadlineExceeded
+			return false, os.ErrDeadlineExceeded
 		}
 		now := time.Now()
-		if c.s.WriteOwned(p, now) {
+		if c.s.writeBuf(fb, n, now) {
 			c.flushLocked(now)
-			return nil
+			return true, nil
 		}
 		c.cond.Wait()
 	}

@@ -91,6 +91,7 @@ func (c Config) Validate() error {
 
 type inflight struct {
 	f      *atollv1.TunnelFrame
+	own    *frameBuf // the pooled buffer f's payload lies in, if any
 	sentAt time.Time
 	rto    time.Duration
 }
@@ -204,7 +205,18 @@ func (s *Session) WriteOwned(p []byte, now time.Time) bool {
 	if s.err != nil || s.wantFin || s.finished || len(p) == 0 || s.queue.len()+len(p) > s.cfg.SendBuffer {
 		return false
 	}
-	s.queue.pushOwned(p)
+	s.queue.pushOwned(p, nil)
+	s.lastData = now
+	return true
+}
+
+// writeBuf is WriteOwned of fb's first n bytes; the queue and the frames
+// cut from them hold references to fb (see frameBuf).
+func (s *Session) writeBuf(fb *frameBuf, n int, now time.Time) bool {
+	if s.err != nil || s.wantFin || s.finished || n == 0 || s.queue.len()+n > s.cfg.SendBuffer {
+		return false
+	}
+	s.queue.pushOwned(fb.b[:n:n], fb)
 	s.lastData = now
 	return true
 }
@@ -228,7 +240,7 @@ func (s *Session) ReadChunk(max int) []byte {
 	if s.buf.len() == 0 {
 		return nil
 	}
-	p := s.buf.take(max)
+	p, _ := s.buf.take(max) // received payloads are never pooled
 	s.readOff += uint64(len(p))
 	if s.limit()-s.sentLim >= uint64(s.cfg.Window/4) {
 		s.needAck = true
@@ -328,6 +340,10 @@ func (s *Session) Receive(f *atollv1.TunnelFrame, now time.Time) {
 		i := 0
 		for i < len(s.unacked) && s.unacked[i].f.Sequence <= f.Ack {
 			s.inflight -= len(s.unacked[i].f.Payload)
+			if own := s.unacked[i].own; own != nil {
+				s.unacked[i].own = nil
+				own.unref()
+			}
 			i++
 		}
 		s.unacked = s.unacked[i:]
@@ -407,7 +423,7 @@ func (s *Session) sequenced(f *atollv1.TunnelFrame, now time.Time) {
 		if s.discard {
 			s.readOff += n
 		} else {
-			s.buf.pushOwned(f.Payload) // read-only: Read copies out of it
+			s.buf.pushOwned(f.Payload, nil) // read-only: Read copies out of it
 		}
 	case atollv1.FrameKind_FRAME_KIND_CLOSE:
 		s.peerFin = true
@@ -521,9 +537,10 @@ func (s *Session) Outgoing(now time.Time) []*atollv1.TunnelFrame {
 		// The peer's limit bounds what it must buffer; our own Window bounds
 		// what we keep for resending, whatever limit a lying peer grants.
 		for s.queue.len() > 0 && s.sendOff < s.peerLimit && s.inflight < s.cfg.Window {
-			p := s.queue.take(min(s.cfg.MaxFrame, s.cfg.Window-s.inflight, int(min(s.peerLimit-s.sendOff, uint64(s.cfg.MaxFrame)))))
+			p, own := s.queue.take(min(s.cfg.MaxFrame, s.cfg.Window-s.inflight, int(min(s.peerLimit-s.sendOff, uint64(s.cfg.MaxFrame)))))
 			n := len(p)
 			out = append(out, s.sequence(&atollv1.TunnelFrame{Session: s.id, Kind: atollv1.FrameKind_FRAME_KIND_DATA, Payload: p, Offset: s.sendOff}, now))
+			s.unacked[len(s.unacked)-1].own = own
 			s.sendOff += uint64(n)
 			s.inflight += n
 			s.stats.BytesSent += uint64(n)
