@@ -161,7 +161,10 @@ func (r *route) sendFrame(f *atollv1.TunnelFrame) {
 	r.mu.Lock()
 	subj, via := r.subject, r.via
 	if f.Sequence != 0 {
-		r.lastSeq = f // frames are never modified once sent
+		// Frames are never modified once sent; a DATA frame's payload
+		// may be reused once the node acknowledged it (frameBuf), and
+		// then a republish of it is a duplicate the node drops unread.
+		r.lastSeq = f
 	}
 	r.mu.Unlock()
 	if r.send(f, subj) && via != "" && r.d.Relay.OnFrame != nil {
