@@ -499,6 +499,11 @@ func waitViews(tb testing.TB, ctx context.Context, js jetstream.JetStream, agent
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := poll.Until(wctx, func(ctx context.Context) error {
+		// Each attempt gets its own deadline, so that one read held up
+		// (a hub server restarting) fails with its own error instead of
+		// using up the whole wait and hiding the attempts before it.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		st, err := js.Stream(ctx, events.StreamViews)
 		if err != nil {
 			return err
@@ -631,6 +636,17 @@ func convergeSeed(tb testing.TB) uint64 {
 	return uint64(time.Now().UnixNano())
 }
 
+// logSeedOnFailure prints the run's seed if the test fails anywhere, so
+// that a failure before the result (views that never converge) can be
+// replayed too.
+func logSeedOnFailure(t *testing.T, seed uint64) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d: ATOLL_CONVERGE_SEED=%d replays this run's order and faults", seed, seed)
+		}
+	})
+}
+
 // TestViewsConverge: 200 in-process agents started in random order, the
 // cloud started among them (so before some and after others), a hub server
 // restart, leaf flaps and relabels out and back: every agent holds its
@@ -640,6 +656,7 @@ func TestViewsConverge(t *testing.T) {
 		t.Skip("stress: 200 agents")
 	}
 	seed := convergeSeed(t)
+	logSeedOnFailure(t, seed)
 	res := runConverge(t, stressOptions(seed))
 	t.Logf("seed %d: worst %v (%s), %v catch-ups from the stream, run took %v", seed, res.worst, res.worstAgent, res.catchups, res.took)
 	if res.worst > convergeBound {
@@ -652,6 +669,7 @@ func TestViewsConverge(t *testing.T) {
 // stored views and every agent's views end correct, within 2 s.
 func TestRelabelOutAndBack(t *testing.T) {
 	seed := convergeSeed(t)
+	logSeedOnFailure(t, seed)
 	res := runConverge(t, convergeOptions{agents: 16, sites: 4, unitSize: 4, cloudAfter: 0, relabels: 8,
 		seed: seed, checkPeriod: stressCheck})
 	t.Logf("seed %d: worst %v (%s), %v catch-ups from the stream", seed, res.worst, res.worstAgent, res.catchups)
