@@ -198,20 +198,11 @@ func (s *Session) Write(p []byte, now time.Time) int {
 	return n
 }
 
-// WriteOwned queues p itself, which the caller gives up, when all of it
-// fits into the send buffer, and reports whether it did (false: full,
-// closed for writing or failed; p is the caller's again).
-func (s *Session) WriteOwned(p []byte, now time.Time) bool {
-	if s.err != nil || s.wantFin || s.finished || len(p) == 0 || s.queue.len()+len(p) > s.cfg.SendBuffer {
-		return false
-	}
-	s.queue.pushOwned(p, nil)
-	s.lastData = now
-	return true
-}
-
-// writeBuf is WriteOwned of fb's first n bytes; the queue and the frames
-// cut from them hold references to fb (see frameBuf).
+// writeBuf queues fb's first n bytes themselves, lent by the caller
+// (Conn.ReadFrom), when all of them fit into the send buffer, and reports
+// whether it did (false: full, closed for writing or failed; fb is the
+// caller's again). The queue and the frames cut from them hold references
+// to fb (see frameBuf).
 func (s *Session) writeBuf(fb *frameBuf, n int, now time.Time) bool {
 	if s.err != nil || s.wantFin || s.finished || n == 0 || s.queue.len()+n > s.cfg.SendBuffer {
 		return false
