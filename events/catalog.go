@@ -34,7 +34,7 @@ type Family struct {
 	// Name identifies the family in the catalog.
 	Name string
 	// Pattern is the subject with its variable tokens named in angle
-	// brackets, e.g. "atoll.health.vote.<unit>.<node>.<voter>". A name that
+	// brackets, e.g. "atoll.health.ballot.<unit>.<voter>". A name that
 	// appears twice stands for the same value both times.
 	Pattern string
 	// Values restricts a named token to a fixed set of values.
@@ -82,19 +82,10 @@ var (
 		Producer:  "edge prober", Consumer: "unit voters (core, over the unit's routes); never sent to the hub",
 		Example: []string{"site-a", "edge-1"},
 	}
-	VoteFamily = &Family{
-		Name: "vote", Pattern: Root + ".health.vote.<unit>.<node>.<voter>",
-		Transport: TransportStream, Stream: StreamHealth,
-		Message:  &atollv1.Vote{},
-		Identity: map[string]string{"unit": "unit", "node": "node", "voter": "voter"},
-		MsgID:    "`<voter>@<node>-<unix ns, base 36>`",
-		Producer: "agents before ballots, `atoll-bench`", Consumer: "cloud health: every replica follows, one handles each (`health-votes`)",
-		Example: []string{"site-a", "edge-2", "edge-1"},
-	}
-	// BallotFamily carries one voter's verdicts on all its unit's other
-	// members: sent on change (acknowledged by the stream, retried until
-	// it is) and as a slow keep-alive. It replaces one vote per member per
-	// refresh period.
+	// BallotFamily carries one voter's votes on all its unit's other
+	// members, the only health message that reaches the cloud: sent on
+	// change (acknowledged by the stream, retried until it is) and as a
+	// slow keep-alive.
 	BallotFamily = &Family{
 		Name: "ballot", Pattern: Root + ".health.ballot.<unit>.<voter>",
 		Transport: TransportStream, Stream: StreamHealth,
@@ -227,7 +218,7 @@ var (
 
 // catalog is every family, in the README's order.
 var catalog = []*Family{
-	ProbeFamily, VoteFamily, BallotFamily, TopologyFamily, UnitEventFamily,
+	ProbeFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
 	RepublishedAssignmentFamily, RepublishedUnitViewFamily, RepublishedHostsFamily, RepublishedObjectViewFamily,
 	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, StatusFamily, TunnelsFamily,

@@ -152,9 +152,9 @@ func TestWildcardConstants(t *testing.T) {
 		family *events.Family
 	}{
 		{events.ProbeSubjects, events.ProbeFamily},
-		{events.VoteSubjects, events.VoteFamily},
+		{events.BallotSubjects, events.BallotFamily},
 		{events.HealthSubjects, events.ProbeFamily},
-		{events.HealthSubjects, events.VoteFamily},
+		{events.HealthSubjects, events.BallotFamily},
 		{events.TopoSubjects, events.TopologyFamily},
 		{events.ViewSubjects, events.ObjectViewFamily},
 		{events.ViewSubjects, events.AssignmentFamily},
@@ -174,8 +174,8 @@ func TestWildcardConstants(t *testing.T) {
 			t.Errorf("%s does not cover %s", events.AllSubjects, f.Name)
 		}
 	}
-	if events.SubjectMatches(events.VoteSubjects, events.ProbeFamily.Wildcard()) {
-		t.Error("the vote filter covers probe reports")
+	if events.SubjectMatches(events.BallotSubjects, events.ProbeFamily.Wildcard()) {
+		t.Error("the ballot filter covers probe reports")
 	}
 }
 

@@ -19,17 +19,17 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-func vote(unit, node, voter string) (string, *atollv1.Vote) {
-	subj, err := events.VoteSubject(unit, node, voter)
+func ballot(unit, voter string) (string, *atollv1.Ballot) {
+	subj, err := events.BallotSubject(unit, voter)
 	if err != nil {
 		panic(err)
 	}
-	return subj, &atollv1.Vote{Unit: unit, Node: node, Voter: voter, Verdict: atollv1.Verdict_VERDICT_HEALTHY, Time: timestamppb.Now()}
+	return subj, &atollv1.Ballot{Unit: unit, Voter: voter, Time: timestamppb.Now()}
 }
 
 // run starts Consume in the background and returns a stop function that
 // waits for it to return.
-func run(t *testing.T, js jetstream.JetStream, spec events.ConsumerSpec, h events.Handler[*atollv1.Vote], o events.ConsumeOptions) func() {
+func run(t *testing.T, js jetstream.JetStream, spec events.ConsumerSpec, h events.Handler[*atollv1.Ballot], o events.ConsumeOptions) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -83,11 +83,11 @@ func consumerInfo(js jetstream.JetStream, name string) (*jetstream.ConsumerInfo,
 // received collects what a handler saw.
 type received struct {
 	mu    sync.Mutex
-	votes []string
+	got []string
 }
 
-func (r *received) add(s string) { r.mu.Lock(); r.votes = append(r.votes, s); r.mu.Unlock() }
-func (r *received) count() int   { r.mu.Lock(); defer r.mu.Unlock(); return len(r.votes) }
+func (r *received) add(s string) { r.mu.Lock(); r.got = append(r.got, s); r.mu.Unlock() }
+func (r *received) count() int   { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
 
 // TestConsumePoison: undecodable payloads, wrong type headers and payloads
 // that lie about their identity are terminated with a reason and counted,
@@ -95,7 +95,7 @@ func (r *received) count() int   { r.mu.Lock(); defer r.mu.Unlock(); return len(
 func TestConsumePoison(t *testing.T) {
 	nc, js := setup(t)
 	metrics := events.NewMetrics(nil)
-	spec := events.VoteConsumer
+	spec := events.BallotConsumer
 	spec.Name = "poison-test"
 	spec.DeliverPolicy = jetstream.DeliverAllPolicy
 
@@ -107,17 +107,17 @@ func TestConsumePoison(t *testing.T) {
 	}
 	good := func(node string) {
 		t.Helper()
-		subj, v := vote("u1", node, "voter")
+		subj, v := ballot("u1", node)
 		if _, err := events.PublishDurable(context.Background(), js, subj, v, "good-"+node); err != nil {
 			t.Fatal(err)
 		}
 	}
-	subjA, _ := vote("u1", "a", "voter")
+	subjA, _ := ballot("u1", "a")
 	good("n1")
-	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.Vote"}}, []byte{0xff, 0xff, 0xff}) // undecodable
+	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.Ballot"}}, []byte{0xff, 0xff, 0xff}) // undecodable
 	good("n2")
 	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.ProbeReport"}}, nil) // wrong type
-	_, liar := vote("u1", "b", "voter")                                              // says node b ...
+	_, liar := ballot("u1", "b")                                              // says node b ...
 	liarMsg, _ := events.NewMsg(subjA, liar, "")                                     // ... on a's subject
 	if _, err := js.PublishMsg(context.Background(), liarMsg); err != nil {
 		t.Fatal(err)
@@ -125,14 +125,14 @@ func TestConsumePoison(t *testing.T) {
 	good("n3")
 
 	var got received
-	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
-		got.add(ev.Msg.GetNode())
+	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+		got.add(ev.Msg.GetVoter())
 		return nil
 	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0)})
 
 	poll.Eventually(t, 10*time.Second, func() error {
 		if got.count() != 3 {
-			return fmt.Errorf("handled %d good votes, want 3", got.count())
+			return fmt.Errorf("handled %d good ballots, want 3", got.count())
 		}
 		for reason, want := range map[string]float64{events.ReasonUndecodable: 1, events.ReasonWrongType: 1, events.ReasonIdentity: 1} {
 			if n := metrics.TerminatedCount(spec.Name, reason); n != want {
@@ -161,23 +161,23 @@ func TestConsumePoison(t *testing.T) {
 func TestConsumeRetryAndReject(t *testing.T) {
 	_, js := setup(t)
 	metrics := events.NewMetrics(nil)
-	spec := events.VoteConsumer
+	spec := events.BallotConsumer
 	spec.Name = "retry-test"
 	spec.DeliverPolicy = jetstream.DeliverAllPolicy
 	spec.MaxDeliver = 3
 
 	for _, node := range []string{"flaky", "bad", "hopeless"} {
-		subj, v := vote("u1", node, "voter")
+		subj, v := ballot("u1", node)
 		if _, err := events.PublishDurable(context.Background(), js, subj, v, node); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var mu sync.Mutex
 	attempts := map[string]int{}
-	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
+	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
 		mu.Lock()
 		defer mu.Unlock()
-		node := ev.Msg.GetNode()
+		node := ev.Msg.GetVoter()
 		attempts[node]++
 		switch node {
 		case "flaky":
@@ -215,14 +215,14 @@ func TestConsumeRetryAndReject(t *testing.T) {
 // payload on another node's subject.
 func TestPublishRejectsIdentityMismatch(t *testing.T) {
 	nc, _ := setup(t)
-	subj, _ := vote("u1", "a", "voter")
-	_, v := vote("u1", "b", "voter")
+	subj, _ := ballot("u1", "a")
+	_, v := ballot("u1", "b")
 	if err := events.Publish(nc, subj, v, ""); !errors.Is(err, events.ErrIdentity) {
 		t.Fatalf("Publish = %v, want ErrIdentity", err)
 	}
 	probeSubj, _ := events.ProbeSubject("u1", "a")
 	if err := events.Publish(nc, probeSubj, v, ""); err == nil {
-		t.Fatal("published a Vote on a probe subject")
+		t.Fatal("published a Ballot on a probe subject")
 	}
 }
 
@@ -237,17 +237,17 @@ func TestConsumeSeen(t *testing.T) {
 			_, js := setup(t)
 			metrics := events.NewMetrics(nil)
 			before := time.Now().Add(-time.Second)
-			seenSubj, _ := vote("u1", "seen", "voter")
+			seenSubj, _ := ballot("u1", "seen")
 			for _, node := range []string{"n1", "seen", "n2"} {
-				publishVote(t, js, node)
+				publishBallot(t, js, node)
 			}
-			if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: seenSubj, Header: nats.Header{events.HeaderType: {"atoll.v1.Vote"}}, Data: []byte{0xff}}); err != nil {
+			if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: seenSubj, Header: nats.Header{events.HeaderType: {"atoll.v1.Ballot"}}, Data: []byte{0xff}}); err != nil {
 				t.Fatal(err)
 			}
 			var got received
 			var badTime sync.Once
-			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
-				got.add(ev.Msg.GetNode())
+			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+				got.add(ev.Msg.GetVoter())
 				return nil
 			}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Seen: func(subject string, stored time.Time) bool {
 				if stored.Before(before) || stored.After(time.Now()) {

@@ -13,7 +13,7 @@ type Mode int
 const (
 	// Shared is a durable pull consumer: processes running the same spec
 	// share its messages, and each message is handled (and acked) by one
-	// of them. For work that must happen once: patch a Node for a vote.
+	// of them. For work that must happen once: record a ballot and patch its Nodes.
 	Shared Mode = iota
 	// Follow gives every process every message (an ordered consumer of
 	// its own, nothing acked), for state that each cloud replica or edge
@@ -113,20 +113,6 @@ func FollowSpec(name, stream string, filters ...string) ConsumerSpec {
 // The consumers of Atoll's services. A service refers to its consumer by
 // one of these, so the full set is visible in one place.
 var (
-	// VoteConsumer feeds the cloud health service with every vote, each
-	// handled by one replica.
-	VoteConsumer = ConsumerSpec{
-		Name:           "health-votes",
-		Mode:           Shared,
-		Stream:         StreamHealth,
-		FilterSubjects: []string{VoteSubjects},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		AckWait:        30 * time.Second,
-		MaxDeliver:     10,
-		MaxAckPending:  10000,
-	}
-	// VoteFollower gives every cloud replica every vote (the tallies).
-	VoteFollower = FollowSpec("votes", StreamHealth, VoteSubjects)
 	// BallotConsumer feeds the cloud health service with every ballot,
 	// each handled by one replica (the leader's reconciles).
 	BallotConsumer = ConsumerSpec{

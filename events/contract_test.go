@@ -36,19 +36,19 @@ func captured(t *testing.T) (*slog.Logger, *natstest.Buffer) {
 }
 
 // modes are the two consumer modes, each with a spec of MaxDeliver 3 that
-// reads every vote from the start.
+// reads every ballot from the start.
 func modes() []events.ConsumerSpec {
-	shared := events.VoteConsumer
+	shared := events.BallotConsumer
 	shared.Name = "t-shared"
 	shared.DeliverPolicy = jetstream.DeliverAllPolicy
 	shared.MaxDeliver = 3
-	follow := events.FollowSpec("t-follow", events.StreamHealth, events.VoteSubjects)
+	follow := events.FollowSpec("t-follow", events.StreamHealth, events.BallotSubjects)
 	follow.DeliverPolicy = jetstream.DeliverAllPolicy
 	follow.MaxDeliver = 3
 	return []events.ConsumerSpec{shared, follow}
 }
 
-// nodes records the nodes of the votes a handler saw, with attempts.
+// nodes records the voters of the ballots a handler saw, with attempts.
 type nodes struct {
 	mu       sync.Mutex
 	attempts map[string]int
@@ -70,16 +70,16 @@ func (n *nodes) has(node string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.done[node] {
-		return poll.Errorf("vote on %s not handled yet (handled %v)", node, n.done)
+		return poll.Errorf("ballot of %s not handled yet (handled %v)", node, n.done)
 	}
 	return nil
 }
 
 func (n *nodes) count() int { n.mu.Lock(); defer n.mu.Unlock(); return len(n.done) }
 
-func publishVote(t *testing.T, js jetstream.JetStream, node string) {
+func publishBallot(t *testing.T, js jetstream.JetStream, node string) {
 	t.Helper()
-	subj, v := vote("u1", node, "voter")
+	subj, v := ballot("u1", node)
 	if _, err := events.PublishDurable(context.Background(), js, subj, v, node+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)); err != nil {
 		t.Fatal(err)
 	}
@@ -110,10 +110,10 @@ func TestConsumeFailingHandler(t *testing.T) {
 			log, logs := captured(t)
 			metrics := events.NewMetrics(nil)
 			seen := newNodes()
-			publishVote(t, js, "hopeless")
-			publishVote(t, js, "after-1")
-			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
-				node := ev.Msg.GetNode()
+			publishBallot(t, js, "hopeless")
+			publishBallot(t, js, "after-1")
+			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+				node := ev.Msg.GetVoter()
 				if n := seen.attempt(node); node == "hopeless" {
 					if int(ev.Delivered) != n {
 						return events.Reject(fmt.Errorf("delivered %d on attempt %d", ev.Delivered, n))
@@ -147,13 +147,13 @@ func TestConsumeFailingHandler(t *testing.T) {
 				t.Fatalf("Delivered did not count the attempts (%v rejected)", n)
 			}
 			if l := logs.String(); !strings.Contains(l, `level=ERROR msg="message terminated"`) || !strings.Contains(l, "reason=max_deliveries") ||
-				!strings.Contains(l, "subject=atoll.health.vote.u1.hopeless.voter") {
+				!strings.Contains(l, "subject=atoll.health.ballot.u1.hopeless") {
 				t.Fatalf("no ERROR line for the terminated message in:\n%s", l)
 			}
 
 			// The consumer goes on with later messages, and the failed
 			// one does not come back.
-			publishVote(t, js, "after-2")
+			publishBallot(t, js, "after-2")
 			poll.Eventually(t, 10*time.Second, func() error { return seen.has("after-2") })
 			if spec.Mode == events.Shared {
 				poll.Eventually(t, 10*time.Second, func() error {
@@ -187,8 +187,8 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 			log, logs := captured(t)
 			metrics := events.NewMetrics(nil)
 			seen := newNodes()
-			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
-				seen.ok(ev.Msg.GetNode())
+			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+				seen.ok(ev.Msg.GetVoter())
 				return nil
 			}, events.ConsumeOptions{Logger: log, Metrics: metrics, CheckInterval: 100 * time.Millisecond,
 				Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
@@ -196,7 +196,7 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 				t.Fatal(err)
 			}
 			start(t, c)
-			publishVote(t, js, "n1")
+			publishBallot(t, js, "n1")
 			poll.Eventually(t, 10*time.Second, func() error { return seen.has("n1") })
 			if up := metrics.Up(spec.Name); up != 1 {
 				t.Fatalf("consumer_up = %v while consuming", up)
@@ -229,7 +229,7 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 				}
 				return nil
 			})
-			publishVote(t, js, "n2")
+			publishBallot(t, js, "n2")
 			poll.Eventually(t, 10*time.Second, func() error {
 				if up := metrics.Up(spec.Name); up != 1 {
 					return poll.Errorf("consumer_up = %v", up)
@@ -269,8 +269,8 @@ func TestConsumeSurvivesHubRestart(t *testing.T) {
 	for _, spec := range modes() {
 		s := newNodes()
 		seen[spec.Name] = s
-		c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Vote]) error {
-			s.ok(ev.Msg.GetNode())
+		c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+			s.ok(ev.Msg.GetVoter())
 			return nil
 		}, events.ConsumeOptions{Logger: log, Metrics: metrics, CheckInterval: 200 * time.Millisecond,
 			Backoff: func(uint64) time.Duration { return 50 * time.Millisecond }})
@@ -279,7 +279,7 @@ func TestConsumeSurvivesHubRestart(t *testing.T) {
 		}
 		start(t, c)
 	}
-	publishVote(t, js, "before")
+	publishBallot(t, js, "before")
 	poll.Eventually(t, 10*time.Second, func() error {
 		for _, s := range seen {
 			if err := s.has("before"); err != nil {
@@ -304,7 +304,7 @@ func TestConsumeSurvivesHubRestart(t *testing.T) {
 
 	// Publish until the client is back; then both consumers get it.
 	poll.Eventually(t, 30*time.Second, func() error {
-		subj, v := vote("u1", "after", "voter")
+		subj, v := ballot("u1", "after")
 		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if _, err := events.PublishDurable(pctx, js, subj, v, "after"); err != nil {
@@ -328,18 +328,18 @@ func TestCaughtUp(t *testing.T) {
 			log, _ := captured(t)
 			const backlog = 20
 			for i := range backlog {
-				publishVote(t, js, "n"+strconv.Itoa(i))
+				publishBallot(t, js, "n"+strconv.Itoa(i))
 			}
 			gate, entered := make(chan struct{}), make(chan struct{}, backlog)
 			seen := newNodes()
-			c, err := events.NewConsumer(js, spec, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
+			c, err := events.NewConsumer(js, spec, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
 				entered <- struct{}{}
 				select {
 				case <-gate:
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-				seen.ok(ev.Msg.GetNode())
+				seen.ok(ev.Msg.GetVoter())
 				return nil
 			}, events.ConsumeOptions{Logger: log, CheckInterval: 50 * time.Millisecond})
 			if err != nil {
@@ -374,8 +374,8 @@ func TestCaughtUp(t *testing.T) {
 			// Nothing to read: caught up at once.
 			empty := spec
 			empty.Name += "-empty"
-			empty.FilterSubjects = []string{"atoll.health.vote.nobody.>"}
-			e, err := events.NewConsumer(js, empty, func(context.Context, events.Event[*atollv1.Vote]) error { return nil }, events.ConsumeOptions{Logger: log})
+			empty.FilterSubjects = []string{"atoll.health.ballot.nobody.>"}
+			e, err := events.NewConsumer(js, empty, func(context.Context, events.Event[*atollv1.Ballot]) error { return nil }, events.ConsumeOptions{Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,7 @@
 // or request/reply to a micro endpoint), the protobuf type it carries, the
 // payload fields that must agree with the subject, the Nats-Msg-Id rule,
 // and who produces and consumes it. The hub streams' subjects (Streams),
-// the subject builders and parsers (VoteSubject, ParseVoteSubject, ...),
+// the subject builders and parsers (BallotSubject, ParseBallotSubject, ...),
 // CheckIdentity, TypeForSubject (`atoll decode`) and the README's subject
 // catalog (CatalogMarkdown, `atoll events catalog`) are derived from it;
 // tests fail when they disagree.

@@ -17,7 +17,7 @@ func fuzzDecode(f *testing.F, newMsg func() proto.Message, seeds ...proto.Messag
 	for _, s := range seeds {
 		b, _ := proto.Marshal(s)
 		f.Add("atoll.health.probe.u1.a", b)
-		f.Add("atoll.health.vote.u1.b.a", b)
+		f.Add("atoll.health.ballot.u1.a", b)
 	}
 	f.Add("atoll.health.probe.u1.a", []byte{0xff, 0x01})
 	f.Add("atoll.health.probe..a", []byte{})
@@ -47,9 +47,9 @@ func FuzzDecodeProbeReport(f *testing.F) {
 		&atollv1.ProbeReport{Checker: "a", Unit: "u1", Sequence: 7, Peers: []*atollv1.PeerResult{{Node: "b", Normal: true, Score: 100}}})
 }
 
-func FuzzDecodeVote(f *testing.F) {
-	fuzzDecode(f, func() proto.Message { return &atollv1.Vote{} },
-		&atollv1.Vote{Voter: "a", Node: "b", Unit: "u1", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Checkers: 3})
+func FuzzDecodeBallot(f *testing.F) {
+	fuzzDecode(f, func() proto.Message { return &atollv1.Ballot{} },
+		&atollv1.Ballot{Voter: "a", Unit: "u1", Members: 3, Votes: []*atollv1.Vote{{Node: "b", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2}}})
 }
 
 // exampleMessage is a message of family f whose identity fields agree
@@ -116,7 +116,7 @@ func decoded() []struct {
 
 // FuzzDecodeCatalog decodes arbitrary bytes on arbitrary subjects as every
 // message type of the catalog (which is the index into decoded()): what
-// the cloud's consumers (votes, topology updates, status requests) and the
+// the cloud's consumers (ballots, topology updates, status requests) and the
 // edge's (probe reports, assignments, unit views, hosts and object views,
 // tunnel frames) decode from the network. It never panics; what decodes
 // passes the identity check of its subject and survives a round trip;

@@ -88,7 +88,7 @@ type StreamDef struct {
 //     publishes expect the last sequence they read, so a stale read costs
 //     a retry, never a lost view).
 var streamDefs = []StreamDef{
-	{Name: StreamHealth, Description: "Edge voters' ballots (and single votes)", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
+	{Name: StreamHealth, Description: "Edge voters' ballots", MaxMsgsPerSubject: 4, MaxAge: time.Hour},
 	{Name: StreamTopology, Description: "Edge agents' reports of themselves and the units' lifecycle events", MaxMsgsPerSubject: 1, MaxAge: 7 * 24 * time.Hour},
 	// Edge agents follow their views on the republished subjects
 	// (edge/viewfeed) and read VIEWS with short-lived consumers of their

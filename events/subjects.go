@@ -47,7 +47,6 @@ const (
 	AllSubjects    = Root + ".>"
 	HealthSubjects = Root + ".health.>"
 	ProbeSubjects  = Root + ".health.probe.>"
-	VoteSubjects   = Root + ".health.vote.>"
 	BallotSubjects = Root + ".health.ballot.>"
 	TopoSubjects   = Root + ".topo.>"
 	// NodeTopologySubjects are the nodes' reports (TopologyFamily), and
@@ -178,20 +177,6 @@ func ParseProbeSubject(subject string) (unit, checker string, err error) {
 		return "", "", err
 	}
 	return t[0], t[1], nil
-}
-
-// VoteSubject is where voter publishes its verdict on node of unit.
-func VoteSubject(unit, node, voter string) (string, error) {
-	return VoteFamily.Subject(unit, node, voter)
-}
-
-// ParseVoteSubject returns the unit, judged node and voter of a vote subject.
-func ParseVoteSubject(subject string) (unit, node, voter string, err error) {
-	t, err := VoteFamily.Parse(subject)
-	if err != nil {
-		return "", "", "", err
-	}
-	return t[0], t[1], t[2], nil
 }
 
 // BallotSubject is where voter publishes its ballot on the members of unit.

@@ -40,9 +40,9 @@ func TestSubjectRoundTrip(t *testing.T) {
 	if u, c, err := ParseProbeSubject(probe); err != nil || u != "u1" || c != "n1" {
 		t.Fatalf("ParseProbeSubject = %q %q %v", u, c, err)
 	}
-	vote, _ := VoteSubject("u1", "n2", "n1")
-	if u, n, v, err := ParseVoteSubject(vote); err != nil || vote != "atoll.health.vote.u1.n2.n1" || u != "u1" || n != "n2" || v != "n1" {
-		t.Fatalf("vote %q → %q %q %q %v", vote, u, n, v, err)
+	ballot, _ := BallotSubject("u1", "n1")
+	if u, v, err := ParseBallotSubject(ballot); err != nil || ballot != "atoll.health.ballot.u1.n1" || u != "u1" || v != "n1" {
+		t.Fatalf("ballot %q → %q %q %v", ballot, u, v, err)
 	}
 	topo, _ := TopologySubject("n1")
 	if n, err := ParseTopologySubject(topo); err != nil || topo != "atoll.topo.node.n1" || n != "n1" {
@@ -69,16 +69,16 @@ func TestSubjectRoundTrip(t *testing.T) {
 // TestDottedNames: node names are DNS subdomains; their dots travel as '~'
 // and come back as dots.
 func TestDottedNames(t *testing.T) {
-	subj, err := VoteSubject("site.eu-1", "ip-10-0-1-2.ec2.internal", "edge-3.local")
+	subj, err := BallotSubject("site.eu-1", "ip-10-0-1-2.ec2.internal")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if subj != "atoll.health.vote.site~eu-1.ip-10-0-1-2~ec2~internal.edge-3~local" {
+	if subj != "atoll.health.ballot.site~eu-1.ip-10-0-1-2~ec2~internal" {
 		t.Fatalf("subject = %q", subj)
 	}
-	unit, node, voter, err := ParseVoteSubject(subj)
-	if err != nil || unit != "site.eu-1" || node != "ip-10-0-1-2.ec2.internal" || voter != "edge-3.local" {
-		t.Fatalf("parse = %q %q %q %v", unit, node, voter, err)
+	unit, voter, err := ParseBallotSubject(subj)
+	if err != nil || unit != "site.eu-1" || voter != "ip-10-0-1-2.ec2.internal" {
+		t.Fatalf("parse = %q %q %v", unit, voter, err)
 	}
 	all, _ := ProbeUnitSubjects("site.eu-1")
 	if all != "atoll.health.probe.site~eu-1.*" {
@@ -93,8 +93,8 @@ func TestSubjectBuildersReject(t *testing.T) {
 	}{
 		{"probe empty unit", func() error { _, err := ProbeSubject("", "n"); return err }},
 		{"probe checker with the escape", func() error { _, err := ProbeSubject("u", "n~x"); return err }},
-		{"vote wildcard node", func() error { _, err := VoteSubject("u", "*", "v"); return err }},
-		{"vote gt voter", func() error { _, err := VoteSubject("u", "n", ">"); return err }},
+		{"ballot wildcard unit", func() error { _, err := BallotSubject("*", "v"); return err }},
+		{"ballot gt voter", func() error { _, err := BallotSubject("u", ">"); return err }},
 		{"topology space", func() error { _, err := TopologySubject("a b"); return err }},
 		{"view empty name", func() error { _, err := ViewSubject("u", "services", "ns", ""); return err }},
 		{"tunnel bad dir", func() error { _, err := TunnelSubject("n", "s", "sideways"); return err }},
@@ -120,8 +120,8 @@ func TestSubjectParsersReject(t *testing.T) {
 		{"atoll.health.probe.u1.n1.x", func(s string) error { _, _, err := ParseProbeSubject(s); return err }},
 		{"atoll.health.probe.u1.", func(s string) error { _, _, err := ParseProbeSubject(s); return err }},
 		{"atoll.health.probe.*.n1", func(s string) error { _, _, err := ParseProbeSubject(s); return err }},
-		{"atoll.health.vote.u1.n1", func(s string) error { _, _, _, err := ParseVoteSubject(s); return err }},
-		{"atoll.health.probe.u1.n1", func(s string) error { _, _, _, err := ParseVoteSubject(s); return err }},
+		{"atoll.health.ballot.u1", func(s string) error { _, _, err := ParseBallotSubject(s); return err }},
+		{"atoll.health.probe.u1.n1", func(s string) error { _, _, err := ParseBallotSubject(s); return err }},
 		{"atoll.topo.node.>", func(s string) error { _, err := ParseTopologySubject(s); return err }},
 		{"atoll.view.u1.services.ns", func(s string) error { _, err := ParseViewSubject(s); return err }},
 		{"atoll.tunnel.n1.s1.up", func(s string) error { _, _, _, err := ParseTunnelSubject(s); return err }},
@@ -142,7 +142,7 @@ func TestSubjectParsersReject(t *testing.T) {
 func TestTypeForSubject(t *testing.T) {
 	tests := map[string]string{
 		"atoll.health.probe.u.n":          "atoll.v1.ProbeReport",
-		"atoll.health.vote.u.n.v":         "atoll.v1.Vote",
+		"atoll.health.ballot.u.v":         "atoll.v1.Ballot",
 		"atoll.topo.node.n":               "atoll.v1.TopologyUpdate",
 		"atoll.tunnel.n.s.out":            "atoll.v1.TunnelFrame",
 		"atoll.tunnel.p.relay.n.s.out":    "atoll.v1.TunnelFrame",
@@ -210,8 +210,8 @@ func TestEmptyNameSaysWhichName(t *testing.T) {
 	}{
 		{"topology node", func() (string, error) { return TopologySubject("") }, "events: node name is empty"},
 		{"assignment node", func() (string, error) { return AssignmentSubject("") }, "events: node name is empty"},
-		{"vote voter", func() (string, error) { return VoteSubject("u1", "n1", "") }, "events: voter name is empty"},
-		{"vote unit", func() (string, error) { return VoteSubject("", "n1", "n2") }, "events: unit name is empty"},
+		{"ballot voter", func() (string, error) { return BallotSubject("u1", "") }, "events: voter name is empty"},
+		{"ballot unit", func() (string, error) { return BallotSubject("", "n2") }, "events: unit name is empty"},
 		{"probe checker", func() (string, error) { return ProbeSubject("u1", "") }, "events: checker name is empty"},
 		{"probe unit wildcard", func() (string, error) { return ProbeUnitSubjects("") }, "events: unit name is empty"},
 		{"view unit wildcard", func() (string, error) { return UnitViewSubjects("") }, "events: unit name is empty"},

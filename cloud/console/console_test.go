@@ -41,22 +41,22 @@ type fakeHealth struct {
 	verdicts  map[string]atollv1.Verdict
 	protected map[string]bool
 	down      map[string]bool
-	votes     map[string][]health.CastVote
+	votes     map[string][]health.Vote
 	units     map[string]health.UnitState
 }
 
 func newFakeHealth() *fakeHealth {
 	return &fakeHealth{verdicts: map[string]atollv1.Verdict{}, protected: map[string]bool{}, down: map[string]bool{},
-		votes: map[string][]health.CastVote{}, units: map[string]health.UnitState{}}
+		votes: map[string][]health.Vote{}, units: map[string]health.UnitState{}}
 }
 
-func (f *fakeHealth) Judge(node string) health.Judgement {
+func (f *fakeHealth) Tally(node string) health.Tally {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return health.Judgement{Verdict: f.verdicts[node]}
+	return health.Tally{Verdict: f.verdicts[node]}
 }
 
-func (f *fakeHealth) Votes(node string) []health.CastVote {
+func (f *fakeHealth) Votes(node string) []health.Vote {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.votes[node]
@@ -133,7 +133,7 @@ func fixture(t *testing.T) (*fakeHealth, corelisters.NodeLister, cache.Indexer) 
 	h.verdicts["c"] = atollv1.Verdict_VERDICT_UNHEALTHY
 	h.protected["b"] = true
 	h.down["b"] = true
-	h.votes["b"] = []health.CastVote{
+	h.votes["b"] = []health.Vote{
 		{Voter: "a", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Made: t0, Stored: t0.Add(time.Second)},
 		{Voter: "c", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Made: t0, Stored: t0.Add(2 * time.Second)},
 	}
@@ -627,7 +627,7 @@ func BenchmarkUpdate(b *testing.B) {
 				for n := range size.nodes {
 					name := fmt.Sprintf("u%d-%d", u, n)
 					h.verdicts[name] = atollv1.Verdict_VERDICT_HEALTHY
-					h.votes[name] = []health.CastVote{{Voter: "x", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Made: t0, Stored: t0}}
+					h.votes[name] = []health.Vote{{Voter: "x", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Made: t0, Stored: t0}}
 					if err := idx.Add(node(name, fmt.Sprintf("u%d", u), corev1.ConditionTrue)); err != nil {
 						b.Fatal(err)
 					}
@@ -664,9 +664,9 @@ type countingHealth struct {
 	judged atomic.Int64
 }
 
-func (c *countingHealth) Judge(node string) health.Judgement {
+func (c *countingHealth) Tally(node string) health.Tally {
 	c.judged.Add(1)
-	return c.fakeHealth.Judge(node)
+	return c.fakeHealth.Tally(node)
 }
 
 // TestIdleRebuilds: with no browser following the page, Run rebuilds at
@@ -694,7 +694,7 @@ func TestIdleRebuilds(t *testing.T) {
 	// wait is the assertion here: nothing is supposed to happen.)
 	time.Sleep(4 * cfg.Interval)
 	if n := h.judged.Load(); n != first {
-		t.Fatalf("idle console rebuilt: %d judgements after the first build's %d", n, first)
+		t.Fatalf("idle console rebuilt: %d tallies after the first build's %d", n, first)
 	}
 
 	srv := httptest.NewServer(c.Handler())
@@ -703,7 +703,7 @@ func TestIdleRebuilds(t *testing.T) {
 	defer closeStream()
 	poll.Eventually(t, 10*time.Second, func() error {
 		if n := h.judged.Load(); n < first+2*(first) {
-			return poll.Errorf("%d judgements, want builds at the fast interval once a browser follows", n)
+			return poll.Errorf("%d tallies, want builds at the fast interval once a browser follows", n)
 		}
 		return nil
 	})

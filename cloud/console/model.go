@@ -21,8 +21,8 @@ import (
 // Health is what the page reads from the health service
 // (*health.Service implements it).
 type Health interface {
-	Judge(node string) health.Judgement
-	Votes(node string) []health.CastVote
+	Tally(node string) health.Tally
+	Votes(node string) []health.Vote
 	UnitState(unit string) (health.UnitState, time.Time)
 	Protected(node string) bool
 	LinkDown(node string) bool
@@ -205,7 +205,7 @@ func (b *builder) units(ctx context.Context, tunnels map[string]uint32) ([]Unit,
 }
 
 func (b *builder) node(n *corev1.Node, tunnels uint32) Node {
-	j := b.health.Judge(n.Name)
+	j := b.health.Tally(n.Name)
 	ready := readyCondition(n)
 	prot := b.health.Protected(n.Name)
 	out := Node{Name: n.Name, Ready: string(ready), Verdict: verdictName(j.Verdict), Protected: prot,

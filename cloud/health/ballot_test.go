@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"maps"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -16,17 +17,18 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/cloud/identity"
-	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// ballot is voter's ballot made at made, with its verdicts by node.
+// ballot is voter's ballot for unit u1 made at made, with its verdicts by
+// node, sorted by node as voters send them. Each vote says 2 checkers see
+// the node normal.
 func ballot(voter string, made time.Time, ttl time.Duration, verdicts map[string]atollv1.Verdict) *atollv1.Ballot {
 	b := &atollv1.Ballot{Voter: voter, Unit: "u1", Time: timestamppb.New(made), Ttl: durationpb.New(ttl), Members: uint32(len(verdicts) + 1)}
-	for node, v := range verdicts {
-		b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: node, Verdict: v, Since: timestamppb.New(made)})
+	for _, node := range slices.Sorted(maps.Keys(verdicts)) {
+		b.Votes = append(b.Votes, &atollv1.Vote{Node: node, Verdict: verdicts[node], Normal: 2, Since: timestamppb.New(made.Add(-time.Minute))})
 	}
 	return b
 }
@@ -46,68 +48,64 @@ func viaWire(t testing.TB, b *atollv1.Ballot) *atollv1.Ballot {
 	return &got
 }
 
-func observeBallot(tr *Tracker, b *atollv1.Ballot, published time.Time) []string {
-	return tr.ObserveBallot(b.GetVoter(), b.GetTime().AsTime(), published, b.GetTtl().AsDuration(), events.BallotVotes(b))
-}
-
-// TestTrackerBallots: a ballot counts as one vote per entry for its TTL
+// TestTrackerBallots: each vote of a ballot counts for the ballot's TTL
 // after the hub stored it; the next ballot replaces the whole previous one
 // (a node it leaves out loses the vote); a duplicate or an older ballot
-// delivered late changes nothing; a ballot's entry about its own voter
+// delivered late changes nothing; a ballot's vote about its own voter
 // never counts.
 func TestTrackerBallots(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	ttl := 75 * time.Second
 	tr := NewTracker(30 * time.Second)
-	judge := func(node string, at time.Time) Judgement { return tr.Judge(node, at, 3, nil) } // x, y, and the voters
+	tally := func(node string, at time.Time) Tally { return tr.Tally(node, at, 3, nil) } // x, y, and the voters
 	b1 := ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "a": healthy})
-	if got := observeBallot(tr, b1, now); len(got) != 2 {
+	if got := tr.ObserveBallot(b1, now); len(got) != 2 {
 		t.Fatalf("first ballot touched %v, want x and y", got)
 	}
-	observeBallot(tr, ballot("b", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), now)
-	if j := judge("x", now); j.Verdict != healthy || j.Healthy != 2 {
+	tr.ObserveBallot(ballot("b", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), now)
+	if j := tally("x", now); j.Verdict != healthy || j.Healthy != 2 {
 		t.Fatalf("x = %+v", j)
 	}
-	if j := judge("a", now); j.Votes() != 0 {
-		t.Fatalf("a's entry about itself counted: %+v", j)
+	if j := tally("a", now); j.Votes() != 0 {
+		t.Fatalf("a's vote about itself counted: %+v", j)
 	}
 	// Still counting just before the TTL, by the hub's clock, with no
 	// keep-alive since; not after.
-	if j := judge("x", now.Add(ttl)); j.Verdict != healthy {
+	if j := tally("x", now.Add(ttl)); j.Verdict != healthy {
 		t.Fatalf("x before the TTL = %+v", j)
 	}
-	if j := judge("x", now.Add(ttl+time.Millisecond)); j.Votes() != 0 {
+	if j := tally("x", now.Add(ttl+time.Millisecond)); j.Votes() != 0 {
 		t.Fatalf("x after the TTL = %+v", j)
 	}
 
 	// a's next ballot says x unhealthy and leaves y out.
 	b2 := ballot("a", now.Add(time.Second), ttl, map[string]atollv1.Verdict{"x": unhealthy})
-	got := observeBallot(tr, b2, now.Add(time.Second))
+	got := tr.ObserveBallot(b2, now.Add(time.Second))
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"x", "y"}) {
 		t.Fatalf("second ballot touched %v, want x and y", got)
 	}
 	at := now.Add(time.Second)
-	if j := judge("x", at); j.Healthy != 1 || j.Unhealthy != 1 {
+	if j := tally("x", at); j.Healthy != 1 || j.Unhealthy != 1 {
 		t.Fatalf("x after a's change = %+v", j)
 	}
-	if j := judge("y", at); j.Healthy != 1 || j.Votes() != 1 {
+	if j := tally("y", at); j.Healthy != 1 || j.Votes() != 1 {
 		t.Fatalf("y after a left it out = %+v", j)
 	}
 
 	// Duplicate and reordered deliveries: b2 again, then b1 late.
-	if got := observeBallot(tr, b2, now.Add(2*time.Second)); got != nil {
+	if got := tr.ObserveBallot(b2, now.Add(2*time.Second)); got != nil {
 		t.Fatalf("duplicate recorded: %v", got)
 	}
-	if got := observeBallot(tr, b1, now.Add(3*time.Second)); got != nil {
+	if got := tr.ObserveBallot(b1, now.Add(3*time.Second)); got != nil {
 		t.Fatalf("older ballot recorded: %v", got)
 	}
-	if j := judge("x", at); j.Healthy != 1 || j.Unhealthy != 1 {
+	if j := tally("x", at); j.Healthy != 1 || j.Unhealthy != 1 {
 		t.Fatalf("x after the late deliveries = %+v", j)
 	}
 	// The duplicate did not extend b2's life either: it expires TTL after
 	// its first storing.
-	if j := judge("x", at.Add(ttl+time.Second)); j.Votes() != 0 {
+	if j := tally("x", at.Add(ttl+time.Second)); j.Votes() != 0 {
 		t.Fatalf("x long after = %+v", j)
 	}
 }
@@ -120,23 +118,23 @@ func TestTrackerCut(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	ttl := 75 * time.Second
 	tr := NewTracker(30 * time.Second)
-	judge := func(node string, at time.Time) Judgement { return tr.Judge(node, at, 3, nil) }
+	tally := func(node string, at time.Time) Tally { return tr.Tally(node, at, 3, nil) }
 	before := ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy})
-	observeBallot(tr, before, now)
-	observeBallot(tr, ballot("b", now, ttl, map[string]atollv1.Verdict{"x": healthy}), now)
+	tr.ObserveBallot(before, now)
+	tr.ObserveBallot(ballot("b", now, ttl, map[string]atollv1.Verdict{"x": healthy}), now)
 	cut := now.Add(5 * time.Second)
 	got := tr.Cut("a", cut)
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"x", "y"}) {
 		t.Fatalf("cut touched %v, want x and y", got)
 	}
-	if j := judge("x", cut); j.Healthy != 1 || j.Votes() != 1 {
+	if j := tally("x", cut); j.Healthy != 1 || j.Votes() != 1 {
 		t.Fatalf("x after a's cut = %+v (b's vote must stay)", j)
 	}
-	if j := judge("y", cut); j.Votes() != 0 {
+	if j := tally("y", cut); j.Votes() != 0 {
 		t.Fatalf("y after a's cut = %+v", j)
 	}
-	if got := observeBallot(tr, before, cut.Add(time.Second)); got != nil {
+	if got := tr.ObserveBallot(before, cut.Add(time.Second)); got != nil {
 		t.Fatalf("a late copy of the ballot before the cut recorded: %v", got)
 	}
 	// A replica that starts after the cut learns of it (from the links
@@ -144,11 +142,11 @@ func TestTrackerCut(t *testing.T) {
 	// that ballot, stored before the cut, never counts.
 	fresh := NewTracker(30 * time.Second)
 	fresh.Cut("a", cut)
-	if got := observeBallot(fresh, before, now); got != nil {
+	if got := fresh.ObserveBallot(before, now); got != nil {
 		t.Fatalf("a ballot stored before a known cut recorded: %v", got)
 	}
-	observeBallot(tr, ballot("a", cut.Add(time.Second), ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), cut.Add(2*time.Second))
-	if j := judge("y", cut.Add(2*time.Second)); j.Healthy != 1 {
+	tr.ObserveBallot(ballot("a", cut.Add(time.Second), ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), cut.Add(2*time.Second))
+	if j := tally("y", cut.Add(2*time.Second)); j.Healthy != 1 {
 		t.Fatalf("y after a is back = %+v", j)
 	}
 	// A disconnect event that reaches the cloud after the voter's new
@@ -259,8 +257,8 @@ func TestLeafLossSilentCut(t *testing.T) {
 }
 
 // TestKeepAliveTouchesNothing: a ballot that repeats its voter's fresh
-// votes touches no node (no verdict can change: judging every node of a
-// large unit for each keep-alive was O(unit²) per ballot); a changed
+// votes touches no node (no verdict can change, and tallying every node
+// of a large unit for each keep-alive would be O(unit²) per ballot); a changed
 // verdict, a vote that had expired, a new node and a node left out are
 // touched, and Changing names the same nodes before the ballot is
 // recorded.
@@ -268,17 +266,17 @@ func TestKeepAliveTouchesNothing(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	ttl := 75 * time.Second
 	tr := NewTracker(30 * time.Second)
-	observeBallot(tr, ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "z": healthy}), now)
+	tr.ObserveBallot(ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "z": healthy}), now)
 
 	at := now.Add(30 * time.Second)
 	keep := ballot("a", at, ttl, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "z": healthy})
-	if got := tr.Changing("a", at, events.BallotVotes(keep)); got != nil {
+	if got := tr.Changing(keep, at); got != nil {
 		t.Fatalf("Changing names %v for a keep-alive", got)
 	}
-	if got := observeBallot(tr, keep, at); len(got) != 0 {
+	if got := tr.ObserveBallot(keep, at); len(got) != 0 {
 		t.Fatalf("a keep-alive touched %v", got)
 	}
-	if j := tr.Judge("x", at.Add(ttl), 4, nil); j.Votes() != 1 {
+	if j := tr.Tally("x", at.Add(ttl), 4, nil); j.Votes() != 1 {
 		t.Fatalf("the keep-alive did not renew x's vote: %+v", j)
 	}
 
@@ -286,12 +284,12 @@ func TestKeepAliveTouchesNothing(t *testing.T) {
 	at = at.Add(30 * time.Second)
 	next := ballot("a", at, ttl, map[string]atollv1.Verdict{"x": healthy, "y": unhealthy, "w": healthy})
 	want := []string{"w", "y"}
-	changing := tr.Changing("a", at, events.BallotVotes(next))
+	changing := tr.Changing(next, at)
 	slices.Sort(changing)
 	if !slices.Equal(changing, want) {
 		t.Fatalf("Changing = %v, want %v", changing, want)
 	}
-	got := observeBallot(tr, next, at)
+	got := tr.ObserveBallot(next, at)
 	slices.Sort(got)
 	if want := []string{"w", "y", "z"}; !slices.Equal(got, want) {
 		t.Fatalf("touched %v, want %v", got, want)
@@ -300,7 +298,7 @@ func TestKeepAliveTouchesNothing(t *testing.T) {
 	// A vote renewed after it expired counts again: touched.
 	late := at.Add(ttl + time.Second)
 	again := ballot("a", late, ttl, map[string]atollv1.Verdict{"x": healthy, "y": unhealthy, "w": healthy})
-	got = observeBallot(tr, again, late)
+	got = tr.ObserveBallot(again, late)
 	slices.Sort(got)
 	if want := []string{"w", "x", "y"}; !slices.Equal(got, want) {
 		t.Fatalf("renewing expired votes touched %v, want %v", got, want)
@@ -309,7 +307,7 @@ func TestKeepAliveTouchesNothing(t *testing.T) {
 
 // TestBallotsAlreadyRecordedOrExpired: a ballot already recorded (the
 // leader's follower and its shared consumer both deliver each one) is
-// neither recorded again nor judged; one whose TTL passed before it was
+// neither recorded again nor tallied; one whose TTL passed before it was
 // handled (a consumer far behind) is recorded, so the voter's order
 // holds, but changes no verdict and is counted, however many nodes it
 // names; a fresh one after it counts at once.
@@ -336,7 +334,7 @@ func TestBallotsAlreadyRecordedOrExpired(t *testing.T) {
 	if got := testutil.ToFloat64(s.metrics.lateBallots); got != 1 {
 		t.Fatalf("expired ballots counted %v, want 1", got)
 	}
-	if j := s.Judge("x"); j.Votes() != 0 {
+	if j := s.Tally("x"); j.Votes() != 0 {
 		t.Fatalf("an expired ballot counts: %+v", j)
 	}
 	if s.tracker.LastBallot("a").IsZero() {
@@ -358,23 +356,23 @@ func TestBallotsAlreadyRecordedOrExpired(t *testing.T) {
 	if got := s.observeBallot(t.Context(), ballot("a", now.Add(-2*time.Second), ttl, map[string]atollv1.Verdict{"x": unhealthy}), now); got != nil {
 		t.Fatalf("an older ballot changed %v", got)
 	}
-	if j := s.Judge("x"); j.Verdict != healthy {
+	if j := s.Tally("x"); j.Verdict != healthy {
 		t.Fatalf("x = %+v after the duplicate and the older ballot, want healthy", j)
 	}
 	if got := testutil.ToFloat64(s.metrics.lateBallots); got != 1 {
 		t.Fatalf("expired ballots counted %v, want still 1", got)
 	}
 
-	// A first ballot naming more nodes than maxJudged: all of them go to
-	// the reconciles, unjudged.
+	// A first ballot naming more nodes than maxTallied: all of them go to
+	// the reconciles, untallied.
 	many := map[string]atollv1.Verdict{}
-	for i := range maxJudged + 2 {
+	for i := range maxTallied + 2 {
 		n := fmt.Sprintf("m%02d", i)
 		s.sizes.set(n, "u1")
 		many[n] = healthy
 	}
-	if got := s.observeBallot(t.Context(), ballot("b", now, ttl, many), now); len(got) != maxJudged+2+2 {
-		t.Fatalf("a ballot changing %d votes returned %d nodes, want every node it names and the 2 it drops", maxJudged+2, len(got))
+	if got := s.observeBallot(t.Context(), ballot("b", now, ttl, many), now); len(got) != maxTallied+2+2 {
+		t.Fatalf("a ballot changing %d votes returned %d nodes, want every node it names and the 2 it drops", maxTallied+2, len(got))
 	}
 }
 
@@ -391,7 +389,7 @@ func TestTrackerNames(t *testing.T) {
 			ballot("node-a", at, ttl, map[string]atollv1.Verdict{"node-x": healthy, "node-y": healthy}),
 			ballot("node-b", at, ttl, map[string]atollv1.Verdict{"node-x": healthy, "node-a": healthy}),
 		} {
-			observeBallot(tr, viaWire(t, b), at)
+			tr.ObserveBallot(viaWire(t, b), at)
 		}
 	}
 	x := func(voter string) *byte {
@@ -425,7 +423,7 @@ func TestRefreshIsObserveBallot(t *testing.T) {
 	mk := func(voter, unit string, made time.Time, es ...e) *atollv1.Ballot {
 		b := &atollv1.Ballot{Voter: voter, Unit: unit, Time: timestamppb.New(made), Ttl: durationpb.New(ttl), Members: 4}
 		for _, x := range es {
-			b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: x.node, Verdict: x.verdict, Normal: x.normal, Since: timestamppb.New(made)})
+			b.Votes = append(b.Votes, &atollv1.Vote{Node: x.node, Verdict: x.verdict, Normal: x.normal, Since: timestamppb.New(made)})
 		}
 		return viaWire(t, b)
 	}
@@ -468,9 +466,9 @@ func TestRefreshIsObserveBallot(t *testing.T) {
 		var got []string
 		refreshed := both.Refresh(b, at)
 		if !refreshed {
-			got = observeBallot(both, b, at)
+			got = both.ObserveBallot(b, at)
 		}
-		want := observeBallot(plain, b, at)
+		want := plain.ObserveBallot(b, at)
 		if refreshed != s.refresh {
 			t.Fatalf("%s: Refresh = %v, want %v", s.name, refreshed, s.refresh)
 		}

@@ -9,13 +9,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/atoll-edge/atoll/events"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// BenchmarkTrackerEvent times one event of each kind the vote state
+// BenchmarkTrackerEvent times one event of each kind the tracker
 // handles, with 1,000 and 10,000 nodes in units of 10 each voting on its
-// unit's other members: a ballot (recorded, and every node it names judged
+// unit's other members: a ballot (recorded, and every node it names tallied
 // again, as the consumers do) and a voter's link loss (its votes cut, the
 // nodes judged again). The cost should not grow with the number of nodes.
 // Run on a quiet machine:
@@ -40,15 +39,15 @@ func BenchmarkTrackerEvent(b *testing.B) {
 		}
 		for u := range n / size {
 			for v := range size {
-				observeBallot(tr, ballotOf(u, v, start), start)
+				tr.ObserveBallot(ballotOf(u, v, start), start)
 			}
 		}
 		at := start
 		b.Run(fmt.Sprintf("kind=ballot/nodes=%d", n), func(b *testing.B) {
 			for range b.N {
 				at = at.Add(time.Millisecond)
-				for _, node := range observeBallot(tr, ballotOf(50, 3, at), at) {
-					if j := tr.Judge(node, at, size, nil); j.Verdict != healthy {
+				for _, node := range tr.ObserveBallot(ballotOf(50, 3, at), at) {
+					if j := tr.Tally(node, at, size, nil); j.Verdict != healthy {
 						b.Fatalf("%s judged %v", node, j.Verdict)
 					}
 				}
@@ -58,16 +57,16 @@ func BenchmarkTrackerEvent(b *testing.B) {
 			for range b.N {
 				at = at.Add(time.Millisecond)
 				for _, node := range tr.Cut(name(60, 4), at) {
-					tr.Judge(node, at, size, nil)
+					tr.Tally(node, at, size, nil)
 				}
 				at = at.Add(time.Millisecond)
-				observeBallot(tr, ballotOf(60, 4, at), at)
+				tr.ObserveBallot(ballotOf(60, 4, at), at)
 			}
 		})
 	}
 }
 
-// BenchmarkTrackerMemory measures what the vote state holds at 10,000
+// BenchmarkTrackerMemory measures what the tracker holds at 10,000
 // nodes in units of 180 (55 units, 9,900 nodes, each voting on its unit's
 // other members: 1.77 million votes), the ballots decoded from the wire
 // as the consumers do: heap bytes and heap objects per vote after a
@@ -92,7 +91,7 @@ func BenchmarkTrackerMemory(b *testing.B) {
 				}
 				sent := ballot(fmt.Sprintf("n%d-%d", u, v), at, 75*time.Second, verdicts)
 				sent.Unit = fmt.Sprintf("u%d", u)
-				observeBallot(tr, viaWire(b, sent), at)
+				tr.ObserveBallot(viaWire(b, sent), at)
 			}
 		}
 		runtime.GC()
@@ -106,9 +105,9 @@ func BenchmarkTrackerMemory(b *testing.B) {
 }
 
 // BenchmarkKeepAlive times one keep-alive ballot of a voter in a unit of
-// 180 (179 entries, from the wire), recorded by Refresh and, for
-// comparison, the way every ballot took before it (expanded into votes,
-// Changing, then ObserveBallot).
+// 180 (179 votes, from the wire), recorded by Refresh and, for
+// comparison, the way any other ballot goes (Changing, then
+// ObserveBallot).
 func BenchmarkKeepAlive(b *testing.B) {
 	const size, units = 180, 10
 	name := func(u, i int) string { return fmt.Sprintf("n%d-%03d", u, i) }
@@ -116,7 +115,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 		bl := &atollv1.Ballot{Voter: name(u, voter), Unit: fmt.Sprintf("u%d", u), Time: timestamppb.New(at), Ttl: durationpb.New(75 * time.Second), Members: size}
 		for i := range size {
 			if i != voter {
-				bl.Entries = append(bl.Entries, &atollv1.BallotEntry{Node: name(u, i), Verdict: healthy, Normal: size - 2, Since: timestamppb.New(at)})
+				bl.Votes = append(bl.Votes, &atollv1.Vote{Node: name(u, i), Verdict: healthy, Normal: size - 2, Since: timestamppb.New(at)})
 			}
 		}
 		return viaWire(b, bl)
@@ -127,7 +126,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 			start := time.Unix(100000, 0)
 			for u := range units {
 				for v := range size {
-					observeBallot(tr, ballotOf(u, v, start), start)
+					tr.ObserveBallot(ballotOf(u, v, start), start)
 				}
 			}
 			at := start
@@ -143,8 +142,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 					}
 					continue
 				}
-				votes := events.BallotVotes(bl)
-				if len(tr.Changing(bl.GetVoter(), at, votes)) != 0 || len(tr.ObserveBallot(bl.GetVoter(), at, at, 75*time.Second, votes)) != 0 {
+				if len(tr.Changing(bl, at)) != 0 || len(tr.ObserveBallot(bl, at)) != 0 {
 					b.Fatal("a keep-alive changed votes")
 				}
 			}

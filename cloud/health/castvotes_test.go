@@ -13,32 +13,33 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// TestTrackerVotes: Votes lists exactly the votes Judge counts (fresh,
+// TestTrackerVotes: Votes lists exactly the votes Tally counts (fresh,
 // not the node's own, accepted by counts), sorted by voter, with the
 // voter's time and the hub's.
 func TestTrackerVotes(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	tr := NewTracker(30 * time.Second)
-	tr.Observe(vote("b", "n", atollv1.Verdict_VERDICT_HEALTHY, t0, 30*time.Second), t0.Add(time.Second))
-	tr.Observe(vote("a", "n", atollv1.Verdict_VERDICT_UNHEALTHY, t0, 30*time.Second), t0.Add(2*time.Second))
-	tr.Observe(vote("n", "n", atollv1.Verdict_VERDICT_HEALTHY, t0, 30*time.Second), t0)  // its own
-	tr.Observe(vote("old", "n", atollv1.Verdict_VERDICT_HEALTHY, t0, 5*time.Second), t0) // expired at t0+10s
-	tr.Observe(vote("x", "n", atollv1.Verdict_VERDICT_HEALTHY, t0, 30*time.Second), t0)  // rejected by counts
+	on := func(v atollv1.Verdict) map[string]atollv1.Verdict { return map[string]atollv1.Verdict{"n": v} }
+	tr.ObserveBallot(ballot("b", t0, 30*time.Second, on(atollv1.Verdict_VERDICT_HEALTHY)), t0.Add(time.Second))
+	tr.ObserveBallot(ballot("a", t0, 30*time.Second, on(atollv1.Verdict_VERDICT_UNHEALTHY)), t0.Add(2*time.Second))
+	tr.ObserveBallot(ballot("n", t0, 30*time.Second, on(atollv1.Verdict_VERDICT_HEALTHY)), t0)  // its own
+	tr.ObserveBallot(ballot("old", t0, 5*time.Second, on(atollv1.Verdict_VERDICT_HEALTHY)), t0) // expired at t0+10s
+	tr.ObserveBallot(ballot("x", t0, 30*time.Second, on(atollv1.Verdict_VERDICT_HEALTHY)), t0)  // rejected by counts
 	counts := func(voter, _ string) bool { return voter != "x" }
 
 	got := tr.Votes("n", t0.Add(10*time.Second), counts)
-	want := []CastVote{
+	want := []Vote{
 		{Voter: "a", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, Made: t0, Stored: t0.Add(2 * time.Second)},
 		{Voter: "b", Verdict: atollv1.Verdict_VERDICT_HEALTHY, Made: t0, Stored: t0.Add(time.Second)},
 	}
-	if !slices.EqualFunc(got, want, func(a, b CastVote) bool {
+	if !slices.EqualFunc(got, want, func(a, b Vote) bool {
 		return a.Voter == b.Voter && a.Verdict == b.Verdict && a.Made.Equal(b.Made) && a.Stored.Equal(b.Stored)
 	}) {
 		t.Fatalf("Votes = %+v, want %+v", got, want)
 	}
-	j := tr.Judge("n", t0.Add(10*time.Second), 4, counts)
+	j := tr.Tally("n", t0.Add(10*time.Second), 4, counts)
 	if j.Votes() != len(got) {
-		t.Fatalf("Judge counts %d votes, Votes lists %d", j.Votes(), len(got))
+		t.Fatalf("Tally counts %d votes, Votes lists %d", j.Votes(), len(got))
 	}
 	if got := tr.Votes("n", t0.Add(time.Minute), nil); len(got) != 0 {
 		t.Fatalf("a minute later: %+v, want none (expired)", got)

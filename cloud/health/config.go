@@ -15,14 +15,15 @@ type Config struct {
 	// HoldTime: pods of a unit in FullDisruption (the whole site silent)
 	// are kept this long, then Kubernetes proceeds (0: never held).
 	HoldTime time.Duration
-	// VoteTTL is how long a vote counts when the voter gave no TTL.
+	// VoteTTL is how long the votes of a ballot count when the voter gave
+	// no TTL.
 	VoteTTL time.Duration
-	// MaxVoteTTL rejects a vote or ballot that asks to count longer
+	// MaxVoteTTL rejects a ballot that asks its votes to count longer
 	// (voters ask 2.5 keep-alives, 75 s by default).
 	MaxVoteTTL time.Duration
-	// MaxVoteSkew rejects a vote whose own time is further than this from
-	// the time the hub stored it (a voter's clock that is off, or a vote
-	// forged to count in the future).
+	// MaxVoteSkew rejects a ballot whose own time is further than this
+	// from the time the hub stored it (a voter's clock that is off, or a
+	// ballot forged to count in the future).
 	MaxVoteSkew time.Duration
 	// Resync re-checks every lost node and disrupted unit this often, so
 	// expiring votes and holds take effect without a new event. The

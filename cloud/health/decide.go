@@ -61,11 +61,11 @@ func Disruption(ready []corev1.ConditionStatus, linkDown []bool, freshVotes bool
 // posting status, protect.LostByCloud) and either its peers see it healthy
 // or its whole unit is held. A node the cloud still hears (Ready True or
 // False), or whose Unknown has another cause, is left to Kubernetes.
-func Protect(node *corev1.Node, j Judgement, held bool) bool {
+func Protect(node *corev1.Node, t Tally, held bool) bool {
 	if !protect.LostByCloud(node) {
 		return false
 	}
-	return j.Verdict == atollv1.Verdict_VERDICT_HEALTHY || held
+	return t.Verdict == atollv1.Verdict_VERDICT_HEALTHY || held
 }
 
 // ReadyStatus is the status of the node's Ready condition (Unknown when
@@ -92,7 +92,7 @@ func VerdictName(v atollv1.Verdict) string {
 }
 
 // Annotations returns the annotations Atoll wants on a node, given its
-// judgement; hold is the end of its unit's hold while it is in force (zero:
+// tally; hold is the end of its unit's hold while it is in force (zero:
 // none). They change only when the verdict or the hold do, so a steady
 // cluster sees no writes: the vote counts, which move with every report,
 // are not written (`atoll status` shows them); nor is the unit's
@@ -104,8 +104,8 @@ func VerdictName(v atollv1.Verdict) string {
 // The hold is written because the guard webhook reads it: while no
 // atoll-cloud replica answers, it is what keeps a held unit's nodes from
 // being tainted for eviction.
-func Annotations(j Judgement, hold time.Time, cur map[string]string, now time.Time) map[string]string {
-	verdict := VerdictName(j.Verdict)
+func Annotations(t Tally, hold time.Time, cur map[string]string, now time.Time) map[string]string {
+	verdict := VerdictName(t.Verdict)
 	a := map[string]string{wellknown.AnnotationVerdict: verdict}
 	if verdict != VerdictName(atollv1.Verdict_VERDICT_NONE) {
 		since := cur[wellknown.AnnotationVerdictSince]
@@ -121,6 +121,5 @@ func Annotations(j Judgement, hold time.Time, cur map[string]string, now time.Ti
 }
 
 // ManagedAnnotations are the keys Atoll owns on Nodes: those Annotations
-// may set, and AnnotationVotes and AnnotationDisruption, which are removed
-// where an older version wrote them.
-var ManagedAnnotations = []string{wellknown.AnnotationVerdict, wellknown.AnnotationVotes, wellknown.AnnotationVerdictSince, wellknown.AnnotationDisruption, wellknown.AnnotationHoldUntil}
+// may set.
+var ManagedAnnotations = []string{wellknown.AnnotationVerdict, wellknown.AnnotationVerdictSince, wellknown.AnnotationHoldUntil}

@@ -10,8 +10,6 @@ import (
 	"github.com/atoll-edge/atoll/internal/protect"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -49,7 +47,7 @@ func TestProtect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tt.ready, Reason: tt.reason}}}}
-			if got := Protect(n, Judgement{Verdict: tt.verdict}, tt.held); got != tt.want {
+			if got := Protect(n, Tally{Verdict: tt.verdict}, tt.held); got != tt.want {
 				t.Fatalf("Protect = %v, want %v", got, tt.want)
 			}
 		})
@@ -90,54 +88,53 @@ func TestDisruption(t *testing.T) {
 	}
 }
 
-func vote(voter, node string, v atollv1.Verdict, at time.Time, ttl time.Duration) *atollv1.Vote {
-	return &atollv1.Vote{Voter: voter, Node: node, Unit: "u1", Verdict: v, Normal: 2, Checkers: 2,
-		Time: timestamppb.New(at), Since: timestamppb.New(at.Add(-time.Minute)), Ttl: durationpb.New(ttl)}
-}
-
 func TestTracker(t *testing.T) {
 	now := time.Unix(10_000, 0)
-	tr := NewTracker(30 * time.Second)
-	judge := func(node string, at time.Time) Judgement { return tr.Judge(node, at, 4, nil) } // x, a, b, c
-	tr.Observe(vote("a", "x", healthy, now, 30*time.Second), now)
-	tr.Observe(vote("b", "x", healthy, now, 30*time.Second), now)
-	tr.Observe(vote("c", "x", unhealthy, now, 30*time.Second), now)
-	if j := judge("x", now); j.Verdict != healthy || j.Healthy != 2 || j.Unhealthy != 1 || j.Votes() != 3 || j.Members != 4 {
-		t.Fatalf("judge = %+v", j)
+	ttl := 30 * time.Second
+	tr := NewTracker(ttl)
+	tally := func(node string, at time.Time) Tally { return tr.Tally(node, at, 4, nil) } // x, a, b, c
+	tr.ObserveBallot(ballot("a", now, ttl, map[string]atollv1.Verdict{"x": healthy}), now)
+	tr.ObserveBallot(ballot("b", now, ttl, map[string]atollv1.Verdict{"x": healthy}), now)
+	tr.ObserveBallot(ballot("c", now, ttl, map[string]atollv1.Verdict{"x": unhealthy}), now)
+	if j := tally("x", now); j.Verdict != healthy || j.Healthy != 2 || j.Unhealthy != 1 || j.Votes() != 3 || j.Members != 4 {
+		t.Fatalf("tally = %+v", j)
 	}
-	// An older vote of the same voter does not replace a newer one.
-	if tr.Observe(vote("a", "x", unhealthy, now.Add(-time.Second), 30*time.Second), now) {
-		t.Fatal("older vote recorded")
+	// An older ballot of the same voter does not replace a newer one.
+	if got := tr.ObserveBallot(ballot("a", now.Add(-time.Second), ttl, map[string]atollv1.Verdict{"x": unhealthy}), now); got != nil {
+		t.Fatalf("older ballot recorded: touched %v", got)
 	}
-	// Votes expire by the hub's clock plus their TTL.
-	if j := judge("x", now.Add(31*time.Second)); j.Verdict != none || j.Votes() != 0 {
+	// Votes expire by the hub's clock plus their ballot's TTL.
+	if j := tally("x", now.Add(31*time.Second)); j.Verdict != none || j.Votes() != 0 {
 		t.Fatalf("expired votes still count: %+v", j)
 	}
 	// Split voters decide nothing.
-	tr.Observe(vote("a", "y", healthy, now, time.Minute), now)
-	tr.Observe(vote("b", "y", unhealthy, now, time.Minute), now)
-	if j := judge("y", now); j.Verdict != none {
+	at := now.Add(time.Second)
+	tr.ObserveBallot(ballot("a", at, time.Minute, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), at)
+	tr.ObserveBallot(ballot("b", at, time.Minute, map[string]atollv1.Verdict{"x": healthy, "y": unhealthy}), at)
+	if j := tally("y", at); j.Verdict != none {
 		t.Fatalf("split voters: %+v", j)
 	}
 	// A voter that changes its mind replaces its vote.
-	tr.Observe(vote("b", "y", healthy, now.Add(time.Second), time.Minute), now.Add(time.Second))
-	if j := judge("y", now.Add(time.Second)); j.Verdict != healthy || j.Normal != 2 {
+	at = at.Add(time.Second)
+	tr.ObserveBallot(ballot("b", at, time.Minute, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), at)
+	if j := tally("y", at); j.Verdict != healthy || j.Normal != 2 {
 		t.Fatalf("after a new vote: %+v", j)
 	}
 	// No vote at all.
-	if j := judge("z", now); j.Verdict != none || !j.LastVote.IsZero() {
+	if j := tally("z", now); j.Verdict != none || !j.LastVote.IsZero() {
 		t.Fatalf("no votes: %+v", j)
 	}
 	// A node's vote about itself never counts.
-	tr.Observe(vote("w", "w", healthy, now, time.Minute), now)
-	tr.Observe(vote("a", "w", healthy, now, time.Minute), now)
-	if j := tr.Judge("w", now, 3, nil); j.Verdict != none || j.Votes() != 1 {
+	at = at.Add(time.Second)
+	tr.ObserveBallot(ballot("w", at, time.Minute, map[string]atollv1.Verdict{"w": healthy}), at)
+	tr.ObserveBallot(ballot("a", at, time.Minute, map[string]atollv1.Verdict{"x": healthy, "y": healthy, "w": healthy}), at)
+	if j := tr.Tally("w", at, 3, nil); j.Verdict != none || j.Votes() != 1 {
 		t.Fatalf("own vote counted: %+v", j)
 	}
 }
 
 // TestTrackerRule: the cloud's verdict about n1 in units of one to seven
-// members, from the votes of the others — healthy (H), unhealthy (U),
+// members, from the ballots of the others — healthy (H), unhealthy (U),
 // undecided (N), expired (E), dated in the future (F: rejected before the
 // tracker, so never recorded) or missing (-) — while n1 always votes
 // itself healthy, which never counts.
@@ -181,34 +178,36 @@ func TestTrackerRule(t *testing.T) {
 		members := len(tt.others) + 1
 		t.Run(fmt.Sprintf("%d members %s", members, tt.others), func(t *testing.T) {
 			tr := NewTracker(30 * time.Second)
-			observe := func(v *atollv1.Vote, published time.Time) {
-				if err := s.validVote(v, published); err == nil {
-					tr.Observe(v, published)
+			observe := func(b *atollv1.Ballot, published time.Time) {
+				if err := s.validBallot(b, published); err == nil {
+					tr.ObserveBallot(b, published)
 				}
 			}
-			observe(vote("n1", "n1", healthy, now, 15*time.Second), now) // its own: rejected
+			ttl := 15 * time.Second
+			n1 := func(v atollv1.Verdict) map[string]atollv1.Verdict { return map[string]atollv1.Verdict{"n1": v} }
+			observe(ballot("n1", now, ttl, n1(healthy)), now) // its own: never counts
 			for i, state := range tt.others {
 				voter := fmt.Sprintf("n%d", i+2)
 				switch state {
 				case 'H':
-					observe(vote(voter, "n1", healthy, now, 15*time.Second), now)
+					observe(ballot(voter, now, ttl, n1(healthy)), now)
 				case 'U':
-					observe(vote(voter, "n1", unhealthy, now, 15*time.Second), now)
+					observe(ballot(voter, now, ttl, n1(unhealthy)), now)
 				case 'N':
-					observe(vote(voter, "n1", none, now, 15*time.Second), now)
+					observe(ballot(voter, now, ttl, n1(none)), now)
 				case 'E':
-					observe(vote(voter, "n1", healthy, now.Add(-time.Minute), 15*time.Second), now.Add(-time.Minute))
+					observe(ballot(voter, now.Add(-time.Minute), ttl, n1(healthy)), now.Add(-time.Minute))
 				case 'F':
-					observe(vote(voter, "n1", healthy, now.Add(time.Hour), 15*time.Second), now)
+					observe(ballot(voter, now.Add(time.Hour), ttl, n1(healthy)), now)
 				}
 			}
-			if j := tr.Judge("n1", now, members, nil); j.Verdict != tt.want {
+			if j := tr.Tally("n1", now, members, nil); j.Verdict != tt.want {
 				t.Fatalf("verdict on n1 = %v (%+v), want %v", j.Verdict, j, tt.want)
 			}
 		})
 	}
-	if err := s.validVote(vote("n1", "n1", healthy, now, 15*time.Second), now); !errors.Is(err, ErrVoteRejected) {
-		t.Fatalf("a vote about the voter itself: %v, want rejected", err)
+	if err := s.validBallot(ballot("n2", now.Add(time.Hour), 15*time.Second, nil), now); !errors.Is(err, ErrBallotRejected) {
+		t.Fatalf("a ballot dated in the future: %v, want rejected", err)
 	}
 }
 
@@ -220,12 +219,19 @@ func TestTrackerForgets(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	tr := NewTracker(30 * time.Second)
 	base := []string{"a", "b", "c"}
-	for _, voter := range base {
-		for _, node := range base {
-			if voter != node {
-				tr.Observe(vote(voter, node, healthy, now, time.Minute), now)
+	// others is a voter's ballot on the base members but itself, and on
+	// extra.
+	others := func(voter string, extra ...string) map[string]atollv1.Verdict {
+		m := map[string]atollv1.Verdict{}
+		for _, n := range append(base, extra...) {
+			if n != voter {
+				m[n] = healthy
 			}
 		}
+		return m
+	}
+	for _, voter := range base {
+		tr.ObserveBallot(ballot(voter, now, time.Minute, others(voter)), now)
 	}
 	n0, v0 := tr.Size()
 	if n0 != 3 || v0 != 6 {
@@ -233,11 +239,11 @@ func TestTrackerForgets(t *testing.T) {
 	}
 	for i := range 10000 {
 		x := fmt.Sprintf("x%d", i)
-		at := now.Add(time.Duration(i) * time.Millisecond)
+		at := now.Add(time.Duration(i+1) * time.Millisecond)
 		for _, other := range base {
-			tr.Observe(vote(other, x, healthy, at, time.Minute), at)
-			tr.Observe(vote(x, other, healthy, at, time.Minute), at)
+			tr.ObserveBallot(ballot(other, at, time.Minute, others(other, x)), at)
 		}
+		tr.ObserveBallot(ballot(x, at, time.Minute, others(x)), at)
 		tr.Forget(x)
 	}
 	if n, v := tr.Size(); n != n0 || v != v0 {
@@ -245,9 +251,11 @@ func TestTrackerForgets(t *testing.T) {
 	}
 	// Votes about nodes nobody forgets (no Node was ever deleted: they
 	// never had one) expire and go at the next prune; live ones stay.
+	ghosts := map[string]atollv1.Verdict{}
 	for i := range 10000 {
-		tr.Observe(vote("a", fmt.Sprintf("ghost%d", i), healthy, now, 10*time.Second), now)
+		ghosts[fmt.Sprintf("ghost%d", i)] = healthy
 	}
+	tr.ObserveBallot(ballot("g", now, 10*time.Second, ghosts), now)
 	if dropped := tr.Prune(now.Add(11 * time.Second)); dropped != 10000 {
 		t.Fatalf("pruned %d votes, want the 10000 expired", dropped)
 	}
@@ -258,33 +266,33 @@ func TestTrackerForgets(t *testing.T) {
 
 func TestAnnotations(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	j := Judgement{Verdict: healthy, Healthy: 3, Normal: 3, Checkers: 3, Since: t0.Add(-time.Hour)}
+	j := Tally{Verdict: healthy, Healthy: 3, Normal: 3, Checkers: 3, Since: t0.Add(-time.Hour)}
 	a := Annotations(j, time.Time{}, nil, t0)
 	if a[wellknown.AnnotationVerdict] != "healthy" || a[wellknown.AnnotationVerdictSince] != "2026-11-22T10:00:00Z" {
 		t.Fatalf("annotations = %v", a)
 	}
-	if _, ok := a[wellknown.AnnotationDisruption]; ok {
-		t.Fatal("unit disruption written on the node: it rewrites every node of the unit when one is lost")
-	}
-	if _, ok := a[wellknown.AnnotationVotes]; ok {
-		t.Fatal("vote counts written: they change with every report")
+	// Neither the vote counts (they change with every report) nor the
+	// unit's disruption state (it would rewrite every node of the unit
+	// when one is lost) are written.
+	if len(a) != 2 {
+		t.Fatalf("annotations = %v, want the verdict and its since only", a)
 	}
 	if _, ok := a[wellknown.AnnotationHoldUntil]; ok {
 		t.Fatal("hold annotation without a hold")
 	}
 	// Steady state: counts, voters' since and time move, nothing else:
 	// the same annotations, so no write.
-	j2 := Judgement{Verdict: healthy, Healthy: 2, Undecided: 1, Normal: 2, Abnormal: 1, Checkers: 3, Since: t0.Add(time.Minute)}
+	j2 := Tally{Verdict: healthy, Healthy: 2, Undecided: 1, Normal: 2, Abnormal: 1, Checkers: 3, Since: t0.Add(time.Minute)}
 	if b := Annotations(j2, time.Time{}, a, t0.Add(5*time.Minute)); !maps.Equal(a, b) {
 		t.Fatalf("steady annotations changed: %v → %v", a, b)
 	}
 	// A new verdict takes the cloud's time of the change.
-	c := Annotations(Judgement{Verdict: unhealthy, Unhealthy: 2}, time.Time{}, a, t0.Add(6*time.Minute))
+	c := Annotations(Tally{Verdict: unhealthy, Unhealthy: 2}, time.Time{}, a, t0.Add(6*time.Minute))
 	if c[wellknown.AnnotationVerdict] != "unhealthy" || c[wellknown.AnnotationVerdictSince] != "2026-11-22T10:06:00Z" {
 		t.Fatalf("changed verdict: %v", c)
 	}
 	// No verdict has no since.
-	if d := Annotations(Judgement{}, time.Time{}, c, t0); d[wellknown.AnnotationVerdictSince] != "" {
+	if d := Annotations(Tally{}, time.Time{}, c, t0); d[wellknown.AnnotationVerdictSince] != "" {
 		t.Fatalf("since without a verdict: %v", d)
 	}
 }

@@ -18,31 +18,31 @@
 //
 // # Reads on every replica, writes on the leader
 //
-// Every replica follows all votes (an ordered consumer) into its Tracker
+// Every replica follows all ballots (an ordered consumer) into its Tracker
 // and computes the units' disruption states: the webhook may be called on
 // any replica and must answer from that state. Writes happen only in the
 // Reconciler, a controller-runtime controller of the manager
 // (cloud/manager), which runs on the replica holding the leader Lease. Its
 // work comes from the manager's Node, EndpointSlice and Endpoints watches
-// and, through a source.Channel, from the shared durable vote consumer,
+// and, through a source.Channel, from the shared durable ballot consumer,
 // which also runs on the leader only. The consumer's callback records the
-// vote in the tracker and enqueues the node; it never patches. The
+// ballot in the tracker and enqueues the nodes whose verdict it changed;
+// it never patches. The
 // workqueue merges every cause for a node into one reconcile, and one
 // reconcile writes at most one patch per object: annotations and taints
 // in one Node patch, one patch per EndpointSlice or Endpoints.
 //
 // # Ballots and their freshness
 //
-// Edge voters send ballots (one message with a voter's verdicts on every
+// Edge voters send ballots (one message with a voter's votes on every
 // other member of its unit) when something changes and as a 30 s
-// keep-alive (edge/voter). Each entry counts as the voter's vote about
-// that node (events.BallotVotes) until the first of: the ballot's TTL
-// after the hub stored it, the voter's next ballot (which replaces the
-// whole previous one; duplicates and older ballots are ignored), or the
-// hub reporting the voter's leaf connection closed after storing it
+// keep-alive (edge/voter); a ballot is the only health message a voter
+// sends. Each vote counts until the first of: the ballot's TTL after the
+// hub stored it, the voter's next ballot (which replaces the whole
+// previous one; duplicates and older ballots are ignored), or the hub
+// reporting the voter's leaf connection closed after storing it
 // (FollowLinks: the hub servers' DISCONNECT system events, recorded in
 // LinksBucket so every replica, and one started later, applies them).
-// Single votes (the Vote family) are still counted, by their own TTL.
 //
 // # Write priorities
 //
@@ -65,15 +65,15 @@
 //
 // # Ack semantics
 //
-// A vote is acked once it is recorded in the tracker and its node is in
-// the workqueue, before the reconcile. That is at least once for the
-// vote's effect: the effect is the tracker state, which every replica
+// A ballot is acked once it is recorded in the tracker and its nodes are
+// in the workqueue, before the reconcile. That is at least once for the
+// ballot's effect: the effect is the tracker state, which every replica
 // rebuilds from the HEALTH stream by itself (the follower), and a
 // reconcile derives the writes from that state alone, idempotently. If the
 // leader dies between ack and reconcile, the next leader's controller lists
 // every Node when it starts and reconciles each of them from its own
 // tracker, and the periodic resync requeues every lost node; nothing
-// depends on redelivering the acked vote.
+// depends on redelivering the acked ballot.
 package health
 
 import (
@@ -117,7 +117,8 @@ type unitStatus struct {
 	ready     map[string]corev1.ConditionStatus // each member's Ready status the state was computed with
 }
 
-// Service keeps the vote state and applies peer verdicts to Kubernetes.
+// Service keeps the votes of every ballot and applies peer verdicts to
+// Kubernetes.
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
@@ -133,7 +134,6 @@ type Service struct {
 	info    workqueue.TypedRateLimitingInterface[string] // nodes whose annotations to write
 	work    chan event.GenericEvent                      // → the reconciler's workqueue
 	elected <-chan struct{}                              // closed once this replica leads
-	votes   atomic.Pointer[events.Consumer]              // follows every vote, on every replica; set by Run
 	ballots atomic.Pointer[events.Consumer]              // follows every ballot, on every replica; set by Run
 
 	links      atomic.Pointer[jetstream.KeyValue] // LinksBucket; set by Run
@@ -154,8 +154,8 @@ type Service struct {
 }
 
 // New builds the service on the manager m: it registers the informers
-// and indexes it reads, the reconciler (leader only) and the vote consumer
-// (leader only). Call it before the manager starts; Run does the rest.
+// and indexes it reads, the reconciler (leader only) and the ballot
+// consumer (leader only). Call it before the manager starts; Run does the rest.
 func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -201,27 +201,27 @@ func (s *Service) Protected(node string) bool {
 // ProtectedNode decides for a Node being written, from its own Ready
 // condition (protect.NodePolicy).
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
-	// Only a node the cloud lost is ever protected: judge no other.
-	return protect.LostByCloud(n) && Protect(n, s.judge(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+	// Only a node the cloud lost is ever protected: tally no other.
+	return protect.LostByCloud(n) && Protect(n, s.tally(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
 }
 
-// judge reads the votes about n that count: cast for n's unit by another
+// tally reads the votes about n that count: cast for n's unit by another
 // node that is a current member of it, by internal/quorum's rule over the
 // unit's current size (n's own vote never counts; a verdict needs votes
 // from more than half of the other members). A node in no unit is never
-// judged (and so never protected), whatever votes name it; a vote from a
+// tallied (and so never protected), whatever votes name it; a vote from a
 // node that left the unit, or about a node that left it, stops counting at
 // once.
-func (s *Service) judge(n *corev1.Node, now time.Time) Judgement {
-	return s.judgeIn(n.Name, n.Labels[s.cfg.UnitLabel], now)
+func (s *Service) tally(n *corev1.Node, now time.Time) Tally {
+	return s.tallyIn(n.Name, n.Labels[s.cfg.UnitLabel], now)
 }
 
-// judgeIn is judge for the node name in unit ("" for none).
-func (s *Service) judgeIn(name, unit string, now time.Time) Judgement {
+// tallyIn is tally for the node name in unit ("" for none).
+func (s *Service) tallyIn(name, unit string, now time.Time) Tally {
 	if unit == "" {
-		return Judgement{}
+		return Tally{}
 	}
-	return s.tracker.Judge(name, now, s.members(unit), s.countsIn(unit))
+	return s.tracker.Tally(name, now, s.members(unit), s.countsIn(unit))
 }
 
 // countsIn accepts the votes that count in unit: cast for it, by a node
@@ -234,26 +234,22 @@ func (s *Service) countsIn(unit string) func(voter, voteUnit string) bool {
 func (s *Service) members(unit string) int { return s.sizes.of(unit) }
 
 // unitOf is the unit of the named node, "" when it is in none or unknown.
-// Judging reads the unit of every voter and member: from the counts the
-// Node informer keeps (unitSizes), not a read of the cache (a fifth of
-// atoll-cloud's CPU at 10,000 nodes).
+// A tally reads the unit of every voter and member: from the counts the
+// Node informer keeps (unitSizes), not a read of the cache.
 func (s *Service) unitOf(node string) string { return s.sizes.unitOfNode(node) }
 
-// validVote checks what the tracker cannot: that the vote's TTL and its
-// own timestamp are within bounds, and that the voter is not the node
-// (a node's word about itself never counts). Membership is checked when
-// votes are read (judge), since it can change after a vote is recorded.
-func (s *Service) validVote(v *atollv1.Vote, published time.Time) error {
-	if v.GetVoter() == v.GetNode() {
-		return fmt.Errorf("%w: %s voted about itself", ErrVoteRejected, v.GetVoter())
+// validBallot checks what the tracker cannot: that the ballot's TTL and
+// its own timestamp are within bounds. A vote about the voter itself is
+// never counted (votesOf); membership is checked when votes are tallied,
+// since it can change after a ballot is recorded.
+func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
+	if ttl := b.GetTtl().AsDuration(); ttl > s.cfg.MaxVoteTTL {
+		return fmt.Errorf("%w: ttl %s above the maximum %s", ErrBallotRejected, ttl, s.cfg.MaxVoteTTL)
 	}
-	if ttl := v.GetTtl().AsDuration(); ttl > s.cfg.MaxVoteTTL {
-		return fmt.Errorf("%w: ttl %s above the maximum %s", ErrVoteRejected, ttl, s.cfg.MaxVoteTTL)
-	}
-	if t := v.GetTime(); t == nil {
-		return fmt.Errorf("%w: no time", ErrVoteRejected)
+	if t := b.GetTime(); t == nil {
+		return fmt.Errorf("%w: no time", ErrBallotRejected)
 	} else if skew := t.AsTime().Sub(published); skew > s.cfg.MaxVoteSkew || skew < -s.cfg.MaxVoteSkew {
-		return fmt.Errorf("%w: vote time %s is %s from the hub's %s (max skew %s)", ErrVoteRejected,
+		return fmt.Errorf("%w: ballot time %s is %s from the hub's %s (max skew %s)", ErrBallotRejected,
 			t.AsTime().UTC().Format(time.RFC3339), skew.Round(time.Millisecond), published.UTC().Format(time.RFC3339), s.cfg.MaxVoteSkew)
 	}
 	return nil
@@ -286,14 +282,14 @@ func (s *Service) held(unit string) bool {
 	return st.state == FullDisruption && s.now().Before(st.holdUntil)
 }
 
-// Judge returns the cloud's reading of the votes about node that count.
-func (s *Service) Judge(node string) Judgement {
-	return s.judgeIn(node, s.unitOf(node), s.now())
+// Tally returns the cloud's reading of the votes about node that count.
+func (s *Service) Tally(node string) Tally {
+	return s.tallyIn(node, s.unitOf(node), s.now())
 }
 
-// Votes returns the fresh votes about node that count (those Judge
+// Votes returns the fresh votes about node that count (those Tally
 // reads), sorted by voter: who voted, what, and when.
-func (s *Service) Votes(node string) []CastVote {
+func (s *Service) Votes(node string) []Vote {
 	unit := s.unitOf(node)
 	if unit == "" {
 		return nil
@@ -302,7 +298,7 @@ func (s *Service) Votes(node string) []CastVote {
 }
 
 // LinkDown reports whether the hub reported node's leaf link closed
-// after the latest vote or ballot it stored from the node: the node's
+// after the latest ballot it stored from the node: the node's
 // agent is cut from the cloud until it sends again.
 func (s *Service) LinkDown(node string) bool { return s.tracker.LinkDown(node) }
 
@@ -323,7 +319,7 @@ func (s *Service) UnitState(unit string) (UnitState, time.Time) {
 
 // UnitStateKnown is UnitState's state, and whether this replica has
 // computed the units' states yet: before its first resync (which waits
-// for the vote state to catch up) UnitState says Normal for every unit,
+// for the ballots to catch up) UnitState says Normal for every unit,
 // which may not be so.
 func (s *Service) UnitStateKnown(unit string) (UnitState, bool) {
 	st, _ := s.UnitState(unit)
@@ -335,7 +331,7 @@ func (s *Service) UnitStateKnown(unit string) (UnitState, bool) {
 // one); a unit first seen counts as a change, one seen again in the same
 // state does not. Calls come from the service's resync loop and from the
 // events that move a unit's state (a voter's link lost, a silent unit's
-// vote, a member lost by the cloud), one at a time per unit but
+// ballot, a member lost by the cloud), one at a time per unit but
 // concurrently for different units: fn must not block and must be safe
 // for concurrent use.
 func (s *Service) OnUnitState(fn func(unit string, state UnitState)) {
@@ -363,35 +359,26 @@ func (s *Service) wrote(w Write) {
 	}
 }
 
-// Ready passes once this replica's vote state has caught up with the
-// HEALTH stream as it was at start (readiness check "health-votes").
+// Ready passes once this replica's ballots have caught up with the HEALTH
+// stream as it was at start (readiness check ReadinessCheck).
 func (s *Service) Ready(context.Context) error {
-	votes, ballots := s.votes.Load(), s.ballots.Load()
-	if votes == nil || ballots == nil {
-		return errors.New("vote follower not started")
+	ballots := s.ballots.Load()
+	if ballots == nil {
+		return errors.New("ballot follower not started")
 	}
 	if !s.linksReady.Load() {
 		return errors.New("voter link losses not read yet")
 	}
-	if err := ballots.Ready(); err != nil {
-		return err
-	}
-	return votes.Ready()
+	return ballots.Ready()
 }
 
-// validBallot checks a ballot's TTL and timestamp as validVote does a
-// vote's.
-func (s *Service) validBallot(b *atollv1.Ballot, published time.Time) error {
-	return s.validVote(&atollv1.Vote{Voter: b.GetVoter(), Time: b.GetTime(), Ttl: b.GetTtl()}, published)
-}
-
-// maxJudged is how many nodes whose vote a ballot changes observeBallot
-// judges before and after to tell which verdicts changed; a ballot that
-// changes more returns them all, for the reconciles to judge.
-const maxJudged = 8
+// maxTallied is how many nodes whose vote a ballot changes observeBallot
+// tallies before and after to tell which verdicts changed; a ballot that
+// changes more returns them all, for the reconciles to tally.
+const maxTallied = 8
 
 // observeBallot records a ballot; it returns the nodes whose verdict
-// changed (or may have: see maxJudged).
+// changed (or may have: see maxTallied).
 func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, published time.Time) []string {
 	if published.IsZero() {
 		published = time.Now()
@@ -399,56 +386,54 @@ func (s *Service) observeBallot(ctx context.Context, b *atollv1.Ballot, publishe
 	made, ttl := b.GetTime().AsTime(), b.GetTtl().AsDuration()
 	// Recorded already (the leader's follower and shared consumer both
 	// deliver every ballot), older than the one recorded, or sent before
-	// its voter's link closed: nothing to record, nothing to judge.
+	// its voter's link closed: nothing to record, nothing to tally.
 	if !s.tracker.Newer(b.GetVoter(), made, published) {
 		return nil
 	}
 	// A ballot whose TTL passed before it was handled (a consumer behind
 	// by more than the TTL) changes no verdict: its votes count for
 	// nothing, and so do the voter's older ones it replaces. It is
-	// recorded without judging: judging a large unit's nodes before and
-	// after each such ballot is O(unit²), and kept a consumer that fell
-	// that far behind from ever catching up (at 10,000 nodes in units of
-	// 180, every vote expired before it was recorded).
+	// recorded without tallying: tallying a large unit's nodes before and
+	// after each such ballot is O(unit²), and would keep a consumer that
+	// fell that far behind from ever catching up.
 	if ttl > 0 && !published.Add(ttl).After(s.now()) {
-		s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, events.BallotVotes(b))
+		s.tracker.ObserveBallot(b, published)
 		s.metrics.lateBallots.Inc()
 		return nil
 	}
 	// A keep-alive that repeats the voter's fresh votes changes no
-	// verdict: renewed in place, nothing to judge.
+	// verdict: renewed in place, nothing to tally.
 	if s.tracker.Refresh(b, published) {
 		s.endSilence(ctx, b.GetVoter())
 		return nil
 	}
-	votes := events.BallotVotes(b)
 	// Only the nodes whose vote from this voter changes can change
-	// verdict (and those it stops naming, judged after only).
-	changing := s.tracker.Changing(b.GetVoter(), published, votes)
+	// verdict (and those it stops naming, tallied after only).
+	changing := s.tracker.Changing(b, published)
 	// A voter's first ballot, or its first after its votes expired,
 	// changes every vote it carries: its nodes go to the reconciles
-	// unjudged, which judge each once however many ballots of the unit
-	// name it, and write only what changed (judging them all here,
-	// before and after, was O(unit²) per ballot).
-	judge := len(changing) <= maxJudged
+	// untallied, which tally each once however many ballots of the unit
+	// name it, and write only what changed (tallying them all here,
+	// before and after, would be O(unit²) per ballot).
+	tally := len(changing) <= maxTallied
 	before := map[string]atollv1.Verdict{}
-	if judge {
+	if tally {
 		for _, node := range changing {
-			before[node] = s.Judge(node).Verdict
+			before[node] = s.Tally(node).Verdict
 		}
 	}
-	touched := s.tracker.ObserveBallot(b.GetVoter(), made, published, ttl, votes)
+	touched := s.tracker.ObserveBallot(b, published)
 	// A ballot from a silent unit ends its hold: the state first, so the
 	// reconciles write the hold's end with the verdicts.
 	// (Any ballot: one that repeats fresh votes touches no node, but it
 	// still proves the unit's link is back.)
 	s.endSilence(ctx, b.GetVoter())
-	if !judge {
+	if !tally {
 		return touched
 	}
 	var changed []string
 	for _, node := range touched {
-		if v, ok := before[node]; !ok || s.Judge(node).Verdict != v {
+		if v, ok := before[node]; !ok || s.Tally(node).Verdict != v {
 			changed = append(changed, node)
 		}
 	}
@@ -464,8 +449,8 @@ func (s *Service) endSilence(ctx context.Context, voter string) {
 }
 
 // LinkLost tells the service that the hub closed voter's leaf connection
-// at at (its system events, FollowLeafLosses): every vote the voter sent
-// before stops counting now, and the nodes it voted on are reconciled.
+// at at (its system events, FollowLinks): every vote the voter sent before
+// stops counting now, and the nodes it voted on are reconciled.
 func (s *Service) LinkLost(ctx context.Context, voter string, at time.Time) {
 	nodes := s.tracker.Cut(voter, at)
 	if len(nodes) > 0 {
@@ -485,8 +470,8 @@ func (s *Service) LinkLost(ctx context.Context, voter string, at time.Time) {
 	}
 }
 
-// Run follows the votes and keeps the units' states until ctx is done. It
-// runs on every replica.
+// Run follows the ballots and keeps the units' states until ctx is done.
+// It runs on every replica.
 func (s *Service) Run(ctx context.Context) error {
 	js := s.bus.JetStream()
 	holds, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -527,20 +512,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer func() { _ = lw.Stop() }()
 	s.links.Store(&links)
 
-	// Every replica knows every vote.
-	votes, err := events.NewConsumer(js, events.VoteFollower, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
-		if err := s.validVote(ev.Msg, ev.Published); err != nil {
-			return events.Reject(err)
-		}
-		if s.observe(ctx, ev.Msg, ev.Published) {
-			s.enqueue(ctx, ev.Msg.GetNode())
-		}
-		return nil
-	}, events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
-	if err != nil {
-		return fmt.Errorf("health: %w", err)
-	}
-	s.votes.Store(votes)
+	// Every replica knows every ballot.
 	ballots, err := events.NewConsumer(js, events.BallotFollower, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
 			return events.Reject(err)
@@ -575,12 +547,6 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() {
-		err := votes.Run(ctx)
-		if err != nil {
-			s.log.Error("following votes stopped", "err", err)
-		}
-	})
-	wg.Go(func() {
 		err := ballots.Run(ctx)
 		if err != nil {
 			s.log.Error("following ballots stopped", "err", err)
@@ -590,7 +556,7 @@ func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Resync)
 	defer t.Stop()
 	for {
-		// Unit states and holds computed from a partial vote state could
+		// Unit states and holds computed from partial ballots could
 		// release a hold or unprotect a node: wait for the catch-up.
 		if s.Ready(ctx) == nil {
 			s.resync(ctx)
@@ -601,18 +567,6 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// observe records a vote; it reports whether the node's verdict changed.
-func (s *Service) observe(ctx context.Context, v *atollv1.Vote, published time.Time) bool {
-	before := s.Judge(v.GetNode()).Verdict
-	if !s.tracker.Observe(v, published) {
-		return false
-	}
-	if unit := s.unitOf(v.GetNode()); s.silentUnit(unit) {
-		s.refreshUnit(ctx, unit)
-	}
-	return s.Judge(v.GetNode()).Verdict != before
 }
 
 // enqueue hands node to the reconciler's workqueue. On a replica that does
@@ -672,7 +626,7 @@ func (s *Service) resync(ctx context.Context) {
 			queue = append(queue, names...)
 		}
 		for _, n := range members {
-			if protect.LostByCloud(n) && Protect(n, s.judge(n, now), s.held(unit)) {
+			if protect.LostByCloud(n) && Protect(n, s.tally(n, now), s.held(unit)) {
 				protected++
 			}
 		}
@@ -722,7 +676,7 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 	fresh := false
 	if silent == len(members) {
 		for _, n := range members {
-			if fresh = s.judge(n, now).Votes() > 0; fresh {
+			if fresh = s.tally(n, now).Votes() > 0; fresh {
 				break
 			}
 		}
@@ -772,7 +726,7 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 // of one transition then reach the reconciler together, so its nodes get
 // one patch (the hold with the verdict annotations), not the verdicts at
 // once and the hold at the next resync. On a change it queues every
-// member, as the resync does. Nothing happens until the vote state has
+// member, as the resync does. Nothing happens until the ballots have
 // caught up and the resync has computed the states once.
 func (s *Service) refreshUnit(ctx context.Context, unit string) {
 	if unit == "" || !s.resynced.Load() || s.Ready(ctx) != nil {

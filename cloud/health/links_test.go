@@ -65,12 +65,12 @@ func TestLastBallot(t *testing.T) {
 		t.Fatalf("no ballot yet: %v", got)
 	}
 	healthy := atollv1.Verdict_VERDICT_HEALTHY
-	observeBallot(tr, ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(time.Second))
+	tr.ObserveBallot(ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(time.Second))
 	if got := tr.LastBallot("a"); !got.Equal(now.Add(time.Second)) {
 		t.Fatalf("last ballot stored %v, want %v", got, now.Add(time.Second))
 	}
 	tr.Cut("a", now.Add(3*time.Second))
-	observeBallot(tr, ballot("a", now.Add(2*time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(2*time.Second))
+	tr.ObserveBallot(ballot("a", now.Add(2*time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(2*time.Second))
 	if got := tr.LastBallot("a"); !got.Equal(now.Add(time.Second)) {
 		t.Fatalf("a ballot stored before the cut recorded: last %v", got)
 	}
@@ -85,7 +85,7 @@ func TestLinkDown(t *testing.T) {
 	if tr.LinkDown("a") {
 		t.Fatal("a voter never reported is down")
 	}
-	observeBallot(tr, ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now)
+	tr.ObserveBallot(ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now)
 	if tr.LinkDown("a") {
 		t.Fatal("down before any cut")
 	}
@@ -93,7 +93,7 @@ func TestLinkDown(t *testing.T) {
 	if !tr.LinkDown("a") {
 		t.Fatal("up after its link was reported closed")
 	}
-	observeBallot(tr, ballot("a", now.Add(2*time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(2*time.Second))
+	tr.ObserveBallot(ballot("a", now.Add(2*time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(2*time.Second))
 	if tr.LinkDown("a") {
 		t.Fatal("down after a ballot stored after the cut")
 	}

@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "reconciles_deferred_total",
-			Help: "Reconciles put off because this replica's vote state had not caught up with the stream.",
+			Help: "Reconciles put off because this replica had not caught up with the ballots of the stream.",
 		}),
 		lateBallots: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "ballots_expired_on_arrival_total",

@@ -21,7 +21,7 @@ import (
 
 // Module runs the health service with the app, on the manager of
 // cloud/manager, and provides it as the webhook's Policy. Its readiness
-// check "health-votes" passes once the vote state caught up. When the app
+// check ReadinessCheck passes once the ballots have caught up. When the app
 // has the identity Issuer and the hub Endpoint, it also follows the hub's
 // system events through a system account connection of its own, so a
 // voter whose leaf link closes stops counting at once (FollowLinks).
@@ -32,6 +32,11 @@ var Module = fx.Module("health",
 	),
 	fx.Invoke(func(*Service) {}),
 )
+
+// ReadinessCheck names the service's readiness check on /readyz: it
+// passes once this replica has read the ballots the HEALTH stream held
+// when it started, and the voters' link losses.
+const ReadinessCheck = "health-ballots"
 
 type params struct {
 	fx.In
@@ -52,7 +57,7 @@ func newForApp(p params) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Admin.AddReadiness("health-votes", s.Ready)
+	p.Admin.AddReadiness(ReadinessCheck, s.Ready)
 	fxrun.Background(p.Lifecycle, p.Log, "health", s.Run)
 	if p.Issuer != nil && p.Endpoint != nil {
 		var sys *nats.Conn

@@ -156,7 +156,7 @@ func TestNodePatch(t *testing.T) {
 	}
 	dedicated := corev1.Taint{Key: "dedicated", Value: "edge", Effect: corev1.TaintEffectNoExecute}
 	tainted := []corev1.Taint{unreachable(corev1.TaintEffectNoSchedule), dedicated, unreachable(corev1.TaintEffectNoExecute)}
-	want := map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"}
+	want := map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVerdictSince: "2026-11-22T10:00:00Z"}
 	tests := []struct {
 		name        string
 		annotations map[string]string
@@ -166,12 +166,12 @@ func TestNodePatch(t *testing.T) {
 		wantTaints  []corev1.Taint
 	}{
 		{"protected: annotations and taint in one patch", map[string]string{"other": "kept", wellknown.AnnotationHoldUntil: "x"}, tainted, true,
-			map[string]string{"other": "kept", wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"},
+			map[string]string{"other": "kept", wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVerdictSince: "2026-11-22T10:00:00Z"},
 			[]corev1.Taint{unreachable(corev1.TaintEffectNoSchedule), dedicated}},
 		{"not protected: annotations only", map[string]string{"other": "kept"}, tainted, false,
-			map[string]string{"other": "kept", wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"}, tainted},
+			map[string]string{"other": "kept", wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVerdictSince: "2026-11-22T10:00:00Z"}, tainted},
 		{"no annotations yet", nil, nil, false, want, nil},
-		{"already as wanted", map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVotes: "healthy=3"}, nil, true, nil, nil},
+		{"already as wanted", map[string]string{wellknown.AnnotationVerdict: "healthy", wellknown.AnnotationVerdictSince: "2026-11-22T10:00:00Z"}, nil, true, nil, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

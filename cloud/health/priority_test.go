@@ -71,7 +71,7 @@ func TestProtectionNotBehindAnnotations(t *testing.T) {
 		b := &atollv1.Ballot{Voter: voter, Unit: "u2", Time: timestamppb.New(now), Ttl: durationpb.New(time.Minute), Members: 3}
 		for _, node := range []string{"x", "p1", "p2"} {
 			if node != voter {
-				b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: node, Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Since: timestamppb.New(now)})
+				b.Votes = append(b.Votes, &atollv1.Vote{Node: node, Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Since: timestamppb.New(now)})
 			}
 		}
 		subj, err := events.BallotSubject("u2", voter)

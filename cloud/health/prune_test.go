@@ -16,7 +16,7 @@ func TestPruneWhenDue(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	tr := NewTracker(75 * time.Second)
 	members := map[string]atollv1.Verdict{"x": healthy, "y": healthy}
-	observeBallot(tr, ballot("a", now, 75*time.Second, members), now)
+	tr.ObserveBallot(ballot("a", now, 75*time.Second, members), now)
 	scans := func() int { tr.mu.RLock(); defer tr.mu.RUnlock(); return tr.scans }
 	tr.Prune(now) // the first scan sets what is due
 	if scans() != 1 {
@@ -31,7 +31,7 @@ func TestPruneWhenDue(t *testing.T) {
 		t.Fatalf("%d scans while nothing was due, want 1", scans())
 	}
 	// A vote that expires sooner, recorded after the scan.
-	tr.Observe(vote("b", "x", healthy, now.Add(10*time.Second), 5*time.Second), now.Add(10*time.Second))
+	tr.ObserveBallot(ballot("b", now.Add(10*time.Second), 5*time.Second, map[string]atollv1.Verdict{"x": healthy}), now.Add(10*time.Second))
 	if n := tr.Prune(now.Add(14 * time.Second)); n != 0 || scans() != 1 {
 		t.Fatalf("before the short vote expired: pruned %d, %d scans", n, scans())
 	}
@@ -65,7 +65,7 @@ func TestPruneWhenDue(t *testing.T) {
 func TestBallotSeen(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	s := &Service{tracker: NewTracker(75 * time.Second)}
-	observeBallot(s.tracker, ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now)
+	s.tracker.ObserveBallot(ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now)
 	subj, err := events.BallotSubject("u1", "a")
 	if err != nil {
 		t.Fatal(err)

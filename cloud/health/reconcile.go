@@ -37,8 +37,8 @@ const nodeIndex = "atoll.io/nodes"
 // unitIndex indexes Nodes by their unit label.
 const unitIndex = "atoll.io/unit"
 
-// catchUpRetry is how soon a reconcile deferred for the vote state to
-// catch up runs again.
+// catchUpRetry is how soon a reconcile deferred for the ballots to catch
+// up runs again.
 const catchUpRetry = time.Second
 
 // ControllerName names the reconciler (its workqueue metrics and logs).
@@ -49,7 +49,7 @@ func nodeRef(name string) *corev1.Node {
 }
 
 // setupWithManager registers the informers every replica reads (the
-// webhook asks any replica), the indexes, the reconciler and the vote
+// webhook asks any replica), the indexes, the reconciler and the ballot
 // consumer.
 func (s *Service) setupWithManager(m *manager.Manager) error {
 	ctx := context.Background()
@@ -99,7 +99,7 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 		Watches(&corev1.Endpoints{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return s.lost(ctx, endpointsByNode(o.(*corev1.Endpoints)))
 		})).
-		// Votes and resyncs: the only way in besides the watches.
+		// Ballots and resyncs: the only way in besides the watches.
 		WatchesRawSource(source.Channel(s.work, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: s.cfg.Workers}).
 		Complete(s)
@@ -110,21 +110,19 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 	if err := m.Add(ctrlmanager.RunnableFunc(s.writeInfo)); err != nil {
 		return err
 	}
-	if err := m.Add(ctrlmanager.RunnableFunc(s.consumeBallots)); err != nil {
-		return err
-	}
-	return m.Add(ctrlmanager.RunnableFunc(s.consumeVotes))
+	return m.Add(ctrlmanager.RunnableFunc(s.consumeBallots))
 }
 
-// consumeBallots is consumeVotes for ballots: it records each ballot and
-// enqueues the nodes whose verdict it changed. It runs on the leader only,
-// beside the leader's ballot follower: whichever of the two records a
-// ballot first enqueues what it changed, and the other finds nothing left
-// to change. Nothing is lost to a new leader: its controller reconciles
-// every Node when it starts. (Enqueueing every entry of every ballot was
-// 179 workqueue sends per keep-alive in units of 180 nodes: at 10,000
-// nodes they saturated the reconciler's channel, the follower blocked
-// behind it, and every vote expired before it was recorded.)
+// consumeBallots handles each ballot once across replicas (at least
+// once): it records the ballot and enqueues the nodes whose verdict it
+// changed, then the ballot is acked (see the package doc). It runs on the
+// leader only, beside the leader's ballot follower: whichever of the two
+// records a ballot first enqueues what it changed, and the other finds
+// nothing left to change. Nothing is lost to a new leader: its controller
+// reconciles every Node when it starts. Enqueueing every vote of every
+// ballot instead would send a unit's size of workqueue events per
+// keep-alive, enough in large units to block the follower behind the
+// reconciler's channel.
 func (s *Service) consumeBallots(ctx context.Context) error {
 	err := events.Consume(ctx, s.bus.JetStream(), events.BallotConsumer, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
@@ -155,24 +153,6 @@ func (s *Service) ballotSeen(subject string, stored time.Time) bool {
 	}
 	last := s.tracker.LastBallot(voter)
 	return !last.IsZero() && !stored.After(last)
-}
-
-// consumeVotes handles each vote once across replicas (at least once): it
-// records the vote and enqueues its node, then the vote is acked (see the
-// package doc). It runs on the leader only.
-func (s *Service) consumeVotes(ctx context.Context) error {
-	err := events.Consume(ctx, s.bus.JetStream(), events.VoteConsumer, func(ctx context.Context, ev events.Event[*atollv1.Vote]) error {
-		if err := s.validVote(ev.Msg, ev.Published); err != nil {
-			return events.Reject(err)
-		}
-		s.observe(ctx, ev.Msg, ev.Published)
-		s.enqueue(ctx, ev.Msg.GetNode())
-		return nil
-	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm})
-	if err != nil && ctx.Err() == nil {
-		s.log.Error("consuming votes stopped", "err", err)
-	}
-	return nil
 }
 
 func slicesByNode(s *discoveryv1.EndpointSlice) []string {
@@ -216,7 +196,7 @@ func (s *Service) lost(ctx context.Context, names []string) []reconcile.Request 
 // its pods' endpoints (one patch per object) in line with the decision
 // for it. It is idempotent; errors requeue with backoff.
 func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	// Until this replica's vote state has caught up with the stream, a
+	// Until this replica's ballots have caught up with the stream, a
 	// verdict may be missing votes the stream holds: writing it could
 	// drop a node's protection (a new leader's first writes). Wait.
 	if err := s.Ready(ctx); err != nil {
@@ -246,7 +226,7 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if unit != "" && s.unitStale(unit, name, ReadyStatus(&n)) {
 		s.refreshUnit(ctx, unit)
 	}
-	j := s.judge(&n, s.now())
+	j := s.tally(&n, s.now())
 	_, hold := s.UnitState(unit)
 	if !s.held(unit) {
 		hold = time.Time{}
@@ -295,7 +275,7 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 // replica, which answers from its own state, and reads the annotation
 // only while none answers): the informational queue writes it, with the
 // verdict that usually ends the hold.
-func protectionWrite(n *corev1.Node, j Judgement, hold time.Time, protected bool) bool {
+func protectionWrite(n *corev1.Node, j Tally, hold time.Time, protected bool) bool {
 	if _, changed := protect.NodeTaints(n, protected); changed {
 		return true
 	}
@@ -345,7 +325,7 @@ func (s *Service) annotate(ctx context.Context, name string) error {
 		return err
 	}
 	unit := n.Labels[s.cfg.UnitLabel]
-	j := s.judge(&n, s.now())
+	j := s.tally(&n, s.now())
 	_, hold := s.UnitState(unit)
 	if !s.held(unit) {
 		hold = time.Time{}

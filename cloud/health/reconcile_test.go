@@ -34,6 +34,23 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
+// publishBallot publishes voter's ballot for unit, made at at, to the
+// HEALTH stream: its verdicts by node, sorted by node as voters send them.
+func publishBallot(t *testing.T, ctx context.Context, js jetstream.JetStream, unit, voter string, at time.Time, ttl time.Duration, verdicts map[string]atollv1.Verdict) {
+	t.Helper()
+	b := &atollv1.Ballot{Voter: voter, Unit: unit, Time: timestamppb.New(at), Ttl: durationpb.New(ttl), Members: uint32(len(verdicts) + 1)}
+	for _, node := range slices.Sorted(maps.Keys(verdicts)) {
+		b.Votes = append(b.Votes, &atollv1.Vote{Node: node, Verdict: verdicts[node], Normal: 1, Since: timestamppb.New(at)})
+	}
+	subj, err := events.BallotSubject(unit, voter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.PublishDurable(ctx, js, subj, b, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReconcilerOneWritePerObject runs the service on a manager against a
 // real kube-apiserver (with its audit log) and a real hub. A lost node
 // with the unreachable taints and a not-ready endpoint gets one healthy
@@ -132,16 +149,7 @@ func testOneWritePerObject(t *testing.T, replicas int, failover bool) {
 		writer = services[0].name
 	}
 
-	subj, err := events.VoteSubject("u1", node, "edge-2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if _, err := events.PublishDurable(ctx, js, subj, &atollv1.Vote{Unit: "u1", Node: node, Voter: "edge-2",
-		Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 1, Checkers: 1,
-		Time: timestamppb.New(now), Since: timestamppb.New(now), Ttl: durationpb.New(time.Minute)}, ""); err != nil {
-		t.Fatal(err)
-	}
+	publishBallot(t, ctx, js, "u1", "edge-2", time.Now(), time.Minute, map[string]atollv1.Verdict{node: atollv1.Verdict_VERDICT_HEALTHY})
 
 	poll.Eventually(t, 30*time.Second, func() error {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

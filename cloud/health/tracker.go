@@ -11,8 +11,8 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// Judgement is the cloud's reading of the votes about one node.
-type Judgement struct {
+// Tally is the cloud's reading of the fresh votes about one node.
+type Tally struct {
 	// Verdict is quorum.Verdict over the fresh votes that count: NONE
 	// unless more than half of the node's unit's other members voted,
 	// then their strict majority.
@@ -25,46 +25,72 @@ type Judgement struct {
 	Normal, Abnormal, Checkers uint32
 	// Since when the freshest vote's verdict has held (voter's clock).
 	Since time.Time
-	// LastVote is when the freshest vote reached the hub (zero: none).
+	// LastVote is when the ballot of the freshest vote reached the hub
+	// (zero: none).
 	LastVote time.Time
 }
 
 // Votes is the number of fresh votes.
-func (j Judgement) Votes() int { return j.Healthy + j.Unhealthy + j.Undecided }
+func (t Tally) Votes() int { return t.Healthy + t.Unhealthy + t.Undecided }
 
-// entry is one voter's recorded vote about a node: what judging and
-// operators read of it, copied out of the decoded message. At 10,000
-// nodes in units of 180 the tracker holds 1.8 million votes; kept as
-// decoded *Vote messages (2.5 heap objects per vote with their
-// timestamps and names) the collector took about a quarter of
-// atoll-cloud's CPU profile. Names are interned (one string per node
-// however many votes name it): 0.06 objects per vote
+// stored is one voter's vote about a node as the tracker keeps it: what
+// tallies and operators read of it, copied out of the decoded ballot
+// (one heap object per vote rather than a message and its timestamps,
+// which the collector would walk for every vote of a large fleet). Names
+// are interned: one string per node however many votes name it
 // (BenchmarkTrackerMemory).
-type entry struct {
+type stored struct {
 	unit                       string
 	verdict                    atollv1.Verdict
 	normal, abnormal, checkers uint32
-	// made and since are the voter's clock: when it made the vote, and
+	// made and since are the voter's clock: when it made the ballot, and
 	// since when the verdict has held.
 	made, since time.Time
-	// published is when the hub stored the vote; it expires ttl after.
+	// published is when the hub stored the ballot; it expires ttl after.
 	published time.Time
 	ttl       time.Duration
 }
 
-// record copies v, stored by the hub at published, with its TTL (the
-// tracker's default when it gives none).
-func (t *Tracker) record(v *atollv1.Vote, published time.Time) entry {
-	ttl := v.GetTtl().AsDuration()
-	if ttl <= 0 {
-		ttl = t.defaultTTL
+// store copies v, a vote of ballot b stored by the hub at published, with
+// the ballot's TTL (the tracker's default when it gives none).
+func (t *Tracker) store(b *atollv1.Ballot, v *atollv1.Vote, published time.Time) stored {
+	return stored{
+		unit: t.intern(b.GetUnit()), verdict: v.GetVerdict(),
+		normal: v.GetNormal(), abnormal: v.GetAbnormal(), checkers: v.GetNormal() + v.GetAbnormal(),
+		made: b.GetTime().AsTime(), since: v.GetSince().AsTime(),
+		published: published, ttl: t.ttl(b),
 	}
-	return entry{
-		unit: t.intern(v.GetUnit()), verdict: v.GetVerdict(),
-		normal: v.GetNormal(), abnormal: v.GetAbnormal(), checkers: v.GetCheckers(),
-		made: v.GetTime().AsTime(), since: v.GetSince().AsTime(),
-		published: published, ttl: ttl,
+}
+
+// ttl is how long the votes of b count: its own TTL, or the default.
+func (t *Tracker) ttl(b *atollv1.Ballot) time.Duration {
+	if ttl := b.GetTtl().AsDuration(); ttl > 0 {
+		return ttl
 	}
+	return t.defaultTTL
+}
+
+// votesOf returns the votes of b that count: a vote about the voter
+// itself never does (a node's word about itself), nor one without a
+// node, nor a second vote about the same node.
+func votesOf(b *atollv1.Ballot) []*atollv1.Vote {
+	votes := b.GetVotes()
+	seen := make(map[string]bool, len(votes))
+	for i, v := range votes {
+		if v.GetNode() == "" || v.GetNode() == b.GetVoter() || seen[v.GetNode()] {
+			// Rare: copy the ones before, then filter the rest.
+			out := slices.Clone(votes[:i])
+			for _, v := range votes[i:] {
+				if v.GetNode() != "" && v.GetNode() != b.GetVoter() && !seen[v.GetNode()] {
+					seen[v.GetNode()] = true
+					out = append(out, v)
+				}
+			}
+			return out
+		}
+		seen[v.GetNode()] = true
+	}
+	return votes
 }
 
 // intern returns the tracker's copy of a node or unit name, so it keeps
@@ -79,14 +105,15 @@ func (t *Tracker) intern(s string) string {
 	return s
 }
 
-// Tracker keeps the latest vote of every voter about every node and judges
-// them. Votes expire by the hub's clock (the time JetStream stored them)
-// plus the TTL the voter gave, so voters' clock skew does not matter.
+// Tracker keeps every voter's latest ballot, as the vote of each voter
+// about each node, and tallies them. Votes expire by the hub's clock (the
+// time JetStream stored their ballot) plus the TTL the voter gave, so
+// voters' clock skew does not matter.
 type Tracker struct {
 	defaultTTL time.Duration
 
 	mu     sync.RWMutex
-	byNode map[string]map[string]entry // node → voter → latest vote
+	byNode map[string]map[string]stored // node → voter → its vote
 	// byVoter indexes byNode the other way (voter → the nodes it has a
 	// vote about), so a cut or a departed voter costs its own votes, not
 	// a scan of every node.
@@ -104,11 +131,9 @@ type Tracker struct {
 	names map[string]string
 	// due is no later than the first time Prune has anything to drop (a
 	// vote expiring, a ballot record or a cut to forget; zero: unknown,
-	// scan): before it Prune returns at once. Prune scanned every vote
-	// every 2 s under the write lock — at 10,000 nodes in units of 180,
-	// 1.8 million votes, an eighth of atoll-cloud's CPU and a quarter of a
-	// second each time that no ballot could be recorded — where keep-alive
-	// ballots (every 30 s, TTL 75 s) leave nothing to drop for 45 s.
+	// scan): before it Prune returns at once. A scan walks every vote
+	// under the write lock, and keep-alive ballots (every 30 s, TTL 75 s)
+	// leave nothing to drop for most of their life.
 	due time.Time
 	// scans counts the scans Prune made (tests).
 	scans int
@@ -123,20 +148,21 @@ type ballotRecord struct {
 
 // NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
 func NewTracker(defaultTTL time.Duration) *Tracker {
-	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]entry{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}, names: map[string]string{}}
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]stored{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}, names: map[string]string{}}
 }
 
-// ObserveBallot records the votes of one ballot of voter (events.BallotVotes),
-// made at made by the voter's clock and stored by the hub at published. A
+// ObserveBallot records ballot b, stored by the hub at published. A
 // ballot replaces the voter's whole previous ballot: a node it no longer
 // names loses the voter's vote. A ballot not newer than the voter's last
 // one recorded (a duplicate, or one delivered out of order) is ignored. It
-// returns the nodes whose vote from voter changed (Changing) or was
+// returns the nodes whose vote from the voter changed (Changing) or was
 // dropped; a ballot that only repeats fresh votes returns none.
-func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl time.Duration, votes []*atollv1.Vote) []string {
+func (t *Tracker) ObserveBallot(b *atollv1.Ballot, published time.Time) []string {
 	if published.IsZero() {
 		published = time.Now()
 	}
+	voter, unit, made := b.GetVoter(), b.GetUnit(), b.GetTime().AsTime()
+	votes := votesOf(b)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.newer(voter, made, published) {
@@ -149,7 +175,7 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 	for _, v := range votes {
 		named[v.GetNode()] = true
 		nodes = append(nodes, t.intern(v.GetNode()))
-		if t.changes(voter, v, published) {
+		if t.changes(voter, unit, v, published) {
 			touched = append(touched, v.GetNode())
 		}
 	}
@@ -160,9 +186,9 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 		}
 	}
 	for _, v := range votes {
-		t.set(v.GetNode(), voter, t.record(v, published))
+		t.set(v.GetNode(), voter, t.store(b, v, published))
 	}
-	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: nodes, ttl: ttl}
+	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: nodes, ttl: b.GetTtl().AsDuration()}
 	t.dueBy(t.forgetBallot(t.ballots[voter]))
 	return touched
 }
@@ -173,35 +199,31 @@ func (t *Tracker) ObserveBallot(voter string, made, published time.Time, ttl tim
 // expired. Those votes are renewed in place (times, counts, since);
 // nothing else changes, so no node is touched. It returns false, having
 // recorded nothing, for any other ballot, which ObserveBallot then takes.
-// Keep-alive ballots — every voter's every 30 s, 179 entries in a unit of
-// 180 — are most of what the cloud handles; this way each entry costs one
-// lookup and one assignment, and the ballot is not expanded into votes.
+// Keep-alive ballots — every voter's every 30 s, a vote per other member —
+// are most of what the cloud handles; this way each vote costs one
+// lookup and one assignment.
 func (t *Tracker) Refresh(b *atollv1.Ballot, published time.Time) bool {
-	voter, entries, unit := b.GetVoter(), b.GetEntries(), b.GetUnit()
-	made, ttl := b.GetTime().AsTime(), b.GetTtl().AsDuration()
-	voteTTL := ttl
-	if voteTTL <= 0 {
-		voteTTL = t.defaultTTL
-	}
+	voter, votes, unit := b.GetVoter(), b.GetVotes(), b.GetUnit()
+	made, ttl, voteTTL := b.GetTime().AsTime(), b.GetTtl().AsDuration(), t.ttl(b)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	prev, ok := t.ballots[voter]
-	if !ok || len(entries) == 0 || len(entries) != len(prev.nodes) || !t.newer(voter, made, published) {
+	if !ok || len(votes) == 0 || len(votes) != len(prev.nodes) || !t.newer(voter, made, published) {
 		return false
 	}
-	for i, e := range entries {
+	for i, v := range votes {
 		old, ok := t.byNode[prev.nodes[i]][voter]
-		if !ok || e.GetNode() != prev.nodes[i] || old.verdict != e.GetVerdict() || old.unit != unit || old.expired(published) {
+		if !ok || v.GetNode() != prev.nodes[i] || old.verdict != v.GetVerdict() || old.unit != unit || old.expired(published) {
 			return false
 		}
 	}
-	for i, e := range entries {
+	for i, v := range votes {
 		voters := t.byNode[prev.nodes[i]]
-		v := voters[voter]
-		v.normal, v.abnormal, v.checkers = e.GetNormal(), e.GetAbnormal(), e.GetNormal()+e.GetAbnormal()
-		v.made, v.since = made, e.GetSince().AsTime()
-		v.published, v.ttl = published, voteTTL
-		voters[voter] = v
+		st := voters[voter]
+		st.normal, st.abnormal, st.checkers = v.GetNormal(), v.GetAbnormal(), v.GetNormal()+v.GetAbnormal()
+		st.made, st.since = made, v.GetSince().AsTime()
+		st.published, st.ttl = published, voteTTL
+		voters[voter] = st
 	}
 	t.dueBy(published.Add(voteTTL))
 	t.ballots[voter] = ballotRecord{made: made, published: published, nodes: prev.nodes, ttl: ttl}
@@ -243,35 +265,34 @@ func (t *Tracker) newer(voter string, made, published time.Time) bool {
 	return true
 }
 
-// Changing returns the nodes whose vote from voter the votes would
-// change (ObserveBallot's touched, but for the nodes the voter stops
-// naming): a new vote, another verdict or unit, or one that replaces an
-// expired vote. A keep-alive that repeats fresh votes changes no verdict,
-// and judging every node of a large unit before and after each ballot
-// was O(unit²) per ballot: at units of 180 the ballots fell behind by
-// more than their TTL.
-func (t *Tracker) Changing(voter string, published time.Time, votes []*atollv1.Vote) []string {
+// Changing returns the nodes whose vote from b's voter b would change
+// (ObserveBallot's touched, but for the nodes the voter stops naming): a
+// new vote, another verdict or unit, or one that replaces an expired vote.
+// A keep-alive that repeats fresh votes changes no verdict, and tallying
+// every node of a large unit before and after each ballot would cost
+// O(unit²) per ballot.
+func (t *Tracker) Changing(b *atollv1.Ballot, published time.Time) []string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var out []string
-	for _, v := range votes {
-		if t.changes(voter, v, published) {
+	for _, v := range votesOf(b) {
+		if t.changes(b.GetVoter(), b.GetUnit(), v, published) {
 			out = append(out, v.GetNode())
 		}
 	}
 	return out
 }
 
-// changes reports whether v changes what voter's vote about its node
-// counts for. The caller holds t.mu.
-func (t *Tracker) changes(voter string, v *atollv1.Vote, published time.Time) bool {
+// changes reports whether v, voter's vote for unit, changes what the
+// voter's vote about its node counts for. The caller holds t.mu.
+func (t *Tracker) changes(voter, unit string, v *atollv1.Vote, published time.Time) bool {
 	old, ok := t.byNode[v.GetNode()][voter]
-	return !ok || old.verdict != v.GetVerdict() || old.unit != v.GetUnit() || old.expired(published)
+	return !ok || old.verdict != v.GetVerdict() || old.unit != unit || old.expired(published)
 }
 
 // LinkDown reports whether the hub reported voter's leaf link closed
-// after it stored the voter's latest vote or ballot (or the voter has
-// none since): the voter is cut from the cloud until it sends again.
+// after it stored the voter's latest ballot (or the voter has none
+// since): the voter is cut from the cloud until it sends again.
 func (t *Tracker) LinkDown(voter string) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -279,13 +300,7 @@ func (t *Tracker) LinkDown(voter string) bool {
 	if !ok {
 		return false
 	}
-	last := t.ballots[voter].published
-	for node := range t.byVoter[voter] {
-		if e := t.byNode[node][voter]; e.published.After(last) {
-			last = e.published
-		}
-	}
-	return !last.After(cut)
+	return !t.ballots[voter].published.After(cut)
 }
 
 // LastBallot returns when the hub stored the latest ballot of voter this
@@ -297,11 +312,11 @@ func (t *Tracker) LastBallot(voter string) time.Time {
 }
 
 // set records voter's vote about node; callers hold mu.
-func (t *Tracker) set(node, voter string, e entry) {
+func (t *Tracker) set(node, voter string, e stored) {
 	node, voter = t.intern(node), t.intern(voter)
 	voters := t.byNode[node]
 	if voters == nil {
-		voters = map[string]entry{}
+		voters = map[string]stored{}
 		t.byNode[node] = voters
 	}
 	voters[voter] = e
@@ -352,59 +367,43 @@ func (t *Tracker) Cut(voter string, at time.Time) []string {
 	return out
 }
 
-// Observe records v, published (stored by the hub) at published. An older
-// vote of the same voter about the same node is ignored; it reports
-// whether v was recorded.
-func (t *Tracker) Observe(v *atollv1.Vote, published time.Time) bool {
-	if published.IsZero() {
-		published = time.Now()
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if old, ok := t.byNode[v.GetNode()][v.GetVoter()]; ok && !v.GetTime().AsTime().After(old.made) {
-		return false
-	}
-	t.set(v.GetNode(), v.GetVoter(), t.record(v, published))
-	return true
-}
-
 // expired reports whether the vote no longer counts at now.
-func (e entry) expired(now time.Time) bool { return now.After(e.published.Add(e.ttl)) }
+func (e stored) expired(now time.Time) bool { return now.After(e.published.Add(e.ttl)) }
 
-// Judge reads the fresh votes about node, of a unit of members (the node
+// Tally reads the fresh votes about node, of a unit of members (the node
 // included), at now: the node's own vote never counts, nor does one that
 // counts rejects (nil: every other voter counts; it is given the voter
 // and the unit the vote was cast for). The verdict is quorum.Verdict's.
-func (t *Tracker) Judge(node string, now time.Time, members int, counts func(voter, unit string) bool) Judgement {
+func (t *Tracker) Tally(node string, now time.Time, members int, counts func(voter, unit string) bool) Tally {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	j := Judgement{Members: members}
-	var freshest entry
+	tl := Tally{Members: members}
+	var freshest stored
 	for voter, e := range t.byNode[node] {
 		if voter == node || e.expired(now) || (counts != nil && !counts(voter, e.unit)) {
 			continue
 		}
 		switch e.verdict {
 		case atollv1.Verdict_VERDICT_HEALTHY:
-			j.Healthy++
+			tl.Healthy++
 		case atollv1.Verdict_VERDICT_UNHEALTHY:
-			j.Unhealthy++
+			tl.Unhealthy++
 		default:
-			j.Undecided++
+			tl.Undecided++
 		}
-		if e.published.After(j.LastVote) {
-			j.LastVote, freshest = e.published, e
+		if e.published.After(tl.LastVote) {
+			tl.LastVote, freshest = e.published, e
 		}
 	}
 	// Voters see the same reports and normally agree; an undecided vote
 	// only matters while a report is in flight to some voters and not
 	// others, and then it blocks a verdict rather than making one.
-	j.Verdict = quorum.Verdict(members, j.Healthy, j.Unhealthy, j.Undecided)
-	if !j.LastVote.IsZero() {
-		j.Normal, j.Abnormal, j.Checkers = freshest.normal, freshest.abnormal, freshest.checkers
-		j.Since = freshest.since
+	tl.Verdict = quorum.Verdict(members, tl.Healthy, tl.Unhealthy, tl.Undecided)
+	if !tl.LastVote.IsZero() {
+		tl.Normal, tl.Abnormal, tl.Checkers = freshest.normal, freshest.abnormal, freshest.checkers
+		tl.Since = freshest.since
 	}
-	return j
+	return tl
 }
 
 // maxCutAge is how long a cut is kept: longer than any ballot's TTL.
@@ -499,30 +498,30 @@ func (t *Tracker) Size() (nodes, votes int) {
 	return len(t.byNode), votes
 }
 
-// CastVote is one voter's fresh vote about a node, as read for operators.
-type CastVote struct {
+// Vote is one voter's fresh vote about a node, as read for operators.
+type Vote struct {
 	// Voter is the node that voted.
 	Voter string
 	// Verdict is the voter's verdict.
 	Verdict atollv1.Verdict
-	// Made is when the voter made it (its clock); Stored is when the
-	// hub stored it (the time its TTL runs from).
+	// Made is when the voter made its ballot (its clock); Stored is when
+	// the hub stored the ballot (the time its TTL runs from).
 	Made, Stored time.Time
 }
 
 // Votes returns the fresh votes about node at now that counts accepts
 // (nil: all), by voter name; the node's own vote is never among them.
-// They are the votes Judge counts.
-func (t *Tracker) Votes(node string, now time.Time, counts func(voter, unit string) bool) []CastVote {
+// They are the votes Tally counts.
+func (t *Tracker) Votes(node string, now time.Time, counts func(voter, unit string) bool) []Vote {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	out := make([]CastVote, 0, len(t.byNode[node]))
+	out := make([]Vote, 0, len(t.byNode[node]))
 	for voter, e := range t.byNode[node] {
 		if voter == node || e.expired(now) || (counts != nil && !counts(voter, e.unit)) {
 			continue
 		}
-		out = append(out, CastVote{Voter: voter, Verdict: e.verdict, Made: e.made, Stored: e.published})
+		out = append(out, Vote{Voter: voter, Verdict: e.verdict, Made: e.made, Stored: e.published})
 	}
-	slices.SortFunc(out, func(a, b CastVote) int { return strings.Compare(a.Voter, b.Voter) })
+	slices.SortFunc(out, func(a, b Vote) int { return strings.Compare(a.Voter, b.Voter) })
 	return out
 }

@@ -72,7 +72,7 @@ func TestOneWritePerTransition(t *testing.T) {
 			b := &atollv1.Ballot{Voter: voter, Unit: unit, Time: timestamppb.New(now), Ttl: durationpb.New(time.Minute), Members: uint32(len(nodes))}
 			for _, n := range nodes {
 				if n != voter {
-					b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: n, Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Since: timestamppb.New(now)})
+					b.Votes = append(b.Votes, &atollv1.Vote{Node: n, Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Since: timestamppb.New(now)})
 				}
 			}
 			subj, err := events.BallotSubject(unit, voter)

@@ -11,7 +11,7 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-func TestValidVote(t *testing.T) {
+func TestValidBallot(t *testing.T) {
 	s := &Service{cfg: DefaultConfig()} // max TTL 3m, max skew 30s
 	hub := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
@@ -22,7 +22,7 @@ func TestValidVote(t *testing.T) {
 	}{
 		{"on time", hub, 15 * time.Second, true},
 		{"no TTL (the default applies)", hub, 0, true},
-		{"a ballot's default TTL", hub, 75 * time.Second, true},
+		{"the voters' default TTL", hub, 75 * time.Second, true},
 		{"TTL at the maximum", hub, 3 * time.Minute, true},
 		{"TTL above the maximum", hub, 3*time.Minute + time.Second, false},
 		{"voter clock behind within skew", hub.Add(-29 * time.Second), 15 * time.Second, true},
@@ -32,17 +32,17 @@ func TestValidVote(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := &atollv1.Vote{Unit: "u1", Node: "a", Voter: "b", Time: timestamppb.New(tt.at)}
+			b := &atollv1.Ballot{Unit: "u1", Voter: "b", Time: timestamppb.New(tt.at), Votes: []*atollv1.Vote{{Node: "a"}}}
 			if tt.ttl > 0 {
-				v.Ttl = durationpb.New(tt.ttl)
+				b.Ttl = durationpb.New(tt.ttl)
 			}
-			err := s.validVote(v, hub)
-			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, ErrVoteRejected)) {
-				t.Fatalf("validVote = %v, want ok=%v", err, tt.ok)
+			err := s.validBallot(b, hub)
+			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, ErrBallotRejected)) {
+				t.Fatalf("validBallot = %v, want ok=%v", err, tt.ok)
 			}
 		})
 	}
-	if err := s.validVote(&atollv1.Vote{Unit: "u1", Node: "a", Voter: "b"}, hub); !errors.Is(err, ErrVoteRejected) {
-		t.Fatalf("vote without a time: %v", err)
+	if err := s.validBallot(&atollv1.Ballot{Unit: "u1", Voter: "b"}, hub); !errors.Is(err, ErrBallotRejected) {
+		t.Fatalf("ballot without a time: %v", err)
 	}
 }

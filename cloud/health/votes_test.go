@@ -7,12 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -21,9 +18,10 @@ import (
 )
 
 // TestVotesThatDoNotCount: against a real apiserver and hub, votes from a
-// node outside the unit, about a node in no unit (a control-plane node),
-// dated in the future or asking for an overlong TTL never count; a valid
-// vote from a member does (the control that the path works).
+// node outside the unit, about a node in no unit (a control-plane node) or
+// about the voter itself, and ballots dated in the future or asking for an
+// overlong TTL never count; a valid vote from a member does (the control
+// that the path works).
 func TestVotesThatDoNotCount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -54,45 +52,36 @@ func TestVotesThatDoNotCount(t *testing.T) {
 	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
 
 	now := time.Now()
-	vote := func(unit, node, voter string, v atollv1.Verdict, at time.Time, ttl time.Duration) {
-		t.Helper()
-		subj, err := events.VoteSubject(unit, node, voter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := events.PublishDurable(ctx, js, subj, &atollv1.Vote{Unit: unit, Node: node, Voter: voter, Verdict: v,
-			Normal: 1, Checkers: 1, Time: timestamppb.New(at), Since: timestamppb.New(at), Ttl: durationpb.New(ttl)}, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
 	healthy, unhealthy := atollv1.Verdict_VERDICT_HEALTHY, atollv1.Verdict_VERDICT_UNHEALTHY
-	// Valid-looking votes live a minute (the maximum), so none expires
+	// Valid-looking ballots live a minute (the maximum), so none expires
 	// while the test reads them.
-	vote("u1", "edge-1", "other-1", healthy, now, time.Minute)                     // voter of another unit
-	vote("u1", "cp-1", "edge-2", healthy, now, time.Minute)                        // target in no unit
-	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(5*time.Minute), time.Minute) // dated in the future
-	vote("u1", "edge-1", "edge-2", unhealthy, now.Add(-time.Second), time.Hour)    // TTL too long
-	vote("u1", "edge-2", "edge-2", unhealthy, now, time.Minute)                    // about itself
-	vote("u1", "edge-1", "edge-2", healthy, now.Add(-2*time.Second), time.Minute)
-	// The last vote is the oldest of edge-2's: had the future-dated or
+	publishBallot(t, ctx, js, "u1", "other-1", now, time.Minute, map[string]atollv1.Verdict{"edge-1": healthy})    // voter of another unit
+	publishBallot(t, ctx, js, "u1", "edge-2", now.Add(5*time.Minute), time.Minute, map[string]atollv1.Verdict{"edge-1": unhealthy}) // dated in the future
+	publishBallot(t, ctx, js, "u1", "edge-2", now.Add(-time.Second), time.Hour, map[string]atollv1.Verdict{"edge-1": unhealthy})    // TTL too long
+	publishBallot(t, ctx, js, "u1", "edge-2", now.Add(-2*time.Second), time.Minute, map[string]atollv1.Verdict{
+		"edge-1": healthy,
+		"cp-1":   healthy,   // a node in no unit
+		"edge-2": unhealthy, // itself
+	})
+	// The last ballot is the oldest of edge-2's: had the future-dated or
 	// the long-lived one been recorded, it would be ignored as stale.
-	// Once it counts, every vote before it in the stream was handled.
+	// Once it counts, every ballot before it in the stream was handled.
 	poll.Eventually(t, 20*time.Second, func() error {
-		if j := r.s.Judge("edge-1"); j.Healthy == 0 {
+		if j := r.s.Tally("edge-1"); j.Healthy == 0 {
 			return fmt.Errorf("edge-1 judged %v from %d votes, want edge-2's healthy vote", j.Verdict, j.Votes())
 		}
 		return nil
 	})
-	if j := r.s.Judge("edge-1"); j.Verdict != healthy || j.Votes() != 1 {
+	if j := r.s.Tally("edge-1"); j.Verdict != healthy || j.Votes() != 1 {
 		t.Errorf("edge-1 judged %v from %d votes (%+v), want healthy from edge-2's one", j.Verdict, j.Votes(), j)
 	}
 	if !r.s.Protected("edge-1") {
 		t.Error("edge-1 not protected by its peer's valid vote")
 	}
-	if j := r.s.Judge("cp-1"); j.Votes() != 0 || r.s.Protected("cp-1") {
+	if j := r.s.Tally("cp-1"); j.Votes() != 0 || r.s.Protected("cp-1") {
 		t.Errorf("cp-1, in no unit, judged from %d votes (protected %v)", j.Votes(), r.s.Protected("cp-1"))
 	}
-	if j := r.s.Judge("edge-2"); j.Votes() != 0 || j.Verdict != atollv1.Verdict_VERDICT_NONE {
+	if j := r.s.Tally("edge-2"); j.Votes() != 0 || j.Verdict != atollv1.Verdict_VERDICT_NONE {
 		t.Errorf("edge-2 judged %v from %d votes: its vote about itself counted", j.Verdict, j.Votes())
 	}
 }
@@ -113,22 +102,18 @@ func TestKubeletWordIsNeverOverridden(t *testing.T) {
 	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
 	nodes := []string{"k-false", "k-unknown", "k-lost"}
 	now := time.Now()
-	for _, node := range nodes {
-		for _, voter := range nodes {
-			if voter == node {
-				continue
-			}
-			subj, _ := events.VoteSubject("u1", node, voter)
-			if _, err := events.PublishDurable(ctx, env.js, subj, &atollv1.Vote{Unit: "u1", Node: node, Voter: voter,
-				Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 2, Checkers: 2, Time: timestamppb.New(now), Since: timestamppb.New(now),
-				Ttl: durationpb.New(time.Minute)}, ""); err != nil {
-				t.Fatal(err)
+	for _, voter := range nodes {
+		votes := map[string]atollv1.Verdict{}
+		for _, node := range nodes {
+			if node != voter {
+				votes[node] = atollv1.Verdict_VERDICT_HEALTHY
 			}
 		}
+		publishBallot(t, ctx, env.js, "u1", voter, now, time.Minute, votes)
 	}
 	poll.Eventually(t, 20*time.Second, func() error {
 		for _, node := range nodes {
-			if j := r.s.Judge(node); j.Verdict != atollv1.Verdict_VERDICT_HEALTHY {
+			if j := r.s.Tally(node); j.Verdict != atollv1.Verdict_VERDICT_HEALTHY {
 				return fmt.Errorf("%s judged %v from %d votes", node, j.Verdict, j.Votes())
 			}
 		}

@@ -100,7 +100,7 @@ func collect(t *testing.T, nc *nats.Conn, subject string) func() []string {
 // TestEdgePermissions: the hub servers enforce each node's permissions on
 // its leaf connection. Node a (unit u1) publishing a ballot or a topology
 // update as b reaches nothing on the hub, while its own do; its probe
-// reports and single votes, even in its own name, stay at the edge; a
+// reports, even in its own name, stay at the edge; a
 // hears its unit's views and its assignment, not another unit's views nor
 // b's assignment; it relays tunnel sessions only in its own namespace and
 // never sends or hears the unit legs of relays over its leaf; its consumers can only be created on its own subjects,
@@ -147,13 +147,13 @@ func TestEdgePermissions(t *testing.T) {
 			// what it sends in b's name does not.
 			atHub := collect(t, cloud, "atoll.>")
 			own := []string{"atoll.health.ballot.u1.a", "atoll.topo.node.a", "atoll.tunnel.a.relay.b.s1.out"}
-			forged := []string{"atoll.health.probe.u1.b", "atoll.health.vote.u1.a.b", "atoll.topo.node.b",
+			forged := []string{"atoll.health.probe.u1.b", "atoll.topo.node.b",
 				"atoll.health.probe.u2.a", "atoll.tunnel.b.s1.out", "atoll.view.u1.unit._.u1",
 				// Relaying: only in its own namespace, and never the unit legs.
 				"atoll.tunnel.b.relay.a.s1.out", "atoll.tunnel.a.relay.b.s1.in", "atoll.relay.u1.a.b.s1.out", "atoll.relay.u1.b.a.s1.in",
 				"atoll.health.ballot.u1.b", "atoll.health.ballot.u2.a",
 				// Its own, but they stay inside the unit.
-				"atoll.health.probe.u1.a", "atoll.health.vote.u1.b.a"}
+				"atoll.health.probe.u1.a"}
 			poll.Eventually(t, 20*time.Second, func() error {
 				for _, s := range append(forged, own...) {
 					if err := a.Publish(s, []byte("x")); err != nil {

@@ -25,12 +25,12 @@ func TestEdgePermissionsHealth(t *testing.T) {
 	if !matches(p.Pub.Allow, own) {
 		t.Errorf("a may not publish its ballot %s: %v", own, p.Pub.Allow)
 	}
-	for _, s := range []string{"atoll.health.ballot.u1.b", "atoll.health.ballot.u2.a", "atoll.health.probe.u1.a", "atoll.health.vote.u1.b.a"} {
+	for _, s := range []string{"atoll.health.ballot.u1.b", "atoll.health.ballot.u2.a", "atoll.health.probe.u1.a"} {
 		if matches(p.Pub.Allow, s) {
 			t.Errorf("a may publish %s", s)
 		}
 	}
-	for _, s := range []string{"atoll.health.ballot.u1.b", "atoll.health.probe.u1.b", "atoll.health.vote.u1.a.b"} {
+	for _, s := range []string{"atoll.health.ballot.u1.b", "atoll.health.probe.u1.b"} {
 		if matches(p.Sub.Allow, s) {
 			t.Errorf("a may hear %s", s)
 		}

@@ -44,7 +44,7 @@ const QueueGroup = events.CloudService
 // (*health.Service implements it).
 type Health interface {
 	// Judge is the cloud's reading of the votes about node.
-	Judge(node string) health.Judgement
+	Tally(node string) health.Tally
 	// UnitState is a unit's disruption state and the end of its hold.
 	UnitState(unit string) (health.UnitState, time.Time)
 	// Protected reports whether the cloud keeps node now.
@@ -299,7 +299,7 @@ func (r *Responder) Status(unit string) (*atollv1.ClusterStatus, error) {
 }
 
 func (r *Responder) nodeStatus(n *corev1.Node) *atollv1.NodeStatus {
-	j := r.health.Judge(n.Name)
+	j := r.health.Tally(n.Name)
 	return &atollv1.NodeStatus{
 		Name:           n.Name,
 		Ready:          string(health.ReadyStatus(n)),

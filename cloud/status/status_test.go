@@ -50,12 +50,12 @@ type unitState struct {
 
 // fakeHealth answers from fixed maps.
 type fakeHealth struct {
-	judgements map[string]health.Judgement
+	tallies map[string]health.Tally
 	units      map[string]unitState
 	protected  map[string]bool
 }
 
-func (f fakeHealth) Judge(node string) health.Judgement { return f.judgements[node] }
+func (f fakeHealth) Tally(node string) health.Tally { return f.tallies[node] }
 func (f fakeHealth) Protected(node string) bool         { return f.protected[node] }
 func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
 	if s, ok := f.units[unit]; ok {
@@ -91,7 +91,7 @@ func lister(t *testing.T, nodes ...*corev1.Node) corelisters.NodeLister {
 // a unit, and a node whose Ready condition is missing.
 func fixture(t *testing.T) (status.Health, corelisters.NodeLister) {
 	h := fakeHealth{
-		judgements: map[string]health.Judgement{
+		tallies: map[string]health.Tally{
 			"a": {Verdict: atollv1.Verdict_VERDICT_HEALTHY, Healthy: 2, Normal: 2, Checkers: 2, Since: t0.Add(-time.Hour), LastVote: t0.Add(-2 * time.Second)},
 			"b": {Verdict: atollv1.Verdict_VERDICT_HEALTHY, Healthy: 1, Undecided: 1, Normal: 1, Abnormal: 1, Checkers: 2, Since: t0.Add(-time.Minute), LastVote: t0.Add(-time.Second)},
 			"c": {Verdict: atollv1.Verdict_VERDICT_NONE, Since: time.Unix(0, 0)},

@@ -22,7 +22,7 @@ import (
 
 type noHealth struct{}
 
-func (noHealth) Judge(string) health.Judgement                  { return health.Judgement{} }
+func (noHealth) Tally(string) health.Tally                  { return health.Tally{} }
 func (noHealth) Protected(string) bool                          { return false }
 func (noHealth) UnitState(string) (health.UnitState, time.Time) { return "", time.Time{} }
 

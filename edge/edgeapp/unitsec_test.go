@@ -83,12 +83,13 @@ func (e edge) metric(t *testing.T, name, match string) float64 {
 	return sum
 }
 
-// voteLog records, at the hub, every vote of the unit: the entries of its
-// ballots.
+// voteLog records, at the hub, every vote of the unit's ballots, with its
+// voter.
 type voteLog struct {
-	mu    sync.Mutex
-	votes []*atollv1.Vote
-	at    []time.Time
+	mu     sync.Mutex
+	votes  []*atollv1.Vote
+	voters []string
+	at     []time.Time
 }
 
 func recordVotes(t *testing.T, h *hub.Hub) *voteLog {
@@ -101,8 +102,8 @@ func recordVotes(t *testing.T, h *hub.Hub) *voteLog {
 	l := &voteLog{}
 	if _, err := events.Subscribe(nc, events.BallotSubjects, "test-ballots", func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
 		l.mu.Lock()
-		for _, v := range events.BallotVotes(ev.Msg) {
-			l.votes, l.at = append(l.votes, v), append(l.at, time.Now())
+		for _, v := range ev.Msg.GetVotes() {
+			l.votes, l.voters, l.at = append(l.votes, v), append(l.voters, ev.Msg.GetVoter()), append(l.at, time.Now())
 		}
 		l.mu.Unlock()
 		return nil
@@ -122,7 +123,7 @@ func (l *voteLog) since(from int, voter, node string) ([]*atollv1.Vote, []time.T
 	var vs []*atollv1.Vote
 	var ts []time.Time
 	for i := from; i < len(l.votes); i++ {
-		if v := l.votes[i]; v.GetVoter() == voter && v.GetNode() == node {
+		if v := l.votes[i]; l.voters[i] == voter && v.GetNode() == node {
 			vs, ts = append(vs, v), append(ts, l.at[i])
 		}
 	}

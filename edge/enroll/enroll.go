@@ -137,57 +137,7 @@ func (c Config) Validate() error {
 // due reports whether credentials c need renewing: past RenewAt of their
 // lifetime, or scoped to another unit than the node's.
 func (e *Enroller) due(c *jwt.UserClaims) bool {
-	return e.expiring(c) || e.unitDue(c) || e.permsDue(c)
-}
-
-// permsDue: the credentials, issued by a cloud from before ballots or
-// before the republished views, do not let the node publish its ballot
-// or hear its views as the hub republishes them (asked again at most
-// every unitRenewPause): fresh ones carry the current permissions.
-func (e *Enroller) permsDue(c *jwt.UserClaims) bool {
-	return time.Since(e.lastRenew) >= unitRenewPause &&
-		(!AllowsBallot(c, e.node.Name()) || !HearsRepublishedViews(c, e.node.Name()))
-}
-
-// HearsRepublishedViews reports whether credentials c let node hear its
-// assignment where the hub republishes it (edge/viewfeed follows its
-// views there; with credentials from before, views arrive only with the
-// feeds' checks, minutes late).
-func HearsRepublishedViews(c *jwt.UserClaims, node string) bool {
-	assign, err := events.AssignmentSubject(strings.ToLower(node))
-	if err != nil {
-		return true // not a subject this node can have: nothing to renew for
-	}
-	subj, err := events.Republished(assign)
-	if err != nil {
-		return true
-	}
-	for _, f := range c.Sub.Allow {
-		if events.SubjectMatches(strings.ToLower(f), subj) {
-			return true
-		}
-	}
-	return false
-}
-
-// AllowsBallot reports whether credentials c let node publish its ballot
-// in the unit they are scoped to (true for credentials of no unit, which
-// have no ballot to send).
-func AllowsBallot(c *jwt.UserClaims, node string) bool {
-	unit := unitOf(c)
-	if unit == "" {
-		return true
-	}
-	subj, err := events.BallotSubject(unit, strings.ToLower(node))
-	if err != nil {
-		return true // not a subject this node can have: nothing to renew for
-	}
-	for _, f := range c.Pub.Allow {
-		if events.SubjectMatches(strings.ToLower(f), subj) {
-			return true
-		}
-	}
-	return false
+	return e.expiring(c) || e.unitDue(c)
 }
 
 // expiring: past RenewAt of the credentials' lifetime.
@@ -306,13 +256,13 @@ func (e *Enroller) step(ctx context.Context) error {
 	if !e.due(c) {
 		return nil
 	}
-	expiring, stale := e.expiring(c), !AllowsBallot(c, name)
+	expiring := e.expiring(c)
 	e.lastRenew = time.Now()
 	fresh, err := Renew(ctx, nc, name, e.node.PublicKey())
 	if err != nil {
 		return err
 	}
-	if fc, err := jwt.DecodeUserClaims(fresh); err == nil && !expiring && unitOf(fc) == unitOf(c) && !(stale && AllowsBallot(fc, name)) {
+	if fc, err := jwt.DecodeUserClaims(fresh); err == nil && !expiring && unitOf(fc) == unitOf(c) {
 		// The cloud does not see the unit change yet (or sees another
 		// one): keep the link as it is rather than bounce it for the
 		// same permissions.

@@ -63,7 +63,7 @@ func report(checker string) *atollv1.ProbeReport {
 func ballot(voter string) *atollv1.Ballot {
 	b := &atollv1.Ballot{Voter: voter, Unit: "u1", Members: 11, Time: timestamppb.Now(), Ttl: durationpb.New(75 * time.Second)}
 	for i := range 10 {
-		b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: fmt.Sprintf("node-%02d", i), Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 10, Since: timestamppb.Now()})
+		b.Votes = append(b.Votes, &atollv1.Vote{Node: fmt.Sprintf("node-%02d", i), Verdict: atollv1.Verdict_VERDICT_HEALTHY, Normal: 10, Since: timestamppb.Now()})
 	}
 	return b
 }

@@ -37,8 +37,8 @@ func (c *clocked) report() {
 	}
 }
 
-func entry(b *atollv1.Ballot, node string) *atollv1.BallotEntry {
-	for _, e := range b.GetEntries() {
+func entry(b *atollv1.Ballot, node string) *atollv1.Vote {
+	for _, e := range b.GetVotes() {
 		if e.GetNode() == node {
 			return e
 		}
@@ -54,7 +54,7 @@ func TestBallotOnChangeAtOnce(t *testing.T) {
 	c := newClocked(t)
 	c.report()
 	b := c.v.Evaluate()
-	if b == nil || b.GetKeepalive() || len(b.GetEntries()) != 2 || entry(b, "n1") != nil {
+	if b == nil || b.GetKeepalive() || len(b.GetVotes()) != 2 || entry(b, "n1") != nil {
 		t.Fatalf("first ballot = %v, want a change ballot about n2 and n3", b)
 	}
 	if got := entry(b, "n2").GetVerdict(); got != atollv1.Verdict_VERDICT_HEALTHY {
@@ -229,13 +229,13 @@ func TestBallotOnMembershipChange(t *testing.T) {
 	c.now = c.now.Add(time.Second)
 	c.v.setMembers(view("n1", "n2"))
 	b := c.v.Evaluate()
-	if b == nil || len(b.GetEntries()) != 1 || entry(b, "n2") == nil || b.GetMembers() != 2 {
+	if b == nil || len(b.GetVotes()) != 1 || entry(b, "n2") == nil || b.GetMembers() != 2 {
 		t.Fatalf("after n3 left: %v, want a ballot about n2 alone", b)
 	}
 	c.now = c.now.Add(time.Second)
 	c.v.setMembers(view("n1", "n2", "n3", "n4"))
 	b = c.v.Evaluate()
-	if b == nil || len(b.GetEntries()) != 3 || entry(b, "n4") == nil {
+	if b == nil || len(b.GetVotes()) != 3 || entry(b, "n4") == nil {
 		t.Fatalf("after n3 and n4 joined: %v, want a ballot about n2, n3, n4", b)
 	}
 }

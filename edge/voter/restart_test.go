@@ -219,7 +219,7 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 	t.Cleanup(func() { stopVoter(); wg.Wait() })
 
 	healthy := func(b *atollv1.Ballot) bool {
-		votes := events.BallotVotes(b)
+		votes := b.GetVotes()
 		for _, vote := range votes {
 			if vote.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY {
 				return false
@@ -291,7 +291,7 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 	}
 	for _, sb := range all {
 		if !healthy(sb.ballot) {
-			t.Errorf("ballot made at %v is not healthy on b and c: %v", sb.ballot.GetTime().AsTime(), sb.ballot.GetEntries())
+			t.Errorf("ballot made at %v is not healthy on b and c: %v", sb.ballot.GetTime().AsTime(), sb.ballot.GetVotes())
 		}
 		if !prev.IsZero() && sb.stored.Sub(prev) > cfg.TTL {
 			t.Errorf("ballots stored %v apart (at %v and %v): the cloud's count expired", sb.stored.Sub(prev), prev, sb.stored)

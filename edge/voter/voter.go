@@ -423,13 +423,13 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	fresh := func(r *atollv1.ProbeReport) bool { return v.cfg.Fresh(r.GetReportTime().AsTime(), now) }
 	counts := map[atollv1.Verdict]int{}
 	tally := Tally(v.reports, fresh)
-	prev := map[string]*atollv1.BallotEntry{}
-	for _, e := range v.ballot.GetEntries() {
+	prev := map[string]*atollv1.Vote{}
+	for _, e := range v.ballot.GetVotes() {
 		prev[e.GetNode()] = e
 	}
 	changed := v.ballot == nil || (conn != 0 && conn != v.conn)
 	v.conn = conn
-	entries := make([]*atollv1.BallotEntry, 0, len(v.member))
+	entries := make([]*atollv1.Vote, 0, len(v.member))
 	for node := range v.member {
 		normal, abnormal := tally[node].Normal, tally[node].Abnormal
 		verdict := Decide(len(v.member), normal, abnormal)
@@ -446,7 +446,7 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 		if p, ok := prev[node]; !ok || p.GetVerdict() != verdict || p.GetNormal() != uint32(normal) || p.GetAbnormal() != uint32(abnormal) {
 			changed = true
 		}
-		entries = append(entries, &atollv1.BallotEntry{Node: node, Verdict: verdict, Normal: uint32(normal), Abnormal: uint32(abnormal), Since: timestamppb.New(since)})
+		entries = append(entries, &atollv1.Vote{Node: node, Verdict: verdict, Normal: uint32(normal), Abnormal: uint32(abnormal), Since: timestamppb.New(since)})
 	}
 	if len(entries) != len(prev) {
 		changed = true // a member left
@@ -462,9 +462,9 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	due := changed || now.Sub(v.ballot.GetTime().AsTime()) >= v.cfg.KeepAlive
 	var b *atollv1.Ballot
 	if due {
-		slices.SortFunc(entries, func(a, b *atollv1.BallotEntry) int { return strings.Compare(a.GetNode(), b.GetNode()) })
+		slices.SortFunc(entries, func(a, b *atollv1.Vote) int { return strings.Compare(a.GetNode(), b.GetNode()) })
 		b = &atollv1.Ballot{Voter: v.self, Unit: unit, Time: timestamppb.New(now), Members: uint32(len(v.member)),
-			Entries: entries, Ttl: durationpb.New(v.cfg.TTL), Keepalive: !changed}
+			Votes: entries, Ttl: durationpb.New(v.cfg.TTL), Keepalive: !changed}
 		v.ballot = b
 	}
 	box := v.out

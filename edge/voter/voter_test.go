@@ -157,8 +157,8 @@ func newMembers(unit string, names ...string) *members {
 func (m *members) Current() membership.View { m.mu.Lock(); defer m.mu.Unlock(); return m.view }
 func (m *members) Changes() <-chan struct{} { return m.ch }
 
-// votes records the latest vote per judged node as the hub sees them (the
-// entries of the ballots it sees).
+// votes records the latest vote per node as the hub sees them (in the
+// ballots it sees).
 type votes struct {
 	mu      sync.Mutex
 	got     map[string]*atollv1.Vote
@@ -213,8 +213,10 @@ func unitLogging(t *testing.T, cfg Config, mem *members, log *slog.Logger) (*Vot
 	seen := &votes{got: map[string]*atollv1.Vote{}}
 	if _, err := events.Subscribe(hub, events.BallotSubjects, "test", func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
 		seen.mu.Lock()
-		for _, vote := range events.BallotVotes(ev.Msg) {
-			seen.got[vote.GetNode()] = vote
+		for _, vote := range ev.Msg.GetVotes() {
+			if vote.GetNode() != ev.Msg.GetVoter() {
+				seen.got[vote.GetNode()] = vote
+			}
 		}
 		seen.ballots = append(seen.ballots, ev.Msg)
 		seen.mu.Unlock()

@@ -212,7 +212,7 @@ func (e *env) site(t *testing.T, unit string, n int, agents bool) []string {
 		// itself never counts. A scenario that cut a node whose verdict
 		// was not yet written would test nothing.
 		for _, node := range nodes {
-			if j := e.bed.Health.Judge(node); int(j.Checkers) != n-1 {
+			if j := e.bed.Health.Tally(node); int(j.Checkers) != n-1 {
 				return fmt.Errorf("unit %s: %d of the %d other checkers report on %s", unit, j.Checkers, n-1, node)
 			}
 			if err := e.verdict(node, "healthy"); err != nil {
@@ -333,7 +333,7 @@ func (e *env) verdict(node, want string) error {
 		return err
 	}
 	if got := n.Annotations[wellknown.AnnotationVerdict]; got != want {
-		j := e.bed.Health.Judge(node)
+		j := e.bed.Health.Tally(node)
 		return fmt.Errorf("%s verdict annotation %q, want %q (votes healthy=%d,unhealthy=%d,none=%d; freshest: normal=%d,abnormal=%d,checkers=%d)",
 			node, got, want, j.Healthy, j.Unhealthy, j.Undecided, j.Normal, j.Abnormal, j.Checkers)
 	}
@@ -567,7 +567,7 @@ func healthMatrix(t *testing.T, e *env) {
 		}
 		x := nodes[0]
 		poll.Eventually(t, 20*time.Second, func() error {
-			if j := e.bed.Health.Judge(x); j.Normal != 2 || j.Abnormal != 2 {
+			if j := e.bed.Health.Tally(x); j.Normal != 2 || j.Abnormal != 2 {
 				return fmt.Errorf("freshest vote on %s: normal=%d abnormal=%d, want 2 against 2", x, j.Normal, j.Abnormal)
 			}
 			return e.verdict(x, "none")
@@ -590,7 +590,7 @@ func healthMatrix(t *testing.T, e *env) {
 		// The freshest vote's counts, as atoll-cloud reads them (`atoll
 		// status` shows the same).
 		votes := func(node string) string {
-			j := e.bed.Health.Judge(node)
+			j := e.bed.Health.Tally(node)
 			return fmt.Sprintf("normal=%d,abnormal=%d,checkers=%d", j.Normal, j.Abnormal, j.Checkers)
 		}
 		poll.Eventually(t, 20*time.Second, func() error {

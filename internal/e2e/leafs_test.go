@@ -79,7 +79,7 @@ func TestHubServerLoss(t *testing.T) {
 			annotated[n.Name] = n.Annotations[wellknown.AnnotationVerdict]
 		}
 		for _, n := range nodes {
-			j := e.bed.Health.Judge(n)
+			j := e.bed.Health.Tally(n)
 			if j.Verdict != atollv1.Verdict_VERDICT_HEALTHY || j.Healthy != perUnit-1 {
 				return fmt.Errorf("%s: cloud verdict %s with %d healthy votes, want healthy by its %d others", n, j.Verdict, j.Healthy, perUnit-1)
 			}

@@ -16,18 +16,9 @@ const (
 const (
 	// AnnotationVerdict is the peers' verdict: healthy, unhealthy or none.
 	AnnotationVerdict = "atoll.io/health-verdict"
-	// AnnotationVotes counted the fresh votes. It is no longer written
-	// (the counts moved with every report and rewrote Nodes; `atoll
-	// status` and the metrics show them) and is removed where found.
-	AnnotationVotes = "atoll.io/health-votes"
 	// AnnotationVerdictSince is when the cloud first saw the current
 	// verdict (RFC 3339).
 	AnnotationVerdictSince = "atoll.io/health-verdict-since"
-	// AnnotationDisruption held the node's unit's disruption state. It is
-	// no longer written (it rewrote every node of a unit when one was lost
-	// or found; the metric and `atoll status` show the state) and is
-	// removed where found.
-	AnnotationDisruption = "atoll.io/unit-disruption"
 	// AnnotationHoldUntil is when the hold of a fully disrupted unit ends.
 	AnnotationHoldUntil = "atoll.io/unit-hold-until"
 )

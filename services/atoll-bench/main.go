@@ -224,7 +224,7 @@ func latency(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	if err := bed.DeployWeb(ctx, "bench", names); err != nil {
 		return err
 	}
-	verdict := func(node string) atollv1.Verdict { return bed.Health.Judge(node).Verdict }
+	verdict := func(node string) atollv1.Verdict { return bed.Health.Tally(node).Verdict }
 	healthyAll := func() bool {
 		for _, n := range nodes {
 			if verdict(n.Name) != atollv1.Verdict_VERDICT_HEALTHY {

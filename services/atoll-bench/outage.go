@@ -223,11 +223,11 @@ func emulateVoter(ctx context.Context, f *fleet, nc *nats.Conn, js jetstream.Jet
 				continue
 			}
 			v, since, dead := f.verdict(m)
-			e := &atollv1.BallotEntry{Node: m, Verdict: v, Normal: uint32(len(members) - 2), Since: start}
+			e := &atollv1.Vote{Node: m, Verdict: v, Normal: uint32(len(members) - 2), Since: start}
 			if dead {
 				e.Normal, e.Abnormal, e.Since = 0, uint32(len(members)-2), timestamppb.New(since)
 			}
-			b.Entries = append(b.Entries, e)
+			b.Votes = append(b.Votes, e)
 		}
 		pctx, cancel := context.WithTimeout(ctx, vc.AckTimeout)
 		_, _ = events.PublishDurable(pctx, js, bsubj, b, node+"@"+strconv.FormatInt(now.UnixNano(), 16))

@@ -555,7 +555,7 @@ func emulateAgent(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, no
 				Ttl: durationpb.New(vc.TTL), Keepalive: true}
 			for _, m := range members {
 				if m != node {
-					b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: m, Verdict: atollv1.Verdict_VERDICT_HEALTHY,
+					b.Votes = append(b.Votes, &atollv1.Vote{Node: m, Verdict: atollv1.Verdict_VERDICT_HEALTHY,
 						Normal: uint32(len(members) - 2), Since: since})
 				}
 			}

@@ -75,7 +75,7 @@ func model(unit string, n int) (report, ballot int, routeOut, leafOut float64) {
 	report = wire(subj, r, r.Checker+"@lz8x1k2j3-12345")
 	b := &atollv1.Ballot{Voter: unit + "-1", Unit: unit, Members: uint32(n), Time: timestamppb.Now(), Ttl: durationpb.New(v.TTL), Keepalive: true}
 	for i := 2; i <= n; i++ {
-		b.Entries = append(b.Entries, &atollv1.BallotEntry{Node: fmt.Sprintf("%s-%d", unit, i), Verdict: atollv1.Verdict_VERDICT_HEALTHY,
+		b.Votes = append(b.Votes, &atollv1.Vote{Node: fmt.Sprintf("%s-%d", unit, i), Verdict: atollv1.Verdict_VERDICT_HEALTHY,
 			Normal: uint32(n - 1), Since: timestamppb.Now()})
 	}
 	bsubj, _ := events.BallotSubject(unit, b.Voter)
@@ -98,7 +98,7 @@ func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	// Let membership, routes and verdicts settle before measuring.
 	if _, err := poll(ctx, 2*time.Minute, func() bool {
 		for _, n := range nodes {
-			if bed.Health.Judge(n.Name).Verdict != atollv1.Verdict_VERDICT_HEALTHY || len(n.NATS().Status().RoutedPeers) != len(nodes)-1 {
+			if bed.Health.Tally(n.Name).Verdict != atollv1.Verdict_VERDICT_HEALTHY || len(n.NATS().Status().RoutedPeers) != len(nodes)-1 {
 				return false
 			}
 		}

@@ -58,7 +58,7 @@ func printStatus(ctx context.Context, out io.Writer, bed *testbed.Bed) {
 		if t == "" {
 			t = "-"
 		}
-		j := bed.Health.Judge(n.Name)
+		j := bed.Health.Tally(n.Name)
 		verdict := fmt.Sprintf("%s %d/%d/%d", health.VerdictName(j.Verdict), j.Healthy, j.Unhealthy, j.Undecided)
 		state, _ := bed.Health.UnitState(n.Unit)
 		protected := "-"

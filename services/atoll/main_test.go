@@ -21,7 +21,7 @@ import (
 )
 
 func TestDecode(t *testing.T) {
-	v := &atollv1.Vote{Voter: "a", Node: "b", Unit: "u1", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, Abnormal: 2, Checkers: 3}
+	v := &atollv1.Ballot{Voter: "a", Unit: "u1", Votes: []*atollv1.Vote{{Node: "b", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, Abnormal: 2}}}
 	data, _ := proto.Marshal(v)
 	tests := []struct {
 		name string
@@ -30,9 +30,9 @@ func TestDecode(t *testing.T) {
 		want string // substring of the output, or of the error
 		fail bool
 	}{
-		{"by type", []string{"decode", "--type", "atoll.v1.Vote"}, data, `"verdict": "VERDICT_UNHEALTHY"`, false},
-		{"by subject", []string{"decode", "--subject", "atoll.health.vote.u1.b.a", "--compact"}, data, `"voter":"a"`, false},
-		{"garbage", []string{"decode", "--type", "atoll.v1.Vote"}, []byte{0xff, 0xff}, "undecodable", true},
+		{"by type", []string{"decode", "--type", "atoll.v1.Ballot"}, data, `"verdict": "VERDICT_UNHEALTHY"`, false},
+		{"by subject", []string{"decode", "--subject", "atoll.health.ballot.u1.a", "--compact"}, data, `"voter":"a"`, false},
+		{"garbage", []string{"decode", "--type", "atoll.v1.Ballot"}, []byte{0xff, 0xff}, "undecodable", true},
 		{"unknown type", []string{"decode", "--type", "google.protobuf.Duration"}, data, "unknown message type", true},
 		{"unknown subject", []string{"decode", "--subject", "foo.bar"}, data, "not in catalog", true},
 		{"nothing", []string{"decode"}, data, "give --type or --subject", true},
@@ -69,13 +69,13 @@ func TestEventsTail(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"events", "tail", "--server", h.ClientURL(), "--creds", natstest.OperatorCreds(t, h.Issuer()), "atoll.health.>"}, nil, &out)
 	}()
-	subj, _ := events.VoteSubject("u1", "b", "a")
+	subj, _ := events.BallotSubject("u1", "a")
 	poll.Eventually(t, 10*time.Second, func() error {
-		if err := events.Publish(nc, subj, &atollv1.Vote{Voter: "a", Node: "b", Unit: "u1", Verdict: atollv1.Verdict_VERDICT_HEALTHY}, ""); err != nil {
+		if err := events.Publish(nc, subj, &atollv1.Ballot{Voter: "a", Unit: "u1", Votes: []*atollv1.Vote{{Node: "b", Verdict: atollv1.Verdict_VERDICT_HEALTHY}}}, ""); err != nil {
 			return err
 		}
 		if !strings.Contains(out.String(), "VERDICT_HEALTHY") {
-			return poll.Errorf("no decoded vote in %q", out.String())
+			return poll.Errorf("no decoded ballot in %q", out.String())
 		}
 		return nil
 	})
@@ -83,7 +83,7 @@ func TestEventsTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 10*time.Second, func() error {
-		if got := out.String(); !strings.Contains(got, "atoll.health.vote.u1.b.a atoll.v1.Vote {") || !strings.Contains(got, "undecodable") {
+		if got := out.String(); !strings.Contains(got, "atoll.health.ballot.u1.a atoll.v1.Ballot {") || !strings.Contains(got, "undecodable") {
 			return poll.Errorf("tail printed %q", got)
 		}
 		return nil

@@ -88,11 +88,11 @@ site-c  FullDisruption  2026-05-01T09:59:57Z (ended 3s ago)
 // u3's n4 has no peer verdict.
 type fakeHealth struct{ hold time.Time }
 
-func (fakeHealth) Judge(node string) health.Judgement {
+func (fakeHealth) Tally(node string) health.Tally {
 	if node == "n2" || node == "n5" {
-		return health.Judgement{Verdict: atollv1.Verdict_VERDICT_HEALTHY, Healthy: 2, Normal: 2, Checkers: 2, LastVote: time.Now()}
+		return health.Tally{Verdict: atollv1.Verdict_VERDICT_HEALTHY, Healthy: 2, Normal: 2, Checkers: 2, LastVote: time.Now()}
 	}
-	return health.Judgement{Verdict: atollv1.Verdict_VERDICT_NONE}
+	return health.Tally{Verdict: atollv1.Verdict_VERDICT_NONE}
 }
 func (fakeHealth) Protected(node string) bool { return node == "n2" || node == "n3" }
 func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {

@@ -23,14 +23,15 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Ballot is one voter's verdicts on every other member of its unit, in one
-// message. Subject: atoll.health.ballot.<unit>.<voter>.
+// Ballot is one voter's votes on every other member of its unit, in one
+// message: the only health message a voter sends to the cloud. Subject:
+// atoll.health.ballot.<unit>.<voter>.
 //
 // A voter publishes a ballot when a verdict (or the unit's membership)
 // changes, at once and retried until the hub's stream acknowledges it, and
 // otherwise only as a keep-alive every keep-alive period. The cloud counts
-// each entry as that voter's vote about the entry's node until the first of:
-// a newer ballot of the voter (it replaces every entry), the ballot's ttl
+// each vote until the first of: a newer ballot of the voter (it replaces
+// every vote), the ballot's ttl
 // after the hub stored it, or the hub reporting the voter's leaf connection
 // closed after the ballot was stored.
 type Ballot struct {
@@ -44,8 +45,8 @@ type Ballot struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// Unit members known to the voter, the voter included.
 	Members uint32 `protobuf:"varint,4,opt,name=members,proto3" json:"members,omitempty"`
-	// One entry per member other than the voter.
-	Entries []*BallotEntry `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
+	// One vote per member other than the voter, sorted by node.
+	Votes []*Vote `protobuf:"bytes,5,rep,name=votes,proto3" json:"votes,omitempty"`
 	// How long the cloud may count this ballot after storing it: a few
 	// keep-alive periods.
 	Ttl *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -113,9 +114,9 @@ func (x *Ballot) GetMembers() uint32 {
 	return 0
 }
 
-func (x *Ballot) GetEntries() []*BallotEntry {
+func (x *Ballot) GetVotes() []*Vote {
 	if x != nil {
-		return x.Entries
+		return x.Votes
 	}
 	return nil
 }
@@ -134,8 +135,9 @@ func (x *Ballot) GetKeepalive() bool {
 	return false
 }
 
-// BallotEntry is the voter's verdict on one member.
-type BallotEntry struct {
+// Vote is the voter's verdict on one member of its unit, from the unit's
+// fresh probe reports about it.
+type Vote struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The node judged.
 	Node    string  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -150,20 +152,20 @@ type BallotEntry struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *BallotEntry) Reset() {
-	*x = BallotEntry{}
+func (x *Vote) Reset() {
+	*x = Vote{}
 	mi := &file_atoll_v1_ballot_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *BallotEntry) String() string {
+func (x *Vote) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*BallotEntry) ProtoMessage() {}
+func (*Vote) ProtoMessage() {}
 
-func (x *BallotEntry) ProtoReflect() protoreflect.Message {
+func (x *Vote) ProtoReflect() protoreflect.Message {
 	mi := &file_atoll_v1_ballot_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -175,40 +177,40 @@ func (x *BallotEntry) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use BallotEntry.ProtoReflect.Descriptor instead.
-func (*BallotEntry) Descriptor() ([]byte, []int) {
+// Deprecated: Use Vote.ProtoReflect.Descriptor instead.
+func (*Vote) Descriptor() ([]byte, []int) {
 	return file_atoll_v1_ballot_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *BallotEntry) GetNode() string {
+func (x *Vote) GetNode() string {
 	if x != nil {
 		return x.Node
 	}
 	return ""
 }
 
-func (x *BallotEntry) GetVerdict() Verdict {
+func (x *Vote) GetVerdict() Verdict {
 	if x != nil {
 		return x.Verdict
 	}
 	return Verdict_VERDICT_UNSPECIFIED
 }
 
-func (x *BallotEntry) GetNormal() uint32 {
+func (x *Vote) GetNormal() uint32 {
 	if x != nil {
 		return x.Normal
 	}
 	return 0
 }
 
-func (x *BallotEntry) GetAbnormal() uint32 {
+func (x *Vote) GetAbnormal() uint32 {
 	if x != nil {
 		return x.Abnormal
 	}
 	return 0
 }
 
-func (x *BallotEntry) GetSince() *timestamppb.Timestamp {
+func (x *Vote) GetSince() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Since
 	}
@@ -219,16 +221,16 @@ var File_atoll_v1_ballot_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_ballot_proto_rawDesc = "" +
 	"\n" +
-	"\x15atoll/v1/ballot.proto\x12\batoll.v1\x1a\x15atoll/v1/health.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x01\n" +
+	"\x15atoll/v1/ballot.proto\x12\batoll.v1\x1a\x15atoll/v1/health.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x01\n" +
 	"\x06Ballot\x12\x14\n" +
 	"\x05voter\x18\x01 \x01(\tR\x05voter\x12\x12\n" +
 	"\x04unit\x18\x02 \x01(\tR\x04unit\x12.\n" +
 	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
-	"\amembers\x18\x04 \x01(\rR\amembers\x12/\n" +
-	"\aentries\x18\x05 \x03(\v2\x15.atoll.v1.BallotEntryR\aentries\x12+\n" +
+	"\amembers\x18\x04 \x01(\rR\amembers\x12$\n" +
+	"\x05votes\x18\x05 \x03(\v2\x0e.atoll.v1.VoteR\x05votes\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1c\n" +
-	"\tkeepalive\x18\a \x01(\bR\tkeepalive\"\xb4\x01\n" +
-	"\vBallotEntry\x12\x12\n" +
+	"\tkeepalive\x18\a \x01(\bR\tkeepalive\"\xad\x01\n" +
+	"\x04Vote\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12+\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x11.atoll.v1.VerdictR\averdict\x12\x16\n" +
 	"\x06normal\x18\x03 \x01(\rR\x06normal\x12\x1a\n" +
@@ -250,17 +252,17 @@ func file_atoll_v1_ballot_proto_rawDescGZIP() []byte {
 var file_atoll_v1_ballot_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_atoll_v1_ballot_proto_goTypes = []any{
 	(*Ballot)(nil),                // 0: atoll.v1.Ballot
-	(*BallotEntry)(nil),           // 1: atoll.v1.BallotEntry
+	(*Vote)(nil),                  // 1: atoll.v1.Vote
 	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),   // 3: google.protobuf.Duration
 	(Verdict)(0),                  // 4: atoll.v1.Verdict
 }
 var file_atoll_v1_ballot_proto_depIdxs = []int32{
 	2, // 0: atoll.v1.Ballot.time:type_name -> google.protobuf.Timestamp
-	1, // 1: atoll.v1.Ballot.entries:type_name -> atoll.v1.BallotEntry
+	1, // 1: atoll.v1.Ballot.votes:type_name -> atoll.v1.Vote
 	3, // 2: atoll.v1.Ballot.ttl:type_name -> google.protobuf.Duration
-	4, // 3: atoll.v1.BallotEntry.verdict:type_name -> atoll.v1.Verdict
-	2, // 4: atoll.v1.BallotEntry.since:type_name -> google.protobuf.Timestamp
+	4, // 3: atoll.v1.Vote.verdict:type_name -> atoll.v1.Verdict
+	2, // 4: atoll.v1.Vote.since:type_name -> google.protobuf.Timestamp
 	5, // [5:5] is the sub-list for method output_type
 	5, // [5:5] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name

@@ -26,7 +26,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Verdict is the unit majority's view of one node.
+// Verdict is what a voter concludes about one peer from its unit's fresh
+// probe reports (a Vote), and what the cloud concludes from the votes.
 type Verdict int32
 
 const (
@@ -351,141 +352,6 @@ func (x *PluginResult) GetError() string {
 	return ""
 }
 
-// Vote is one voter's computation of a node's verdict from the unit's
-// fresh probe reports. Subject: atoll.health.vote.<unit>.<node>.<voter>.
-type Vote struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Node name of the voter; must equal the <voter> subject token.
-	Voter string `protobuf:"bytes,1,opt,name=voter,proto3" json:"voter,omitempty"`
-	// The node judged; must equal the <node> subject token.
-	Node    string  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Unit    string  `protobuf:"bytes,3,opt,name=unit,proto3" json:"unit,omitempty"`
-	Verdict Verdict `protobuf:"varint,4,opt,name=verdict,proto3,enum=atoll.v1.Verdict" json:"verdict,omitempty"`
-	// Fresh checkers that see the node normal.
-	Normal uint32 `protobuf:"varint,5,opt,name=normal,proto3" json:"normal,omitempty"`
-	// Fresh checkers that see the node abnormal.
-	Abnormal uint32 `protobuf:"varint,6,opt,name=abnormal,proto3" json:"abnormal,omitempty"`
-	// Checkers with a fresh report about the node (normal + abnormal).
-	Checkers uint32 `protobuf:"varint,7,opt,name=checkers,proto3" json:"checkers,omitempty"`
-	// Unit members known to the voter.
-	Members uint32 `protobuf:"varint,8,opt,name=members,proto3" json:"members,omitempty"`
-	// When the vote was computed, by the voter's clock.
-	Time *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=time,proto3" json:"time,omitempty"`
-	// Since when the verdict has held, by the voter's clock.
-	Since *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=since,proto3" json:"since,omitempty"`
-	// How long the cloud may treat this vote as current.
-	Ttl           *durationpb.Duration `protobuf:"bytes,11,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Vote) Reset() {
-	*x = Vote{}
-	mi := &file_atoll_v1_health_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Vote) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Vote) ProtoMessage() {}
-
-func (x *Vote) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_health_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Vote.ProtoReflect.Descriptor instead.
-func (*Vote) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_health_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *Vote) GetVoter() string {
-	if x != nil {
-		return x.Voter
-	}
-	return ""
-}
-
-func (x *Vote) GetNode() string {
-	if x != nil {
-		return x.Node
-	}
-	return ""
-}
-
-func (x *Vote) GetUnit() string {
-	if x != nil {
-		return x.Unit
-	}
-	return ""
-}
-
-func (x *Vote) GetVerdict() Verdict {
-	if x != nil {
-		return x.Verdict
-	}
-	return Verdict_VERDICT_UNSPECIFIED
-}
-
-func (x *Vote) GetNormal() uint32 {
-	if x != nil {
-		return x.Normal
-	}
-	return 0
-}
-
-func (x *Vote) GetAbnormal() uint32 {
-	if x != nil {
-		return x.Abnormal
-	}
-	return 0
-}
-
-func (x *Vote) GetCheckers() uint32 {
-	if x != nil {
-		return x.Checkers
-	}
-	return 0
-}
-
-func (x *Vote) GetMembers() uint32 {
-	if x != nil {
-		return x.Members
-	}
-	return 0
-}
-
-func (x *Vote) GetTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.Time
-	}
-	return nil
-}
-
-func (x *Vote) GetSince() *timestamppb.Timestamp {
-	if x != nil {
-		return x.Since
-	}
-	return nil
-}
-
-func (x *Vote) GetTtl() *durationpb.Duration {
-	if x != nil {
-		return x.Ttl
-	}
-	return nil
-}
-
 var File_atoll_v1_health_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_health_proto_rawDesc = "" +
@@ -513,20 +379,7 @@ const file_atoll_v1_health_proto_rawDesc = "" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x1a\n" +
 	"\battempts\x18\x05 \x01(\rR\battempts\x123\n" +
 	"\alatency\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\xea\x02\n" +
-	"\x04Vote\x12\x14\n" +
-	"\x05voter\x18\x01 \x01(\tR\x05voter\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
-	"\x04unit\x18\x03 \x01(\tR\x04unit\x12+\n" +
-	"\averdict\x18\x04 \x01(\x0e2\x11.atoll.v1.VerdictR\averdict\x12\x16\n" +
-	"\x06normal\x18\x05 \x01(\rR\x06normal\x12\x1a\n" +
-	"\babnormal\x18\x06 \x01(\rR\babnormal\x12\x1a\n" +
-	"\bcheckers\x18\a \x01(\rR\bcheckers\x12\x18\n" +
-	"\amembers\x18\b \x01(\rR\amembers\x12.\n" +
-	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
-	"\x05since\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12+\n" +
-	"\x03ttl\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03ttl*`\n" +
+	"\x05error\x18\a \x01(\tR\x05error*`\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fVERDICT_HEALTHY\x10\x01\x12\x15\n" +
@@ -546,31 +399,26 @@ func file_atoll_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_atoll_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_atoll_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_atoll_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_atoll_v1_health_proto_goTypes = []any{
 	(Verdict)(0),                  // 0: atoll.v1.Verdict
 	(*ProbeReport)(nil),           // 1: atoll.v1.ProbeReport
 	(*PeerResult)(nil),            // 2: atoll.v1.PeerResult
 	(*PluginResult)(nil),          // 3: atoll.v1.PluginResult
-	(*Vote)(nil),                  // 4: atoll.v1.Vote
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
 }
 var file_atoll_v1_health_proto_depIdxs = []int32{
-	5, // 0: atoll.v1.ProbeReport.report_time:type_name -> google.protobuf.Timestamp
-	6, // 1: atoll.v1.ProbeReport.period:type_name -> google.protobuf.Duration
+	4, // 0: atoll.v1.ProbeReport.report_time:type_name -> google.protobuf.Timestamp
+	5, // 1: atoll.v1.ProbeReport.period:type_name -> google.protobuf.Duration
 	2, // 2: atoll.v1.ProbeReport.peers:type_name -> atoll.v1.PeerResult
 	3, // 3: atoll.v1.PeerResult.plugins:type_name -> atoll.v1.PluginResult
-	6, // 4: atoll.v1.PluginResult.latency:type_name -> google.protobuf.Duration
-	0, // 5: atoll.v1.Vote.verdict:type_name -> atoll.v1.Verdict
-	5, // 6: atoll.v1.Vote.time:type_name -> google.protobuf.Timestamp
-	5, // 7: atoll.v1.Vote.since:type_name -> google.protobuf.Timestamp
-	6, // 8: atoll.v1.Vote.ttl:type_name -> google.protobuf.Duration
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	5, // 4: atoll.v1.PluginResult.latency:type_name -> google.protobuf.Duration
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_health_proto_init() }
@@ -584,7 +432,7 @@ func file_atoll_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_health_proto_rawDesc), len(file_atoll_v1_health_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
