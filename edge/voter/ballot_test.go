@@ -37,7 +37,7 @@ func (c *clocked) report() {
 	}
 }
 
-func entry(b *atollv1.Ballot, node string) *atollv1.Vote {
+func voteOn(b *atollv1.Ballot, node string) *atollv1.Vote {
 	for _, e := range b.GetVotes() {
 		if e.GetNode() == node {
 			return e
@@ -54,10 +54,10 @@ func TestBallotOnChangeAtOnce(t *testing.T) {
 	c := newClocked(t)
 	c.report()
 	b := c.v.Evaluate()
-	if b == nil || b.GetKeepalive() || len(b.GetVotes()) != 2 || entry(b, "n1") != nil {
+	if b == nil || b.GetKeepalive() || len(b.GetVotes()) != 2 || voteOn(b, "n1") != nil {
 		t.Fatalf("first ballot = %v, want a change ballot about n2 and n3", b)
 	}
-	if got := entry(b, "n2").GetVerdict(); got != atollv1.Verdict_VERDICT_HEALTHY {
+	if got := voteOn(b, "n2").GetVerdict(); got != atollv1.Verdict_VERDICT_HEALTHY {
 		t.Fatalf("n2 = %v, want healthy", got)
 	}
 	c.now = c.now.Add(250 * time.Millisecond)
@@ -72,7 +72,7 @@ func TestBallotOnChangeAtOnce(t *testing.T) {
 	if b == nil || b.GetKeepalive() {
 		t.Fatalf("verdict change sent %v, want a change ballot at once", b)
 	}
-	if e := entry(b, "n2"); e.GetVerdict() != atollv1.Verdict_VERDICT_UNHEALTHY || !e.GetSince().AsTime().Equal(c.now) {
+	if e := voteOn(b, "n2"); e.GetVerdict() != atollv1.Verdict_VERDICT_UNHEALTHY || !e.GetSince().AsTime().Equal(c.now) {
 		t.Fatalf("n2 = %v, want unhealthy since %v", e, c.now)
 	}
 	if !b.GetTime().AsTime().Equal(c.now) || b.GetTtl().AsDuration() != c.v.cfg.TTL {
@@ -108,7 +108,7 @@ func TestBallotOnCountChange(t *testing.T) {
 	if b == nil || b.GetKeepalive() {
 		t.Fatalf("count change sent %v, want a change ballot", b)
 	}
-	if e := entry(b, "n2"); e.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || e.GetNormal() != 3 {
+	if e := voteOn(b, "n2"); e.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || e.GetNormal() != 3 {
 		t.Fatalf("n2 after n5 went stale = %v, want healthy 3/0", e)
 	}
 }
@@ -147,7 +147,7 @@ func TestBallotKeepAlive(t *testing.T) {
 		if gap := b.GetTime().AsTime().Sub(prev); gap != c.v.cfg.KeepAlive {
 			t.Fatalf("keep-alive %v after the previous ballot, want %v", gap, c.v.cfg.KeepAlive)
 		}
-		if e := entry(b, "n3"); e.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || !e.GetSince().AsTime().Equal(start) {
+		if e := voteOn(b, "n3"); e.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY || !e.GetSince().AsTime().Equal(start) {
 			t.Fatalf("keep-alive carries n3 = %v, want healthy since %v", e, start)
 		}
 		prev = b.GetTime().AsTime()
@@ -229,13 +229,13 @@ func TestBallotOnMembershipChange(t *testing.T) {
 	c.now = c.now.Add(time.Second)
 	c.v.setMembers(view("n1", "n2"))
 	b := c.v.Evaluate()
-	if b == nil || len(b.GetVotes()) != 1 || entry(b, "n2") == nil || b.GetMembers() != 2 {
+	if b == nil || len(b.GetVotes()) != 1 || voteOn(b, "n2") == nil || b.GetMembers() != 2 {
 		t.Fatalf("after n3 left: %v, want a ballot about n2 alone", b)
 	}
 	c.now = c.now.Add(time.Second)
 	c.v.setMembers(view("n1", "n2", "n3", "n4"))
 	b = c.v.Evaluate()
-	if b == nil || len(b.GetVotes()) != 3 || entry(b, "n4") == nil {
+	if b == nil || len(b.GetVotes()) != 3 || voteOn(b, "n4") == nil {
 		t.Fatalf("after n3 and n4 joined: %v, want a ballot about n2, n3, n4", b)
 	}
 }

@@ -429,7 +429,7 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	}
 	changed := v.ballot == nil || (conn != 0 && conn != v.conn)
 	v.conn = conn
-	entries := make([]*atollv1.Vote, 0, len(v.member))
+	votes := make([]*atollv1.Vote, 0, len(v.member))
 	for node := range v.member {
 		normal, abnormal := tally[node].Normal, tally[node].Abnormal
 		verdict := Decide(len(v.member), normal, abnormal)
@@ -446,9 +446,9 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 		if p, ok := prev[node]; !ok || p.GetVerdict() != verdict || p.GetNormal() != uint32(normal) || p.GetAbnormal() != uint32(abnormal) {
 			changed = true
 		}
-		entries = append(entries, &atollv1.Vote{Node: node, Verdict: verdict, Normal: uint32(normal), Abnormal: uint32(abnormal), Since: timestamppb.New(since)})
+		votes = append(votes, &atollv1.Vote{Node: node, Verdict: verdict, Normal: uint32(normal), Abnormal: uint32(abnormal), Since: timestamppb.New(since)})
 	}
-	if len(entries) != len(prev) {
+	if len(votes) != len(prev) {
 		changed = true // a member left
 	}
 	// A ballot still not stored restampAfter after it was made is made
@@ -462,9 +462,9 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	due := changed || now.Sub(v.ballot.GetTime().AsTime()) >= v.cfg.KeepAlive
 	var b *atollv1.Ballot
 	if due {
-		slices.SortFunc(entries, func(a, b *atollv1.Vote) int { return strings.Compare(a.GetNode(), b.GetNode()) })
+		slices.SortFunc(votes, func(a, b *atollv1.Vote) int { return strings.Compare(a.GetNode(), b.GetNode()) })
 		b = &atollv1.Ballot{Voter: v.self, Unit: unit, Time: timestamppb.New(now), Members: uint32(len(v.member)),
-			Votes: entries, Ttl: durationpb.New(v.cfg.TTL), Keepalive: !changed}
+			Votes: votes, Ttl: durationpb.New(v.cfg.TTL), Keepalive: !changed}
 		v.ballot = b
 	}
 	box := v.out
