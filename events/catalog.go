@@ -143,7 +143,7 @@ var (
 		Example: []string{"site-a"},
 	}
 	// ObjectViewFamily: the object views of cloud/topology/objects. The
-	// unit token SharedViewUnit holds what every unit reads, once.
+	// unit token SharedSpace holds what every unit reads, once.
 	ObjectViewFamily = &Family{
 		Name: "object view", Pattern: Root + ".view.<unit>.<kind>.<namespace>.<name>",
 		Transport: TransportStream, Stream: StreamViews,

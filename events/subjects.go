@@ -23,13 +23,13 @@ const (
 	// a unit. It is not a valid Kubernetes label value, so no unit has it.
 	NoUnit = "_"
 
-	// SharedViewUnit is the unit token of the views every unit reads
-	// (cloud/topology/objects): Services, EndpointSlices and Endpoints
-	// (the last two with their endpoints' nodes' topology), stored once
-	// rather than once per unit. A unit name comes from a Kubernetes label
+	// SharedSpace is the unit token of the shared view space, the views
+	// every unit reads (cloud/views/objects): Services, EndpointSlices and
+	// Endpoints (the last two with their endpoints' nodes' values of the
+	// Service's topology keys), stored once rather than once per unit. A unit name comes from a Kubernetes label
 	// value, which cannot start with '_', so no unit has it; ValidUnit
 	// refuses it all the same.
-	SharedViewUnit = "_all"
+	SharedSpace = "_all"
 
 	// HubCluster is the NATS cluster name of the hub's servers. No unit
 	// may take it: a unit's servers form a cluster named after the unit,
@@ -125,14 +125,14 @@ func ValidName(s string) error {
 }
 
 // ValidUnit reports why unit cannot name a unit: it is no valid name, or
-// it is reserved (NoUnit, SharedViewUnit, HubCluster). SharedViewUnit is
+// it is reserved (NoUnit, SharedSpace, HubCluster). SharedSpace is
 // refused explicitly: a unit of that name would read, and be sent, the
 // views shared by every unit as its own.
 func ValidUnit(unit string) error {
 	if err := ValidName(unit); err != nil {
 		return err
 	}
-	if unit == NoUnit || unit == SharedViewUnit || unit == HubCluster {
+	if unit == NoUnit || unit == SharedSpace || unit == HubCluster {
 		return fmt.Errorf("%w: unit name %q is reserved", ErrInvalidToken, unit)
 	}
 	return nil
@@ -241,10 +241,10 @@ func UnitViewSubjects(unit string) (string, error) {
 	return strings.TrimSuffix(ViewSubjects, ">") + Token(unit) + ".>", nil
 }
 
-// SharedViewSubjects matches every view shared by all units
+// SharedSpaceSubjects matches every view of the shared space
 // (atoll.view._all.>).
-func SharedViewSubjects() string {
-	return strings.TrimSuffix(ViewSubjects, ">") + Token(SharedViewUnit) + ".>"
+func SharedSpaceSubjects() string {
+	return strings.TrimSuffix(ViewSubjects, ">") + Token(SharedSpace) + ".>"
 }
 
 // viewRepublishToken is the second token of the republished views.

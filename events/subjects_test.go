@@ -169,32 +169,32 @@ func TestValidUnit(t *testing.T) {
 			t.Errorf("ValidUnit(%q) = %v", u, err)
 		}
 	}
-	for _, u := range []string{"", NoUnit, SharedViewUnit, HubCluster, "a*b", "a b"} {
+	for _, u := range []string{"", NoUnit, SharedSpace, HubCluster, "a*b", "a b"} {
 		if err := ValidUnit(u); !errors.Is(err, ErrInvalidToken) && !errors.Is(err, ErrEmptyToken) {
 			t.Errorf("ValidUnit(%q) = %v, want an invalid-token error", u, err)
 		}
 	}
 }
 
-// TestSharedViewSubjects: the shared views are one wildcard apart from
-// every unit's, and a shared view parses with the SharedViewUnit token.
-func TestSharedViewSubjects(t *testing.T) {
-	if got := SharedViewSubjects(); got != "atoll.view._all.>" {
-		t.Fatalf("SharedViewSubjects() = %q", got)
+// TestSharedSpaceSubjects: the shared views are one wildcard apart from
+// every unit's, and a shared view parses with the SharedSpace token.
+func TestSharedSpaceSubjects(t *testing.T) {
+	if got := SharedSpaceSubjects(); got != "atoll.view._all.>" {
+		t.Fatalf("SharedSpaceSubjects() = %q", got)
 	}
-	s, err := ViewSubject(SharedViewUnit, "services", "default", "web")
+	s, err := ViewSubject(SharedSpace, "services", "default", "web")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !SubjectMatches(SharedViewSubjects(), s) {
-		t.Errorf("%s does not match %s", s, SharedViewSubjects())
+	if !SubjectMatches(SharedSpaceSubjects(), s) {
+		t.Errorf("%s does not match %s", s, SharedSpaceSubjects())
 	}
 	u1, _ := UnitViewSubjects("u1")
 	if SubjectMatches(u1, s) {
 		t.Errorf("%s matches the unit filter %s", s, u1)
 	}
 	k, err := ParseViewSubject(s)
-	if err != nil || k.Unit != SharedViewUnit {
+	if err != nil || k.Unit != SharedSpace {
 		t.Errorf("ParseViewSubject(%s) = %+v, %v", s, k, err)
 	}
 }

@@ -23,10 +23,11 @@ import (
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
-	"github.com/atoll-edge/atoll/cloud/topology"
-	"github.com/atoll-edge/atoll/cloud/topology/hostrecords"
-	"github.com/atoll-edge/atoll/cloud/topology/objects"
 	"github.com/atoll-edge/atoll/cloud/tunnel"
+	"github.com/atoll-edge/atoll/cloud/units"
+	"github.com/atoll-edge/atoll/cloud/views/hostrecords"
+	"github.com/atoll-edge/atoll/cloud/views/members"
+	"github.com/atoll-edge/atoll/cloud/views/objects"
 	"github.com/atoll-edge/atoll/cloud/webhook"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
@@ -44,9 +45,12 @@ type Config struct {
 	// the embedded hub (Hub), which the app then runs.
 	HubLink hublink.ClientConfig
 	// Hub configures the embedded hub; unused with an external hub.
-	Hub      hub.Config
-	Streams  events.StreamOptions
-	Topology topology.Config
+	Hub     hub.Config
+	Streams events.StreamOptions
+	// Units says which unit each Node is in (kubernetes membership
+	// source); every service that groups Nodes into units reads it.
+	Units   units.Rule
+	Members members.Config
 	// Kube, Health and Webhook are used with the kubernetes membership
 	// source; a fabric without Kubernetes (source "declared") runs only
 	// the hub and topology.
@@ -91,7 +95,8 @@ func Default() Config {
 		HubLink:     hublink.ClientConfig{Domain: hublink.DefaultDomain},
 		Hub:         hub.Default(),
 		Streams:     events.DefaultStreamOptions(),
-		Topology:    topology.DefaultConfig(),
+		Units:       units.DefaultRule(),
+		Members:     members.DefaultConfig(),
 		Kube:        kube.DefaultConfig(),
 		Manager:     manager.DefaultConfig(),
 		Health:      health.DefaultConfig(),
@@ -143,9 +148,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Identity.MaxTokenTTL, "max-bootstrap-ttl", c.Identity.MaxTokenTTL, "longest lifetime of a bootstrap token (atoll node enroll --ttl)")
 	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
 	fs.Int64Var(&c.Streams.MaxBytes, "stream-max-bytes", c.Streams.MaxBytes, "storage cap of each hub stream in bytes (0: none)")
-	fs.DurationVar(&c.Topology.NodeTTL, "node-ttl", c.Topology.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
-	fs.StringVar(&c.Topology.Source, "membership-source", c.Topology.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
-	fs.StringVar(&c.Topology.UnitLabel, "unit-label", c.Topology.UnitLabel, "node label whose value names the node's unit")
+	fs.DurationVar(&c.Members.NodeTTL, "node-ttl", c.Members.NodeTTL, "declared source: drop a node from its unit after this long without a topology report")
+	fs.StringVar(&c.Members.Source, "membership-source", c.Members.Source, "where units come from: kubernetes (a node label) or declared (the agents' --unit)")
+	fs.StringVar(&c.Units.Label, "unit-label", c.Units.Label, "node label whose value names the node's unit")
 	fs.BoolVar(&c.HostRecords.Enabled, "host-records", c.HostRecords.Enabled, "publish per-unit StatefulSetGrid DNS records for the edge hosts writers (when the grid API is served)")
 	fs.StringVar(&c.HostRecords.ClusterDomain, "cluster-domain", c.HostRecords.ClusterDomain, "cluster domain of the StatefulSetGrid DNS names (<ssg>-<i>.<svc>.<ns>.svc.<domain>; empty: names end in .svc and the edge completes them)")
 	fs.BoolVar(&c.ObjectViews.Enabled, "object-views", c.ObjectViews.Enabled, "publish views of Services, EndpointSlices, Endpoints and Nodes for the edge endpoints proxies (once for all units; each unit's own Nodes in full)")
@@ -195,7 +200,7 @@ func (c *Config) Load() error { return nil }
 
 // Kubernetes reports whether the app runs its Kubernetes side (health
 // service and webhook).
-func (c Config) Kubernetes() bool { return c.Topology.Source == topology.SourceKubernetes }
+func (c Config) Kubernetes() bool { return c.Members.Source == members.SourceKubernetes }
 
 // EmbeddedHub reports whether the app runs the hub itself (no hub URL).
 func (c Config) EmbeddedHub() bool { return len(c.HubLink.URLs) == 0 }
@@ -257,12 +262,28 @@ func (c Config) hubFlags() error {
 	return nil
 }
 
+// resolved is c with the settings one component holds for all given to
+// each: the unit rule, the streams' replicas.
+func (c Config) resolved() Config {
+	c.Members.Replicas = c.Streams.Replicas
+	c.Health.Replicas = c.Streams.Replicas
+	c.Members.Units = c.Units
+	c.Health.Units = c.Units
+	c.ObjectViews.Units = c.Units
+	c.HostRecords.Units = c.Units
+	c.Console.Units = c.Units
+	c.Registration.UnitLabel = c.Units.Label
+	c.Grid.UnitLabel = c.Units.Label
+	return c
+}
+
 // Validate checks every component's configuration.
 func (c Config) Validate() error {
+	c = c.resolved()
 	if err := c.hubFlags(); err != nil {
 		return err
 	}
-	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Topology, c.Identity, c.Tunnel}
+	checks := []interface{ Validate() error }{c.Admin, c.Streams, c.Members, c.Identity, c.Tunnel}
 	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
 		return err
 	}
@@ -275,9 +296,7 @@ func (c Config) Validate() error {
 	if c.Kubernetes() {
 		checks = append(checks, c.Kube, c.Manager, c.Health, c.Webhook, c.Grid, c.ObjectViews, c.HostRecords)
 		if c.Console.Enabled {
-			cc := c.Console
-			cc.UnitLabel = c.Topology.UnitLabel
-			checks = append(checks, cc)
+			checks = append(checks, c.Console)
 		}
 		if c.Registration.Enabled {
 			if err := c.Registration.ValidateFor(c.Webhook); err != nil {
@@ -296,7 +315,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// healthStates gives topology's NodeUnits the health service's unit
+// healthStates gives the NodeUnits the health service's unit
 // disruption states and their changes.
 type healthStates struct{ h *health.Service }
 
@@ -311,14 +330,7 @@ func (s healthStates) OnChange(fn func(unit string)) {
 
 // Options is the atoll-cloud application.
 func Options(c Config, log *slog.Logger) fx.Option {
-	c.Topology.Replicas = c.Streams.Replicas
-	c.Health.Replicas = c.Streams.Replicas
-	c.Health.UnitLabel = c.Topology.UnitLabel
-	c.Registration.UnitLabel = c.Topology.UnitLabel
-	c.Grid.UnitLabel = c.Topology.UnitLabel
-	c.ObjectViews.UnitLabel = c.Topology.UnitLabel
-	c.HostRecords.UnitLabel = c.Topology.UnitLabel
-	c.Console.UnitLabel = c.Topology.UnitLabel
+	c = c.resolved()
 	if c.Registration.Service.Namespace != "" {
 		c.Webhook.CertSecret.Namespace = c.Registration.Service.Namespace
 	}
@@ -330,14 +342,14 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			manager.Module,
 			health.Module,
 			grid.Module,
-			// With the grid controllers, topology keeps the NodeUnits
+			// With the grid controllers, the NodeUnits are kept
 			// (their disruption state from the health service, followed
 			// as it changes).
 			fx.Invoke(func(g *grid.Controllers, m *manager.Manager, h *health.Service, log *slog.Logger, reg prometheus.Registerer) error {
 				if g == nil {
 					return nil
 				}
-				return topology.SetupNodeUnits(m, c.Topology.UnitLabel, healthStates{h}, log, reg)
+				return units.SetupNodeUnits(m, c.Units, healthStates{h}, log, reg)
 			}),
 			webhook.Module,
 			status.Module,
@@ -369,7 +381,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		)
 	}
 	return fx.Options(
-		fx.Supply(c.Admin, c.Streams, c.Topology, log),
+		fx.Supply(c.Admin, c.Streams, c.Members, log),
 		fx.WithLogger(fxrun.Logger(log)),
 		admin.Module,
 		hubShape,
@@ -377,11 +389,11 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		fx.Supply(c.Identity),
 		identity.Module,
 		// Deleting a Node revokes its edge's credentials until it is back.
-		fx.Provide(func(s *identity.Service) topology.EdgeGate { return s }),
+		fx.Provide(func(s *identity.Service) members.EdgeGate { return s }),
 		// Unit views carry the keys of the nodes' credentials, for peers
 		// to verify what they sign.
-		fx.Provide(func(s *identity.Service) topology.NodeKeys { return s }),
-		topology.Module,
+		fx.Provide(func(s *identity.Service) members.NodeKeys { return s }),
+		members.Module,
 		fx.Supply(c.Tunnel),
 		tunnel.Module,
 		k8s,

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"github.com/atoll-edge/atoll/cloud/units"
+
 	"fmt"
 	"time"
 )
@@ -28,8 +30,8 @@ type Config struct {
 	Heartbeat time.Duration
 	// Timeline is how many timeline entries are kept (a ring).
 	Timeline int
-	// UnitLabel is the node label naming the unit (set by the app).
-	UnitLabel string
+	// Units says which unit each Node is in (set by the app).
+	Units units.Rule
 }
 
 // DefaultConfig is the production configuration.
@@ -51,8 +53,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("console: heartbeat %s must be positive", c.Heartbeat)
 	case c.Timeline < 1:
 		return fmt.Errorf("console: timeline %d must be at least 1", c.Timeline)
-	case c.UnitLabel == "":
-		return fmt.Errorf("console: unit label is empty")
+	}
+	if err := c.Units.Validate(); err != nil {
+		return fmt.Errorf("console: %w", err)
 	}
 	return nil
 }

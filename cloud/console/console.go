@@ -101,7 +101,7 @@ func New(cfg Config, h Health, nodes corelisters.NodeLister, grids client.Reader
 	case nodes == nil:
 		return nil, errors.New("console: no node lister")
 	}
-	c := &Console{cfg: cfg, b: builder{health: h, nodes: nodes, grids: grids, unitLabel: cfg.UnitLabel},
+	c := &Console{cfg: cfg, b: builder{health: h, nodes: nodes, grids: grids, rule: cfg.Units},
 		tunnels: tunnels, log: log.With("component", "console"), now: time.Now,
 		units: map[string]*unitEntry{}, changed: make(chan struct{}), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	c.replicas.Store(-1)

@@ -117,7 +117,6 @@ func lister(t *testing.T, nodes ...*corev1.Node) (corelisters.NodeLister, cache.
 
 func testConfig() Config {
 	c := DefaultConfig()
-	c.UnitLabel = unitLabel
 	c.TunnelsEvery = 50 * time.Millisecond
 	return c
 }
@@ -569,7 +568,7 @@ func TestValidate(t *testing.T) {
 		{"tunnels", func(c *Config) { c.TunnelsEvery = 0 }, "tunnels interval"},
 		{"heartbeat", func(c *Config) { c.Heartbeat = 0 }, "heartbeat"},
 		{"timeline", func(c *Config) { c.Timeline = 0 }, "timeline"},
-		{"unit label", func(c *Config) { c.UnitLabel = "" }, "unit label"},
+		{"unit label", func(c *Config) { c.Units.Label = "" }, "unit label"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/units"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -139,10 +140,10 @@ type TimelineEntry struct {
 // builder reads the model from memory: the manager's cache of Nodes and
 // grids, the health service and the last tunnel gather.
 type builder struct {
-	health    Health
-	nodes     corelisters.NodeLister
-	grids     client.Reader // nil: no grid controllers
-	unitLabel string
+	health Health
+	nodes  corelisters.NodeLister
+	grids  client.Reader // nil: no grid controllers
+	rule   units.Rule
 }
 
 func verdictName(v atollv1.Verdict) string {
@@ -182,7 +183,7 @@ func (b *builder) units(ctx context.Context, tunnels map[string]uint32) ([]Unit,
 	}
 	byUnit := map[string][]*corev1.Node{}
 	for _, n := range nodes {
-		if u := n.Labels[b.unitLabel]; u != "" {
+		if u := b.rule.Of(n); u != "" {
 			byUnit[u] = append(byUnit[u], n)
 		}
 	}

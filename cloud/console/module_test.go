@@ -10,7 +10,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/console"
-	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/views/members"
 )
 
 // TestModuleInCloudApp: atoll-cloud's graph with the kubernetes
@@ -19,7 +19,7 @@ import (
 func TestModuleInCloudApp(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		cfg := cloudapp.Default()
-		cfg.Topology.Source = topology.SourceKubernetes
+		cfg.Members.Source = members.SourceKubernetes
 		cfg.Console.Enabled = on
 		if err := fx.ValidateApp(cloudapp.Options(cfg, slog.New(slog.DiscardHandler)), fx.Populate(new(*console.Console))); err != nil {
 			t.Fatalf("console %v: %v", on, err)

@@ -2,8 +2,8 @@ package health
 
 import (
 	"fmt"
-	"maps"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/cloud/identity"
+	"github.com/atoll-edge/atoll/cloud/units"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -318,11 +319,11 @@ func TestBallotsAlreadyRecordedOrExpired(t *testing.T) {
 		tracker: NewTracker(30 * time.Second),
 		now:     func() time.Time { return now },
 		units:   map[string]unitStatus{},
-		sizes:   newUnitSizes("atoll.io/unit"),
+		members: units.NewIndex(units.DefaultRule()),
 		metrics: newMetrics(prometheus.NewRegistry()),
 	}
 	for _, n := range []string{"a", "b", "x", "y"} {
-		s.sizes.set(n, "u1")
+		s.members.Set(n, "u1")
 	}
 	verdicts := map[string]atollv1.Verdict{"x": healthy, "y": healthy}
 
@@ -368,7 +369,7 @@ func TestBallotsAlreadyRecordedOrExpired(t *testing.T) {
 	many := map[string]atollv1.Verdict{}
 	for i := range maxTallied + 2 {
 		n := fmt.Sprintf("m%02d", i)
-		s.sizes.set(n, "u1")
+		s.members.Set(n, "u1")
 		many[n] = healthy
 	}
 	if got := s.observeBallot(t.Context(), ballot("b", now, ttl, many), now); len(got) != maxTallied+2+2 {

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/wellknown"
+	"github.com/atoll-edge/atoll/cloud/units"
 )
 
 // Config tunes the health service.
 type Config struct {
-	// UnitLabel is the node label naming a node's unit.
-	UnitLabel string
+	// Units says which unit each Node is in.
+	Units units.Rule
 	// HoldTime: pods of a unit in FullDisruption (the whole site silent)
 	// are kept this long, then Kubernetes proceeds (0: never held).
 	HoldTime time.Duration
@@ -60,15 +60,16 @@ func (l Limits) validate(name string) error {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{UnitLabel: wellknown.LabelUnit, HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
+	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
 		Protect: Limits{QPS: 200, Burst: 400}, Info: Limits{QPS: 20, Burst: 40}, InfoWorkers: 2}
 }
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
+	if err := c.Units.Validate(); err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
 	switch {
-	case c.UnitLabel == "":
-		return errors.New("health: unit label is empty")
 	case c.HoldTime < 0:
 		return errors.New("health: hold time must not be negative")
 	case c.VoteTTL <= 0:

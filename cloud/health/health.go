@@ -94,6 +94,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/cloud/units"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/protect"
@@ -149,8 +150,8 @@ type Service struct {
 	// unitLocks (unit → *sync.Mutex) serialize the updates of one unit's
 	// state (updateUnit).
 	unitLocks sync.Map
-	// sizes counts each unit's members (the Node informer's events).
-	sizes *unitSizes
+	// members indexes each unit's members (the Node informer's events).
+	members *units.Index
 }
 
 // New builds the service on the manager m: it registers the informers
@@ -166,7 +167,7 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 		tracker: NewTracker(cfg.VoteTTL),
 		now:     time.Now,
 		units:   map[string]unitStatus{},
-		sizes:   newUnitSizes(cfg.UnitLabel),
+		members: units.NewIndex(cfg.Units),
 		cache:   m.GetClient(),
 		work:    make(chan event.GenericEvent),
 		elected: m.Elected(),
@@ -202,7 +203,7 @@ func (s *Service) Protected(node string) bool {
 // condition (protect.NodePolicy).
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
 	// Only a node the cloud lost is ever protected: tally no other.
-	return protect.LostByCloud(n) && Protect(n, s.tally(n, s.now()), s.held(n.Labels[s.cfg.UnitLabel]))
+	return protect.LostByCloud(n) && Protect(n, s.tally(n, s.now()), s.held(s.cfg.Units.Of(n)))
 }
 
 // tally reads the votes about n that count: cast for n's unit by another
@@ -213,7 +214,7 @@ func (s *Service) ProtectedNode(n *corev1.Node) bool {
 // node that left the unit, or about a node that left it, stops counting at
 // once.
 func (s *Service) tally(n *corev1.Node, now time.Time) Tally {
-	return s.tallyIn(n.Name, n.Labels[s.cfg.UnitLabel], now)
+	return s.tallyIn(n.Name, s.cfg.Units.Of(n), now)
 }
 
 // tallyIn is tally for the node name in unit ("" for none).
@@ -221,7 +222,7 @@ func (s *Service) tallyIn(name, unit string, now time.Time) Tally {
 	if unit == "" {
 		return Tally{}
 	}
-	return s.tracker.Tally(name, now, s.members(unit), s.countsIn(unit))
+	return s.tracker.Tally(name, now, s.members.Size(unit), s.countsIn(unit))
 }
 
 // countsIn accepts the votes that count in unit: cast for it, by a node
@@ -230,13 +231,10 @@ func (s *Service) countsIn(unit string) func(voter, voteUnit string) bool {
 	return func(voter, voteUnit string) bool { return voteUnit == unit && s.unitOf(voter) == unit }
 }
 
-// members is the number of Nodes labelled as members of unit.
-func (s *Service) members(unit string) int { return s.sizes.of(unit) }
-
 // unitOf is the unit of the named node, "" when it is in none or unknown.
-// A tally reads the unit of every voter and member: from the counts the
-// Node informer keeps (unitSizes), not a read of the cache.
-func (s *Service) unitOf(node string) string { return s.sizes.unitOfNode(node) }
+// A tally reads the unit of every voter and member: from the index the
+// Node informer keeps, not a read of the cache.
+func (s *Service) unitOf(node string) string { return s.members.UnitOf(node) }
 
 // validBallot checks what the tracker cannot: that the ballot's TTL and
 // its own timestamp are within bounds. A vote about the voter itself is
@@ -603,7 +601,7 @@ func (s *Service) resync(ctx context.Context) {
 	var queue []string
 	for i := range list.Items {
 		n := &list.Items[i]
-		if unit := n.Labels[s.cfg.UnitLabel]; unit != "" {
+		if unit := s.cfg.Units.Of(n); unit != "" {
 			byUnit[unit] = append(byUnit[unit], n)
 		}
 		if ReadyStatus(n) == corev1.ConditionUnknown {

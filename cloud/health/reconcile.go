@@ -65,7 +65,7 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 		return fmt.Errorf("index endpoints: %w", err)
 	}
 	if err := idx.IndexField(ctx, &corev1.Node{}, unitIndex, func(o client.Object) []string {
-		if unit := o.GetLabels()[s.cfg.UnitLabel]; unit != "" {
+		if unit := s.cfg.Units.UnitOf(o.GetLabels()); unit != "" {
 			return []string{unit}
 		}
 		return nil
@@ -80,7 +80,7 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 			return fmt.Errorf("informer %T: %w", o, err)
 		}
 		if _, ok := o.(*corev1.Node); ok {
-			if _, err := inf.AddEventHandler(s.sizes.handler()); err != nil {
+			if _, err := inf.AddEventHandler(s.members.Handler()); err != nil {
 				return fmt.Errorf("node informer handler: %w", err)
 			}
 		}
@@ -216,7 +216,7 @@ func (s *Service) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	unit := n.Labels[s.cfg.UnitLabel]
+	unit := s.cfg.Units.Of(&n)
 	if _, marked := n.Annotations[wellknown.AnnotationVerdict]; unit == "" && !marked {
 		return reconcile.Result{}, nil // not an edge node, and never was
 	}
@@ -324,7 +324,7 @@ func (s *Service) annotate(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	unit := n.Labels[s.cfg.UnitLabel]
+	unit := s.cfg.Units.Of(&n)
 	j := s.tally(&n, s.now())
 	_, hold := s.UnitState(unit)
 	if !s.held(unit) {

@@ -55,7 +55,7 @@ func TestVotesThatDoNotCount(t *testing.T) {
 	healthy, unhealthy := atollv1.Verdict_VERDICT_HEALTHY, atollv1.Verdict_VERDICT_UNHEALTHY
 	// Valid-looking ballots live a minute (the maximum), so none expires
 	// while the test reads them.
-	publishBallot(t, ctx, js, "u1", "other-1", now, time.Minute, map[string]atollv1.Verdict{"edge-1": healthy})    // voter of another unit
+	publishBallot(t, ctx, js, "u1", "other-1", now, time.Minute, map[string]atollv1.Verdict{"edge-1": healthy})                     // voter of another unit
 	publishBallot(t, ctx, js, "u1", "edge-2", now.Add(5*time.Minute), time.Minute, map[string]atollv1.Verdict{"edge-1": unhealthy}) // dated in the future
 	publishBallot(t, ctx, js, "u1", "edge-2", now.Add(-time.Second), time.Hour, map[string]atollv1.Verdict{"edge-1": unhealthy})    // TTL too long
 	publishBallot(t, ctx, js, "u1", "edge-2", now.Add(-2*time.Second), time.Minute, map[string]atollv1.Verdict{

@@ -231,7 +231,7 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		// The views every unit reads, stored once (cloud/topology/objects):
 		// Services, slices and Endpoints (with their endpoints' topology).
 		// Other units' Nodes stay in their units' spaces.
-		shared := events.SharedViewSubjects()
+		shared := events.SharedSpaceSubjects()
 		p.Sub.Allow.Add(shared)
 		viewFilters = append(viewFilters, shared)
 	}

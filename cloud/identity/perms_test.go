@@ -99,7 +99,7 @@ func TestEdgePermissionsViews(t *testing.T) {
 	api := "$JS.hub.API."
 	create := func(filter string) string { return api + "CONSUMER.CREATE." + events.StreamViews + ".c1." + filter }
 	get := func(subj string) string { return api + "DIRECT.GET." + events.StreamViews + "." + subj }
-	for _, f := range []string{"atoll.view.u1.>", events.SharedViewSubjects()} {
+	for _, f := range []string{"atoll.view.u1.>", events.SharedSpaceSubjects()} {
 		if !matches(p.Sub.Allow, strings.TrimSuffix(f, ">")+"nodes._.x") || !matches(p.Pub.Allow, create(f)) {
 			t.Errorf("a may not read %s: pub %v sub %v", f, p.Pub.Allow, p.Sub.Allow)
 		}
@@ -135,7 +135,7 @@ func TestEdgePermissionsViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if matches(none.Pub.Allow, create(events.SharedViewSubjects())) || matches(none.Sub.Allow, "atoll.viewpub._all.services.default.web") {
+	if matches(none.Pub.Allow, create(events.SharedSpaceSubjects())) || matches(none.Sub.Allow, "atoll.viewpub._all.services.default.web") {
 		t.Errorf("a node in no unit may read the shared views")
 	}
 	if !matches(none.Sub.Allow, "atoll.viewpub._.assignment._.a") {

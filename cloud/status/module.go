@@ -8,8 +8,8 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/cloud/topology"
 	"github.com/atoll-edge/atoll/cloud/tunnel"
+	"github.com/atoll-edge/atoll/cloud/views/members"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
@@ -30,18 +30,18 @@ type params struct {
 	Link      *hublink.Link
 	Manager   *manager.Manager
 	Log       *slog.Logger
-	Topology  *topology.Service `optional:"true"` // which agents' views are behind
-	Tunnel    *tunnel.Server    `optional:"true"` // the tunnel sessions this replica relays
+	Members   *members.Service `optional:"true"` // which agents' views are behind
+	Tunnel    *tunnel.Server   `optional:"true"` // the tunnel sessions this replica relays
 }
 
 func newForApp(p params) (*Responder, error) {
 	lc, b := p.Lifecycle, p.Link
-	r, err := New(p.Health, p.Manager.NodeLister(), p.Config.UnitLabel, p.Log)
+	r, err := New(p.Health, p.Manager.NodeLister(), p.Config.Units, p.Log)
 	if err != nil {
 		return nil, err
 	}
-	if p.Topology != nil {
-		r.SetViews(p.Topology)
+	if p.Members != nil {
+		r.SetViews(p.Members)
 	}
 	if p.Tunnel != nil {
 		r.SetTunnels(p.Tunnel)

@@ -32,6 +32,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/units"
 	"github.com/atoll-edge/atoll/events"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -69,32 +70,32 @@ type Views interface {
 
 // Responder answers status requests.
 type Responder struct {
-	health    Health
-	views     Views   // nil: every node's views read "unknown"
-	tunnels   Tunnels // nil: this replica relays no session
-	gather    time.Duration
-	nodes     corelisters.NodeLister
-	unitLabel string
-	log       *slog.Logger
-	now       func() time.Time
+	health  Health
+	views   Views   // nil: every node's views read "unknown"
+	tunnels Tunnels // nil: this replica relays no session
+	gather  time.Duration
+	nodes   corelisters.NodeLister
+	units   units.Rule
+	log     *slog.Logger
+	now     func() time.Time
 
 	mu  sync.Mutex
 	nc  *nats.Conn
 	svc micro.Service
 }
 
-// New returns a responder reading nodes (their unit is the value of
-// unitLabel) and the health service h. It answers nothing until Start.
-func New(h Health, nodes corelisters.NodeLister, unitLabel string, log *slog.Logger) (*Responder, error) {
+// New returns a responder reading nodes (grouped into units by rule) and
+// the health service h. It answers nothing until Start.
+func New(h Health, nodes corelisters.NodeLister, rule units.Rule, log *slog.Logger) (*Responder, error) {
 	switch {
 	case h == nil:
 		return nil, errors.New("status: no health service")
 	case nodes == nil:
 		return nil, errors.New("status: no node lister")
-	case unitLabel == "":
-		return nil, errors.New("status: unit label is empty")
+	case rule.Validate() != nil:
+		return nil, fmt.Errorf("status: %w", rule.Validate())
 	}
-	return &Responder{health: h, nodes: nodes, unitLabel: unitLabel, log: log.With("component", "status"), now: time.Now, gather: DefaultGather}, nil
+	return &Responder{health: h, nodes: nodes, units: rule, log: log.With("component", "status"), now: time.Now, gather: DefaultGather}, nil
 }
 
 // SetTunnels has the replica tell its tunnel sessions (every replica
@@ -278,7 +279,7 @@ func (r *Responder) Status(unit string) (*atollv1.ClusterStatus, error) {
 	}
 	byUnit := map[string][]*corev1.Node{}
 	for _, n := range nodes {
-		u := n.Labels[r.unitLabel]
+		u := r.units.Of(n)
 		if u == "" || (unit != "" && u != unit) {
 			continue
 		}

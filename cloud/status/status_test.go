@@ -1,6 +1,8 @@
 package status_test
 
 import (
+	"github.com/atoll-edge/atoll/cloud/units"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +32,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/status"
-	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/views/members"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -50,13 +52,13 @@ type unitState struct {
 
 // fakeHealth answers from fixed maps.
 type fakeHealth struct {
-	tallies map[string]health.Tally
-	units      map[string]unitState
-	protected  map[string]bool
+	tallies   map[string]health.Tally
+	units     map[string]unitState
+	protected map[string]bool
 }
 
 func (f fakeHealth) Tally(node string) health.Tally { return f.tallies[node] }
-func (f fakeHealth) Protected(node string) bool         { return f.protected[node] }
+func (f fakeHealth) Protected(node string) bool     { return f.protected[node] }
 func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
 	if s, ok := f.units[unit]; ok {
 		return s.state, s.hold
@@ -141,7 +143,7 @@ var (
 func newResponder(t *testing.T) *status.Responder {
 	t.Helper()
 	h, nodes := fixture(t)
-	r, err := status.New(h, nodes, unitLabel, natstest.Logger(t, slog.LevelWarn))
+	r, err := status.New(h, nodes, units.DefaultRule(), natstest.Logger(t, slog.LevelWarn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,13 +181,13 @@ func TestStatus(t *testing.T) {
 func TestNewRejects(t *testing.T) {
 	h, nodes := fixture(t)
 	log := natstest.Logger(t, slog.LevelWarn)
-	if _, err := status.New(h, nodes, "", log); err == nil {
+	if _, err := status.New(h, nodes, units.Rule{}, log); err == nil {
 		t.Error("accepted an empty unit label")
 	}
-	if _, err := status.New(nil, nodes, unitLabel, log); err == nil {
+	if _, err := status.New(nil, nodes, units.DefaultRule(), log); err == nil {
 		t.Error("accepted no health service")
 	}
-	if _, err := status.New(h, nil, unitLabel, log); err == nil {
+	if _, err := status.New(h, nil, units.DefaultRule(), log); err == nil {
 		t.Error("accepted no node lister")
 	}
 }
@@ -310,7 +312,7 @@ func TestResponder(t *testing.T) {
 // membership source provides everything the status module needs.
 func TestModuleInCloudApp(t *testing.T) {
 	cfg := cloudapp.Default()
-	cfg.Topology.Source = topology.SourceKubernetes
+	cfg.Members.Source = members.SourceKubernetes
 	if err := fx.ValidateApp(cloudapp.Options(cfg, natstest.Logger(t, slog.LevelWarn)), fx.Populate(new(*status.Responder))); err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +443,7 @@ func TestTypedErrors(t *testing.T) {
 	}
 	defer svc.Close()
 	h, _ := fixture(t)
-	r, err := status.New(h, brokenLister{}, unitLabel, natstest.Logger(t, slog.LevelError+1))
+	r, err := status.New(h, brokenLister{}, units.DefaultRule(), natstest.Logger(t, slog.LevelError+1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package tunnel_test
 
 import (
+	"github.com/atoll-edge/atoll/cloud/units"
+
 	"context"
 	"log/slog"
 	"net"
@@ -22,7 +24,7 @@ import (
 
 type noHealth struct{}
 
-func (noHealth) Tally(string) health.Tally                  { return health.Tally{} }
+func (noHealth) Tally(string) health.Tally                      { return health.Tally{} }
 func (noHealth) Protected(string) bool                          { return false }
 func (noHealth) UnitState(string) (health.UnitState, time.Time) { return "", time.Time{} }
 
@@ -38,7 +40,7 @@ func TestStatusCountsSessionsOfEveryReplica(t *testing.T) {
 		}
 	}
 	for i, s := range r.servers {
-		resp, err := status.New(noHealth{}, corelisters.NewNodeLister(idx), wellknown.LabelUnit, natstest.Logger(t, slog.LevelWarn))
+		resp, err := status.New(noHealth{}, corelisters.NewNodeLister(idx), units.DefaultRule(), natstest.Logger(t, slog.LevelWarn))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/identity"
-	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/views/members"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
@@ -79,7 +79,7 @@ func cloud(t *testing.T, mutate ...func(*cloudapp.Config)) (*testCloud, *fxtest.
 	cfg.Hub.Host = "127.0.0.1"
 	cfg.Hub.ClientPort, cfg.Hub.LeafPort = -1, -1
 	cfg.Hub.StoreDir = t.TempDir()
-	cfg.Topology.Source = topology.SourceDeclared
+	cfg.Members.Source = members.SourceDeclared
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -253,7 +253,7 @@ func TestForgedReportsOnTheUnitMesh(t *testing.T) {
 // healthy votes of a and b about each other, never more than a vote TTL
 // apart.
 func TestDepartedMemberIsLockedOut(t *testing.T) {
-	h, _ := cloud(t, func(c *cloudapp.Config) { c.Topology.NodeTTL = 3 * time.Second })
+	h, _ := cloud(t, func(c *cloudapp.Config) { c.Members.NodeTTL = 3 * time.Second })
 	port := kubelet(t)
 	var edges []edge
 	var apps []interface{ RequireStop() }

@@ -121,12 +121,12 @@ func (r *restartableHub) publish(t *testing.T, unit string, objs ...objectview.O
 		shared = append(shared, cloudView(o, r.nodes, r.svcs))
 	}
 	r.mu.Unlock()
-	r.publishTo(t, events.SharedViewUnit, shared...)
+	r.publishTo(t, events.SharedSpace, shared...)
 	r.publishTo(t, unit, own...)
 }
 
 // publishTo publishes objs in the view space of unit (a unit or
-// events.SharedViewUnit), one subject per object, the view as its
+// events.SharedSpace), one subject per object, the view as its
 // payload.
 func (r *restartableHub) publishTo(t *testing.T, unit string, objs ...objectview.Object) {
 	t.Helper()

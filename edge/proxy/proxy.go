@@ -220,7 +220,7 @@ func (p *Proxy) consumeAll(ctx context.Context, unit string) error {
 // filterOf is the subjects of space sp for unit.
 func filterOf(unit string, sp Space) (string, error) {
 	if sp == SharedSpace {
-		return events.SharedViewSubjects(), nil
+		return events.SharedSpaceSubjects(), nil
 	}
 	return events.UnitViewSubjects(unit)
 }

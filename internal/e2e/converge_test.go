@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/atoll-edge/atoll/cloud/topology"
+	"github.com/atoll-edge/atoll/cloud/views/members"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
@@ -352,9 +352,9 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 		if err := events.EnsureStreams(ctx, link.JetStream(), events.StreamOptions{Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
 			tb.Fatal(err)
 		}
-		cfg := topology.DefaultConfig()
-		cfg.Source, cfg.Debounce, cfg.Replicas = topology.SourceDeclared, 100*time.Millisecond, 3
-		svc, err := topology.New(cfg, link, nil, log, nil, nil)
+		cfg := members.DefaultConfig()
+		cfg.Source, cfg.Debounce, cfg.Replicas = members.SourceDeclared, 100*time.Millisecond, 3
+		svc, err := members.New(cfg, link, nil, log, nil, nil)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -31,7 +31,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/cloud/topology/objects"
+	"github.com/atoll-edge/atoll/cloud/views/objects"
 	"github.com/atoll-edge/atoll/edge/proxy"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
@@ -312,7 +312,7 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 	wcancel()
 	wg.Wait()
 
-	viewMsg, err := views.GetLastMsgForSubject(ctx, mustSubject(b, events.SharedViewUnit, objectview.KindEndpointSlices, benchNamespace, "s0-1"))
+	viewMsg, err := views.GetLastMsgForSubject(ctx, mustSubject(b, events.SharedSpace, objectview.KindEndpointSlices, benchNamespace, "s0-1"))
 	if err != nil {
 		b.Fatal(err)
 	}

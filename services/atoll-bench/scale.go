@@ -444,7 +444,7 @@ func emulateFeeds(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, n
 // per agent every check period, which the edge→hub column leaves out
 // (sharedChecksPerNode).
 func emulateSharedFeed(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, m *viewfeed.Metrics) <-chan struct{} {
-	if f := runFeed(ctx, link, leaf, "proxy_shared", events.SharedViewSubjects(), m); f != nil {
+	if f := runFeed(ctx, link, leaf, "proxy_shared", events.SharedSpaceSubjects(), m); f != nil {
 		return f.CaughtUp()
 	}
 	return nil

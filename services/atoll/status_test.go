@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/atoll-edge/atoll/cloud/units"
+
 	"bytes"
 	"context"
 	"io"
@@ -118,7 +120,7 @@ func startResponder(t *testing.T, h *hub.Hub) {
 			t.Fatal(err)
 		}
 	}
-	r, err := status.New(fakeHealth{hold: time.Now().Add(10 * time.Minute)}, corelisters.NewNodeLister(idx), wellknown.LabelUnit, natstest.Logger(t, slog.LevelWarn))
+	r, err := status.New(fakeHealth{hold: time.Now().Add(10 * time.Minute)}, corelisters.NewNodeLister(idx), units.DefaultRule(), natstest.Logger(t, slog.LevelWarn))
 	if err != nil {
 		t.Fatal(err)
 	}

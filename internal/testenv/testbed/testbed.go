@@ -283,7 +283,7 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	}
 	hubs := enroller{b: bed, leafs: b.LeafURLs(), domain: cfg.HubLink.Domain}
 	if b.Sites, err = sitesim.New(sitesim.Config{Hub: hubs, Kube: b.Kubelet, StateDir: filepath.Join(o.Dir, "edge"), Net: o.Net,
-		UnitLabel: cfg.Topology.UnitLabel, Agent: agent, Logger: o.Logger.With("service", "atoll-edge")}); err != nil {
+		UnitLabel: cfg.Units.Label, Agent: agent, Logger: o.Logger.With("service", "atoll-edge")}); err != nil {
 		return nil, err
 	}
 	b.stops = append(b.stops, func() { _ = bed.Sites.Close(context.Background()) })
