@@ -54,7 +54,7 @@ func TestViewsHoldsMoreThanAThousandConsumers(t *testing.T) {
 			o := events.DefaultStreamOptions()
 			o.Replicas, o.Storage = replicas, jetstream.MemoryStorage
 
-			// VIEWS as an installation from before the bound made it.
+			// VIEWS with the server's default bound.
 			old := viewsConfig(t, o)
 			if old.MaxConsumers != events.ViewsMaxConsumers {
 				t.Fatalf("VIEWS declares MaxConsumers %d, want %d", old.MaxConsumers, events.ViewsMaxConsumers)
@@ -111,7 +111,7 @@ func viewsConfig(t *testing.T, o events.StreamOptions) jetstream.StreamConfig {
 }
 
 // reconcileChanges reconciles the hub's streams and fails unless VIEWS'
-// field was among what changed (an installation from before it gets it).
+// field was among what changed.
 func reconcileChanges(t *testing.T, ctx context.Context, js jetstream.JetStream, o events.StreamOptions, field string) {
 	t.Helper()
 	changes, err := events.ReconcileStreams(ctx, js, o)

@@ -15,8 +15,8 @@ import (
 
 // TestViewsRepublished: VIEWS republishes every view it stores on
 // atoll.viewpub.<rest>, with its sequence and the subject's previous one,
-// and nothing it refused. A VIEWS stream made before the republish was
-// declared gets it at the next reconcile.
+// and nothing it refused. A VIEWS stream without the republish gets it at
+// the next reconcile.
 func TestViewsRepublished(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -99,8 +99,7 @@ var streamDefs = []StreamDef{
 }
 
 // ViewsMaxConsumers is VIEWS' bound on consumers: room for the catch-ups
-// of 100,000 edge agents (and for the followers of agents from before
-// the republished views).
+// of 100,000 edge agents.
 const ViewsMaxConsumers = 1_000_000
 
 // StreamDefs returns the hub streams as the catalog declares them.

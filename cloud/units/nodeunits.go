@@ -80,7 +80,7 @@ func SetupNodeUnits(m ctrlmanager.Manager, rule Rule, states UnitStates, log *sl
 	}
 	r := &nodeUnits{c: m.GetClient(), rule: rule, states: states, log: log.With("component", "units", "controller", NodeUnitController),
 		writes: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "nodeunit_writes_total",
+			Namespace: "atoll", Subsystem: "units", Name: "nodeunit_writes_total",
 			Help: "Writes of NodeUnit objects (apply, status, delete).",
 		})}
 	if reg != nil {

@@ -217,7 +217,7 @@ func (s *changingStates) askedFor(unit string) int {
 	return s.asked[unit]
 }
 
-// nodeUnitWrites reads atoll_topology_nodeunit_writes_total from reg.
+// nodeUnitWrites reads atoll_units_nodeunit_writes_total from reg.
 func nodeUnitWrites(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -225,10 +225,10 @@ func nodeUnitWrites(t *testing.T, reg *prometheus.Registry) float64 {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "atoll_topology_nodeunit_writes_total" {
+		if mf.GetName() == "atoll_units_nodeunit_writes_total" {
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	t.Fatal("no atoll_topology_nodeunit_writes_total")
+	t.Fatal("no atoll_units_nodeunit_writes_total")
 	return 0
 }

@@ -182,7 +182,7 @@ func runProxy(t *testing.T, ns *netns, addr, dir string, node viewfeed.Node, lin
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(cfg, "a1", link, feeds, staticUnit("u1"), natstest.Logger(t, slog.LevelWarn), reg)
+	p, err := New(cfg, "a1", feeds, staticUnit("u1"), natstest.Logger(t, slog.LevelWarn), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/internal/fxrun"
-	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 type params struct {
@@ -18,7 +17,6 @@ type params struct {
 	Lifecycle  fx.Lifecycle
 	Config     Config
 	Node       NodeName
-	Link       *hublink.Link
 	Feeds      *viewfeed.Feeds
 	Membership *membership.Membership
 	Log        *slog.Logger
@@ -35,7 +33,7 @@ var Module = fx.Module("proxy",
 		if !p.Config.Enabled {
 			return nil, nil
 		}
-		px, err := New(p.Config, string(p.Node), p.Link, p.Feeds, membershipUnits{m: p.Membership}, p.Log, newMetrics(p.Registry))
+		px, err := New(p.Config, string(p.Node), p.Feeds, membershipUnits{m: p.Membership}, p.Log, newMetrics(p.Registry))
 		if err != nil {
 			return nil, err
 		}

@@ -22,15 +22,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -47,7 +44,6 @@ type UnitSource interface {
 type Proxy struct {
 	cfg   Config
 	host  string
-	link  *hublink.Link
 	feeds *viewfeed.Feeds
 	units UnitSource
 	log   *slog.Logger
@@ -57,10 +53,9 @@ type Proxy struct {
 	ln    net.Listener
 }
 
-// New returns the proxy of node host, following views with feeds (and
-// listing the stream's subjects over link to end a migration). m may be
-// nil (metrics not exported).
-func New(cfg Config, host string, link *hublink.Link, feeds *viewfeed.Feeds, units UnitSource, log *slog.Logger, m *metrics) (*Proxy, error) {
+// New returns the proxy of node host, following views with feeds. m may
+// be nil (metrics not exported).
+func New(cfg Config, host string, feeds *viewfeed.Feeds, units UnitSource, log *slog.Logger, m *metrics) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -77,10 +72,10 @@ func New(cfg Config, host string, link *hublink.Link, feeds *viewfeed.Feeds, uni
 			store = NewStore(host, cfg.MaxTombstones, m)
 		} else if ok {
 			log.Info("restored views from disk", "unit", store.Unit(), "seq", store.SeqOf(UnitSpace), "shared_seq", store.SeqOf(SharedSpace),
-				"rev", store.Rev(), "migrating", store.Migrating(), "took", time.Since(start))
+				"rev", store.Rev(), "took", time.Since(start))
 		}
 	}
-	p := &Proxy{cfg: cfg, host: host, link: link, feeds: feeds, units: units, log: log, store: store}
+	p := &Proxy{cfg: cfg, host: host, feeds: feeds, units: units, log: log, store: store}
 	p.api = NewServer(store, cfg.Bookmark, log)
 	return p, nil
 }
@@ -226,83 +221,10 @@ func filterOf(unit string, sp Space) (string, error) {
 }
 
 // endReload ends a reload of space sp from the stream created at
-// created, and then a migration that waited for the shared space.
-func (p *Proxy) endReload(ctx context.Context, unit string, sp Space, created int64) {
+// created.
+func (p *Proxy) endReload(unit string, sp Space, created int64) {
 	gone := p.store.EndReload(sp, created)
 	p.log.Info("read the views again from the stream's start", "unit", unit, "space", sp, "seq", p.store.SeqOf(sp), "deleted", gone)
-	if sp == SharedSpace {
-		p.endMigration(ctx, unit)
-	}
-}
-
-// endMigration ends the migration of a state kept before the shared
-// space, once that was read in full: the Nodes of the unit's space the
-// stream no longer holds there (other units' Nodes of the old layout,
-// which the cloud purged) are dropped. On an error it is left for the
-// next start of the consumers.
-func (p *Proxy) endMigration(ctx context.Context, unit string) {
-	if !p.store.Migrating() || p.store.Reloading(SharedSpace) {
-		return
-	}
-	filter, err := events.UnitViewSubjects(unit)
-	if err != nil {
-		return
-	}
-	filter = strings.TrimSuffix(filter, ">") + objectview.KindNodes + ".>"
-	held, err := p.subjectsHeld(ctx, filter)
-	if err != nil {
-		p.log.Warn("cannot list the unit's Nodes to end the move to the shared views; retrying later", "unit", unit, "err", err)
-		return
-	}
-	gone := p.store.EndMigration(func(node string) bool {
-		subj, err := objectview.Subject(unit, objectview.KindNodes, "", node)
-		return err == nil && held[subj]
-	})
-	p.log.Info("moved the kept views to the shared view space", "unit", unit, "nodes_dropped", gone)
-}
-
-// subjectsHeld lists the subjects of the VIEWS stream matching filter,
-// with a consumer on the last message of each, headers only (the edge may
-// create consumers on its own views; it is not given the stream's
-// subject list).
-func (p *Proxy) subjectsHeld(ctx context.Context, filter string) (map[string]bool, error) {
-	js := p.link.JetStream()
-	if js == nil {
-		return nil, errors.New("proxy: no hub link yet")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, events.StreamViews, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, HeadersOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
-	}
-	held := map[string]bool{}
-	for pending := info.NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			held[m.Subject()] = true
-			if md, err := m.Metadata(); err == nil {
-				pending = md.NumPending
-			}
-		}
-		if err := batch.Error(); err != nil && n == 0 {
-			return nil, fmt.Errorf("proxy: list %s: %w", filter, err)
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("proxy: list %s: nothing delivered with %d pending", filter, pending)
-		}
-	}
-	return held, nil
 }
 
 // noCursor applies a view without moving its space's cursor.
@@ -312,9 +234,7 @@ const noCursor = 0
 // feed, until ctx is done or the feed fails. The feed finds a rebuilt
 // stream (its creation time is not the cursor's, or it ends before the
 // cursor) and reads the space again in full: the store's reload
-// (reload.go) ends at the catch-up that read it, unless the shared space
-// is empty on a hub whose cloud has not moved to it yet while a kept
-// state migrates: then the kept views stay until shared views arrive.
+// (reload.go) ends at the catch-up that read it.
 func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 	filter, err := filterOf(unit, sp)
 	if err != nil {
@@ -324,19 +244,9 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 	if c := p.store.StreamCreated(sp); c != 0 {
 		created = time.Unix(0, c)
 	}
-	// Views of the space applied since its reload began; none at the end
-	// of a catch-up that read it in full: the hub holds none.
-	seen := 0
-	var feed *viewfeed.Feed
-	feed, err = p.feeds.New(viewfeed.Options{
+	feed, err := p.feeds.New(viewfeed.Options{
 		Name: "proxy_" + sp.String(), Filter: filter, Start: p.store.SeqOf(sp), Created: created,
 		Apply: func(_ context.Context, m viewfeed.Msg) error {
-			seen++
-			if seen == 1 && p.store.Reloading(sp) && sp == SharedSpace && p.store.Migrating() {
-				// The first shared view of a migration that waited for
-				// them: read the space in full now.
-				feed.CatchUpNow()
-			}
 			key, err := events.ParseViewSubject(m.Subject)
 			if _, ok := objectview.Kind(key.Kind); err != nil || !ok {
 				return nil
@@ -355,20 +265,13 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 		Reset: func(context.Context) {
 			p.log.Warn("the views stream was rebuilt; reading the views again", "unit", unit, "space", sp)
 			p.store.BeginReload(sp)
-			seen = 0
 		},
-		CaughtUp: func(ctx context.Context, c viewfeed.CatchUp) {
+		CaughtUp: func(_ context.Context, c viewfeed.CatchUp) {
 			p.store.Advance(sp, c.Verified)
-			switch {
-			case !p.store.Reloading(sp):
+			if p.store.Reloading(sp) {
+				p.endReload(unit, sp, c.Created.UnixNano())
+			} else {
 				p.store.SetStreamCreated(sp, c.Created.UnixNano())
-				if sp == SharedSpace {
-					p.endMigration(ctx, unit) // left by an earlier run
-				}
-			case seen == 0 && sp == SharedSpace && p.store.Migrating():
-				p.log.Warn("no shared views on the hub yet; keeping the views kept before them", "unit", unit)
-			default:
-				p.endReload(ctx, unit, sp, c.Created.UnixNano())
 			}
 		},
 	})

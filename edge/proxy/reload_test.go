@@ -3,14 +3,18 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
+	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
 
@@ -115,4 +119,28 @@ func eventNames(evs []Event) []string {
 		out = append(out, string(e.Type)+" "+e.Obj.GetName())
 	}
 	return out
+}
+
+// proxyOn runs a proxy of a1 in u1 with its state in dir, through an
+// edge server of rh.
+func proxyOn(t *testing.T, rh *restartableHub, dir string) *Proxy {
+	t.Helper()
+	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
+	nc, err := edge.Connect("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p, _ := runProxy(t, nil, addr, dir, edge, hublink.Of(nc, js), nil)
+	return p
 }

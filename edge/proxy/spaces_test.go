@@ -14,10 +14,9 @@ import (
 )
 
 // TestSpaces: the unit's space gives the Nodes (in full), the shared
-// space everything else; a Node in the shared space (a cloud before the
-// endpoints' views carried their topology) and a shared kind in the
-// unit's space (the layout before the shared space) only advance their
-// space's cursor; each space keeps its own cursor, on disk too.
+// space everything else; a view in the wrong space (a Node in the shared
+// space, a shared kind in the unit's space) only advances its space's
+// cursor; each space keeps its own cursor, on disk too.
 func TestSpaces(t *testing.T) {
 	s := NewStore("a1", 100, nil)
 	_, _, ch, stop, err := s.Watch(objectview.KindNodes, match{}, s.Rev(), false)
@@ -146,43 +145,18 @@ func TestTopologyFromViews(t *testing.T) {
 	}
 }
 
-// TestMigrateSharedNodes: a state of layout 1 keeps other units' Nodes
-// from the shared space; loaded, they are dropped and served as deleted
-// (the unit's own stay), and the state is saved in the new layout.
-func TestMigrateSharedNodes(t *testing.T) {
+// TestStateOfAnotherLayout: a kept state of another layout than this
+// proxy writes is not read, and the error names both layouts; the proxy
+// then reads its views from the hub again.
+func TestStateOfAnotherLayout(t *testing.T) {
 	s := NewStore("a1", 100, nil)
 	feed(t, s, testNode("a1", map[string]string{zone: "A"}))
-	s.mu.Lock()
-	for _, n := range []*corev1.Node{testNode("a1", map[string]string{zone: "A"}), testNode("b1", map[string]string{zone: "B"})} {
-		s.put(SharedSpace, objectview.KindNodes, n.Name, n, view(t, objectview.KindNodes, n))
-	}
-	s.mu.Unlock()
-	if _, ok := s.Get(objectview.KindNodes, "", "b1"); !ok {
-		t.Fatal("the layout 1 state was not built")
-	}
-	st := snapshotOf(t, s)
-	st.Layout = 1
-	l := NewStore("a1", 100, nil)
-	if err := l.Restore(st); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := l.Get(objectview.KindNodes, "", "b1"); ok {
-		t.Fatal("b1 of the shared space still served")
-	}
-	if _, ok := l.Get(objectview.KindNodes, "", "a1"); !ok {
-		t.Fatal("the unit's a1 no longer served")
-	}
-	backlog, _, _, stop, err := l.Watch(objectview.KindNodes, match{}, st.GetRev(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if got := eventNames(backlog); fmt.Sprint(got) != fmt.Sprint([]string{string(watch.Deleted) + " b1"}) {
-		t.Fatalf("a watch from before the load sees %v, want b1 deleted", got)
-	}
-	dir := t.TempDir()
-	save(t, l, dir)
-	if _, st2 := loaded(t, dir); st2.GetLayout() != StateLayout || len(st2.GetSharedRaw()) != 0 || len(st2.GetRaw()) != 1 {
-		t.Fatalf("saved: layout %d, shared raw %d, raw %d", st2.GetLayout(), len(st2.GetSharedRaw()), len(st2.GetRaw()))
+	for _, layout := range []uint32{0, StateLayout + 1} {
+		st := snapshotOf(t, s)
+		st.Layout = layout
+		err := NewStore("a1", 100, nil).Restore(st)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("layout %d, not %d", layout, StateLayout)) {
+			t.Fatalf("a state of layout %d: %v", layout, err)
+		}
 	}
 }

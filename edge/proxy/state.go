@@ -25,19 +25,11 @@ const (
 	LogFile   = "proxy.log"
 )
 
-// StateLayout is the layout of the state this proxy writes: two cursors,
-// one per Space (proxy.proto, ProxyState.layout). A state of layout 0
-// (one cursor over the unit's space, which held every view) is migrated
-// when loaded: its objects are kept and served, its sequence is the unit
-// space's cursor, the shared space is read from its start (a reload: the
-// objects it no longer has are dropped at its end), and then the Nodes of
-// the unit's space that the stream no longer holds there (other units'
-// Nodes of the old layout, purged by the cloud) are dropped
-// (EndMigration). Layout 2 is layout 1 without the shared space's Nodes
-// (the cloud no longer publishes them: the endpoints' views carry their
-// topology); a state of layout 0 or 1 drops them when loaded: each Node
-// of another unit is served as deleted.
-const StateLayout = 2
+// StateLayout is the layout of the state this proxy writes
+// (proxy.proto, ProxyState.layout): the raw views of each Space with its
+// cursor, and the objects served. A state of another layout is not read:
+// the proxy reads its views from the hub again.
+const StateLayout = 1
 
 // rawKey names one raw object of a space.
 type rawKey struct {
@@ -56,7 +48,6 @@ type disk struct {
 	rev, compacted uint64
 	seq            [2]uint64
 	created        [2]int64
-	migrating      bool
 }
 
 func (d *disk) reset() {
@@ -102,32 +93,6 @@ func (s *Store) Advance(sp Space, seq uint64) {
 	}
 }
 
-// Migrating tells whether a state of layout 0 is being moved to the
-// shared space (StateLayout).
-func (s *Store) Migrating() bool { s.mu.RLock(); defer s.mu.RUnlock(); return s.migrating }
-
-// EndMigration ends a migration once the shared space was read in full:
-// the Nodes of the unit's space for which held reports false (the stream
-// no longer holds them there) are dropped, each falling back to the
-// shared space's. It returns how many.
-func (s *Store) EndMigration(held func(node string) bool) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.migrating {
-		return 0
-	}
-	gone := 0
-	for _, k := range slices.Sorted(mapKeys(s.layers[UnitSpace].objs[objectview.KindNodes])) {
-		if !held(k) {
-			s.put(UnitSpace, objectview.KindNodes, k, nil, nil)
-			gone++
-		}
-	}
-	s.migrating = false
-	s.notify()
-	return gone
-}
-
 // Snapshot returns the store's state. The objects' encodings are the
 // ones made when they changed (the views as received, the served objects
 // as last computed), so a snapshot encodes nothing again. The messages
@@ -141,8 +106,8 @@ func (s *Store) Snapshot() (*atollv1.ProxyState, error) {
 // snapshot: call with mu held.
 func (s *Store) snapshot() (*atollv1.ProxyState, error) {
 	st := &atollv1.ProxyState{Unit: s.unit, Host: s.host, Rev: s.rev, Compacted: s.compacted, Generation: s.generation,
-		Layout: StateLayout, Migrating: s.migrating,
-		Seq: s.cur[UnitSpace].seq, StreamCreated: s.cur[UnitSpace].created,
+		Layout: StateLayout,
+		Seq:    s.cur[UnitSpace].seq, StreamCreated: s.cur[UnitSpace].created,
 		SharedSeq: s.cur[SharedSpace].seq, SharedStreamCreated: s.cur[SharedSpace].created}
 	for _, kind := range objectview.Kinds {
 		for _, sp := range Spaces {
@@ -215,11 +180,10 @@ func (s *Store) take(compact bool) (*atollv1.ProxyState, *atollv1.ProxyStateReco
 		return st, nil, nil
 	}
 	if len(d.raw)+len(d.served)+len(d.pruned) == 0 && d.rev == s.rev && d.compacted == s.compacted &&
-		d.seq == [2]uint64{s.cur[0].seq, s.cur[1].seq} && d.created == [2]int64{s.cur[0].created, s.cur[1].created} &&
-		d.migrating == s.migrating {
+		d.seq == [2]uint64{s.cur[0].seq, s.cur[1].seq} && d.created == [2]int64{s.cur[0].created, s.cur[1].created} {
 		return nil, nil, nil
 	}
-	rec := &atollv1.ProxyStateRecord{Generation: s.generation, Rev: s.rev, Compacted: s.compacted, Migrating: s.migrating,
+	rec := &atollv1.ProxyStateRecord{Generation: s.generation, Rev: s.rev, Compacted: s.compacted,
 		Seq: s.cur[UnitSpace].seq, StreamCreated: s.cur[UnitSpace].created,
 		SharedSeq: s.cur[SharedSpace].seq, SharedStreamCreated: s.cur[SharedSpace].created}
 	for _, sp := range Spaces {
@@ -263,7 +227,7 @@ func (s *Store) take(compact bool) (*atollv1.ProxyState, *atollv1.ProxyStateReco
 func (s *Store) taken() {
 	s.dirty.reset()
 	s.dirty.full = false
-	s.dirty.rev, s.dirty.compacted, s.dirty.migrating = s.rev, s.compacted, s.migrating
+	s.dirty.rev, s.dirty.compacted = s.rev, s.compacted
 	s.dirty.seq = [2]uint64{s.cur[0].seq, s.cur[1].seq}
 	s.dirty.created = [2]int64{s.cur[0].created, s.cur[1].created}
 }
@@ -288,18 +252,20 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// Restore replaces the store's state with st (of the same host),
-// migrating a state of layout 0 (StateLayout).
+// Restore replaces the store's state with st (of the same host and of
+// StateLayout).
 func (s *Store) Restore(st *atollv1.ProxyState) error {
 	if st.GetHost() != s.host {
 		return fmt.Errorf("proxy: state of host %q, not %q", st.GetHost(), s.host)
+	}
+	if st.GetLayout() != StateLayout {
+		return fmt.Errorf("proxy: state of layout %d, not %d", st.GetLayout(), StateLayout)
 	}
 	layers := [2]layer{newLayer(), newLayer()}
 	served := map[string]map[string]*entry{}
 	for _, k := range objectview.Kinds {
 		served[k] = map[string]*entry{}
 	}
-	old := st.GetLayout() == 0
 	add := func(sp Space, v *atollv1.ObjectView) error {
 		if _, ok := objectview.Kind(v.GetKind()); !ok {
 			return fmt.Errorf("proxy: state: raw view of unknown kind %q", v.GetKind())
@@ -307,9 +273,6 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 		o, err := objectview.Decode(v)
 		if err != nil {
 			return err
-		}
-		if old && v.GetKind() != objectview.KindNodes {
-			sp = SharedSpace // what the shared space holds now
 		}
 		k := objKey(v.GetNamespace(), v.GetName())
 		layers[sp].objs[v.GetKind()][k], layers[sp].views[v.GetKind()][k] = o, v
@@ -359,23 +322,7 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 	for k, o := range s.raw[objectview.KindEndpointSlices] {
 		s.indexSlice(k, nil, o)
 	}
-	s.migrating = st.GetMigrating() || old
 	s.taken()
-	if st.GetLayout() < 2 {
-		// The shared space's Nodes of layout 1: dropped, served as
-		// deleted (a Node of the unit's space stays).
-		for _, k := range slices.Sorted(mapKeys(s.layers[SharedSpace].objs[objectview.KindNodes])) {
-			s.put(SharedSpace, objectview.KindNodes, k, nil, nil)
-		}
-		s.dirty.full = true
-	}
-	if s.migrating {
-		// The shared space is read in full (again, after a restart in
-		// the middle), and the state is written in the new layout.
-		s.beginReload(SharedSpace)
-		s.cur[SharedSpace].created = 0
-		s.dirty.full = true
-	}
 	return nil
 }
 
@@ -540,7 +487,7 @@ func replay(st *atollv1.ProxyState, recs []*atollv1.ProxyStateRecord) int {
 		}
 		n++
 		st.Seq, st.Rev, st.Compacted, st.StreamCreated = rec.GetSeq(), rec.GetRev(), rec.GetCompacted(), rec.GetStreamCreated()
-		st.SharedSeq, st.SharedStreamCreated, st.Migrating = rec.GetSharedSeq(), rec.GetSharedStreamCreated(), rec.GetMigrating()
+		st.SharedSeq, st.SharedStreamCreated = rec.GetSharedSeq(), rec.GetSharedStreamCreated()
 		for m, vs := range map[*map[key]*atollv1.ObjectView][]*atollv1.ObjectView{&raw: rec.GetRaw(), &sharedRaw: rec.GetSharedRaw()} {
 			for _, v := range vs {
 				if v.GetDeleted() {

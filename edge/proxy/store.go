@@ -112,9 +112,6 @@ type Store struct {
 	changed    chan struct{} // closed and replaced at every change (persistence)
 
 	generation uint64 // of the last snapshot taken
-	// migrating: a state kept before the shared space is being moved to
-	// it (state.go).
-	migrating bool
 
 	// What changed since the last save, and the files (state.go).
 	dirty disk
@@ -169,10 +166,8 @@ func (s *Store) Changed() <-chan struct{} { s.mu.RLock(); defer s.mu.RUnlock(); 
 // Apply applies one view of space sp at stream sequence seq, which moves
 // the space's cursor (0: it stays; the proxy moves it with Advance to what
 // its feed verified). A view of another kind (unit views, host records),
-// in the unit's space a view of another kind than Nodes (the layout
-// before the shared space), and in the shared space a Node (the layout
-// before the endpoints' views carried their topology), only advances the
-// space's cursor. A slice or Endpoints whose topology does not decode is
+// and a view in the wrong space (in the unit's space anything but a Node,
+// in the shared space a Node), only advances the space's cursor. A slice or Endpoints whose topology does not decode is
 // refused with the error.
 func (s *Store) Apply(sp Space, v *atollv1.ObjectView, seq uint64) error {
 	kind := v.GetKind()

@@ -211,7 +211,6 @@ type Feed struct {
 	sub  string // the republished filter
 	log  *slog.Logger
 	m    *Metrics
-	kick chan struct{} // CatchUpNow
 	up   chan struct{} // closed after the first catch-up
 
 	// Owned by Run's goroutine.
@@ -251,7 +250,7 @@ func New(cfg Config, link Link, node Node, o Options, log *slog.Logger, m *Metri
 	return &Feed{
 		cfg: cfg, link: link, node: node, o: o, sub: sub, m: m,
 		log: log.With("feed", o.Name, "filter", o.Filter),
-		up:  make(chan struct{}), kick: make(chan struct{}, 1),
+		up:  make(chan struct{}),
 		applied: o.Start, verified: o.Start, created: o.Created,
 		seen: map[uint64]struct{}{},
 	}, nil
@@ -367,8 +366,6 @@ func (f *Feed) Run(ctx context.Context) error {
 			retry = nil
 		case <-check.C:
 			want(ReasonPeriodic)
-		case <-f.kick:
-			want(ReasonRequested)
 		case <-poll.C:
 			if now := f.node.HubLink().ID; now != leaf {
 				leaf = now
@@ -664,13 +661,3 @@ func (f *Feed) quiet(ctx context.Context, reason string) (bool, error) {
 	return false, nil
 }
 
-// CatchUpNow asks the running feed for a catch-up (reason requested),
-// for a handler that learns from a view that the space should be read in
-// full (the proxy's migration waiting for the shared views). It returns
-// at once.
-func (f *Feed) CatchUpNow() {
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}

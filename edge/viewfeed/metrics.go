@@ -11,11 +11,10 @@ const (
 	ReasonSlowConsumer = "slow_consumer" // the subscription dropped views
 	ReasonPeriodic     = "periodic"      // CheckPeriod passed
 	ReasonUnverified   = "unverified"    // MaxUnverified views applied since the last catch-up
-	ReasonRequested    = "requested"     // the handler asked (CatchUpNow)
 	ReasonRebuilt      = "rebuilt"       // a view stored after the last catch-up has a sequence below it
 )
 
-var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRequested}
+var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified}
 
 // Where an applied view came from, the via label of
 // atoll_viewfeed_applied_total.

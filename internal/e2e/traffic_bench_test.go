@@ -185,7 +185,7 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p, err := proxy.New(cfg, nodeOf(i), link, feeds, fixedUnit(unit), log, nil)
+			p, err := proxy.New(cfg, nodeOf(i), feeds, fixedUnit(unit), log, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -652,7 +652,7 @@ func TestTrafficEdgeProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxy.New(cfg, node, link, feeds, fixedUnit(unit), log, nil)
+	p, err := proxy.New(cfg, node, feeds, fixedUnit(unit), log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,22 +65,22 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.Source == SourceKubernetes {
 		if err := c.Units.Validate(); err != nil {
-			return fmt.Errorf("topology: %w", err)
+			return fmt.Errorf("members: %w", err)
 		}
 	}
 	switch {
 	case c.Source != SourceKubernetes && c.Source != SourceDeclared:
-		return fmt.Errorf("topology: source %q: want %s or %s", c.Source, SourceKubernetes, SourceDeclared)
+		return fmt.Errorf("members: source %q: want %s or %s", c.Source, SourceKubernetes, SourceDeclared)
 	case c.NodeTTL <= 0:
-		return errors.New("topology: node TTL must be positive")
+		return errors.New("members: node TTL must be positive")
 	case c.Debounce < 0:
-		return errors.New("topology: debounce must not be negative")
+		return errors.New("members: debounce must not be negative")
 	case c.Resync <= 0:
-		return errors.New("topology: resync must be positive")
+		return errors.New("members: resync must be positive")
 	case c.MaxViewBytes < 1024 || c.MaxViewBytes > maxPayload/2:
-		return fmt.Errorf("topology: max view bytes %d must be between 1024 and %d (half the hub's max payload)", c.MaxViewBytes, maxPayload/2)
+		return fmt.Errorf("members: max view bytes %d must be between 1024 and %d (half the hub's max payload)", c.MaxViewBytes, maxPayload/2)
 	case c.Replicas < 1:
-		return errors.New("topology: replicas must be at least 1")
+		return errors.New("members: replicas must be at least 1")
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ import (
 // Other edges keep their links throughout.
 func TestDeletedNodeLosesHubLink(t *testing.T) {
 	h := natstest.Hub(t)
-	nc, err := h.Connect("topology-test")
+	nc, err := h.Connect("members-test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type kubeFixture struct {
 func newKubeFixture(t testing.TB, nodes []*corev1.Node) *kubeFixture {
 	t.Helper()
 	h := natstest.Hub(t)
-	nc, err := h.Connect("topology-test")
+	nc, err := h.Connect("members-test")
 	if err != nil {
 		t.Fatal(err)
 	}

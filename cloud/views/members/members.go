@@ -120,13 +120,13 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 		return nil, err
 	}
 	if cfg.Source == SourceKubernetes && nodes == nil {
-		return nil, errors.New("topology: the kubernetes source needs a node lister")
+		return nil, errors.New("members: the kubernetes source needs a node lister")
 	}
 	if m == nil {
 		m = newMetrics(nil)
 	}
 	s := &Service{
-		cfg: cfg, bus: b, kube: nodes, log: log.With("component", "topology"), metrics: m, evm: evm,
+		cfg: cfg, bus: b, kube: nodes, log: log.With("component", "members"), metrics: m, evm: evm,
 		nodes:     map[string]node{},
 		units:     map[string]bool{},
 		assigned:  map[string]string{},
@@ -151,7 +151,7 @@ func (s *Service) open(ctx context.Context) error {
 		Replicas:    s.cfg.Replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("topology: secrets bucket: %w", err)
+		return fmt.Errorf("members: secrets bucket: %w", err)
 	}
 	s.kv = kv
 	return nil
@@ -188,7 +188,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// a store rebuilt from peers): RunPasses resyncs at once rather than
 	// at the next tick.
 	return s.bus.RunPasses(ctx, hublink.Passes{
-		Name: "topology views", Changed: s.changed, Log: s.log,
+		Name: "member views", Changed: s.changed, Log: s.log,
 		Resync: s.cfg.Resync, OnResync: s.requestResync,
 		Tick: max(s.cfg.NodeTTL/10, time.Second), OnTick: func() { s.expireNodes(time.Now()) },
 		Debounce: s.cfg.Debounce,
@@ -500,7 +500,7 @@ func (s *Service) publishUnit(ctx context.Context, unit string, ms []*atollv1.Un
 		return nil
 	}
 	if size := proto.Size(view); size > s.cfg.MaxViewBytes {
-		err := fmt.Errorf("topology: view of unit %s: %d bytes, more than the maximum %d", unit, size, s.cfg.MaxViewBytes)
+		err := fmt.Errorf("members: view of unit %s: %d bytes, more than the maximum %d", unit, size, s.cfg.MaxViewBytes)
 		if s.oversized[unit] != size { // only the publishing goroutine uses oversized
 			s.oversized[unit] = size
 			s.metrics.rejected.WithLabelValues(reasonTooLarge).Inc()
@@ -570,7 +570,7 @@ const (
 // report: BehindAssignment, BehindUnitView or both joined by ", "; empty
 // when it holds the current ones (or reported before they were stored);
 // BehindUnknown when the agent has not reported, or reports no
-// fingerprints (an older agent).
+// fingerprints (it holds no views yet).
 func (s *Service) ViewsBehind(node string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -17,40 +17,40 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "nodes",
+			Namespace: "atoll", Subsystem: "members", Name: "nodes",
 			Help: "Edge nodes known from their topology reports.",
 		}),
 		units: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "units",
+			Namespace: "atoll", Subsystem: "members", Name: "units",
 			Help: "Units with at least one member.",
 		}),
 		incremental: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "incremental_passes_total",
+			Namespace: "atoll", Subsystem: "members", Name: "incremental_passes_total",
 			Help: "Recomputes of only the views the changed nodes touch (their assignments and units), instead of every view.",
 		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "views_published_total",
+			Namespace: "atoll", Subsystem: "members", Name: "views_published_total",
 			Help: "Unit views and node assignments published because the stream did not hold their content.",
 		}),
 		repaired: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "views_repaired_total",
+			Namespace: "atoll", Subsystem: "members", Name: "views_repaired_total",
 			Help: "Views republished by a resync because the stream had lost or replaced content already published.",
 		}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "views_duplicate_republished_total",
+			Namespace: "atoll", Subsystem: "members", Name: "views_duplicate_republished_total",
 			Help: "Views the hub acknowledged as duplicates of a copy it no longer held, published again under a new id.",
 		}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "views_conflicts_total",
+			Namespace: "atoll", Subsystem: "members", Name: "views_conflicts_total",
 			Help: "Publishes refused because the subject's last stored value was not the one read (another replica's, or lost by the hub); the stream is read again.",
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "views_rejected_total",
+			Namespace: "atoll", Subsystem: "members", Name: "views_rejected_total",
 			Help: "Inputs left out of a view (route_url, internal_ip, node_key: once per bad value) and views not published (too_large, publish_failed, route_secret: per attempt).",
 		}, []string{"reason"}),
 		rotations: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "topology", Name: "route_secret_rotations_total",
-			Help: "Unit route passwords replaced by this replica because a member left the unit (or the stored entry was of an older format).",
+			Namespace: "atoll", Subsystem: "members", Name: "route_secret_rotations_total",
+			Help: "Unit route passwords replaced by this replica because a member left the unit (or the stored entry did not decode).",
 		}),
 	}
 	if reg != nil {
@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// behindCollector exports atoll_topology_agents_behind{view}: the agents
+// behindCollector exports atoll_members_agents_behind{view}: the agents
 // whose last report shows a view older than the one published (see
 // ViewsBehind), computed at each scrape.
 type behindCollector struct {
@@ -67,9 +67,9 @@ type behindCollector struct {
 	desc *prometheus.Desc
 }
 
-// AgentsBehind returns the collector of atoll_topology_agents_behind for s.
+// AgentsBehind returns the collector of atoll_members_agents_behind for s.
 func (s *Service) AgentsBehind() prometheus.Collector {
-	return &behindCollector{s: s, desc: prometheus.NewDesc("atoll_topology_agents_behind",
+	return &behindCollector{s: s, desc: prometheus.NewDesc("atoll_members_agents_behind",
 		"Edge agents whose last topology report shows an older assignment or unit view than the one published (view: assignment, unit_view), or no fingerprints (view: unknown).",
 		[]string{"view"}, nil)}
 }

@@ -38,14 +38,14 @@ type params struct {
 // service), it suspends the hub link of an edge whose Node is deleted;
 // given NodeKeys (the identity service), it publishes each member's
 // identity key in its unit view.
-var Module = fx.Module("topology",
+var Module = fx.Module("members",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),
 )
 
 func newForApp(p params) (*Service, error) {
 	if p.Config.Source == SourceKubernetes && p.Manager == nil {
-		return nil, fmt.Errorf("topology: the %s membership source needs the Kubernetes manager", SourceKubernetes)
+		return nil, fmt.Errorf("members: the %s membership source needs the Kubernetes manager", SourceKubernetes)
 	}
 	var s *Service
 	if p.Config.Source == SourceKubernetes {
@@ -72,12 +72,12 @@ func newForApp(p params) (*Service, error) {
 	if p.Keys != nil {
 		s.SetNodeKeys(p.Keys)
 	}
-	fxrun.Background(p.Lifecycle, p.Log, "topology", s.Run)
+	fxrun.Background(p.Lifecycle, p.Log, "members", s.Run)
 	return s, nil
 }
 
 // ControllerName names the topology controller (its workqueue metrics).
-const ControllerName = "topology"
+const ControllerName = "members"
 
 // SetupWithManager makes the service a controller of m: every Node change
 // recomputes that node's assignment and its units' views (NodeChanged),
@@ -96,7 +96,7 @@ func (s *Service) SetupWithManager(m *manager.Manager) error {
 			return reconcile.Result{}, nil
 		}))
 	if err != nil {
-		return fmt.Errorf("topology: controller: %w", err)
+		return fmt.Errorf("members: controller: %w", err)
 	}
 	return nil
 }

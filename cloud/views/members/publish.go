@@ -31,7 +31,7 @@ func lastValues(s *Service) (*events.LastValue[*atollv1.UnitView], *events.LastV
 func put[T events.Fingerprinted](ctx context.Context, s *Service, lv *events.LastValue[T], subj string, m T, stamp func(fp string)) error {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("topology: encode %s: %w", subj, err)
+		return fmt.Errorf("members: encode %s: %w", subj, err)
 	}
 	sum := sha256.Sum256(b)
 	fp := hex.EncodeToString(sum[:16])

@@ -32,7 +32,7 @@ type hubFixture struct {
 func newHubFixture(t *testing.T, mutate ...func(*Config)) *hubFixture {
 	t.Helper()
 	h := natstest.Hub(t)
-	nc, err := h.Connect("topology-test")
+	nc, err := h.Connect("members-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +459,7 @@ func TestViewsBehind(t *testing.T) {
 		seen         time.Time
 		want         string
 	}{
-		{"no fingerprints (an older agent)", "", "", later, BehindUnknown},
+		{"no fingerprints (no views held yet)", "", "", later, BehindUnknown},
 		{"current", a, v, later, ""},
 		{"old unit view", a, "old", later, BehindUnitView},
 		{"no unit view yet", a, "", later, BehindUnitView},
@@ -499,6 +499,6 @@ func TestViewsBehind(t *testing.T) {
 		}
 	}
 	if want := map[string]float64{"assignment": 0, "unit_view": 1, "unknown": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("atoll_topology_agents_behind = %v, want %v", got, want)
+		t.Fatalf("atoll_members_agents_behind = %v, want %v", got, want)
 	}
 }

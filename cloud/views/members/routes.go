@@ -53,8 +53,8 @@ const maxSecretAttempts = 5
 
 // secret returns unit's route password for a unit of members (sorted):
 // the stored one, recorded for members that joined, or a new one when a
-// node that held it is no longer a member (or the entry is missing or in
-// an older format).
+// node that held it is no longer a member (or the entry is missing or
+// does not decode).
 func (s *Service) secret(ctx context.Context, unit string, members []string) (string, error) {
 	for range maxSecretAttempts {
 		cur, found, err := s.loadSecret(ctx, unit)
@@ -77,7 +77,7 @@ func (s *Service) secret(ctx context.Context, unit string, members []string) (st
 		}
 		value, err := json.Marshal(next.routeSecret)
 		if err != nil {
-			return "", fmt.Errorf("topology: route secret of %s: %w", unit, err)
+			return "", fmt.Errorf("members: route secret of %s: %w", unit, err)
 		}
 		var rev uint64
 		if found {
@@ -92,7 +92,7 @@ func (s *Service) secret(ctx context.Context, unit string, members []string) (st
 				s.dropSecret(unit)
 				continue
 			}
-			return "", fmt.Errorf("topology: route secret of %s: %w", unit, err)
+			return "", fmt.Errorf("members: route secret of %s: %w", unit, err)
 		}
 		next.rev = rev
 		s.storeSecret(unit, next)
@@ -102,12 +102,12 @@ func (s *Service) secret(ctx context.Context, unit string, members []string) (st
 			if cur.Password != "" && len(gone) > 0 {
 				s.log.Info("route credentials of the unit rotated: members left", "unit", unit, "departed", gone, "members", len(members))
 			} else {
-				s.log.Info("route credentials of the unit rotated: entry of an older format", "unit", unit)
+				s.log.Warn("route credentials of the unit rotated: the stored entry did not decode", "unit", unit)
 			}
 		}
 		return next.Password, nil
 	}
-	return "", fmt.Errorf("topology: route secret of %s: %d concurrent updates in a row", unit, maxSecretAttempts)
+	return "", fmt.Errorf("members: route secret of %s: %d concurrent updates in a row", unit, maxSecretAttempts)
 }
 
 // loadSecret returns unit's entry from the cache, or the bucket. An entry
@@ -124,7 +124,7 @@ func (s *Service) loadSecret(ctx context.Context, unit string) (cachedSecret, bo
 		return cachedSecret{}, false, nil
 	}
 	if err != nil {
-		return cachedSecret{}, false, fmt.Errorf("topology: route secret of %s: %w", unit, err)
+		return cachedSecret{}, false, fmt.Errorf("members: route secret of %s: %w", unit, err)
 	}
 	cur = decodeSecret(e.Value(), e.Revision())
 	s.storeSecret(unit, cur)
@@ -188,7 +188,7 @@ func (s *Service) watchSecrets(ctx context.Context) {
 func newPassword() (string, error) {
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return "", fmt.Errorf("topology: route password: %w", err)
+		return "", fmt.Errorf("members: route password: %w", err)
 	}
 	return hex.EncodeToString(raw[:]), nil
 }

@@ -168,10 +168,10 @@ func TestRoutePasswordReplicasAgree(t *testing.T) {
 	})
 }
 
-// TestRoutePasswordOfOlderFormatIsReplaced: a bucket entry written by an
-// earlier version (the bare password, with no member list) is replaced
-// at once, since nobody can tell who holds it.
-func TestRoutePasswordOfOlderFormatIsReplaced(t *testing.T) {
+// TestRoutePasswordUndecodableIsReplaced: a bucket entry that does not
+// decode (here a bare password, with no member list) is replaced at once,
+// since nobody can tell who holds it.
+func TestRoutePasswordUndecodableIsReplaced(t *testing.T) {
 	f := newHubFixture(t)
 	s := f.svc
 	ctx := context.Background()

@@ -41,7 +41,7 @@ type unitStored struct {
 }
 
 // UnitEventCollectors returns the metrics of the unit events
-// (atoll_topology_unit_events_published_total), to register.
+// (atoll_members_unit_events_published_total), to register.
 func (s *Service) UnitEventCollectors() []prometheus.Collector {
 	return []prometheus.Collector{s.unitEventState().published}
 }
@@ -51,7 +51,7 @@ func (s *Service) unitEventState() *unitEvents {
 	s.unitEventsOnce.Do(func() {
 		s.unitEvents = &unitEvents{
 			published: prometheus.NewCounter(prometheus.CounterOpts{
-				Namespace: "atoll", Subsystem: "topology", Name: "unit_events_published_total",
+				Namespace: "atoll", Subsystem: "members", Name: "unit_events_published_total",
 				Help: "Unit lifecycle events (appeared, members changed, gone) stored on the hub by this process.",
 			}),
 		}
@@ -73,13 +73,13 @@ func (s *Service) publishUnitEvents(ctx context.Context, units map[string]bool, 
 	if ue.stream == nil {
 		st, err := s.js.Stream(ctx, events.StreamTopology)
 		if err != nil {
-			return fmt.Errorf("%w: topology: stream %s: %w", errRetry, events.StreamTopology, err)
+			return fmt.Errorf("%w: members: stream %s: %w", errRetry, events.StreamTopology, err)
 		}
 		// Units with a stored event but no view any more (gone while no
 		// replica ran) are compared too.
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.UnitEventFamily.Wildcard()))
 		if err != nil {
-			return fmt.Errorf("%w: topology: stream %s: %w", errRetry, events.StreamTopology, err)
+			return fmt.Errorf("%w: members: stream %s: %w", errRetry, events.StreamTopology, err)
 		}
 		ue.stream, ue.last = st, map[string]unitStored{}
 		for subj := range info.State.Subjects {
@@ -119,7 +119,7 @@ func (ue *unitEvents) read(ctx context.Context, unit string) (unitStored, error)
 		return unitStored{}, nil
 	}
 	if err != nil {
-		return unitStored{}, fmt.Errorf("topology: last unit event of %s: %w", unit, err)
+		return unitStored{}, fmt.Errorf("members: last unit event of %s: %w", unit, err)
 	}
 	var ev atollv1.UnitEvent
 	st := unitStored{seq: raw.Sequence}
@@ -167,7 +167,7 @@ func (s *Service) putUnitEvent(ctx context.Context, unit string, members []strin
 			continue
 		case err != nil:
 			delete(ue.last, unit)
-			return fmt.Errorf("topology: publish unit event of %s: %w", unit, err)
+			return fmt.Errorf("members: publish unit event of %s: %w", unit, err)
 		case ack.Duplicate:
 			// The id matched a copy stored before: read what the stream
 			// holds; if it is not this content, publish with a new id.
@@ -189,5 +189,5 @@ func (s *Service) putUnitEvent(ctx context.Context, unit string, members []strin
 		return nil
 	}
 	delete(ue.last, unit)
-	return fmt.Errorf("topology: unit event of %s: the stored event kept changing under %d attempts", unit, maxPutAttempts)
+	return fmt.Errorf("members: unit event of %s: the stored event kept changing under %d attempts", unit, maxPutAttempts)
 }

@@ -16,7 +16,7 @@ import (
 const maxRouteURL = 300
 
 // Reasons a per-node input or a whole view is rejected (the reason label
-// of atoll_topology_views_rejected_total).
+// of atoll_members_views_rejected_total).
 const (
 	reasonRouteURL   = "route_url"
 	reasonInternalIP = "internal_ip"

@@ -10,7 +10,6 @@ type metrics struct {
 	bytes     prometheus.Counter
 	conflicts prometheus.Counter
 	rejected  *prometheus.CounterVec
-	purged    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,13 +43,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "objectviews", Name: "rejected_total",
 			Help: "Object views not published, by reason (subject, too_large, publish_failed).",
 		}, []string{"reason"}),
-		purged: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "atoll", Subsystem: "objectviews", Name: "purged_total",
-			Help: "Subjects of the per-unit view layout purged from the VIEWS stream.",
-		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.units, m.fanout, m.passes, m.published, m.bytes, m.conflicts, m.rejected, m.purged)
+		reg.MustRegister(m.units, m.fanout, m.passes, m.published, m.bytes, m.conflicts, m.rejected)
 	}
 	return m
 }

@@ -22,10 +22,6 @@
 // message id <subject>@<fingerprint>@<sequence it replaces> and expecting
 // that last subject sequence, so replicas run active-active and a resync
 // republishes nothing that did not change.
-//
-// The layouts before put every view in every unit's space, then every
-// Node, stripped to its labels, in the shared space. A full pass purges
-// what it finds of them (purge.go).
 package objects
 
 import (
@@ -76,10 +72,6 @@ type Publisher struct {
 	unitSize map[string]int    // unit → its Nodes, as of the last pass (refreshUnits; nil before the first)
 	nodeUnit map[string]string // node → unit, as of the last pass
 	uids     map[key]string    // uid of each object last seen, for its tombstone
-	checked  map[string]bool   // units whose space was purged of the old layout (purge.go); only pass touches it
-	// sharedNodesPurged: the shared space was purged of its Nodes
-	// (purge.go); only pass touches it.
-	sharedNodesPurged bool
 	// The views that carry a node's topology, to republish when its
 	// labels change; only pass and what it calls touch them.
 	byNode  map[string]map[key]struct{}  // node → slices and Endpoints with endpoints on it (those whose Service has topology keys)
@@ -113,7 +105,6 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 			Empty: (*atollv1.ObjectView).GetDeleted,
 		}),
 		uids:    map[key]string{},
-		checked: map[string]bool{},
 		byNode:  map[string]map[key]struct{}{}, nodesOf: map[key][]string{}, labels: map[string]map[string]string{},
 		changed: make(chan struct{}, 1),
 	}, nil
@@ -197,16 +188,6 @@ func (p *Publisher) pass(ctx context.Context) error {
 	unitList := slices.Sorted(maps.Keys(p.unitSize))
 	p.metrics.units.Set(float64(len(unitList)))
 	var failed []error
-	if all {
-		// Before publishing: a unit whose space was purged gets its own
-		// Nodes again in this pass.
-		if err := p.purgeOldLayout(ctx, unitList); err != nil {
-			failed = append(failed, err)
-		}
-		if err := p.purgeSharedNodes(ctx); err != nil {
-			failed = append(failed, err)
-		}
-	}
 	retry := map[key]bool{}
 	for _, k := range keys {
 		if err := p.publishObject(ctx, k, nodeUnit, prevUnit); err != nil {

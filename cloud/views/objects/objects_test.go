@@ -52,14 +52,8 @@ func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts 
 	return r.Reader.List(ctx, list, opts...)
 }
 
+// start starts a cluster, a hub and replicas publishers.
 func start(t *testing.T, replicas int) *fixture {
-	t.Helper()
-	return startWith(t, replicas, nil)
-}
-
-// startWith starts the fixture, calling before (if set) once the cluster
-// and the streams are up and before any publisher starts.
-func startWith(t *testing.T, replicas int, before func(*kubetest.Cluster, jetstream.JetStream)) *fixture {
 	t.Helper()
 	cluster := kubetest.Start(t)
 	h := natstest.Hub(t)
@@ -82,9 +76,6 @@ func startWith(t *testing.T, replicas int, before func(*kubetest.Cluster, jetstr
 			}
 			if f.views, err = js.Stream(ctx, events.StreamViews); err != nil {
 				t.Fatal(err)
-			}
-			if before != nil {
-				before(cluster, js)
 			}
 		}
 		mcfg := manager.DefaultConfig()

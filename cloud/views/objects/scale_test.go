@@ -3,7 +3,6 @@ package objects
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/objectview"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -151,97 +149,6 @@ func TestViewsStoredOnce(t *testing.T) {
 	})
 	if got := settled(t, f); got != base+1 {
 		t.Fatalf("one Service change stored %d messages, want 1", got-base)
-	}
-}
-
-// TestPurgeOldLayout: a stream holding the per-unit layout (every Service
-// and every Node in every unit's space) and the shared space's stripped
-// Nodes of the layout after it is purged by the first pass: no shared
-// kind is left in a unit's space, only the unit's own Nodes (in full),
-// and no Node in the shared space; the purges are counted, and a second
-// full pass purges nothing and stores nothing.
-func TestPurgeOldLayout(t *testing.T) {
-	ctx := t.Context()
-	f := startWith(t, 1, func(cluster *kubetest.Cluster, js jetstream.JetStream) {
-		kc := cluster.Client()
-		for _, n := range []*corev1.Node{node("n1", "u1", ""), node("n2", "u2", "")} {
-			if _, err := kc.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		svc, err := objectview.Encode(objectview.KindServices, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "u-web"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stripped, err := objectview.Encode(objectview.KindNodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Labels: map[string]string{wellknown.LabelUnit: "u2"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for subj, v := range map[string]any{
-			"atoll.view.u1.services.default.web":  svc,
-			"atoll.view.u2.services.default.web":  svc,
-			"atoll.view.u1.nodes._.n2":            stripped,
-			"atoll.view._all.nodes._.n2":          stripped,
-			"atoll.view.u1.endpoints.default.web": nil,
-		} {
-			m := svc
-			if v == stripped {
-				m = stripped
-			}
-			if v == nil {
-				if m, err = objectview.Encode(objectview.KindEndpoints, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := events.PublishDurable(ctx, js, subj, m, "old-"+subj); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-	p := f.pubs[0]
-	poll.Eventually(t, 60*time.Second, func() error {
-		got, _ := streamCounts(t, f)
-		info, err := f.views.Info(ctx, jetstream.WithSubjectFilter(events.ViewSubjects))
-		if err != nil {
-			return err
-		}
-		own := map[string]bool{"atoll.view.u1.nodes._.n1": true, "atoll.view.u2.nodes._.n2": true}
-		for subj := range info.State.Subjects {
-			if !strings.HasPrefix(subj, "atoll.view._all.") && !own[subj] {
-				return fmt.Errorf("%s left in a unit's space (%v)", subj, got)
-			}
-			if strings.HasPrefix(subj, "atoll.view._all.nodes.") {
-				return fmt.Errorf("%s left in the shared space", subj)
-			}
-		}
-		if got["u1"] != 1 || got["u2"] != 1 {
-			return fmt.Errorf("units' spaces hold %v, want their own Node each", got)
-		}
-		if v, _, err := f.view(ctx, "atoll.view.u1.nodes._.n1"); err != nil || v == nil || v.GetDeleted() {
-			return fmt.Errorf("u1's own Node not in its space: %v %v", v, err)
-		}
-		return nil
-	})
-	purged := testutil.ToFloat64(p.metrics.purged)
-	// u1: its Service, Endpoints and n2; u2: its Service; the shared
-	// space's n2.
-	if purged < 5 {
-		t.Errorf("purged_total = %v, want at least 5 subjects", purged)
-	}
-	base := settled(t, f)
-	passes := testutil.ToFloat64(p.metrics.passes)
-	p.Resync()
-	poll.Eventually(t, 20*time.Second, func() error {
-		if testutil.ToFloat64(p.metrics.passes) <= passes {
-			return errors.New("resync pass not done")
-		}
-		return nil
-	})
-	if got := settled(t, f); got != base {
-		t.Errorf("a full pass after the purge stored %d messages", got-base)
-	}
-	if got := testutil.ToFloat64(p.metrics.purged); got != purged {
-		t.Errorf("a second full pass purged %v subjects", got-purged)
 	}
 }
 

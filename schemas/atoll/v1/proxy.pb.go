@@ -46,22 +46,16 @@ type ProxyState struct {
 	// nanoseconds, 0: unknown): a stream created at another time was
 	// rebuilt, and its sequences say nothing about the state's.
 	StreamCreated int64 `protobuf:"varint,9,opt,name=stream_created,json=streamCreated,proto3" json:"stream_created,omitempty"`
-	// Layout of the state: 0 (before the shared view space) holds one
-	// cursor (seq, over atoll.view.<unit>.>) and every view in raw; 1
-	// holds two: seq, stream_created and raw for the unit's own space
-	// (its Nodes in full), shared_* for the shared space (atoll.view._all.>);
-	// 2 is 1 without Nodes in shared_raw (the shared space no longer holds
-	// them: the endpoints' views carry their nodes' topology).
+	// Layout of the state (edge/proxy.StateLayout): 1 holds two cursors,
+	// seq, stream_created and raw for the unit's own space (its Nodes in
+	// full), shared_* for the shared space (atoll.view._all.>). A proxy
+	// does not read a state of another layout.
 	Layout              uint32        `protobuf:"varint,10,opt,name=layout,proto3" json:"layout,omitempty"`
 	SharedRaw           []*ObjectView `protobuf:"bytes,11,rep,name=shared_raw,json=sharedRaw,proto3" json:"shared_raw,omitempty"`
 	SharedSeq           uint64        `protobuf:"varint,12,opt,name=shared_seq,json=sharedSeq,proto3" json:"shared_seq,omitempty"`
 	SharedStreamCreated int64         `protobuf:"varint,13,opt,name=shared_stream_created,json=sharedStreamCreated,proto3" json:"shared_stream_created,omitempty"`
-	// A state of layout 0 being moved to 1: the shared space is read from
-	// its start, then the unit's Nodes the stream no longer holds (the
-	// other units' Nodes of the old layout) are dropped.
-	Migrating     bool `protobuf:"varint,14,opt,name=migrating,proto3" json:"migrating,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ProxyState) Reset() {
@@ -185,13 +179,6 @@ func (x *ProxyState) GetSharedStreamCreated() int64 {
 	return 0
 }
 
-func (x *ProxyState) GetMigrating() bool {
-	if x != nil {
-		return x.Migrating
-	}
-	return false
-}
-
 // ProxyStateRecord is one record of the log kept beside a ProxyState
 // snapshot (edge/proxy, proxy.log): what changed since the record before
 // (or the snapshot). Applying the snapshot and then its generation's
@@ -210,12 +197,10 @@ type ProxyStateRecord struct {
 	Served []*ServedObject `protobuf:"bytes,7,rep,name=served,proto3" json:"served,omitempty"`
 	// Tombstones dropped (kind, namespace and name).
 	Pruned []*ObjectView `protobuf:"bytes,8,rep,name=pruned,proto3" json:"pruned,omitempty"`
-	// The shared space's cursor and views (ProxyState.shared_*), and
-	// whether a migration is under way.
+	// The shared space's cursor and views (ProxyState.shared_*).
 	SharedRaw           []*ObjectView `protobuf:"bytes,9,rep,name=shared_raw,json=sharedRaw,proto3" json:"shared_raw,omitempty"`
 	SharedSeq           uint64        `protobuf:"varint,10,opt,name=shared_seq,json=sharedSeq,proto3" json:"shared_seq,omitempty"`
 	SharedStreamCreated int64         `protobuf:"varint,11,opt,name=shared_stream_created,json=sharedStreamCreated,proto3" json:"shared_stream_created,omitempty"`
-	Migrating           bool          `protobuf:"varint,12,opt,name=migrating,proto3" json:"migrating,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -327,13 +312,6 @@ func (x *ProxyStateRecord) GetSharedStreamCreated() int64 {
 	return 0
 }
 
-func (x *ProxyStateRecord) GetMigrating() bool {
-	if x != nil {
-		return x.Migrating
-	}
-	return false
-}
-
 // ServedObject is one object as the proxy serves it (after the topology
 // filter), or a tombstone.
 type ServedObject struct {
@@ -408,7 +386,7 @@ var File_atoll_v1_proxy_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"\n" +
-	"\x14atoll/v1/proxy.proto\x12\batoll.v1\x1a\x13atoll/v1/view.proto\"\xd3\x03\n" +
+	"\x14atoll/v1/proxy.proto\x12\batoll.v1\x1a\x13atoll/v1/view.proto\"\xb5\x03\n" +
 	"\n" +
 	"ProxyState\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x12\n" +
@@ -428,8 +406,7 @@ const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"shared_raw\x18\v \x03(\v2\x14.atoll.v1.ObjectViewR\tsharedRaw\x12\x1d\n" +
 	"\n" +
 	"shared_seq\x18\f \x01(\x04R\tsharedSeq\x122\n" +
-	"\x15shared_stream_created\x18\r \x01(\x03R\x13sharedStreamCreated\x12\x1c\n" +
-	"\tmigrating\x18\x0e \x01(\bR\tmigrating\"\xc7\x03\n" +
+	"\x15shared_stream_created\x18\r \x01(\x03R\x13sharedStreamCreated\"\xa9\x03\n" +
 	"\x10ProxyStateRecord\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -446,8 +423,7 @@ const file_atoll_v1_proxy_proto_rawDesc = "" +
 	"\n" +
 	"shared_seq\x18\n" +
 	" \x01(\x04R\tsharedSeq\x122\n" +
-	"\x15shared_stream_created\x18\v \x01(\x03R\x13sharedStreamCreated\x12\x1c\n" +
-	"\tmigrating\x18\f \x01(\bR\tmigrating\"|\n" +
+	"\x15shared_stream_created\x18\v \x01(\x03R\x13sharedStreamCreated\"|\n" +
 	"\fServedObject\x12(\n" +
 	"\x04view\x18\x01 \x01(\v2\x14.atoll.v1.ObjectViewR\x04view\x12\x0e\n" +
 	"\x02rv\x18\x02 \x01(\x04R\x02rv\x12\x18\n" +
