@@ -1,5 +1,8 @@
-// Package docs embeds the documentation that tests check against the
-// code: METRICS.md, the table of every metric Atoll exports.
+// Package docs holds the documentation that tests check against the code:
+// it embeds reference/metrics.md, the table of every metric Atoll exports,
+// keeps the generated blocks of the other reference pages (Block,
+// SyncBlock), and its tests check that every relative link of the
+// repository's Markdown resolves.
 package docs
 
 import (
@@ -9,10 +12,10 @@ import (
 	"strings"
 )
 
-//go:embed METRICS.md
+//go:embed reference/metrics.md
 var metricsMD string
 
-// Metric is one row of METRICS.md.
+// Metric is one row of reference/metrics.md.
 type Metric struct {
 	Name     string   // e.g. atoll_health_protected_nodes
 	Type     string   // counter, gauge, histogram
@@ -25,7 +28,7 @@ var (
 	codeRE = regexp.MustCompile("`([a-z_]+)`")
 )
 
-// Metrics parses the table rows of METRICS.md: | `name` | type | labels |
+// Metrics parses the table rows of reference/metrics.md: | `name` | type | labels |
 // meaning | services |.
 func Metrics() (map[string]Metric, error) { return parseMetrics(metricsMD) }
 
@@ -37,13 +40,13 @@ func parseMetrics(md string) (map[string]Metric, error) {
 		}
 		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
 		if len(cells) != 5 {
-			return nil, fmt.Errorf("METRICS.md:%d: %d cells, want 5 (name, type, labels, meaning, services)", i+1, len(cells))
+			return nil, fmt.Errorf("docs/reference/metrics.md:%d: %d cells, want 5 (name, type, labels, meaning, services)", i+1, len(cells))
 		}
 		m := Metric{Name: rowRE.FindStringSubmatch(line)[1], Type: strings.TrimSpace(cells[1])}
 		switch m.Type {
 		case "counter", "gauge", "histogram":
 		default:
-			return nil, fmt.Errorf("METRICS.md:%d: %s: type %q", i+1, m.Name, m.Type)
+			return nil, fmt.Errorf("docs/reference/metrics.md:%d: %s: type %q", i+1, m.Name, m.Type)
 		}
 		for _, l := range codeRE.FindAllStringSubmatch(cells[2], -1) {
 			m.Labels = append(m.Labels, l[1])
@@ -54,12 +57,12 @@ func parseMetrics(md string) (map[string]Metric, error) {
 			}
 		}
 		if _, dup := out[m.Name]; dup {
-			return nil, fmt.Errorf("METRICS.md:%d: %s listed twice", i+1, m.Name)
+			return nil, fmt.Errorf("docs/reference/metrics.md:%d: %s listed twice", i+1, m.Name)
 		}
 		out[m.Name] = m
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("METRICS.md: no metric rows")
+		return nil, fmt.Errorf("docs/reference/metrics.md: no metric rows")
 	}
 	return out, nil
 }

@@ -22,8 +22,8 @@ func TestMetricsParses(t *testing.T) {
 
 func TestBadRowsNamed(t *testing.T) {
 	tests := []struct{ md, want string }{
-		{"| `atoll_a` | gauge | | a |\n", "METRICS.md:1: 4 cells"},
-		{"x\n| `atoll_a` | timer | | a | atoll-cloud |\n", "METRICS.md:2: atoll_a: type \"timer\""},
+		{"| `atoll_a` | gauge | | a |\n", "metrics.md:1: 4 cells"},
+		{"x\n| `atoll_a` | timer | | a | atoll-cloud |\n", "metrics.md:2: atoll_a: type \"timer\""},
 		{"| `atoll_a` | gauge | | a | atoll-cloud |\n| `atoll_a` | gauge | | a | atoll-cloud |\n", "atoll_a listed twice"},
 		{"| Name | Type |\n", "no metric rows"},
 	}

@@ -2,36 +2,29 @@ package events_test
 
 import (
 	"errors"
-	"os"
+	"flag"
 	"slices"
-	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/atoll-edge/atoll/docs"
 	"github.com/atoll-edge/atoll/events"
 )
 
-// TestREADMECatalog: the catalog block of the README is what the table
-// renders. Regenerate it with `go run ./services/atoll events catalog`.
-func TestREADMECatalog(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+var update = flag.Bool("update", false, "rewrite the generated blocks of docs/reference (go tool task docs:gen)")
+
+// TestSubjectCatalogDoc: the catalog block of docs/reference/subjects.md
+// is what the table renders. `go tool task docs:gen` rewrites it.
+func TestSubjectCatalogDoc(t *testing.T) {
+	const path = "../docs/reference/subjects.md"
+	stale, err := docs.SyncBlock(path, events.CatalogBegin, events.CatalogEnd, events.CatalogMarkdown(), *update)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	_, rest, ok := strings.Cut(readme, events.CatalogBegin+"\n")
-	if !ok {
-		t.Fatalf("README.md has no %q line", events.CatalogBegin)
-	}
-	block, _, ok := strings.Cut(rest, events.CatalogEnd)
-	if !ok {
-		t.Fatalf("README.md has no %q after the begin marker", events.CatalogEnd)
-	}
-	if want := events.CatalogMarkdown(); block != want {
-		t.Fatalf("README.md's subject catalog is stale; replace the block between the markers with the output of "+
-			"`go run ./services/atoll events catalog`:\n%s", want)
+	if stale {
+		t.Fatalf("%s: the subject catalog differs from events/catalog.go; run `go tool task docs:gen` and commit", path)
 	}
 }
 

@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// Markers of the generated catalog in README.md.
+// Markers of the generated catalog in docs/reference/subjects.md.
 const (
-	CatalogBegin = "<!-- catalog:begin (generated: go run ./services/atoll events catalog) -->"
+	CatalogBegin = "<!-- catalog:begin (generated: go tool task docs:gen) -->"
 	CatalogEnd   = "<!-- catalog:end -->"
 )
 
 // CatalogMarkdown renders the subject catalog and the hub streams as the
-// Markdown tables of the README's "Subject catalog" section.
+// Markdown tables of docs/reference/subjects.md.
 func CatalogMarkdown() string {
 	var b strings.Builder
 	b.WriteString("| subject | message | transport | Nats-Msg-Id | producer → consumer |\n")

@@ -96,3 +96,22 @@ func (f *Float32) Set(s string) error {
 	*f = Float32(v)
 	return nil
 }
+
+// Markdown renders fs's flags as a Markdown table (flag, default, usage),
+// sorted by name: the reference of a command's flags in
+// docs/reference/flags.md is generated from it. An empty default is "–";
+// "|", "<" and ">" in a usage are escaped, so that a placeholder such as
+// <unit> is not read as HTML.
+func Markdown(fs *flag.FlagSet) string {
+	var b strings.Builder
+	b.WriteString("| flag | default | usage |\n|---|---|---|\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		def := "–"
+		if f.DefValue != "" {
+			def = "`" + f.DefValue + "`"
+		}
+		usage := strings.NewReplacer("\n", " ", "|", `\|`, "<", "&lt;", ">", "&gt;").Replace(f.Usage)
+		fmt.Fprintf(&b, "| `--%s` | %s | %s |\n", f.Name, def, usage)
+	})
+	return b.String()
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -58,5 +59,22 @@ func TestFloat32(t *testing.T) {
 	}
 	if got := (*Float32)(&f).String(); got != "12.5" {
 		t.Fatalf("String() = %q", got)
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+	fs.String("zone", "", "the zone <name> | or none")
+	fs.Duration("period", 2*time.Second, "how often")
+	fs.Bool("console", true, "serve the page")
+	var l List
+	fs.Var(&l, "hub-url", "hub URLs\n(repeatable)")
+	want := "| flag | default | usage |\n|---|---|---|\n" +
+		"| `--console` | `true` | serve the page |\n" +
+		"| `--hub-url` | – | hub URLs (repeatable) |\n" +
+		"| `--period` | `2s` | how often |\n" +
+		"| `--zone` | – | the zone &lt;name&gt; \\| or none |\n"
+	if got := Markdown(fs); got != want {
+		t.Fatalf("Markdown:\n%s\nwant:\n%s", got, want)
 	}
 }
