@@ -283,7 +283,7 @@ func TestSlug(t *testing.T) {
 		{"Tunnel to the kubelets (kube-apiserver egress selector)", "tunnel-to-the-kubelets-kube-apiserver-egress-selector"},
 		{"[cloud/grid](../cloud/grid/README.md) and *more*", "cloudgrid-and-more"},
 		{"snake_case stays", "snake_case-stays"},
-		{"events/tunnel — the tunnel session protocol", "eventstunnel--the-tunnel-session-protocol"},
+		{"internal/tunnelproto — the tunnel session protocol", "internaltunnelproto--the-tunnel-session-protocol"},
 	}
 	for _, tt := range tests {
 		if got := Slug(tt.heading); got != tt.want {

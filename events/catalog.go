@@ -173,7 +173,7 @@ var (
 		Example: []string{"edge-1", "s1", string(ToEdge)},
 	}
 	// TunnelRelayFamily is the hub leg of a session relayed through a
-	// unit peer of the node (events/tunnel, "Relay"): in the relaying
+	// unit peer of the node (internal/tunnelproto, "Relay"): in the relaying
 	// peer's own namespace, so its credentials allow exactly its own.
 	TunnelRelayFamily = &Family{
 		Name: "tunnel relay", Pattern: Root + ".tunnel.<peer>.relay.<node>.<session>.<dir>",

@@ -76,7 +76,8 @@ func (s ConsumerSpec) Validate() error {
 	return nil
 }
 
-func (s ConsumerSpec) durableConfig() jetstream.ConsumerConfig {
+// DurableConfig is the server configuration of a Shared consumer of s.
+func (s ConsumerSpec) DurableConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        s.Name,
 		FilterSubjects: s.FilterSubjects,
@@ -88,7 +89,8 @@ func (s ConsumerSpec) durableConfig() jetstream.ConsumerConfig {
 	}
 }
 
-func (s ConsumerSpec) orderedConfig() jetstream.OrderedConsumerConfig {
+// OrderedConfig is the configuration of a Follow consumer of s.
+func (s ConsumerSpec) OrderedConfig() jetstream.OrderedConsumerConfig {
 	return jetstream.OrderedConsumerConfig{
 		FilterSubjects: s.FilterSubjects,
 		DeliverPolicy:  s.DeliverPolicy,

@@ -1,4 +1,6 @@
-// Package events is Atoll's event layer on NATS: everything on the wire.
+// Package events is Atoll's wire contract on NATS: what travels, where,
+// and how it is encoded. It holds no consumer, no connection and no
+// state.
 //
 // The catalog (catalog.go) is a table with one Family per subject family:
 // its pattern with named tokens, how it travels (a hub stream, core NATS,
@@ -6,30 +8,20 @@
 // payload fields that must agree with the subject, the Nats-Msg-Id rule,
 // and who produces and consumes it. The hub streams' subjects (Streams),
 // the subject builders and parsers (BallotSubject, ParseBallotSubject, ...),
-// CheckIdentity, TypeForSubject (`atoll decode`) and the README's subject
-// catalog (CatalogMarkdown, `atoll events catalog`) are derived from it;
-// tests fail when they disagree.
+// CheckIdentity, TypeForSubject (`atoll decode`) and the subject catalog
+// (CatalogMarkdown, `atoll events catalog`, docs/reference/subjects.md)
+// are derived from it; tests fail when they disagree.
 //
 // Every message carries Content-Type: application/protobuf and Atoll-Type
-// with the message's full protobuf name, so any tool can decode it; stream
-// messages carry Nats-Msg-Id for JetStream dedupe.
+// with the message's full protobuf name, so any tool can decode it
+// (message.go); stream messages carry Nats-Msg-Id for JetStream dedupe.
+// Publish, PublishDurable and PublishAsync check a payload's identity
+// against its subject before sending it; probe reports are signed with
+// the node's key (signature.go).
 //
-// Reading a stream is one API, Consume (or NewConsumer and Run), with one
-// contract whether the ConsumerSpec is Shared (a durable consumer whose
-// messages replicas share) or Follow (every process gets every message):
-// handler errors are retried with backoff, the MaxDeliver-th failure ends
-// the message in a counted, logged terminal state, a lost consumer is
-// recreated, and no consumer stops before its context is done without an
-// ERROR log line and a metric. Consumer.CaughtUp reports when the backlog
-// present at start has been handled, for readiness. Subscribe reads core
-// NATS subjects through the same decode, terminal-state and metrics path.
-//
-// LastValue keeps one value per subject on a stream that holds each
-// subject's last message (the VIEWS stream): it stores a message only when
-// its fingerprint differs from the subject's stored one, under the msg-id
-// rule <subject>@<fingerprint>@<sequence replaced> and expecting that last
-// subject sequence, reading the stream again after a conflict and
-// checking Duplicate acks, so writers can run active-active.
+// The streams (StreamDefs, Streams) and the consumers of Atoll's services
+// (ConsumerSpec: BallotConsumer, BallotFollower, ...) are declared here,
+// so the full set is visible in one place; internal/eventbus runs them.
 //
 // Request/reply endpoints are nats.go micro services (CloudService);
 // Endpoint adapts a typed handler and Request is the typed client, with

@@ -26,9 +26,6 @@ var (
 	// ErrNoKey: the producer's key, to verify its signature with, is not
 	// known.
 	ErrNoKey = errors.New("no key for the message's producer")
-	// ErrKeptChanging: a LastValue.Put gave up because every publish found
-	// another value stored under it.
-	ErrKeptChanging = errors.New("the stored value kept changing")
 )
 
 // emptyNameError is ErrEmptyToken for a token whose role the builder knows:

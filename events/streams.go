@@ -1,7 +1,6 @@
 package events
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -185,15 +184,4 @@ func clonePtr[T any](p *T) *T {
 	}
 	c := *p
 	return &c
-}
-
-// EnsureStreams creates every hub stream or updates it to the current
-// definition (see ReconcileStreams). It is safe to call from every replica
-// at every start.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
-	if err := o.Validate(); err != nil {
-		return err
-	}
-	_, err := ReconcileStreams(ctx, js, o)
-	return err
 }

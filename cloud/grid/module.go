@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
@@ -27,7 +27,7 @@ var Module = fx.Module("grid",
 	fx.Invoke(func(*Controllers) {}),
 )
 
-func newForApp(cfg Config, m *manager.Manager, link *hublink.Link, evm *events.Metrics, log *slog.Logger, reg prometheus.Registerer) (*Controllers, error) {
+func newForApp(cfg Config, m *manager.Manager, link *hublink.Link, evm *eventbus.Metrics, log *slog.Logger, reg prometheus.Registerer) (*Controllers, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -31,14 +32,14 @@ const (
 // of the unit label: each event enqueues them, and Node events no longer
 // do for that key (they still do for other keys). It runs on the leader,
 // with the controllers. Call it before the manager starts.
-func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, link *hublink.Link, evm *events.Metrics) error {
+func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, link *hublink.Link, evm *eventbus.Metrics) error {
 	c.unitEventsOn.Store(true)
 	cl := m.GetClient()
 	return m.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
 		js := link.JetStream() // connected by the time the manager runs
-		err := events.Consume(ctx, js, events.UnitEventConsumer, func(ctx context.Context, ev events.Event[*atollv1.UnitEvent]) error {
+		err := eventbus.Consume(ctx, js, events.UnitEventConsumer, func(ctx context.Context, ev eventbus.Event[*atollv1.UnitEvent]) error {
 			return c.handleUnitEvent(ctx, cl, js, ev)
-		}, events.ConsumeOptions{Workers: 2, Logger: c.log, Metrics: evm})
+		}, eventbus.ConsumeOptions{Workers: 2, Logger: c.log, Metrics: evm})
 		if err != nil && ctx.Err() == nil {
 			c.log.Error("consuming unit events stopped", "err", err)
 		}
@@ -55,10 +56,10 @@ func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, link *hublink.Lin
 // enqueuing (the later one does); after maxCacheLagTries the grids are
 // enqueued anyway (the Node events of a cache that lags that long still
 // reach the reconciles through the grids' children and the resync).
-func (c *Controllers) handleUnitEvent(ctx context.Context, cl client.Reader, js jetstream.JetStream, ev events.Event[*atollv1.UnitEvent]) error {
+func (c *Controllers) handleUnitEvent(ctx context.Context, cl client.Reader, js jetstream.JetStream, ev eventbus.Event[*atollv1.UnitEvent]) error {
 	e := ev.Msg
 	if e.GetUnitLabel() != "" && e.GetUnitLabel() != c.cfg.UnitLabel {
-		return events.Reject(fmt.Errorf("unit event of %s for label %q; this cloud groups by %q", e.GetUnit(), e.GetUnitLabel(), c.cfg.UnitLabel))
+		return eventbus.Reject(fmt.Errorf("unit event of %s for label %q; this cloud groups by %q", e.GetUnit(), e.GetUnitLabel(), c.cfg.UnitLabel))
 	}
 	var nodes corev1.NodeList
 	if err := cl.List(ctx, &nodes, client.MatchingLabels{c.cfg.UnitLabel: e.GetUnit()}); err != nil {
@@ -77,7 +78,7 @@ func (c *Controllers) handleUnitEvent(ctx context.Context, cl client.Reader, js 
 		c.metrics.unitEvents.WithLabelValues(e.GetKind().String()).Inc()
 		return nil
 	case ev.Delivered < maxCacheLagTries:
-		return events.Retry(fmt.Errorf("unit %s: the node cache shows %v, the event %v", e.GetUnit(), have, want), cacheLagRetry)
+		return eventbus.Retry(fmt.Errorf("unit %s: the node cache shows %v, the event %v", e.GetUnit(), have, want), cacheLagRetry)
 	default:
 		c.log.Warn("unit event: the node cache still differs; enqueuing the grids anyway", "unit", e.GetUnit(), "cache", have, "event", want)
 	}
@@ -91,7 +92,7 @@ func (c *Controllers) handleUnitEvent(ctx context.Context, cl client.Reader, js 
 }
 
 // superseded reports whether the stream holds a later event of ev's unit.
-func superseded(ctx context.Context, js jetstream.JetStream, ev events.Event[*atollv1.UnitEvent]) bool {
+func superseded(ctx context.Context, js jetstream.JetStream, ev eventbus.Event[*atollv1.UnitEvent]) bool {
 	st, err := js.Stream(ctx, events.StreamTopology)
 	if err != nil {
 		return false

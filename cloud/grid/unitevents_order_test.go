@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
@@ -40,7 +41,7 @@ func TestUnitEventEnqueuesAfterTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	scheme := runtime.NewScheme()
@@ -74,7 +75,7 @@ func TestUnitEventEnqueuesAfterTheCache(t *testing.T) {
 			}
 		}
 	}
-	publish := func(unit string, members ...string) events.Event[*atollv1.UnitEvent] {
+	publish := func(unit string, members ...string) eventbus.Event[*atollv1.UnitEvent] {
 		t.Helper()
 		subj, err := events.UnitEventSubject(unit)
 		if err != nil {
@@ -85,7 +86,7 @@ func TestUnitEventEnqueuesAfterTheCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return events.Event[*atollv1.UnitEvent]{Subject: subj, Msg: ev, Sequence: ack.Sequence, Delivered: 1}
+		return eventbus.Event[*atollv1.UnitEvent]{Subject: subj, Msg: ev, Sequence: ack.Sequence, Delivered: 1}
 	}
 	addNode := func(name, unit string) {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/grid"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -45,7 +46,7 @@ func TestUnitEventsDriveGrids(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	log := natstest.Logger(t, slog.LevelWarn)
@@ -61,7 +62,7 @@ func TestUnitEventsDriveGrids(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctrls.ConsumeUnitEvents(m, hublink.Of(nc, js), events.NewMetrics(nil)); err != nil {
+	if err := ctrls.ConsumeUnitEvents(m, hublink.Of(nc, js), eventbus.NewMetrics(nil)); err != nil {
 		t.Fatal(err)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -96,6 +96,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/units"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/protect"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -124,7 +125,7 @@ type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	bus     *hublink.Link
-	evm     *events.Metrics
+	evm     *eventbus.Metrics
 	metrics *metrics
 	tracker *Tracker
 	now     func() time.Time
@@ -135,7 +136,7 @@ type Service struct {
 	info    workqueue.TypedRateLimitingInterface[string] // nodes whose annotations to write
 	work    chan event.GenericEvent                      // → the reconciler's workqueue
 	elected <-chan struct{}                              // closed once this replica leads
-	ballots atomic.Pointer[events.Consumer]              // follows every ballot, on every replica; set by Run
+	ballots atomic.Pointer[eventbus.Consumer]            // follows every ballot, on every replica; set by Run
 
 	links      atomic.Pointer[jetstream.KeyValue] // LinksBucket; set by Run
 	linksReady atomic.Bool                        // LinksBucket read up to its end at start
@@ -157,7 +158,7 @@ type Service struct {
 // New builds the service on the manager m: it registers the informers
 // and indexes it reads, the reconciler (leader only) and the ballot
 // consumer (leader only). Call it before the manager starts; Run does the rest.
-func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Service, error) {
+func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer, evm *eventbus.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -511,15 +512,15 @@ func (s *Service) Run(ctx context.Context) error {
 	s.links.Store(&links)
 
 	// Every replica knows every ballot.
-	ballots, err := events.NewConsumer(js, events.BallotFollower, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
+	ballots, err := eventbus.NewConsumer(js, events.BallotFollower, func(ctx context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
-			return events.Reject(err)
+			return eventbus.Reject(err)
 		}
 		for _, n := range s.observeBallot(ctx, ev.Msg, ev.Published) {
 			s.enqueue(ctx, n)
 		}
 		return nil
-	}, events.ConsumeOptions{Logger: s.log, Metrics: s.evm, Seen: s.ballotSeen})
+	}, eventbus.ConsumeOptions{Logger: s.log, Metrics: s.evm, Seen: s.ballotSeen})
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}

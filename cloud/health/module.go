@@ -13,8 +13,8 @@ import (
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/webhook"
-	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
@@ -46,7 +46,7 @@ type params struct {
 	Manager   *manager.Manager
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
-	Events    *events.Metrics
+	Events    *eventbus.Metrics
 	Admin     *admin.Server
 	Issuer    *identity.Issuer   `optional:"true"`
 	Endpoint  hubclient.Endpoint `optional:"true"`

@@ -25,6 +25,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/protect"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -124,15 +125,15 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 // keep-alive, enough in large units to block the follower behind the
 // reconciler's channel.
 func (s *Service) consumeBallots(ctx context.Context) error {
-	err := events.Consume(ctx, s.bus.JetStream(), events.BallotConsumer, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
+	err := eventbus.Consume(ctx, s.bus.JetStream(), events.BallotConsumer, func(ctx context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
-			return events.Reject(err)
+			return eventbus.Reject(err)
 		}
 		for _, n := range s.observeBallot(ctx, ev.Msg, ev.Published) {
 			s.enqueue(ctx, n)
 		}
 		return nil
-	}, events.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm, Seen: s.ballotSeen})
+	}, eventbus.ConsumeOptions{Workers: 2, Logger: s.log, Metrics: s.evm, Seen: s.ballotSeen})
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("consuming ballots stopped", "err", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/protect"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -251,7 +252,7 @@ func startEnv(t *testing.T, ctx context.Context, opts ...kubetest.Option) testEn
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	return testEnv{cluster: cluster, rc: rc, client: client, nc: nc, js: js}

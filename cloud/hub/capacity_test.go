@@ -24,6 +24,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
@@ -151,7 +152,7 @@ func BenchmarkLeafCapacity(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := events.EnsureStreams(b.Context(), js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(b.Context(), js, events.DefaultStreamOptions()); err != nil {
 		b.Fatal(err)
 	}
 	leafURL := fmt.Sprintf("nats-leaf://127.0.0.1:%d", port)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -29,7 +30,7 @@ func TestClusterSurvivesOneServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cloud.Stop(context.Background()) })
-	if err := events.EnsureStreams(ctx, cloud.JetStream(), events.StreamOptions{Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
+	if err := eventbus.EnsureStreams(ctx, cloud.JetStream(), events.StreamOptions{Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
@@ -34,7 +35,7 @@ func TestEdgeObjectViewPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, cjs, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, cjs, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	own := []string{"atoll.view.u1.endpointslices.default.web-1", "atoll.view.u1.services.default.web", "atoll.view.u1.nodes._.a",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
@@ -119,7 +120,7 @@ func TestEdgePermissions(t *testing.T) {
 				t.Fatal(err)
 			}
 			poll.Eventually(t, 30*time.Second, func() error {
-				return events.EnsureStreams(ctx, cjs, events.StreamOptions{Replicas: f.replicas, Storage: jetstream.FileStorage})
+				return eventbus.EnsureStreams(ctx, cjs, events.StreamOptions{Replicas: f.replicas, Storage: jetstream.FileStorage})
 			})
 			u1 := natstest.Unit(t, f.hub, "u1", natstest.EdgeOptions{}, "a", "b")
 			u2 := natstest.Unit(t, f.hub, "u2", natstest.EdgeOptions{}, "c")

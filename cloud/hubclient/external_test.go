@@ -20,6 +20,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/natsembed"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -120,7 +121,7 @@ func TestExternalHubManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = link.Stop(context.Background()) })
-	if err := events.EnsureStreams(ctx, link.JetStream(), events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, link.JetStream(), events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 

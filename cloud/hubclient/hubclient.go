@@ -15,6 +15,7 @@ import (
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
@@ -34,10 +35,10 @@ func (c Static) ClientConfig() hublink.ClientConfig { return hublink.ClientConfi
 const ConnName = "atoll-cloud"
 
 // Module provides *hublink.Link (dialled at start, drained at stop, ready
-// while connected, hub streams reconciled) and *events.Metrics. It needs an
+// while connected, hub streams reconciled) and *eventbus.Metrics. It needs an
 // Endpoint, events.StreamOptions, a *slog.Logger and the admin server.
 var Module = fx.Module("hubclient",
-	fx.Provide(newForApp, func(reg prometheus.Registerer) *events.Metrics { return events.NewMetrics(reg) }),
+	fx.Provide(newForApp, func(reg prometheus.Registerer) *eventbus.Metrics { return eventbus.NewMetrics(reg) }),
 )
 
 func newForApp(lc fx.Lifecycle, ep Endpoint, streams events.StreamOptions, log *slog.Logger, adm *admin.Server) (*hublink.Link, error) {
@@ -55,7 +56,7 @@ func newForApp(lc fx.Lifecycle, ep Endpoint, streams events.StreamOptions, log *
 			if err := link.Start(ctx); err != nil {
 				return err
 			}
-			changes, err := events.ReconcileStreams(ctx, link.JetStream(), streams)
+			changes, err := eventbus.ReconcileStreams(ctx, link.JetStream(), streams)
 			for _, ch := range changes {
 				if ch.Created {
 					log.Info("stream created", "stream", ch.Stream, "replicas", streams.Replicas)

@@ -21,6 +21,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/enroll"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -323,7 +324,7 @@ func TestRenewKeepsLinked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	seen := make(chan struct{}, 1)

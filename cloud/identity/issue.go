@@ -200,7 +200,7 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		{events.TunnelFamily, map[string]string{"node": node, "dir": string(events.ToCloud)}, true},
 		{events.AssignmentFamily, self, false},
 		{events.TunnelFamily, map[string]string{"node": node, "dir": string(events.ToEdge)}, false},
-		// Relaying a unit peer's sessions (events/tunnel): in its own
+		// Relaying a unit peer's sessions (internal/tunnelproto): in its own
 		// namespace only; the unit leg (UnitRelayFamily) never crosses a
 		// leaf link.
 		{events.TunnelRelayFamily, map[string]string{"peer": node, "dir": string(events.ToCloud)}, true},

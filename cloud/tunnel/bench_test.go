@@ -18,7 +18,7 @@ import (
 	"time"
 
 	cloudtunnel "github.com/atoll-edge/atoll/cloud/tunnel"
-	"github.com/atoll-edge/atoll/events/tunnel"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // The tunnel benchmarks run the hub, the node's edge server, the agent and
@@ -60,7 +60,7 @@ func plainProxy(b *testing.B) string {
 			c.Close()
 			return
 		}
-		tunnel.Pipe(&readerConn{Conn: raw, r: buf.Reader}, c)
+		tunnelproto.Pipe(&readerConn{Conn: raw, r: buf.Reader}, c)
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	b.Cleanup(func() { srv.Close() })
@@ -281,10 +281,10 @@ var bulkVariants = []bulkVariant{
 	{name: "tunnel-s2auto", opts: rigOptions{hubCompression: "s2_auto"}},
 	{name: "tunnel-tcp", opts: rigOptions{serverTCP: true, agentTCP: true}},
 	{name: "tunnel-leafproxy", opts: rigOptions{directLeaf: false}},
-	{name: "tunnel-win4m", opts: rigOptions{session: func(c *tunnel.Config) { c.Window, c.SendBuffer = 4<<20, 2<<20 }}},
-	{name: "tunnel-frame512k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 512 << 10 }}},
-	{name: "tunnel-frame128k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 128 << 10 }}},
-	{name: "tunnel-frame30k", opts: rigOptions{session: func(c *tunnel.Config) { c.MaxFrame = 30 << 10 }}},
+	{name: "tunnel-win4m", opts: rigOptions{session: func(c *tunnelproto.Config) { c.Window, c.SendBuffer = 4<<20, 2<<20 }}},
+	{name: "tunnel-frame512k", opts: rigOptions{session: func(c *tunnelproto.Config) { c.MaxFrame = 512 << 10 }}},
+	{name: "tunnel-frame128k", opts: rigOptions{session: func(c *tunnelproto.Config) { c.MaxFrame = 128 << 10 }}},
+	{name: "tunnel-frame30k", opts: rigOptions{session: func(c *tunnelproto.Config) { c.MaxFrame = 30 << 10 }}},
 }
 
 func selectedVariants() []bulkVariant {

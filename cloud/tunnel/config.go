@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/events/tunnel"
 	"github.com/atoll-edge/atoll/internal/tlsreload"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // Forward is a TCP port forward: connections to Listen reach Target
@@ -43,12 +43,12 @@ type Config struct {
 	DialTimeout time.Duration
 	// Relay relays a node's sessions through a peer of its unit when the
 	// node's own leaf link is known down or the node falls silent for
-	// RelayAfter (events/tunnel RelayPolicy).
+	// RelayAfter (internal/tunnelproto RelayPolicy).
 	Relay bool
 	// RelayAfter is the silence that moves a session to its next path.
 	RelayAfter time.Duration
 	// Session tunes the session protocol.
-	Session tunnel.Config
+	Session tunnelproto.Config
 }
 
 // DefaultConfig serves nothing until an address or forward is set.

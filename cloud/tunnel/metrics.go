@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/events/tunnel"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // Metrics of the tunnel server (subsystem tunnel_server). A nil *Metrics
@@ -89,7 +89,7 @@ func (m *Metrics) failed(err error) {
 	if m == nil {
 		return
 	}
-	var pe *tunnel.PeerError
+	var pe *tunnelproto.PeerError
 	switch {
 	case errors.As(err, &pe):
 		m.opens.WithLabelValues("refused").Inc()
@@ -98,7 +98,7 @@ func (m *Metrics) failed(err error) {
 	}
 }
 
-func (m *Metrics) done(st tunnel.Stats, err error) {
+func (m *Metrics) done(st tunnelproto.Stats, err error) {
 	if m == nil {
 		return
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hubclient"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
@@ -25,7 +25,7 @@ type params struct {
 	Manager   *manager.Manager `optional:"true"` // resolves node addresses; without it, hosts must be node names
 	Registry  prometheus.Registerer
 	Log       *slog.Logger
-	Events    *events.Metrics    `optional:"true"`
+	Events    *eventbus.Metrics  `optional:"true"`
 	Issuer    *identity.Issuer   `optional:"true"` // with Endpoint: the leaf link state, for relaying at once
 	Endpoint  hubclient.Endpoint `optional:"true"`
 }

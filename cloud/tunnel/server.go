@@ -1,7 +1,7 @@
 // Package tunnel is the cloud end of the cloud-to-edge tunnel: an HTTP
 // CONNECT listener (what kube-apiserver's egress selector dials for every
 // connection to a kubelet) and TCP port forwards, each connection relayed
-// as a session (events/tunnel) to the node's agent over the hub. A replica
+// as a session (internal/tunnelproto) to the node's agent over the hub. A replica
 // keeps no state beyond the sessions it holds, so any number of equal
 // replicas serve any node.
 package tunnel
@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/events/tunnel"
 	"github.com/atoll-edge/atoll/internal/tlsreload"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // Resolver names the node a CONNECT host (a node name or an address of
@@ -44,7 +44,7 @@ type Server struct {
 	res     Resolver
 	log     *slog.Logger
 	metrics *Metrics
-	dialer  *tunnel.Dialer
+	dialer  *tunnelproto.Dialer
 	peers   Peers             // nil: no relaying
 	links   LinkState         // nil: link state unknown
 	tls     *tlsreload.Server // nil: plain CONNECT
@@ -102,13 +102,13 @@ func listen(addr string) (net.Listener, error) {
 
 // Start listens (synchronously) and serves in the background over nc.
 func (s *Server) Start(nc *nats.Conn) error {
-	d, err := tunnel.NewDialer(nc, s.cfg.Session)
+	d, err := tunnelproto.NewDialer(nc, s.cfg.Session)
 	if err != nil {
 		return err
 	}
-	d.OnDone = func(_ string, st tunnel.Stats, err error) { s.metrics.done(st, err) }
+	d.OnDone = func(_ string, st tunnelproto.Stats, err error) { s.metrics.done(st, err) }
 	if s.cfg.Relay && s.peers != nil {
-		d.Relay = tunnel.RelayPolicy{
+		d.Relay = tunnelproto.RelayPolicy{
 			Peers: s.peers.Peers,
 			After: s.cfg.RelayAfter,
 			OnSwitch: func(node, via string) {
@@ -264,13 +264,13 @@ func (s *Server) relay(c net.Conn, tc net.Conn) {
 		return
 	}
 	defer s.track(c, false)
-	if a, ok := tc.RemoteAddr().(tunnel.Addr); ok {
+	if a, ok := tc.RemoteAddr().(tunnelproto.Addr); ok {
 		s.byNode.add(a.Node, 1)
 		defer s.byNode.add(a.Node, -1)
 	}
-	stop := context.AfterFunc(s.ctx, func() { tc.(*tunnel.Conn).Abort("tunnel server shutting down"); c.Close() })
+	stop := context.AfterFunc(s.ctx, func() { tc.(*tunnelproto.Conn).Abort("tunnel server shutting down"); c.Close() })
 	defer stop()
-	tunnel.Pipe(c, tc)
+	tunnelproto.Pipe(c, tc)
 	s.metrics.closed()
 }
 

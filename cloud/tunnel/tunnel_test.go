@@ -24,9 +24,9 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
-	eventtunnel "github.com/atoll-edge/atoll/events/tunnel"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // echoServer is the kubelet stand-in: it echoes and passes half-closes on.
@@ -116,7 +116,7 @@ type rigOptions struct {
 	// allow are further targets the agent allows.
 	allow []string
 	// session changes both ends' session configuration.
-	session func(*eventtunnel.Config)
+	session func(*tunnelproto.Config)
 }
 
 // overTCP makes an in-process Connect dial url over TCP instead.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -99,12 +100,12 @@ func (u *UnitViews) Peers(node string) []string {
 
 // Run follows the unit views of the VIEWS stream (the last of each unit,
 // then every new one) until ctx ends.
-func (u *UnitViews) Run(ctx context.Context, js jetstream.JetStream, evm *events.Metrics, log *slog.Logger) error {
+func (u *UnitViews) Run(ctx context.Context, js jetstream.JetStream, evm *eventbus.Metrics, log *slog.Logger) error {
 	spec := events.FollowSpec("tunnel-units", events.StreamViews, events.UnitViewFamily.Wildcard())
-	return events.Consume(ctx, js, spec, func(_ context.Context, ev events.Event[*atollv1.UnitView]) error {
+	return eventbus.Consume(ctx, js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.UnitView]) error {
 		u.Apply(ev.Msg)
 		return nil
-	}, events.ConsumeOptions{Logger: log, Metrics: evm})
+	}, eventbus.ConsumeOptions{Logger: log, Metrics: evm})
 }
 
 // Links follows the hub servers' connect and disconnect events of edge

@@ -22,6 +22,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -100,14 +101,14 @@ func recordVotes(t *testing.T, h *hub.Hub) *voteLog {
 	}
 	t.Cleanup(nc.Close)
 	l := &voteLog{}
-	if _, err := events.Subscribe(nc, events.BallotSubjects, "test-ballots", func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+	if _, err := eventbus.Subscribe(nc, events.BallotSubjects, "test-ballots", func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 		l.mu.Lock()
 		for _, v := range ev.Msg.GetVotes() {
 			l.votes, l.voters, l.at = append(l.votes, v), append(l.voters, ev.Msg.GetVoter()), append(l.at, time.Now())
 		}
 		l.mu.Unlock()
 		return nil
-	}, events.ConsumeOptions{}); err != nil {
+	}, eventbus.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -66,7 +67,7 @@ func TestWriterFollowsRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if err := events.EnsureStreams(ctx, cjs, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, cjs, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(unit string, recs ...*atollv1.HostRecord) {

@@ -16,6 +16,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -42,7 +43,7 @@ func newAgent(t *testing.T, period time.Duration) *agentFixture {
 	log := natstest.Logger(t, slog.LevelInfo)
 	h := natstest.Hub(t)
 	_, cloud := natstest.CloudJetStream(t, h)
-	if err := events.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	// The agent moves between units here, which a node's own credentials
@@ -282,7 +283,7 @@ func TestCatchUpRecreatedStream(t *testing.T) {
 	if err := f.cloud.DeleteStream(ctx, events.StreamViews); err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, f.cloud, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, f.cloud, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	f.assign(t, "u1")

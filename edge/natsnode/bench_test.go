@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -284,7 +285,7 @@ func newJSFabric(b *testing.B) *jsFabric {
 		b.Fatal(err)
 	}
 	hjs, _ := jetstream.New(f.hnc)
-	if err := events.EnsureStreams(context.Background(), hjs, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(context.Background(), hjs, events.DefaultStreamOptions()); err != nil {
 		b.Fatal(err)
 	}
 	f.unit = natstest.Unit(b, f.h, "u1", natstest.EdgeOptions{}, "a", "b", "c")

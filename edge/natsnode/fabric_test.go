@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats.go"
@@ -84,7 +85,7 @@ func connectHub(t *testing.T, h *hub.Hub) (*nats.Conn, jetstream.JetStream) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	return nc, js

@@ -9,17 +9,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
-	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/admin"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
 
 // Module runs the node's NATS server with the app and provides *Node,
-// the agent's *hublink.Link and *events.Metrics. The link connects to the
+// the agent's *hublink.Link and *eventbus.Metrics. The link connects to the
 // node's own server in process and addresses the hub's JetStream domain
 // through the leaf link.
 var Module = fx.Module("natsnode",
-	fx.Provide(newForApp, newLink, func(reg prometheus.Registerer) *events.Metrics { return events.NewMetrics(reg) }),
+	fx.Provide(newForApp, newLink, func(reg prometheus.Registerer) *eventbus.Metrics { return eventbus.NewMetrics(reg) }),
 )
 
 func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server) (*Node, error) {

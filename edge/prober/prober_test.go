@@ -17,6 +17,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -143,13 +144,13 @@ func TestRound(t *testing.T) {
 	}
 	defer nc.Close()
 	got := make(chan *atollv1.ProbeReport, 10)
-	if _, err := events.Subscribe(nc, "atoll.health.probe.u1.a", "test", func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error {
+	if _, err := eventbus.Subscribe(nc, "atoll.health.probe.u1.a", "test", func(_ context.Context, ev eventbus.Event[*atollv1.ProbeReport]) error {
 		if err := events.Verify(ev.Subject, ev.Header, ev.Data, nodes[0].PublicKey()); err != nil {
 			return err // not sent on got: the test fails
 		}
 		got <- ev.Msg
 		return nil
-	}, events.ConsumeOptions{}); err != nil {
+	}, eventbus.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := New(cfg, "a", fixed(view), hublink.Of(nc, nil), nodes[0], natstest.Logger(t, slog.LevelWarn), nil)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/voter"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -143,7 +143,7 @@ func (u *bigUnit) runRound(t *testing.T, cfg Config, log *slog.Logger, rounds in
 	}
 	t.Cleanup(nc.Close)
 	got := make(chan *atollv1.ProbeReport, rounds)
-	if _, err := events.Subscribe(nc, "atoll.health.probe.u1.m000", "test", func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { got <- ev.Msg; return nil }, events.ConsumeOptions{}); err != nil {
+	if _, err := eventbus.Subscribe(nc, "atoll.health.probe.u1.m000", "test", func(_ context.Context, ev eventbus.Event[*atollv1.ProbeReport]) error { got <- ev.Msg; return nil }, eventbus.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
@@ -144,7 +145,7 @@ func (r *restartableHub) publishTo(t *testing.T, unit string, objs ...objectview
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range objs {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -49,7 +50,7 @@ func TestReportsViewsHeld(t *testing.T) {
 	}
 	t.Cleanup(cnc.Close)
 	cloud, _ := jetstream.NewWithDomain(cnc, h.Domain())
-	if err := events.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	edge := natstest.Edge(t, h, "n1", natstest.EdgeOptions{})

@@ -1,11 +1,11 @@
 // Package tunnel is the edge end of the cloud-to-edge tunnel: it accepts
-// the sessions the cloud opens for this node (events/tunnel) and relays
+// the sessions the cloud opens for this node (internal/tunnelproto) and relays
 // each to a local target, but only to an allow-listed one — the kubelet
 // and configured ports. Anything else is refused with an ERROR frame that
 // names the target, and counted.
 //
 // It also relays the sessions of its unit peers whose own leaf link is
-// down (events/tunnel Relay): only to a current member of its unit.
+// down (internal/tunnelproto Relay): only to a current member of its unit.
 package tunnel
 
 import (
@@ -20,7 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/atoll-edge/atoll/events/tunnel"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // Agent serves one node's tunnel sessions.
@@ -31,8 +31,8 @@ type Agent struct {
 	metrics *Metrics
 	// allow maps a port the cloud may ask for to the local address dialled.
 	allow map[int]string
-	ln    *tunnel.Listener
-	relay *tunnel.Relay
+	ln    *tunnelproto.Listener
+	relay *tunnelproto.Relay
 	units Units
 	wg    sync.WaitGroup
 	dial  func(ctx context.Context, addr string) (net.Conn, error)
@@ -93,15 +93,15 @@ func (a *Agent) ports() string {
 
 // Start subscribes to the node's sessions on nc.
 func (a *Agent) Start(nc *nats.Conn) error {
-	ln, err := tunnel.Listen(nc, a.node, a.cfg.Session, a.cfg.Backlog)
+	ln, err := tunnelproto.Listen(nc, a.node, a.cfg.Session, a.cfg.Backlog)
 	if err != nil {
 		return fmt.Errorf("tunnel agent: %w", err)
 	}
-	ln.OnDone = func(st tunnel.Stats, err error) { a.metrics.done(st, err) }
+	ln.OnDone = func(st tunnelproto.Stats, err error) { a.metrics.done(st, err) }
 	ln.OnRelayedFrame = func() { a.metrics.relayedIn() }
 	a.ln = ln
 	if a.cfg.Relay && a.units != nil {
-		r, err := tunnel.NewRelay(nc, a.node, tunnel.RelayConfig{
+		r, err := tunnelproto.NewRelay(nc, a.node, tunnelproto.RelayConfig{
 			Member:  a.units.Member,
 			Expiry:  a.cfg.Session.Defaults().LinkTimeout,
 			OnFrame: a.metrics.relayFrame,
@@ -125,7 +125,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		r, err := a.ln.Accept(ctx)
 		if err != nil {
-			if errors.Is(err, tunnel.ErrListenerClosed) || ctx.Err() != nil {
+			if errors.Is(err, tunnelproto.ErrListenerClosed) || ctx.Err() != nil {
 				return nil
 			}
 			return err
@@ -145,7 +145,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) serve(ctx context.Context, r *tunnel.Request, addr string) {
+func (a *Agent) serve(ctx context.Context, r *tunnelproto.Request, addr string) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := a.dial(dctx, addr)
@@ -159,7 +159,7 @@ func (a *Agent) serve(ctx context.Context, r *tunnel.Request, addr string) {
 	tc := r.Accept()
 	stop := context.AfterFunc(ctx, func() { tc.Abort("agent shutting down"); _ = c.Close() })
 	defer stop()
-	tunnel.Pipe(tc, c)
+	tunnelproto.Pipe(tc, c)
 }
 
 // Stop refuses new sessions, aborts live ones and waits for their relays.

@@ -5,7 +5,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/atoll-edge/atoll/events/tunnel"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // Config of the tunnel agent.
@@ -24,7 +24,7 @@ type Config struct {
 	// a member of its unit).
 	Relay bool
 	// Session tunes the session protocol.
-	Session tunnel.Config
+	Session tunnelproto.Config
 }
 
 // DefaultConfig allows the kubelet on loopback only.

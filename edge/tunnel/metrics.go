@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/events/tunnel"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // Metrics of the tunnel agent (subsystem tunnel_agent). A nil *Metrics
@@ -88,7 +88,7 @@ func (m *Metrics) relaying(delta float64) {
 }
 
 // done accounts a session's end.
-func (m *Metrics) done(st tunnel.Stats, err error) {
+func (m *Metrics) done(st tunnelproto.Stats, err error) {
 	if m == nil {
 		return
 	}

@@ -88,6 +88,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 )
 
 // Msg is one view handed to the handler.
@@ -249,8 +250,8 @@ func New(cfg Config, link Link, node Node, o Options, log *slog.Logger, m *Metri
 	m.init(o.Name)
 	return &Feed{
 		cfg: cfg, link: link, node: node, o: o, sub: sub, m: m,
-		log: log.With("feed", o.Name, "filter", o.Filter),
-		up:  make(chan struct{}),
+		log:     log.With("feed", o.Name, "filter", o.Filter),
+		up:      make(chan struct{}),
 		applied: o.Start, verified: o.Start, created: o.Created,
 		seen: map[uint64]struct{}{},
 	}, nil
@@ -336,7 +337,7 @@ func (f *Feed) Run(ctx context.Context) error {
 					return nil
 				}
 				failures++
-				wait := events.DefaultBackoff(failures)
+				wait := eventbus.DefaultBackoff(failures)
 				f.m.catchupErrors.WithLabelValues(f.o.Name).Inc()
 				// Expected while the hub is unreachable; a few in a
 				// row with the link up (a permission, a missing
@@ -660,4 +661,3 @@ func (f *Feed) quiet(ctx context.Context, reason string) (bool, error) {
 	}
 	return false, nil
 }
-

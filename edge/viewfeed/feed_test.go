@@ -18,6 +18,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -541,7 +542,7 @@ func TestHubCluster(t *testing.T) {
 	_, cloud := cloudOn(0)
 	o := events.DefaultStreamOptions()
 	o.Replicas, o.Storage = natstest.ClusterSize, jetstream.MemoryStorage
-	poll.Eventually(t, time.Minute, func() error { return events.EnsureStreams(t.Context(), cloud, o) })
+	poll.Eventually(t, time.Minute, func() error { return eventbus.EnsureStreams(t.Context(), cloud, o) })
 	s, err := cloud.Stream(t.Context(), events.StreamViews)
 	if err != nil {
 		t.Fatal(err)
@@ -640,7 +641,7 @@ func TestCatchUpFailureWarnsOnce(t *testing.T) {
 	}
 	o := events.DefaultStreamOptions()
 	o.Storage = jetstream.MemoryStorage
-	if err := events.EnsureStreams(t.Context(), e.cloud, o); err != nil {
+	if err := eventbus.EnsureStreams(t.Context(), e.cloud, o); err != nil {
 		t.Fatal(err)
 	}
 	e.publish("x", "x2")
@@ -861,7 +862,7 @@ func TestRebuiltHeard(t *testing.T) {
 	}
 	o := events.DefaultStreamOptions()
 	o.Storage = jetstream.MemoryStorage
-	if err := events.EnsureStreams(t.Context(), e.cloud, o); err != nil {
+	if err := eventbus.EnsureStreams(t.Context(), e.cloud, o); err != nil {
 		t.Fatal(err)
 	}
 	e.publish("new", "n1")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
@@ -19,7 +19,7 @@ var Module = fx.Module("voter",
 	fx.Invoke(func(*Voter) {}),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.Link, mem *membership.Membership, log *slog.Logger, reg prometheus.Registerer, evm *events.Metrics) (*Voter, error) {
+func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.Link, mem *membership.Membership, log *slog.Logger, reg prometheus.Registerer, evm *eventbus.Metrics) (*Voter, error) {
 	v, err := New(cfg, node.Name(), mem, link, log, newMetrics(reg), evm)
 	if err != nil {
 		return nil, err

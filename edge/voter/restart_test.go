@@ -13,6 +13,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -192,7 +193,7 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ncB.Close)
-	v, err := New(cfg, "a", newMembers("u1", "a", "b", "c"), hublink.Of(ncA, nil), natstest.Logger(t, slog.LevelError), nil, events.NewMetrics(nil))
+	v, err := New(cfg, "a", newMembers("u1", "a", "b", "c"), hublink.Of(ncA, nil), natstest.Logger(t, slog.LevelError), nil, eventbus.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +348,7 @@ func TestBallotRetriedUntilStored(t *testing.T) {
 	t.Cleanup(nc.Close)
 	cfg := DefaultConfig()
 	cfg.Tick, cfg.AckTimeout, cfg.RetryMin, cfg.RetryMax = 20*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond, 100*time.Millisecond
-	v, err := New(cfg, "a", newMembers("u1", "a", "b", "c"), hublink.Of(nc, nil), natstest.Logger(t, slog.LevelError), nil, events.NewMetrics(nil))
+	v, err := New(cfg, "a", newMembers("u1", "a", "b", "c"), hublink.Of(nc, nil), natstest.Logger(t, slog.LevelError), nil, eventbus.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +378,7 @@ func TestBallotRetriedUntilStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 10*time.Second, func() error {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/atoll-edge/atoll/edge/membership"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -18,7 +18,7 @@ import (
 func offline(t *testing.T, now time.Time, names ...string) *Voter {
 	t.Helper()
 	cfg := DefaultConfig()
-	v, err := New(cfg, "n1", newMembers("u1", names...), nil, natstest.Logger(t, slog.LevelError), nil, events.NewMetrics(nil))
+	v, err := New(cfg, "n1", newMembers("u1", names...), nil, natstest.Logger(t, slog.LevelError), nil, eventbus.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

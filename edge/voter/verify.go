@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -26,7 +27,7 @@ const unverifiedWarnEvery = time.Minute
 // events.DecodeMsg). The routes of a unit are full trust, so without this
 // any member could speak for another. A report from a checker that is not
 // a member is left to Observe, which drops and counts it.
-func (v *Voter) receive(ev events.Event[*atollv1.ProbeReport]) {
+func (v *Voter) receive(ev eventbus.Event[*atollv1.ProbeReport]) {
 	checker := ev.Msg.GetChecker()
 	v.mu.Lock()
 	key, member := v.keys[checker]

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -166,7 +167,7 @@ func FuzzReceive(f *testing.F) {
 		if err := events.DecodeMsg(msg, r); err != nil {
 			return // the subscription drops it before the voter
 		}
-		v.receive(events.Event[*atollv1.ProbeReport]{Subject: subject, Msg: r, Header: msg.Header, Data: payload})
+		v.receive(eventbus.Event[*atollv1.ProbeReport]{Subject: subject, Msg: r, Header: msg.Header, Data: payload})
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		for checker := range v.reports {

@@ -52,6 +52,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/quorum"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -177,7 +178,7 @@ type Voter struct {
 	link    *hublink.Link
 	log     *slog.Logger
 	metrics *metrics
-	evm     *events.Metrics
+	evm     *eventbus.Metrics
 	now     func() time.Time
 
 	out  *sender       // set by Run
@@ -211,7 +212,7 @@ const outsiderRounds = 3
 
 // New returns the voter of node self; it hears reports and publishes votes
 // over link (connected by the time Run is called).
-func New(cfg Config, self string, members Members, link *hublink.Link, log *slog.Logger, m *metrics, evm *events.Metrics) (*Voter, error) {
+func New(cfg Config, self string, members Members, link *hublink.Link, log *slog.Logger, m *metrics, evm *eventbus.Metrics) (*Voter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -277,9 +278,9 @@ func (v *Voter) Run(ctx context.Context) error {
 			v.log.Error("cannot follow unit reports", "unit", view.Unit, "err", err)
 			return
 		}
-		sub, err = events.Subscribe(v.link.Conn(), subj, "probe-reports",
-			func(_ context.Context, ev events.Event[*atollv1.ProbeReport]) error { v.receive(ev); return nil },
-			events.ConsumeOptions{Logger: v.log, Metrics: v.evm})
+		sub, err = eventbus.Subscribe(v.link.Conn(), subj, "probe-reports",
+			func(_ context.Context, ev eventbus.Event[*atollv1.ProbeReport]) error { v.receive(ev); return nil },
+			eventbus.ConsumeOptions{Logger: v.log, Metrics: v.evm})
 		if err != nil {
 			v.log.Error("cannot follow unit reports", "unit", view.Unit, "err", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
@@ -211,7 +212,7 @@ func unitLogging(t *testing.T, cfg Config, mem *members, log *slog.Logger) (*Vot
 	}
 	t.Cleanup(hub.Close)
 	seen := &votes{got: map[string]*atollv1.Vote{}}
-	if _, err := events.Subscribe(hub, events.BallotSubjects, "test", func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+	if _, err := eventbus.Subscribe(hub, events.BallotSubjects, "test", func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 		seen.mu.Lock()
 		for _, vote := range ev.Msg.GetVotes() {
 			if vote.GetNode() != ev.Msg.GetVoter() {
@@ -221,7 +222,7 @@ func unitLogging(t *testing.T, cfg Config, mem *members, log *slog.Logger) (*Vot
 		seen.ballots = append(seen.ballots, ev.Msg)
 		seen.mu.Unlock()
 		return nil
-	}, events.ConsumeOptions{}); err != nil {
+	}, eventbus.ConsumeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_ = hub.Flush()
@@ -231,10 +232,10 @@ func unitLogging(t *testing.T, cfg Config, mem *members, log *slog.Logger) (*Vot
 	}
 	ctx0, cancel0 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel0()
-	if err := events.EnsureStreams(ctx0, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
+	if err := eventbus.EnsureStreams(ctx0, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := New(cfg, "a", mem, hublink.Of(ncA, nil), log, nil, events.NewMetrics(nil))
+	v, err := New(cfg, "a", mem, hublink.Of(ncA, nil), log, nil, eventbus.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func TestIgnoresOutsiders(t *testing.T) {
 	if n := count(v.metrics.ignored.WithLabelValues("peer_not_member")); n < 1 {
 		t.Errorf("non-member results ignored: %v", n)
 	}
-	if n := v.evm.TerminatedCount("probe-reports", events.ReasonIdentity); n < 1 {
+	if n := v.evm.TerminatedCount("probe-reports", eventbus.ReasonIdentity); n < 1 {
 		t.Errorf("reports with a false checker dropped: %v", n)
 	}
 }

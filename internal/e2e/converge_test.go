@@ -26,6 +26,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -349,7 +350,7 @@ func runConverge(tb testing.TB, opt convergeOptions) convergeResult {
 			tb.Fatal(err)
 		}
 		cleanups = append(cleanups, func() { _ = link.Stop(context.Background()) })
-		if err := events.EnsureStreams(ctx, link.JetStream(), events.StreamOptions{Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
+		if err := eventbus.EnsureStreams(ctx, link.JetStream(), events.StreamOptions{Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
 			tb.Fatal(err)
 		}
 		cfg := members.DefaultConfig()

@@ -35,6 +35,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/proxy"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -107,7 +108,7 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		b.Fatal(err)
 	}
 	views, err := js.Stream(ctx, events.StreamViews)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats.go"
@@ -112,7 +113,7 @@ func TestEventsTailViewsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(t.Context(), js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(t.Context(), js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	var out natstest.Buffer

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
@@ -29,7 +30,7 @@ type Publisher struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	views   *events.LastValue[*atollv1.HostRecords] // each unit's set, as stored
+	views   *eventbus.LastValue[*atollv1.HostRecords] // each unit's set, as stored
 	changed chan struct{}
 }
 
@@ -45,7 +46,7 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, re
 	}
 	return &Publisher{
 		cfg: cfg, reader: reader, bus: b, log: log.With("component", "hostrecords"), metrics: newMetrics(reg),
-		views: events.NewLastValue(b.JetStream, events.StreamViews, events.LastValueOptions[*atollv1.HostRecords]{
+		views: eventbus.NewLastValue(b.JetStream, events.StreamViews, eventbus.LastValueOptions[*atollv1.HostRecords]{
 			Stamp: func(recs *atollv1.HostRecords) *atollv1.HostRecords {
 				m := proto.Clone(recs).(*atollv1.HostRecords)
 				m.Time = timestamppb.Now()
@@ -131,7 +132,7 @@ func (p *Publisher) pass(ctx context.Context) error {
 
 // put makes recs the last value stored on the unit's subject, unless it
 // already is (same fingerprint) or recs is empty and nothing was ever
-// stored there (events.LastValue).
+// stored there (eventbus.LastValue).
 func (p *Publisher) put(ctx context.Context, unit string, recs *atollv1.HostRecords) error {
 	subj, err := events.HostsSubject(unit)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/hosts"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/crds"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -73,7 +74,7 @@ func TestHostRecordsReachTheEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	views, err := js.Stream(ctx, events.StreamViews)

@@ -17,6 +17,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -45,7 +46,7 @@ func newKubeFixture(t testing.TB, nodes []*corev1.Node) *kubeFixture {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.StreamOptions{Replicas: 1, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
 	views, err := js.Stream(ctx, events.StreamViews)

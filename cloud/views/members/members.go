@@ -8,7 +8,7 @@
 // Every replica computes the same views from the same events and publishes
 // a view only when the stream's last value for its subject differs, with a
 // message id made of its content and the value it replaces
-// (events.LastValue, see put), so replicas run active-active without
+// (eventbus.LastValue, see put), so replicas run active-active without
 // electing a leader: JetStream drops the duplicates, yet a view that
 // returns to earlier content is stored.
 // Each view and assignment is published on its own, and a periodic resync
@@ -34,6 +34,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -74,25 +75,25 @@ type Service struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	metrics *metrics
-	evm     *events.Metrics
+	evm     *eventbus.Metrics
 
 	mu        sync.Mutex
 	nodes     map[string]node
-	believed  map[string]events.Stored // what views and assignments held before the last resync
-	units     map[string]bool          // units with a published view
-	assigned  map[string]string        // node → unit, as last published
-	rejected  map[string]string        // "node/field" → the input rejected, logged once
-	oversized map[string]int           // unit → size of its view, rejected and logged once
-	gate      EdgeGate                 // nil: nobody to tell of deleted Nodes
-	kubeNodes map[string]bool          // Kubernetes Nodes in the last listing
-	listed    map[string]bool          // the listing before, to find deleted Nodes
-	resync    bool                     // the next pass compares every view with the stream
+	believed  map[string]eventbus.Stored // what views and assignments held before the last resync
+	units     map[string]bool            // units with a published view
+	assigned  map[string]string          // node → unit, as last published
+	rejected  map[string]string          // "node/field" → the input rejected, logged once
+	oversized map[string]int             // unit → size of its view, rejected and logged once
+	gate      EdgeGate                   // nil: nobody to tell of deleted Nodes
+	kubeNodes map[string]bool            // Kubernetes Nodes in the last listing
+	listed    map[string]bool            // the listing before, to find deleted Nodes
+	resync    bool                       // the next pass compares every view with the stream
 	kv        jetstream.KeyValue
 	changed   chan struct{}
 
 	// The unit views and node assignments, as stored (publish.go).
-	unitViews   *events.LastValue[*atollv1.UnitView]
-	assignments *events.LastValue[*atollv1.NodeAssignment]
+	unitViews   *eventbus.LastValue[*atollv1.UnitView]
+	assignments *eventbus.LastValue[*atollv1.NodeAssignment]
 
 	secrets map[string]cachedSecret // unit → its route secret (routes.go), as last read or written; under mu
 	keys    NodeKeys                // nil: members are published without keys
@@ -115,7 +116,7 @@ type Service struct {
 // New returns a topology service publishing through b (connected by the
 // time Run is called). With SourceKubernetes, nodes lists the cluster's
 // Nodes (and the caller pokes Changed on every Node event).
-func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Logger, m *metrics, evm *events.Metrics) (*Service, error) {
+func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Logger, m *metrics, evm *eventbus.Metrics) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -167,12 +168,12 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := events.Consume(ctx, s.js, events.TopologyFollower,
-			func(_ context.Context, ev events.Event[*atollv1.TopologyUpdate]) error {
+		err := eventbus.Consume(ctx, s.js, events.TopologyFollower,
+			func(_ context.Context, ev eventbus.Event[*atollv1.TopologyUpdate]) error {
 				s.observe(ev.Msg, ev.Published)
 				return nil
 			},
-			events.ConsumeOptions{Logger: s.log, Metrics: s.evm})
+			eventbus.ConsumeOptions{Logger: s.log, Metrics: s.evm})
 		if err != nil {
 			s.log.Error("following topology stopped", "err", err)
 		}
@@ -579,7 +580,7 @@ func (s *Service) ViewsBehind(node string) string {
 		return BehindUnknown
 	}
 	var behind []string
-	check := func(what, subj, held string, known func(string) (events.Stored, bool)) {
+	check := func(what, subj, held string, known func(string) (eventbus.Stored, bool)) {
 		st, ok := known(subj)
 		if ok && st.Fingerprint != held && n.seen.After(st.Time.Add(reportGrace)) {
 			behind = append(behind, what)

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 )
@@ -27,7 +27,7 @@ type params struct {
 	Manager   *manager.Manager `optional:"true"`
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
-	Events    *events.Metrics
+	Events    *eventbus.Metrics
 	Gate      EdgeGate `optional:"true"` // the identity service
 	Keys      NodeKeys `optional:"true"` // the identity service
 }

@@ -10,17 +10,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // lastValues returns the stores of s's unit views and node assignments
-// on the VIEWS stream (events.LastValue: compared by fingerprint, message
+// on the VIEWS stream (eventbus.LastValue: compared by fingerprint, message
 // id <subject>@<fingerprint>@<sequence replaced>, expected last subject
 // sequence, Duplicate acks checked, at most maxPutAttempts publishes).
-func lastValues(s *Service) (*events.LastValue[*atollv1.UnitView], *events.LastValue[*atollv1.NodeAssignment]) {
+func lastValues(s *Service) (*eventbus.LastValue[*atollv1.UnitView], *eventbus.LastValue[*atollv1.NodeAssignment]) {
 	js := func() jetstream.JetStream { return s.js } // set by open, before the first put
-	return events.NewLastValue(js, events.StreamViews, events.LastValueOptions[*atollv1.UnitView]{MaxAttempts: maxPutAttempts}),
-		events.NewLastValue(js, events.StreamViews, events.LastValueOptions[*atollv1.NodeAssignment]{MaxAttempts: maxPutAttempts})
+	return eventbus.NewLastValue(js, events.StreamViews, eventbus.LastValueOptions[*atollv1.UnitView]{MaxAttempts: maxPutAttempts}),
+		eventbus.NewLastValue(js, events.StreamViews, eventbus.LastValueOptions[*atollv1.NodeAssignment]{MaxAttempts: maxPutAttempts})
 }
 
 // put makes m the last value stored on subj with lv, unless it already
@@ -28,7 +29,7 @@ func lastValues(s *Service) (*events.LastValue[*atollv1.UnitView], *events.LastV
 // the fingerprint itself. It counts and logs what lv did: conflicts,
 // duplicates of lost copies published again, views a resync found
 // missing from the stream (repaired) and views published.
-func put[T events.Fingerprinted](ctx context.Context, s *Service, lv *events.LastValue[T], subj string, m T, stamp func(fp string)) error {
+func put[T eventbus.Fingerprinted](ctx context.Context, s *Service, lv *eventbus.LastValue[T], subj string, m T, stamp func(fp string)) error {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("members: encode %s: %w", subj, err)
@@ -66,4 +67,4 @@ func put[T events.Fingerprinted](ctx context.Context, s *Service, lv *events.Las
 
 // maxPutAttempts bounds the publishes of one view in one pass; a subject
 // that keeps changing under them is retried with the next pass.
-const maxPutAttempts = events.DefaultLastValueAttempts
+const maxPutAttempts = eventbus.DefaultLastValueAttempts

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
@@ -43,7 +44,7 @@ func newHubFixture(t *testing.T, mutate ...func(*Config)) *hubFixture {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	views, err := js.Stream(ctx, events.StreamViews)

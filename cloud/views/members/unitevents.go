@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -161,7 +162,7 @@ func (s *Service) putUnitEvent(ctx context.Context, unit string, members []strin
 		id := subj + "@" + fp + "@" + strconv.FormatUint(last.seq, 10) + nonce
 		ack, err := events.PublishDurable(ctx, s.js, subj, ev, id, jetstream.WithExpectLastSequencePerSubject(last.seq))
 		switch {
-		case events.IsWrongLastSequence(err):
+		case eventbus.IsWrongLastSequence(err):
 			// Another replica stored an event: read it and decide again.
 			delete(ue.last, unit)
 			continue

@@ -17,7 +17,7 @@
 // with endpoints on it, each stored only if its topology changed. A
 // deleted object leaves a tombstone (ObjectView.deleted).
 //
-// Each view is stored with events.LastValue: published only when the
+// Each view is stored with eventbus.LastValue: published only when the
 // stream's last value for its subject has another fingerprint, under the
 // message id <subject>@<fingerprint>@<sequence it replaces> and expecting
 // that last subject sequence, so replicas run active-active and a resync
@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
 	"github.com/atoll-edge/atoll/internal/wellknown"
@@ -63,8 +64,8 @@ type Publisher struct {
 	metrics *metrics
 
 	js     jetstream.JetStream
-	stream jetstream.Stream                       // VIEWS, for its subjects (tombstoneStale)
-	views  *events.LastValue[*atollv1.ObjectView] // each subject's view, as stored
+	stream jetstream.Stream                         // VIEWS, for its subjects (tombstoneStale)
+	views  *eventbus.LastValue[*atollv1.ObjectView] // each subject's view, as stored
 
 	mu       sync.Mutex
 	dirty    map[key]bool
@@ -95,7 +96,7 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 	return &Publisher{
 		cfg: cfg, reader: reader, bus: b, log: log.With("component", "objectviews"), metrics: m,
 		dirty: map[key]bool{}, all: true, nodeUnit: map[string]string{},
-		views: events.NewLastValue(b.JetStream, events.StreamViews, events.LastValueOptions[*atollv1.ObjectView]{
+		views: eventbus.NewLastValue(b.JetStream, events.StreamViews, eventbus.LastValueOptions[*atollv1.ObjectView]{
 			Stamp: func(v *atollv1.ObjectView) *atollv1.ObjectView {
 				m := proto.Clone(v).(*atollv1.ObjectView)
 				m.Time = timestamppb.Now()
@@ -104,8 +105,8 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 			// A tombstone is not stored where nothing was.
 			Empty: (*atollv1.ObjectView).GetDeleted,
 		}),
-		uids:    map[key]string{},
-		byNode:  map[string]map[key]struct{}{}, nodesOf: map[key][]string{}, labels: map[string]map[string]string{},
+		uids:   map[key]string{},
+		byNode: map[string]map[key]struct{}{}, nodesOf: map[key][]string{}, labels: map[string]map[string]string{},
 		changed: make(chan struct{}, 1),
 	}, nil
 }

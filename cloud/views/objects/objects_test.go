@@ -21,6 +21,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
 	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
@@ -71,7 +72,7 @@ func start(t *testing.T, replicas int) *fixture {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+			if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 				t.Fatal(err)
 			}
 			if f.views, err = js.Stream(ctx, events.StreamViews); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 )
 
 // CloudJetStream connects to h as the cloud service and returns the
@@ -33,7 +34,7 @@ func CloudStreams(t testing.TB, h *hub.Hub) (*nats.Conn, jetstream.JetStream) {
 	nc, js := CloudJetStream(t, h)
 	o := events.DefaultStreamOptions()
 	o.Storage = jetstream.MemoryStorage
-	if err := events.EnsureStreams(t.Context(), js, o); err != nil {
+	if err := eventbus.EnsureStreams(t.Context(), js, o); err != nil {
 		t.Fatal(err)
 	}
 	return nc, js

@@ -90,7 +90,7 @@ func (FrameKind) EnumDescriptor() ([]byte, []int) {
 // tunnel server and an edge tunnel agent.
 // Subject: atoll.tunnel.<node>.<session>.<dir>.
 //
-// The session protocol (events/tunnel) is ordered and lossless over core
+// The session protocol (internal/tunnelproto) is ordered and lossless over core
 // NATS: OPEN, DATA and CLOSE are sequenced and resent until acknowledged;
 // WINDOW and ERROR are not sequenced (sequence 0). Every frame carries the
 // sender's cumulative acknowledgement and its receive limit.

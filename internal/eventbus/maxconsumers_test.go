@@ -1,4 +1,4 @@
-package events_test
+package eventbus_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 )
@@ -114,7 +115,7 @@ func viewsConfig(t *testing.T, o events.StreamOptions) jetstream.StreamConfig {
 // field was among what changed.
 func reconcileChanges(t *testing.T, ctx context.Context, js jetstream.JetStream, o events.StreamOptions, field string) {
 	t.Helper()
-	changes, err := events.ReconcileStreams(ctx, js, o)
+	changes, err := eventbus.ReconcileStreams(ctx, js, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package tunnel_test
+package tunnelproto_test
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/events/tunnel"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -34,9 +34,9 @@ type unitEnv struct {
 	proxies  map[string]*natstest.Proxy
 	nodes    map[string]*natsnode.Node
 	cloud    *nats.Conn
-	dialer   *tunnel.Dialer
-	ln       *tunnel.Listener // a's
-	relays   map[string]*tunnel.Relay
+	dialer   *tunnelproto.Dialer
+	ln       *tunnelproto.Listener // a's
+	relays   map[string]*tunnelproto.Relay
 	down     atomic.Bool // the cloud's link-state hint for a
 	switches chan string // paths a's sessions moved to ("" direct)
 
@@ -45,10 +45,10 @@ type unitEnv struct {
 	refusedReason                         atomic.Value
 }
 
-func startUnit(t *testing.T, cfg tunnel.Config) *unitEnv {
+func startUnit(t *testing.T, cfg tunnelproto.Config) *unitEnv {
 	t.Helper()
 	h := natstest.Hub(t)
-	e := &unitEnv{proxies: map[string]*natstest.Proxy{}, nodes: map[string]*natsnode.Node{}, relays: map[string]*tunnel.Relay{},
+	e := &unitEnv{proxies: map[string]*natstest.Proxy{}, nodes: map[string]*natsnode.Node{}, relays: map[string]*tunnelproto.Relay{},
 		switches: make(chan string, 64)}
 	var u1 []*natsnode.Node
 	for _, n := range []string{"a", "b", "c"} {
@@ -88,10 +88,10 @@ func startUnit(t *testing.T, cfg tunnel.Config) *unitEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.cloud.Close)
-	if e.dialer, err = tunnel.NewDialer(e.cloud, cfg); err != nil {
+	if e.dialer, err = tunnelproto.NewDialer(e.cloud, cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.dialer.Relay = tunnel.RelayPolicy{
+	e.dialer.Relay = tunnelproto.RelayPolicy{
 		Peers: func(node string) []string {
 			if node == "a" {
 				return []string{"b", "c"}
@@ -117,7 +117,7 @@ func startUnit(t *testing.T, cfg tunnel.Config) *unitEnv {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		r, err := tunnel.NewRelay(nc, name, tunnel.RelayConfig{
+		r, err := tunnelproto.NewRelay(nc, name, tunnelproto.RelayConfig{
 			Member: func(node string) (string, bool) { return "u1", members[node] },
 			Expiry: 2 * time.Second,
 			OnRefused: func(_, reason string) {
@@ -137,7 +137,7 @@ func startUnit(t *testing.T, cfg tunnel.Config) *unitEnv {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		ln, err := tunnel.Listen(nc, name, cfg, 1024)
+		ln, err := tunnelproto.Listen(nc, name, cfg, 1024)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func (e *unitEnv) cut(t *testing.T, node string) {
 	})
 }
 
-func (e *unitEnv) dial(t *testing.T, node string) *tunnel.Conn {
+func (e *unitEnv) dial(t *testing.T, node string) *tunnelproto.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -234,8 +234,8 @@ func (e *unitEnv) relayLeaks(t *testing.T, goroutines, cloudSubs int) {
 	})
 }
 
-func relayConfig() tunnel.Config {
-	return tunnel.Config{KeepAlive: 500 * time.Millisecond, LinkTimeout: 8 * time.Second}
+func relayConfig() tunnelproto.Config {
+	return tunnelproto.Config{KeepAlive: 500 * time.Millisecond, LinkTimeout: 8 * time.Second}
 }
 
 // TestRelayNewSession: with a's own leaf cut (its unit peers still
@@ -342,15 +342,15 @@ func TestRelayRefusesOutsider(t *testing.T) {
 	e := startUnit(t, relayConfig())
 	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
 	// A dialer whose link state says d is down, so it goes to b at once.
-	d2, err := tunnel.NewDialer(e.cloud, relayConfig())
+	d2, err := tunnelproto.NewDialer(e.cloud, relayConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2.Relay = tunnel.RelayPolicy{Peers: func(string) []string { return []string{"b"} }, Down: func(string) bool { return true }}
+	d2.Relay = tunnelproto.RelayPolicy{Peers: func(string) []string { return []string{"b"} }, Down: func(string) bool { return true }}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err = d2.Dial(ctx, "d", "127.0.0.1:10250")
-	var pe *tunnel.PeerError
+	var pe *tunnelproto.PeerError
 	if !errors.As(err, &pe) || !strings.Contains(pe.Reason, "d is not in unit \"u1\" of b") {
 		t.Fatalf("dial d through b: %v, want b's refusal", err)
 	}

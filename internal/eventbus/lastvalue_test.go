@@ -1,4 +1,4 @@
-package events_test
+package eventbus_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -34,7 +35,7 @@ func lastValueHub(t *testing.T) (jetstream.JetStream, jetstream.Stream) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	st, err := js.Stream(ctx, events.StreamViews)
@@ -46,8 +47,8 @@ func lastValueHub(t *testing.T) (jetstream.JetStream, jetstream.Stream) {
 
 // unitViews returns a LastValue of unit views that stamps the time on a
 // copy, counting the stamps (one per publish).
-func unitViews(js jetstream.JetStream, stamps *atomic.Int32, o ...func(*events.LastValueOptions[*atollv1.UnitView])) *events.LastValue[*atollv1.UnitView] {
-	opts := events.LastValueOptions[*atollv1.UnitView]{
+func unitViews(js jetstream.JetStream, stamps *atomic.Int32, o ...func(*eventbus.LastValueOptions[*atollv1.UnitView])) *eventbus.LastValue[*atollv1.UnitView] {
+	opts := eventbus.LastValueOptions[*atollv1.UnitView]{
 		Stamp: func(v *atollv1.UnitView) *atollv1.UnitView {
 			stamps.Add(1)
 			m := proto.Clone(v).(*atollv1.UnitView)
@@ -59,7 +60,7 @@ func unitViews(js jetstream.JetStream, stamps *atomic.Int32, o ...func(*events.L
 	for _, f := range o {
 		f(&opts)
 	}
-	return events.NewLastValue(func() jetstream.JetStream { return js }, events.StreamViews, opts)
+	return eventbus.NewLastValue(func() jetstream.JetStream { return js }, events.StreamViews, opts)
 }
 
 // view is unit u's view with members named names and fingerprint fp.
@@ -88,7 +89,7 @@ func last(t *testing.T, st jetstream.Stream, subj string) (string, uint64) {
 	return v.GetFingerprint(), raw.Sequence
 }
 
-func mustPut(t *testing.T, lv *events.LastValue[*atollv1.UnitView], subj string, v *atollv1.UnitView) events.PutResult {
+func mustPut(t *testing.T, lv *eventbus.LastValue[*atollv1.UnitView], subj string, v *atollv1.UnitView) eventbus.PutResult {
 	t.Helper()
 	res, err := lv.Put(context.Background(), subj, v)
 	if err != nil {
@@ -292,12 +293,12 @@ func TestLastValueAttemptsBounded(t *testing.T) {
 	subj, _ := events.UnitViewSubject("u1")
 	rival := &rivalJS{JetStream: js}
 	var stamps atomic.Int32
-	lv := events.NewLastValue(func() jetstream.JetStream { return rival }, events.StreamViews, events.LastValueOptions[*atollv1.UnitView]{
+	lv := eventbus.NewLastValue(func() jetstream.JetStream { return rival }, events.StreamViews, eventbus.LastValueOptions[*atollv1.UnitView]{
 		MaxAttempts: 3,
 		Stamp:       func(v *atollv1.UnitView) *atollv1.UnitView { stamps.Add(1); return v },
 	})
 	res, err := lv.Put(context.Background(), subj, view("u1", "fp-a", "n1"))
-	if !errors.Is(err, events.ErrKeptChanging) || !strings.Contains(err.Error(), subj) || !strings.Contains(err.Error(), "3 attempts") {
+	if !errors.Is(err, eventbus.ErrKeptChanging) || !strings.Contains(err.Error(), subj) || !strings.Contains(err.Error(), "3 attempts") {
 		t.Fatalf("err = %v, want ErrKeptChanging naming %s and 3 attempts", err, subj)
 	}
 	if res.Changed || res.Conflicts != 3 || res.PublishFailed || stamps.Load() != 3 {

@@ -1,4 +1,4 @@
-package tunnel
+package tunnelproto
 
 import (
 	"fmt"
@@ -56,7 +56,7 @@ func (c Config) Defaults() Config {
 	}
 	// A 60 KiB frame with its NATS and protobuf headers fits the 64 KiB
 	// read buffer of nats-server: 128 KiB frames cost 15-20 % more CPU
-	// per byte (events/tunnel/README.md, Throughput).
+	// per byte (internal/tunnelproto/README.md, Throughput).
 	def(&c.MaxFrame, 60<<10)
 	def(&c.Window, 1<<20)
 	def(&c.SendBuffer, 512<<10)

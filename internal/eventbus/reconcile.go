@@ -1,4 +1,4 @@
-package events
+package eventbus
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/atoll-edge/atoll/events"
 )
 
 // StreamChange is what ReconcileStreams did to one stream.
@@ -32,12 +34,12 @@ var ErrStreamUpdateRefused = errors.New("stream update refused")
 // retried until ctx is done. An update the hub refuses, or accepts without
 // applying, is an error naming the stream and the fields: a stream is
 // never left silently stale.
-func ReconcileStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) ([]StreamChange, error) {
+func ReconcileStreams(ctx context.Context, js jetstream.JetStream, o events.StreamOptions) ([]StreamChange, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	var changes []StreamChange
-	for _, want := range Streams(o) {
+	for _, want := range events.Streams(o) {
 		var ch StreamChange
 		err := retryTransient(ctx, func() error {
 			var err error
@@ -173,4 +175,15 @@ func retryTransient(ctx context.Context, f func() error) error {
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// EnsureStreams creates every hub stream or updates it to the current
+// definition (see ReconcileStreams). It is safe to call from every replica
+// at every start.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, o events.StreamOptions) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	_, err := ReconcileStreams(ctx, js, o)
+	return err
 }

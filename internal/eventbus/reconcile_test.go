@@ -1,4 +1,4 @@
-package events_test
+package eventbus_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 )
 
@@ -27,19 +28,19 @@ func TestReconcileStreamsUpdatesLimits(t *testing.T) {
 	defer cancel()
 	js := hubJetStream(t)
 	o := events.DefaultStreamOptions()
-	changes, err := events.ReconcileStreams(ctx, js, o)
+	changes, err := eventbus.ReconcileStreams(ctx, js, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(changes) != len(events.Streams(o)) || !changes[0].Created {
 		t.Fatalf("first start: %+v, want every stream created", changes)
 	}
-	if changes, err = events.ReconcileStreams(ctx, js, o); err != nil || len(changes) != 0 {
+	if changes, err = eventbus.ReconcileStreams(ctx, js, o); err != nil || len(changes) != 0 {
 		t.Fatalf("second start with the same definition: %+v, %v; want no change", changes, err)
 	}
 
 	o.MaxBytes = 64 << 20
-	if changes, err = events.ReconcileStreams(ctx, js, o); err != nil {
+	if changes, err = eventbus.ReconcileStreams(ctx, js, o); err != nil {
 		t.Fatal(err)
 	}
 	if len(changes) != len(events.Streams(o)) {
@@ -68,13 +69,13 @@ func TestReconcileStreamsRefusedUpdateFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	js := hubJetStream(t)
-	if _, err := events.ReconcileStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if _, err := eventbus.ReconcileStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	o := events.DefaultStreamOptions()
 	o.Storage = jetstream.MemoryStorage
-	_, err := events.ReconcileStreams(ctx, js, o)
-	if !errors.Is(err, events.ErrStreamUpdateRefused) {
+	_, err := eventbus.ReconcileStreams(ctx, js, o)
+	if !errors.Is(err, eventbus.ErrStreamUpdateRefused) {
 		t.Fatalf("storage change: %v, want ErrStreamUpdateRefused", err)
 	}
 	for _, want := range []string{events.StreamHealth, "Storage (File → Memory)"} {

@@ -1,4 +1,4 @@
-package tunnel_test
+package tunnelproto_test
 
 import (
 	"bytes"
@@ -17,17 +17,17 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/events/tunnel"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 type env struct {
 	proxy      *natstest.Proxy
 	cloud, edg *nats.Conn
-	dialer     *tunnel.Dialer
-	ln         *tunnel.Listener
+	dialer     *tunnelproto.Dialer
+	ln         *tunnelproto.Listener
 	wg         sync.WaitGroup
 	cancel     context.CancelFunc
 }
@@ -36,7 +36,7 @@ type env struct {
 // the node's own credentials, so the hub enforces its permissions), a
 // Dialer on the hub and a Listener on the edge whose agent echoes every
 // session and refuses target "refuse".
-func start(t *testing.T, cfg tunnel.Config) *env {
+func start(t *testing.T, cfg tunnelproto.Config) *env {
 	t.Helper()
 	h := natstest.Hub(t)
 	e := &env{proxy: natstest.NewProxy(t, h.LeafURL().Host)}
@@ -48,10 +48,10 @@ func start(t *testing.T, cfg tunnel.Config) *env {
 	if e.edg, err = n.Connect("tunnel-agent"); err != nil {
 		t.Fatal(err)
 	}
-	if e.dialer, err = tunnel.NewDialer(e.cloud, cfg); err != nil {
+	if e.dialer, err = tunnelproto.NewDialer(e.cloud, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if e.ln, err = tunnel.Listen(e.edg, "n1", cfg, 1024); err != nil {
+	if e.ln, err = tunnelproto.Listen(e.edg, "n1", cfg, 1024); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,7 +89,7 @@ func start(t *testing.T, cfg tunnel.Config) *env {
 	return e
 }
 
-func (e *env) dial(t *testing.T, target string) *tunnel.Conn {
+func (e *env) dial(t *testing.T, target string) *tunnelproto.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -102,7 +102,7 @@ func (e *env) dial(t *testing.T, target string) *tunnel.Conn {
 
 // echo sends n random bytes through c and checks the echo byte for byte,
 // calling mid once half the bytes were sent.
-func echo(t *testing.T, c *tunnel.Conn, n int, mid func()) {
+func echo(t *testing.T, c *tunnelproto.Conn, n int, mid func()) {
 	t.Helper()
 	want := make([]byte, n)
 	r := rand.New(rand.NewPCG(uint64(n), 7))
@@ -153,7 +153,7 @@ func noLeaks(t *testing.T, e *env, goroutines, cloudSubs int) {
 }
 
 func TestEchoThroughHub(t *testing.T) {
-	e := start(t, tunnel.Config{})
+	e := start(t, tunnelproto.Config{})
 	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
 	c := e.dial(t, "127.0.0.1:10250")
 	echo(t, c, 16<<20, nil)
@@ -164,7 +164,7 @@ func TestEchoThroughHub(t *testing.T) {
 }
 
 func TestConcurrentSessions(t *testing.T) {
-	e := start(t, tunnel.Config{})
+	e := start(t, tunnelproto.Config{})
 	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
 	var wg sync.WaitGroup
 	for i := 0; i < 200; i++ {
@@ -183,7 +183,7 @@ func TestConcurrentSessions(t *testing.T) {
 // TestLeafCutMidTransfer: the node's leaf link is down for 5 s in the
 // middle of a transfer; the transfer completes intact, by resends.
 func TestLeafCutMidTransfer(t *testing.T) {
-	e := start(t, tunnel.Config{})
+	e := start(t, tunnelproto.Config{})
 	c := e.dial(t, "127.0.0.1:10250")
 	defer c.Close()
 	echo(t, c, 32<<20, func() {
@@ -198,13 +198,13 @@ func TestLeafCutMidTransfer(t *testing.T) {
 // TestLeafCutBeyondLinkTimeout: a cut longer than LinkTimeout fails the
 // session on both ends, and nothing leaks.
 func TestLeafCutBeyondLinkTimeout(t *testing.T) {
-	e := start(t, tunnel.Config{KeepAlive: 200 * time.Millisecond, LinkTimeout: time.Second})
+	e := start(t, tunnelproto.Config{KeepAlive: 200 * time.Millisecond, LinkTimeout: time.Second})
 	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
 	c := e.dial(t, "127.0.0.1:10250")
 	e.proxy.Cut()
 	defer e.proxy.Restore()
 	_, err := c.Read(make([]byte, 1))
-	if !errors.Is(err, tunnel.ErrPeerLost) {
+	if !errors.Is(err, tunnelproto.ErrPeerLost) {
 		t.Fatalf("read after the cut: %v, want peer lost", err)
 	}
 	_ = c.Close()
@@ -212,9 +212,9 @@ func TestLeafCutBeyondLinkTimeout(t *testing.T) {
 }
 
 func TestRefusedTarget(t *testing.T) {
-	e := start(t, tunnel.Config{})
+	e := start(t, tunnelproto.Config{})
 	_, err := e.dialer.Dial(context.Background(), "n1", "refuse")
-	var pe *tunnel.PeerError
+	var pe *tunnelproto.PeerError
 	if !errors.As(err, &pe) || pe.Reason != "target refuse not allowed" {
 		t.Fatalf("dial: %v, want the agent's refusal", err)
 	}
@@ -222,9 +222,9 @@ func TestRefusedTarget(t *testing.T) {
 
 // TestNoAgent: a dial to a node without an agent fails after LinkTimeout.
 func TestNoAgent(t *testing.T) {
-	e := start(t, tunnel.Config{KeepAlive: 100 * time.Millisecond, LinkTimeout: 500 * time.Millisecond})
+	e := start(t, tunnelproto.Config{KeepAlive: 100 * time.Millisecond, LinkTimeout: 500 * time.Millisecond})
 	_, err := e.dialer.Dial(context.Background(), "n2", "127.0.0.1:10250")
-	if !errors.Is(err, tunnel.ErrPeerLost) {
+	if !errors.Is(err, tunnelproto.ErrPeerLost) {
 		t.Fatalf("dial: %v, want peer lost", err)
 	}
 }
@@ -233,7 +233,7 @@ func TestNoAgent(t *testing.T) {
 // while the other direction keeps flowing; Close from either side ends
 // the session on both.
 func TestHalfCloseBothWays(t *testing.T) {
-	e := start(t, tunnel.Config{})
+	e := start(t, tunnelproto.Config{})
 	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
 	// Cloud half-closes first: the echo agent still sends everything back.
 	c := e.dial(t, "127.0.0.1:10250")
@@ -270,10 +270,10 @@ func TestHalfCloseBothWays(t *testing.T) {
 // answers it, with an ERROR (which ends the agent's side cleanly), until
 // its linger has passed; then its subscription is gone.
 func TestDialerLingers(t *testing.T) {
-	e := start(t, tunnel.Config{})
+	e := start(t, tunnelproto.Config{})
 	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
 	released := make(chan error, 1)
-	e.dialer.OnDone = func(_ string, _ tunnel.Stats, err error) { released <- err }
+	e.dialer.OnDone = func(_ string, _ tunnelproto.Stats, err error) { released <- err }
 	c := e.dial(t, "127.0.0.1:10250")
 	id := c.Session()
 	if _, err := c.Write([]byte("ping")); err != nil {

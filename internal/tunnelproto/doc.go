@@ -1,11 +1,8 @@
-// Package tunnel is the session protocol of the cloud-to-edge tunnel: an
-// ordered, lossless, flow-controlled byte stream carried as
+// Package tunnelproto is the session protocol of the cloud-to-edge
+// tunnel: an ordered, lossless, flow-controlled byte stream carried as
 // atollv1.TunnelFrame messages on core NATS subjects
-// atoll.tunnel.<node>.<session>.<in|out>.
-//
-// It lives under events/ because it is wire format, like the subject
-// catalog: the cloud tunnel server (cloud/tunnel) and the edge agent
-// (edge/tunnel) both import it, and events imports neither.
+// atoll.tunnel.<node>.<session>.<in|out>. The cloud tunnel server
+// (cloud/tunnel) and the edge agent (edge/tunnel) both speak it.
 //
 // Session is the pure state machine (no goroutines, no clock: time is an
 // argument), so it is tested by tables and fuzzing. Conn drives a Session
@@ -32,4 +29,4 @@
 // the path it last heard, and the peer's Relay forwards frames between
 // its own hub namespace and the unit's routes, only to members of its
 // unit.
-package tunnel
+package tunnelproto

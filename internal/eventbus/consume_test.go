@@ -1,4 +1,4 @@
-package events_test
+package eventbus_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats.go"
@@ -29,11 +30,11 @@ func ballot(unit, voter string) (string, *atollv1.Ballot) {
 
 // run starts Consume in the background and returns a stop function that
 // waits for it to return.
-func run(t *testing.T, js jetstream.JetStream, spec events.ConsumerSpec, h events.Handler[*atollv1.Ballot], o events.ConsumeOptions) func() {
+func run(t *testing.T, js jetstream.JetStream, spec events.ConsumerSpec, h eventbus.Handler[*atollv1.Ballot], o eventbus.ConsumeOptions) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- events.Consume(ctx, js, spec, h, o) }()
+	go func() { done <- eventbus.Consume(ctx, js, spec, h, o) }()
 	stop := func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -61,11 +62,11 @@ func setup(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	// Idempotent: a second replica starting does not fail.
-	if err := events.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatalf("second EnsureStreams: %v", err)
 	}
 	return nc, js
@@ -82,7 +83,7 @@ func consumerInfo(js jetstream.JetStream, name string) (*jetstream.ConsumerInfo,
 
 // received collects what a handler saw.
 type received struct {
-	mu    sync.Mutex
+	mu  sync.Mutex
 	got []string
 }
 
@@ -94,7 +95,7 @@ func (r *received) count() int   { r.mu.Lock(); defer r.mu.Unlock(); return len(
 // and the consumer goes on with the next messages.
 func TestConsumePoison(t *testing.T) {
 	nc, js := setup(t)
-	metrics := events.NewMetrics(nil)
+	metrics := eventbus.NewMetrics(nil)
 	spec := events.BallotConsumer
 	spec.Name = "poison-test"
 	spec.DeliverPolicy = jetstream.DeliverAllPolicy
@@ -117,7 +118,7 @@ func TestConsumePoison(t *testing.T) {
 	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.Ballot"}}, []byte{0xff, 0xff, 0xff}) // undecodable
 	good("n2")
 	publishRaw(subjA, nats.Header{events.HeaderType: {"atoll.v1.ProbeReport"}}, nil) // wrong type
-	_, liar := ballot("u1", "b")                                              // says node b ...
+	_, liar := ballot("u1", "b")                                                     // says node b ...
 	liarMsg, _ := events.NewMsg(subjA, liar, "")                                     // ... on a's subject
 	if _, err := js.PublishMsg(context.Background(), liarMsg); err != nil {
 		t.Fatal(err)
@@ -125,16 +126,16 @@ func TestConsumePoison(t *testing.T) {
 	good("n3")
 
 	var got received
-	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+	run(t, js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 		got.add(ev.Msg.GetVoter())
 		return nil
-	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0)})
+	}, eventbus.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0)})
 
 	poll.Eventually(t, 10*time.Second, func() error {
 		if got.count() != 3 {
 			return fmt.Errorf("handled %d good ballots, want 3", got.count())
 		}
-		for reason, want := range map[string]float64{events.ReasonUndecodable: 1, events.ReasonWrongType: 1, events.ReasonIdentity: 1} {
+		for reason, want := range map[string]float64{eventbus.ReasonUndecodable: 1, eventbus.ReasonWrongType: 1, eventbus.ReasonIdentity: 1} {
 			if n := metrics.TerminatedCount(spec.Name, reason); n != want {
 				return fmt.Errorf("terminated for %s: %v, want %v", reason, n, want)
 			}
@@ -160,7 +161,7 @@ func TestConsumePoison(t *testing.T) {
 // are terminated and counted instead of redelivered forever.
 func TestConsumeRetryAndReject(t *testing.T) {
 	_, js := setup(t)
-	metrics := events.NewMetrics(nil)
+	metrics := eventbus.NewMetrics(nil)
 	spec := events.BallotConsumer
 	spec.Name = "retry-test"
 	spec.DeliverPolicy = jetstream.DeliverAllPolicy
@@ -174,7 +175,7 @@ func TestConsumeRetryAndReject(t *testing.T) {
 	}
 	var mu sync.Mutex
 	attempts := map[string]int{}
-	run(t, js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+	run(t, js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 		mu.Lock()
 		defer mu.Unlock()
 		node := ev.Msg.GetVoter()
@@ -182,24 +183,24 @@ func TestConsumeRetryAndReject(t *testing.T) {
 		switch node {
 		case "flaky":
 			if attempts[node] < 2 {
-				return events.Retry(errors.New("apiserver unavailable"), 10*time.Millisecond)
+				return eventbus.Retry(errors.New("apiserver unavailable"), 10*time.Millisecond)
 			}
 			return nil
 		case "bad":
-			return events.Reject(errors.New("node name not in cluster"))
+			return eventbus.Reject(errors.New("node name not in cluster"))
 		default:
 			return errors.New("always failing")
 		}
-	}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
+	}, eventbus.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
 
 	poll.Eventually(t, 10*time.Second, func() error {
-		if n := metrics.HandledCount(spec.Name, events.OutcomeAck); n != 1 {
+		if n := metrics.HandledCount(spec.Name, eventbus.OutcomeAck); n != 1 {
 			return fmt.Errorf("acked %v, want 1", n)
 		}
-		if n := metrics.TerminatedCount(spec.Name, events.ReasonRejected); n != 1 {
+		if n := metrics.TerminatedCount(spec.Name, eventbus.ReasonRejected); n != 1 {
 			return fmt.Errorf("rejected %v, want 1", n)
 		}
-		if n := metrics.TerminatedCount(spec.Name, events.ReasonMaxDeliveries); n != 1 {
+		if n := metrics.TerminatedCount(spec.Name, eventbus.ReasonMaxDeliveries); n != 1 {
 			return fmt.Errorf("terminated after max deliveries %v, want 1", n)
 		}
 		return nil
@@ -235,7 +236,7 @@ func TestConsumeSeen(t *testing.T) {
 	for _, spec := range modes() {
 		t.Run(spec.Mode.String(), func(t *testing.T) {
 			_, js := setup(t)
-			metrics := events.NewMetrics(nil)
+			metrics := eventbus.NewMetrics(nil)
 			before := time.Now().Add(-time.Second)
 			seenSubj, _ := ballot("u1", "seen")
 			for _, node := range []string{"n1", "seen", "n2"} {
@@ -246,10 +247,10 @@ func TestConsumeSeen(t *testing.T) {
 			}
 			var got received
 			var badTime sync.Once
-			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+			c, err := eventbus.NewConsumer(js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 				got.add(ev.Msg.GetVoter())
 				return nil
-			}, events.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Seen: func(subject string, stored time.Time) bool {
+			}, eventbus.ConsumeOptions{Metrics: metrics, Logger: natstest.Logger(t, 0), Seen: func(subject string, stored time.Time) bool {
 				if stored.Before(before) || stored.After(time.Now()) {
 					badTime.Do(func() { t.Errorf("Seen given stored time %v", stored) })
 				}
@@ -260,8 +261,8 @@ func TestConsumeSeen(t *testing.T) {
 			}
 			start(t, c)
 			poll.Eventually(t, 10*time.Second, func() error {
-				if got.count() != 2 || metrics.HandledCount(spec.Name, events.OutcomeSeen) != 2 {
-					return fmt.Errorf("handled %d, %v seen; want n1, n2 and 2 seen", got.count(), metrics.HandledCount(spec.Name, events.OutcomeSeen))
+				if got.count() != 2 || metrics.HandledCount(spec.Name, eventbus.OutcomeSeen) != 2 {
+					return fmt.Errorf("handled %d, %v seen; want n1, n2 and 2 seen", got.count(), metrics.HandledCount(spec.Name, eventbus.OutcomeSeen))
 				}
 				if spec.Mode != events.Shared {
 					return nil
@@ -275,7 +276,7 @@ func TestConsumeSeen(t *testing.T) {
 				}
 				return nil
 			})
-			if n := metrics.TerminatedCount(spec.Name, events.ReasonUndecodable); n != 0 {
+			if n := metrics.TerminatedCount(spec.Name, eventbus.ReasonUndecodable); n != 0 {
 				t.Fatalf("a message Seen claimed was decoded and terminated (%v)", n)
 			}
 		})

@@ -1,4 +1,4 @@
-package events
+package eventbus
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/atoll-edge/atoll/events"
 )
 
 // Event is one decoded message handed to a Handler.
@@ -132,7 +134,7 @@ func DefaultBackoff(attempt uint64) time.Duration {
 func Consume[M any, PM interface {
 	*M
 	proto.Message
-}](ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h Handler[PM], o ConsumeOptions) error {
+}](ctx context.Context, js jetstream.JetStream, spec events.ConsumerSpec, h Handler[PM], o ConsumeOptions) error {
 	c, err := NewConsumer(js, spec, h, o)
 	if err != nil {
 		return err
@@ -169,7 +171,7 @@ func Consume[M any, PM interface {
 // held when it started, for readiness.
 type Consumer struct {
 	js     jetstream.JetStream
-	spec   ConsumerSpec
+	spec   events.ConsumerSpec
 	o      ConsumeOptions
 	log    *slog.Logger
 	handle func(ctx context.Context, msg jetstream.Msg) // decodes and calls the handler
@@ -185,7 +187,7 @@ type Consumer struct {
 func NewConsumer[M any, PM interface {
 	*M
 	proto.Message
-}](js jetstream.JetStream, spec ConsumerSpec, h Handler[PM], o ConsumeOptions) (*Consumer, error) {
+}](js jetstream.JetStream, spec events.ConsumerSpec, h Handler[PM], o ConsumeOptions) (*Consumer, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -199,7 +201,7 @@ func NewConsumer[M any, PM interface {
 		caught: make(chan struct{}),
 	}
 	p := pipeline[M, PM]{name: spec.Name, h: h, o: o, log: c.log, maxAttempts: spec.MaxDeliver, timeout: spec.AckWait * 9 / 10}
-	if spec.Mode == Shared {
+	if spec.Mode == events.Shared {
 		c.handle = func(ctx context.Context, msg jetstream.Msg) { p.shared(ctx, msg); c.delivered(msg) }
 	} else {
 		c.handle = func(ctx context.Context, msg jetstream.Msg) { p.follow(ctx, msg); c.delivered(msg) }
@@ -209,7 +211,7 @@ func NewConsumer[M any, PM interface {
 }
 
 // Spec is the consumer's spec.
-func (c *Consumer) Spec() ConsumerSpec { return c.spec }
+func (c *Consumer) Spec() events.ConsumerSpec { return c.spec }
 
 // CaughtUp is closed once the consumer has handled every message that
 // matched its filter when it first started consuming (or found nothing to
@@ -333,10 +335,10 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 		return &restartError{RestartUnreachable, fmt.Errorf("stream %s: %w", c.spec.Stream, err)}
 	}
 	var cons jetstream.Consumer
-	if c.spec.Mode == Shared {
-		cons, err = c.js.CreateOrUpdateConsumer(cctx, c.spec.Stream, c.spec.durableConfig())
+	if c.spec.Mode == events.Shared {
+		cons, err = c.js.CreateOrUpdateConsumer(cctx, c.spec.Stream, c.spec.DurableConfig())
 	} else {
-		cons, err = c.js.OrderedConsumer(cctx, c.spec.Stream, c.spec.orderedConfig())
+		cons, err = c.js.OrderedConsumer(cctx, c.spec.Stream, c.spec.OrderedConfig())
 	}
 	if err != nil {
 		return &restartError{RestartUnreachable, fmt.Errorf("create consumer: %w", err)}
@@ -369,7 +371,7 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 		}
 	})
 	workers := 1
-	if c.spec.Mode == Shared {
+	if c.spec.Mode == events.Shared {
 		workers = c.o.Workers
 	}
 	ccs := make([]jetstream.ConsumeContext, 0, workers)
@@ -379,7 +381,7 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 		}
 	}
 	opts := []jetstream.PullConsumeOpt{errHandler}
-	if c.spec.Mode == Follow {
+	if c.spec.Mode == events.Follow {
 		if c.o.PullExpiry > 0 {
 			opts = append(opts, jetstream.PullExpiry(c.o.PullExpiry), jetstream.PullHeartbeat(c.o.Heartbeat))
 		}
@@ -439,7 +441,7 @@ func (c *Consumer) session(ctx context.Context, established func()) error {
 // pending or unacked means caught up. Follow consumers recreate themselves
 // (nats.go's ordered consumer) and catch up message by message.
 func (c *Consumer) check(ctx context.Context, cons jetstream.Consumer) error {
-	if c.spec.Mode != Shared {
+	if c.spec.Mode != events.Shared {
 		return nil
 	}
 	ictx, cancel := context.WithTimeout(ctx, createTimeout)
@@ -494,7 +496,7 @@ type pipeline[M any, PM interface {
 
 func (p *pipeline[M, PM]) decode(msg *nats.Msg, ev *Event[PM]) error {
 	ev.Subject, ev.Header, ev.Data, ev.Msg = msg.Subject, msg.Header, msg.Data, PM(new(M))
-	return DecodeMsg(msg, ev.Msg)
+	return events.DecodeMsg(msg, ev.Msg)
 }
 
 func jsEvent[PM proto.Message](msg jetstream.Msg) (*nats.Msg, Event[PM]) {
@@ -662,10 +664,10 @@ func (p *pipeline[M, PM]) end(ev Event[PM], reason string, err error, term func(
 // decodeReason maps a DecodeMsg error to a termination reason.
 func decodeReason(err error) string {
 	switch {
-	case errors.Is(err, ErrTypeMismatch):
+	case errors.Is(err, events.ErrTypeMismatch):
 		return ReasonWrongType
-	case errors.Is(err, ErrIdentity), errors.Is(err, ErrWrongSubject),
-		errors.Is(err, ErrInvalidToken), errors.Is(err, ErrEmptyToken):
+	case errors.Is(err, events.ErrIdentity), errors.Is(err, events.ErrWrongSubject),
+		errors.Is(err, events.ErrInvalidToken), errors.Is(err, events.ErrEmptyToken):
 		return ReasonIdentity
 	default:
 		return ReasonUndecodable

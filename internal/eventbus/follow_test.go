@@ -1,4 +1,4 @@
-package events_test
+package eventbus_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,7 +27,7 @@ func TestFollowWaitsForTheHub(t *testing.T) {
 	}
 	defer hnc.Close()
 	cloud, _ := jetstream.New(hnc)
-	if err := events.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(context.Background(), cloud, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	proxy := natstest.NewProxy(t, h.LeafURL().Host)
@@ -47,12 +48,12 @@ func TestFollowWaitsForTheHub(t *testing.T) {
 	go func() {
 		defer close(done)
 		spec := events.FollowSpec("assignment", events.StreamViews, subj)
-		_ = events.Consume(ctx, js, spec, func(_ context.Context, ev events.Event[*atollv1.NodeAssignment]) error {
+		_ = eventbus.Consume(ctx, js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.NodeAssignment]) error {
 			mu.Lock()
 			got = ev.Msg
 			mu.Unlock()
 			return nil
-		}, events.ConsumeOptions{Logger: natstest.Logger(t, 0)})
+		}, eventbus.ConsumeOptions{Logger: natstest.Logger(t, 0)})
 	}()
 	defer func() { cancel(); <-done }()
 

@@ -1,4 +1,4 @@
-package events
+package eventbus
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/atoll-edge/atoll/events"
 )
 
 // Fingerprinted is a message that carries a fingerprint of its content:
@@ -66,6 +68,10 @@ type PutResult struct {
 	// nor a subject that kept changing).
 	PublishFailed bool
 }
+
+// ErrKeptChanging: a LastValue.Put gave up because every publish found
+// another value stored under it.
+var ErrKeptChanging = errors.New("the stored value kept changing")
 
 // LastValueOptions tune a LastValue.
 type LastValueOptions[T Fingerprinted] struct {
@@ -151,7 +157,7 @@ func (lv *LastValue[T]) Put(ctx context.Context, subj string, m T) (PutResult, e
 	fp := m.GetFingerprint()
 	if fp == "" {
 		// "" is also the fingerprint of nothing stored.
-		return res, fmt.Errorf("events: put %s: %s has no fingerprint", subj, TypeName(m))
+		return res, fmt.Errorf("events: put %s: %s has no fingerprint", subj, events.TypeName(m))
 	}
 	last, known := lv.Known(subj)
 	res.Remembered = known
@@ -182,7 +188,7 @@ func (lv *LastValue[T]) Put(ctx context.Context, subj string, m T) (PutResult, e
 			return res, fmt.Errorf("events: publish %s: not connected", subj)
 		}
 		id := subj + "@" + fp + "@" + strconv.FormatUint(last.Seq, 10) + nonce
-		ack, err := PublishDurable(ctx, js, subj, msg, id, jetstream.WithExpectLastSequencePerSubject(last.Seq))
+		ack, err := events.PublishDurable(ctx, js, subj, msg, id, jetstream.WithExpectLastSequencePerSubject(last.Seq))
 		if IsWrongLastSequence(err) {
 			// Another writer stored a value, or the stream lost one:
 			// read what it holds and decide again.

@@ -1,4 +1,4 @@
-package events_test
+package eventbus_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/testenv/natstest"
 	"github.com/atoll-edge/atoll/internal/testenv/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -86,7 +87,7 @@ func publishBallot(t *testing.T, js jetstream.JetStream, node string) {
 }
 
 // start runs c until the test ends.
-func start(t *testing.T, c *events.Consumer) {
+func start(t *testing.T, c *eventbus.Consumer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -108,28 +109,28 @@ func TestConsumeFailingHandler(t *testing.T) {
 		t.Run(spec.Mode.String(), func(t *testing.T) {
 			_, js := setup(t)
 			log, logs := captured(t)
-			metrics := events.NewMetrics(nil)
+			metrics := eventbus.NewMetrics(nil)
 			seen := newNodes()
 			publishBallot(t, js, "hopeless")
 			publishBallot(t, js, "after-1")
-			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+			c, err := eventbus.NewConsumer(js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 				node := ev.Msg.GetVoter()
 				if n := seen.attempt(node); node == "hopeless" {
 					if int(ev.Delivered) != n {
-						return events.Reject(fmt.Errorf("delivered %d on attempt %d", ev.Delivered, n))
+						return eventbus.Reject(fmt.Errorf("delivered %d on attempt %d", ev.Delivered, n))
 					}
 					return errors.New("apiserver says no")
 				}
 				seen.ok(node)
 				return nil
-			}, events.ConsumeOptions{Logger: log, Metrics: metrics, Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
+			}, eventbus.ConsumeOptions{Logger: log, Metrics: metrics, Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
 			if err != nil {
 				t.Fatal(err)
 			}
 			start(t, c)
 
 			poll.Eventually(t, 10*time.Second, func() error {
-				if n := metrics.TerminatedCount(spec.Name, events.ReasonMaxDeliveries); n != 1 {
+				if n := metrics.TerminatedCount(spec.Name, eventbus.ReasonMaxDeliveries); n != 1 {
 					return poll.Errorf("terminated after max deliveries: %v, want 1", n)
 				}
 				return seen.has("after-1")
@@ -140,10 +141,10 @@ func TestConsumeFailingHandler(t *testing.T) {
 			if attempts != 3 {
 				t.Fatalf("hopeless attempted %d times, want 3 (MaxDeliver)", attempts)
 			}
-			if n := metrics.HandledCount(spec.Name, events.OutcomeRetry); n != 2 {
+			if n := metrics.HandledCount(spec.Name, eventbus.OutcomeRetry); n != 2 {
 				t.Fatalf("retries counted: %v, want 2", n)
 			}
-			if n := metrics.TerminatedCount(spec.Name, events.ReasonRejected); n != 0 {
+			if n := metrics.TerminatedCount(spec.Name, eventbus.ReasonRejected); n != 0 {
 				t.Fatalf("Delivered did not count the attempts (%v rejected)", n)
 			}
 			if l := logs.String(); !strings.Contains(l, `level=ERROR msg="message terminated"`) || !strings.Contains(l, "reason=max_deliveries") ||
@@ -185,12 +186,12 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 		t.Run(spec.Mode.String(), func(t *testing.T) {
 			_, js := setup(t)
 			log, logs := captured(t)
-			metrics := events.NewMetrics(nil)
+			metrics := eventbus.NewMetrics(nil)
 			seen := newNodes()
-			c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+			c, err := eventbus.NewConsumer(js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 				seen.ok(ev.Msg.GetVoter())
 				return nil
-			}, events.ConsumeOptions{Logger: log, Metrics: metrics, CheckInterval: 100 * time.Millisecond,
+			}, eventbus.ConsumeOptions{Logger: log, Metrics: metrics, CheckInterval: 100 * time.Millisecond,
 				Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
 			if err != nil {
 				t.Fatal(err)
@@ -221,7 +222,7 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 				t.Fatal("no consumer on the server to delete")
 			}
 			poll.Eventually(t, 10*time.Second, func() error {
-				if n := metrics.RestartCount(spec.Name, events.RestartLost); n < 1 {
+				if n := metrics.RestartCount(spec.Name, eventbus.RestartLost); n < 1 {
 					return poll.Errorf("restarts after loss: %v", n)
 				}
 				if !strings.Contains(logs.String(), `level=ERROR msg="consumer stopped; recreating it"`) {
@@ -260,19 +261,19 @@ func TestConsumeSurvivesHubRestart(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	if err := events.EnsureStreams(context.Background(), js, events.DefaultStreamOptions()); err != nil {
+	if err := eventbus.EnsureStreams(context.Background(), js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
 	log, _ := captured(t)
-	metrics := events.NewMetrics(nil)
+	metrics := eventbus.NewMetrics(nil)
 	seen := map[string]*nodes{}
 	for _, spec := range modes() {
 		s := newNodes()
 		seen[spec.Name] = s
-		c, err := events.NewConsumer(js, spec, func(_ context.Context, ev events.Event[*atollv1.Ballot]) error {
+		c, err := eventbus.NewConsumer(js, spec, func(_ context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 			s.ok(ev.Msg.GetVoter())
 			return nil
-		}, events.ConsumeOptions{Logger: log, Metrics: metrics, CheckInterval: 200 * time.Millisecond,
+		}, eventbus.ConsumeOptions{Logger: log, Metrics: metrics, CheckInterval: 200 * time.Millisecond,
 			Backoff: func(uint64) time.Duration { return 50 * time.Millisecond }})
 		if err != nil {
 			t.Fatal(err)
@@ -332,7 +333,7 @@ func TestCaughtUp(t *testing.T) {
 			}
 			gate, entered := make(chan struct{}), make(chan struct{}, backlog)
 			seen := newNodes()
-			c, err := events.NewConsumer(js, spec, func(ctx context.Context, ev events.Event[*atollv1.Ballot]) error {
+			c, err := eventbus.NewConsumer(js, spec, func(ctx context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 				entered <- struct{}{}
 				select {
 				case <-gate:
@@ -341,7 +342,7 @@ func TestCaughtUp(t *testing.T) {
 				}
 				seen.ok(ev.Msg.GetVoter())
 				return nil
-			}, events.ConsumeOptions{Logger: log, CheckInterval: 50 * time.Millisecond})
+			}, eventbus.ConsumeOptions{Logger: log, CheckInterval: 50 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -375,7 +376,7 @@ func TestCaughtUp(t *testing.T) {
 			empty := spec
 			empty.Name += "-empty"
 			empty.FilterSubjects = []string{"atoll.health.ballot.nobody.>"}
-			e, err := events.NewConsumer(js, empty, func(context.Context, events.Event[*atollv1.Ballot]) error { return nil }, events.ConsumeOptions{Logger: log})
+			e, err := eventbus.NewConsumer(js, empty, func(context.Context, eventbus.Event[*atollv1.Ballot]) error { return nil }, eventbus.ConsumeOptions{Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}
