@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/atoll-edge/atoll/deploy"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/atoll-edge/atoll/deploy"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // wantOverlays are the installation shapes deploy/overlays must hold, and
@@ -239,7 +239,7 @@ func TestLiteralSecretsFound(t *testing.T) {
 
 // TestOnlyAtollCloudHoldsAToken: of every workload of every overlay, only
 // atoll-cloud's pods get a Kubernetes API token (its ServiceAccount's,
-// whose RBAC internal/e2e proves minimal); the edge agents and the hub
+// whose RBAC test/e2e proves minimal); the edge agents and the hub
 // servers never talk to the apiserver and mount none.
 func TestOnlyAtollCloudHoldsAToken(t *testing.T) {
 	workloads := 0

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/atoll-edge/atoll/deploy"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // find returns the object of kind and name in objs, or nil.

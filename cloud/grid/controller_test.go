@@ -22,10 +22,10 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/grid"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/internal/testenv/crds"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/crds"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )

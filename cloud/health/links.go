@@ -30,7 +30,7 @@ type LeafLoss struct {
 // are not cut. Should the node not come back, its ballots expire by their
 // TTL. (A server killed outright reports nothing; nats-server 2.15 in
 // lame duck mode reported none of the leafs it closed in
-// internal/e2e TestHubServerLoss either: this rule is for a server that
+// test/e2e TestHubServerLoss either: this rule is for a server that
 // does.)
 func (l LeafLoss) ServerShutdown() bool { return l.Reason == server.ServerShutdown.String() }
 

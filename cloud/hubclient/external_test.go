@@ -23,8 +23,8 @@ import (
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/natsembed"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // externalHub starts one stock nats-server from the nats.conf of

@@ -19,9 +19,9 @@ import (
 	"github.com/atoll-edge/atoll/cloud/kube"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/internal/admin"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestLeaderElection: of two managers on one Lease only one runs the

@@ -26,7 +26,7 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // container is the stand-in's runtime: exec of "cat" copies stdin to

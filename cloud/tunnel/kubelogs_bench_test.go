@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // benchLog is pod bench's log: a few hundred bytes, what a small

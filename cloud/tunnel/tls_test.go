@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // testCA issues certificates into a directory.

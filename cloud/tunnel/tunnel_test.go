@@ -24,8 +24,8 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 

@@ -20,8 +20,8 @@ import (
 
 	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/internal/admin"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestGeneratedCertsRotate runs the webhook module as atoll-cloud's

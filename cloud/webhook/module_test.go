@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/poll"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"

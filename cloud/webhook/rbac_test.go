@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/deploy"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // TestDeployRBAC applies deploy/base/atoll-cloud.yaml to a real apiserver and
@@ -21,7 +21,7 @@ import (
 // may do what its code does and nothing wider: register its own webhook
 // configuration (and no other), patch Nodes and endpoints, hold its leader
 // Lease, keep its generated certificates in its one Secret. (The e2e runs
-// the whole of atoll-cloud as this account: internal/e2e's
+// the whole of atoll-cloud as this account: test/e2e's
 // TestLeastPrivilege.)
 func TestDeployRBAC(t *testing.T) {
 	cluster := kubetest.Start(t)

@@ -114,7 +114,7 @@ func dashboardExprs(d dashboard) map[string][]string {
 
 // TestRulesAndDashboardNameTableMetrics: the alerting rules and the
 // dashboard query only metrics docs/METRICS.md lists (which
-// TestMetricsTable in internal/e2e checks against the services).
+// TestMetricsTable in test/e2e checks against the services).
 func TestRulesAndDashboardNameTableMetrics(t *testing.T) {
 	table, err := docs.Metrics()
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/atoll-edge/atoll/internal/admin"
 
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/poll"
 
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx"
@@ -28,7 +28,7 @@ import (
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/membership"
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // testCloud is an in-process atoll-cloud with its embedded hub. It issues

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/atoll-edge/atoll/edge/edgeapp"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for the app's concurrent loggers.

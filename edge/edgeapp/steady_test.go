@@ -10,7 +10,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestConsumersPerAgent: agents with every view follower on (membership,

@@ -23,8 +23,8 @@ import (
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 

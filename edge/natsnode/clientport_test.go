@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 func clientPortNode(t *testing.T, port int) (*natsnode.Node, error) {

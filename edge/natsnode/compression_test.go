@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestHubCompression: the leaf link runs with the mode the edge asks for

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestRotatedRouteCredentials: when a unit's members get new route

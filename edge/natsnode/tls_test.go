@@ -11,8 +11,8 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/natsnode"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // linkState waits until n's leaf link to the hub is up (want) or, for

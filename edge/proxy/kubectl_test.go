@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // kubectlPath is the kubectl built from the pinned Kubernetes module

@@ -7,7 +7,7 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 
 	"github.com/atoll-edge/atoll/edge/membership"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // clocked is an offline voter of unit {n1, n2, n3} on a clock the test

@@ -14,7 +14,7 @@ import (
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestRefusesOffLoopbackWithoutAuth: an address other hosts reach needs a

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/tunnelproto"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )

@@ -43,8 +43,8 @@ import (
 	"github.com/atoll-edge/atoll/edge/reporter"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/cliflags"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
-	"github.com/atoll-edge/atoll/internal/testenv/testbed"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/testbed"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 

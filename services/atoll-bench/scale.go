@@ -37,9 +37,9 @@ import (
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
-	"github.com/atoll-edge/atoll/internal/testenv/edgesim"
-	"github.com/atoll-edge/atoll/internal/testenv/kubetest"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/test/edgesim"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
@@ -109,10 +109,10 @@ func workDir(ctx context.Context, out io.Writer, prefix string) (dir, bin string
 
 // runScale measures, for each size, the steady state of a real
 // installation of that many nodes: a real etcd, kube-apiserver and
-// kube-controller-manager (internal/testenv/kubetest); atoll-cloud with
+// kube-controller-manager (test/kubetest); atoll-cloud with
 // its embedded hub in its own process (so its CPU and memory are its
 // own); simulated kubelets registering the Nodes and renewing their
-// Leases every --scale-renew (internal/testenv/edgesim); and emulated
+// Leases every --scale-renew (test/edgesim); and emulated
 // agents publishing what the real ones publish in a steady unit — a
 // TopologyUpdate per reporter period and a Ballot per voter keep-alive,
 // the first of each at once, spread over the period — on the same

@@ -16,8 +16,8 @@ import (
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/testenv/sitesim"
-	"github.com/atoll-edge/atoll/internal/testenv/testbed"
+	"github.com/atoll-edge/atoll/test/sitesim"
+	"github.com/atoll-edge/atoll/test/testbed"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 

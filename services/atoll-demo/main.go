@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/atoll-edge/atoll/internal/cliflags"
-	"github.com/atoll-edge/atoll/internal/testenv/testbed"
+	"github.com/atoll-edge/atoll/test/testbed"
 )
 
 const prog = "atoll-demo"

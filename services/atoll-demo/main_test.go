@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/testenv/poll"
+	"github.com/atoll-edge/atoll/test/poll"
 
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // lastTable returns the rows of the last status table printed.

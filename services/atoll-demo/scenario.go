@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/atoll-edge/atoll/internal/testenv/testbed"
+	"github.com/atoll-edge/atoll/test/testbed"
 )
 
 // scenario cuts one node's link to the cloud (its kubelet's Lease and its

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/cloud/health"
-	"github.com/atoll-edge/atoll/internal/testenv/testbed"
+	"github.com/atoll-edge/atoll/test/testbed"
 )
 
 // printStatus prints one row per simulated node: the cloud's view (the

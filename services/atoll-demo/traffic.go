@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/edge/edgeapp"
-	"github.com/atoll-edge/atoll/internal/testenv/testbed"
+	"github.com/atoll-edge/atoll/test/testbed"
 )
 
 // proxyPort is where every simulated agent's endpoints proxy listens, on

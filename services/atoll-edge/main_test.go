@@ -20,7 +20,7 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/internal/cliflags"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // TestDependencyFence: the edge binary never links Kubernetes client code;

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/atoll-edge/atoll/internal/cliflags"
-	"github.com/atoll-edge/atoll/internal/testenv/natstest"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // cli runs atoll's command line as main does and returns its exit code,
