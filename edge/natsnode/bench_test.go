@@ -25,11 +25,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/test/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // The fabric benchmarks. Each run sets up a hub and a unit of three edge
@@ -150,7 +149,7 @@ func TestMain(m *testing.M) {
 // writing to it makes the peer log an error (a reset or broken pipe). The
 // edges follow the hub within their leaf reconnect interval (1 s), so
 // none logs a failed reconnect.
-func stopClean(t testing.TB, h *hub.Hub, unit []*natsnode.Node, clients ...*nats.Conn) {
+func stopClean(t testing.TB, h *natstest.HubServer, unit []*natsnode.Node, clients ...*nats.Conn) {
 	t.Helper()
 	for _, nc := range clients {
 		nc.Close()
@@ -268,7 +267,7 @@ func BenchmarkEdgeToHubJetStream(b *testing.B) {
 }
 
 type jsFabric struct {
-	h       *hub.Hub
+	h       *natstest.HubServer
 	unit    []*natsnode.Node
 	hnc, nc *nats.Conn
 	js      jetstream.JetStream

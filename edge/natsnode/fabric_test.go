@@ -16,11 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/test/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 const settle = 10 * time.Second
@@ -72,7 +71,7 @@ func connect(t *testing.T, n *natsnode.Node) *nats.Conn {
 	return nc
 }
 
-func connectHub(t *testing.T, h *hub.Hub) (*nats.Conn, jetstream.JetStream) {
+func connectHub(t *testing.T, h *natstest.HubServer) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := h.Connect("test")
 	if err != nil {
@@ -259,7 +258,7 @@ func TestLeafCut(t *testing.T) {
 // identity keys) is rejoined without restarting the edge servers.
 func TestHubRestart(t *testing.T) {
 	store := t.TempDir()
-	h1 := natstest.Hub(t, func(c *hub.Config) { c.StoreDir = store })
+	h1 := natstest.Hub(t, func(c *natstest.HubConfig) { c.StoreDir = store })
 	port := h1.LeafURL().Port()
 	unit := natstest.Unit(t, h1, "u1", natstest.EdgeOptions{}, "a", "b", "c")
 	waitLinks(t, true, unit)
@@ -279,7 +278,7 @@ func TestHubRestart(t *testing.T) {
 		return nil
 	})
 
-	h2 := natstest.Hub(t, func(c *hub.Config) {
+	h2 := natstest.Hub(t, func(c *natstest.HubConfig) {
 		c.StoreDir = store
 		fmt.Sscan(port, &c.LeafPort)
 	})

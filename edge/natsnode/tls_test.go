@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
@@ -45,8 +44,8 @@ func linkState(t *testing.T, n *natsnode.Node, want bool) {
 func TestLeafTLS(t *testing.T) {
 	dir := t.TempDir()
 	first, other := natstest.NewTLS(t, dir, "first"), natstest.NewTLS(t, dir, "other")
-	h := natstest.Hub(t, func(c *hub.Config) {
-		c.LeafTLS = hub.TLSFiles{CertFile: first.CertFile, KeyFile: first.KeyFile}
+	h := natstest.Hub(t, func(c *natstest.HubConfig) {
+		c.LeafTLS = natstest.HubTLS{CertFile: first.CertFile, KeyFile: first.KeyFile}
 	})
 
 	good := natstest.Edge(t, h, "good", natstest.EdgeOptions{HubCAFile: first.CAFile})

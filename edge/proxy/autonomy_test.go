@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
@@ -29,80 +28,27 @@ import (
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
-// restartableHub is one hub server on fixed ports and a file store that
-// the test stops and starts again (as edge/voter's tests do).
-type restartableHub struct {
-	t   *testing.T
-	cfg hub.Config
-	mu  sync.Mutex
-	h   *hub.Hub
+// viewsHub is a restartable hub the test publishes views to as the
+// cloud's object views publisher would.
+type viewsHub struct {
+	*natstest.RestartableHub
+	mu sync.Mutex
 	// The Nodes and Services published (publish), as the cloud's cache
 	// holds them.
 	nodes map[string]*corev1.Node
 	svcs  map[string]*corev1.Service
 }
 
-func newRestartableHub(t *testing.T) *restartableHub {
+func newViewsHub(t *testing.T) *viewsHub {
 	t.Helper()
-	cfg := hub.Default()
-	cfg.Host = "127.0.0.1"
-	var err error
-	if cfg.ClientPort, err = natstest.FreePort(); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.LeafPort, err = natstest.FreePort(); err != nil {
-		t.Fatal(err)
-	}
-	cfg.StoreDir = t.TempDir()
-	r := &restartableHub{t: t, cfg: cfg, nodes: map[string]*corev1.Node{}, svcs: map[string]*corev1.Service{}}
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *restartableHub) start() {
-	r.t.Helper()
-	h, err := hub.New(r.cfg, natstest.Logger(r.t, slog.LevelError))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := h.Start(ctx); err != nil {
-		r.t.Fatalf("start hub: %v", err)
-	}
-	r.mu.Lock()
-	r.h = h
-	r.mu.Unlock()
-}
-
-func (r *restartableHub) stop() {
-	r.mu.Lock()
-	h := r.h
-	r.h = nil
-	r.mu.Unlock()
-	if h != nil {
-		_ = h.Shutdown(context.Background())
-	}
-}
-
-func (r *restartableHub) IssueEdge(node, unit, pub string) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.h.IssueEdge(node, unit, pub)
-}
-
-func (r *restartableHub) LeafURLs() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.h.LeafURLs()
+	return &viewsHub{RestartableHub: natstest.NewRestartableHub(t), nodes: map[string]*corev1.Node{}, svcs: map[string]*corev1.Service{}}
 }
 
 // publish publishes views the way the cloud publisher does: Nodes in
 // unit's space; Services, slices and Endpoints in the shared space, a
 // slice or Endpoints with its endpoints' topology (of the Nodes and
 // Services published so far, these included).
-func (r *restartableHub) publish(t *testing.T, unit string, objs ...objectview.Object) {
+func (r *viewsHub) publish(t *testing.T, unit string, objs ...objectview.Object) {
 	t.Helper()
 	var shared, own []objectview.Object
 	r.mu.Lock()
@@ -129,20 +75,9 @@ func (r *restartableHub) publish(t *testing.T, unit string, objs ...objectview.O
 // publishTo publishes objs in the view space of unit (a unit or
 // events.SharedSpace), one subject per object, the view as its
 // payload.
-func (r *restartableHub) publishTo(t *testing.T, unit string, objs ...objectview.Object) {
+func (r *viewsHub) publishTo(t *testing.T, unit string, objs ...objectview.Object) {
 	t.Helper()
-	r.mu.Lock()
-	h := r.h
-	r.mu.Unlock()
-	nc, err := h.Connect("cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.NewWithDomain(nc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := r.Connect(t, "cloud")
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
@@ -210,7 +145,7 @@ func runProxy(t *testing.T, ns *netns, addr, dir string, node viewfeed.Node, lin
 // made meanwhile arrive from the last stream sequence, without reading
 // the rest of the stream again.
 func TestOfflineRestart(t *testing.T) {
-	rh := newRestartableHub(t)
+	rh := newViewsHub(t)
 	rh.publish(t, "u1", testNode("a1", map[string]string{zone: "A"}), testNode("a2", map[string]string{zone: "A"}),
 		testNode("b1", map[string]string{zone: "B"}), testService("web", zone, false), testSlice("web-1", "web", "a1", "b1"))
 	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
@@ -219,7 +154,7 @@ func TestOfflineRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	js, err := jetstream.NewWithDomain(nc, rh.Domain())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +182,7 @@ func TestOfflineRestart(t *testing.T) {
 	})
 
 	// The hub goes down, then the proxy restarts.
-	rh.stop()
+	rh.Stop()
 	stop()
 	m := newMetrics(nil)
 	started := time.Now()
@@ -264,7 +199,7 @@ func TestOfflineRestart(t *testing.T) {
 	seq := p.Store().Seq()
 
 	// The hub comes back with a change: only it is read.
-	rh.start()
+	rh.Start()
 	changed := testSlice("web-1", "web", "a1", "a2", "b1")
 	rh.publish(t, "u1", changed)
 	want := map[string][]string{"web-1": {"a1", "a2"}}

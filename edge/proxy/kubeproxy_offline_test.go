@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
@@ -30,7 +29,7 @@ import (
 // endpoints published then reaches the ruleset.
 func TestKubeProxyOfflineRestart(t *testing.T) {
 	bin := kubeProxyBinary(t)
-	rh := newRestartableHub(t)
+	rh := newViewsHub(t)
 	rh.publish(t, "u1", siteObjects()...)
 	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
 	nc, err := edge.Connect("proxy")
@@ -38,7 +37,7 @@ func TestKubeProxyOfflineRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	js, err := jetstream.NewWithDomain(nc, rh.Domain())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +89,7 @@ func TestKubeProxyOfflineRestart(t *testing.T) {
 	}
 
 	// The hub goes down, then the proxy: kube-proxy keeps its rules.
-	rh.stop()
+	rh.Stop()
 	stop()
 	for svc, want := range map[string][]string{"web": {"10.244.1.1"}, "plain": {"10.244.1.1", "10.244.2.1"}} {
 		if err := rulesHold(ns, "a1", svc, want...); err != nil {
@@ -146,7 +145,7 @@ func TestKubeProxyOfflineRestart(t *testing.T) {
 	reaches("http://10.96.0.60/", "a1", "b1")
 
 	// The hub comes back; a2 joins web's endpoints: the rules follow.
-	rh.start()
+	rh.Start()
 	published := time.Now()
 	rh.publish(t, "u1", siteSlice("web-1", "web", map[string]string{"a1": "10.244.1.1", "a2": "10.244.1.2", "b1": "10.244.2.1"}))
 	poll.Eventually(t, 90*time.Second, func() error { return rulesHold(ns, "a1", "web", "10.244.1.1", "10.244.1.2") })

@@ -27,8 +27,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/atoll-edge/atoll/internal/objectview"
-	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // netns is a network namespace made for the test.

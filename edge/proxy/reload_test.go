@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
@@ -19,20 +18,9 @@ import (
 )
 
 // deleteViews deletes the hub's VIEWS stream.
-func (r *restartableHub) deleteViews(t *testing.T) {
+func (r *viewsHub) deleteViews(t *testing.T) {
 	t.Helper()
-	r.mu.Lock()
-	h := r.h
-	r.mu.Unlock()
-	nc, err := h.Connect("cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.NewWithDomain(nc, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := r.Connect(t, "cloud")
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	if err := js.DeleteStream(ctx, events.StreamViews); err != nil {
@@ -47,7 +35,7 @@ func (r *restartableHub) deleteViews(t *testing.T) {
 // both spaces again and emits only the real changes: web-2 deleted, web-3
 // added, nothing for web-1, the Service or the Nodes.
 func TestRebuiltStream(t *testing.T) {
-	rh := newRestartableHub(t)
+	rh := newViewsHub(t)
 	base := []objectview.Object{testNode("a1", map[string]string{zone: "A"}), testNode("b1", map[string]string{zone: "B"}),
 		testService("web", zone, false), testSlice("web-1", "web", "a1", "b1")}
 	rh.publish(t, "u1", append(base, testSlice("web-2", "web", "a1"))...)
@@ -123,7 +111,7 @@ func eventNames(evs []Event) []string {
 
 // proxyOn runs a proxy of a1 in u1 with its state in dir, through an
 // edge server of rh.
-func proxyOn(t *testing.T, rh *restartableHub, dir string) *Proxy {
+func proxyOn(t *testing.T, rh *viewsHub, dir string) *Proxy {
 	t.Helper()
 	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
 	nc, err := edge.Connect("proxy")
@@ -131,7 +119,7 @@ func proxyOn(t *testing.T, rh *restartableHub, dir string) *Proxy {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, hub.Default().Domain)
+	js, err := jetstream.NewWithDomain(nc, rh.Domain())
 	if err != nil {
 		t.Fatal(err)
 	}

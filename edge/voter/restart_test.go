@@ -11,101 +11,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
-
-// restartableHub is one hub server on fixed ports and a file store, that
-// a test stops and starts again like a restarted process: the edges'
-// leaf links reconnect to the same URL and the streams come back from disk.
-type restartableHub struct {
-	t   *testing.T
-	cfg hub.Config
-
-	mu    sync.Mutex
-	h     *hub.Hub
-	edges map[string]string
-}
-
-func newRestartableHub(t *testing.T) *restartableHub {
-	t.Helper()
-	cfg := hub.Default()
-	cfg.Host = "127.0.0.1"
-	var err error
-	if cfg.ClientPort, err = natstest.FreePort(); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.LeafPort, err = natstest.FreePort(); err != nil {
-		t.Fatal(err)
-	}
-	cfg.StoreDir = t.TempDir()
-	r := &restartableHub{t: t, cfg: cfg, edges: map[string]string{}}
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *restartableHub) start() {
-	r.t.Helper()
-	h, err := hub.New(r.cfg, natstest.Logger(r.t, slog.LevelError))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := h.Start(ctx); err != nil {
-		r.t.Fatalf("start hub: %v", err)
-	}
-	r.h = h
-}
-
-func (r *restartableHub) stop() {
-	r.mu.Lock()
-	h := r.h
-	r.h = nil
-	r.mu.Unlock()
-	if h != nil {
-		_ = h.Shutdown(context.Background())
-	}
-}
-
-// IssueEdge issues node's credentials; they stay valid across restarts
-// (the identity keys live in the store directory).
-func (r *restartableHub) IssueEdge(node, unit, pub string) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.h.IssueEdge(node, unit, pub)
-}
-
-func (r *restartableHub) LeafURLs() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.h.LeafURLs()
-}
-
-func (r *restartableHub) connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	r.mu.Lock()
-	h := r.h
-	r.mu.Unlock()
-	nc, err := h.Connect("observer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
-}
 
 type storedBallot struct {
 	ballot *atollv1.Ballot
@@ -168,9 +80,9 @@ func storedBallots(t *testing.T, js jetstream.JetStream) []storedBallot {
 //     their TTL, so the cloud tracker (which expires a ballot TTL after the
 //     hub stored it) never lost the voter during the restart.
 func TestBallotsSurviveHubRestart(t *testing.T) {
-	rh := newRestartableHub(t)
+	rh := natstest.NewRestartableHub(t)
 	servers := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a", "b")
-	_, js := rh.connect(t)
+	_, js := rh.Connect(t, "observer")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
@@ -240,7 +152,7 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 
 	retried := func() float64 { return count(v.metrics.sendFailures.WithLabelValues(reasonRetried)) }
 	before := retried()
-	rh.stop()
+	rh.Stop()
 	down := time.Now()
 	// Wait until a ballot made during the outage has failed, then restart.
 	poll.Eventually(t, 3*cfg.KeepAlive, func() error {
@@ -258,10 +170,10 @@ func TestBallotsSurviveHubRestart(t *testing.T) {
 	}
 	supersededBefore := superseded()
 	restarting := time.Now() // the hub may store a retry before start returns
-	rh.start()
+	rh.Start()
 	up := time.Now()
 	t.Logf("hub down for %v", up.Sub(down).Round(time.Millisecond))
-	_, js = rh.connect(t)
+	_, js = rh.Connect(t, "observer")
 
 	poll.Eventually(t, 2*cfg.KeepAlive, func() error {
 		all := storedBallots(t, js)
@@ -369,12 +281,12 @@ func TestBallotRetriedUntilStored(t *testing.T) {
 	if n := count(v.metrics.published.WithLabelValues("change")); n != 0 {
 		t.Fatalf("%v ballots counted as stored with no stream", n)
 	}
-	hub, err := h.Connect("observer")
+	obs, err := h.Connect("observer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(hub.Close)
-	js, err := jetstream.New(hub)
+	t.Cleanup(obs.Close)
+	js, err := jetstream.New(obs)
 	if err != nil {
 		t.Fatal(err)
 	}

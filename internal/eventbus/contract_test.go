@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/test/natstest"
@@ -245,7 +244,7 @@ func TestConsumerRecreatedAfterDelete(t *testing.T) {
 // address, same store); both kinds of consumer go on with new messages.
 func TestConsumeSurvivesHubRestart(t *testing.T) {
 	dir := t.TempDir()
-	operators := func(c *hub.Config) {
+	operators := func(c *natstest.HubConfig) {
 		c.StoreDir = dir
 	}
 	h := natstest.Hub(t, operators)
@@ -301,7 +300,7 @@ func TestConsumeSurvivesHubRestart(t *testing.T) {
 		}
 		return nil
 	})
-	natstest.Hub(t, operators, func(c *hub.Config) { c.ClientPort = port })
+	natstest.Hub(t, operators, func(c *natstest.HubConfig) { c.ClientPort = port })
 
 	// Publish until the client is back; then both consumers get it.
 	poll.Eventually(t, 30*time.Second, func() error {

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
@@ -32,7 +31,7 @@ import (
 // then c.
 type unitEnv struct {
 	proxies  map[string]*natstest.Proxy
-	nodes    map[string]*natsnode.Node
+	nodes    map[string]*natstest.EdgeServer
 	cloud    *nats.Conn
 	dialer   *tunnelproto.Dialer
 	ln       *tunnelproto.Listener // a's
@@ -48,9 +47,9 @@ type unitEnv struct {
 func startUnit(t *testing.T, cfg tunnelproto.Config) *unitEnv {
 	t.Helper()
 	h := natstest.Hub(t)
-	e := &unitEnv{proxies: map[string]*natstest.Proxy{}, nodes: map[string]*natsnode.Node{}, relays: map[string]*tunnelproto.Relay{},
+	e := &unitEnv{proxies: map[string]*natstest.Proxy{}, nodes: map[string]*natstest.EdgeServer{}, relays: map[string]*tunnelproto.Relay{},
 		switches: make(chan string, 64)}
-	var u1 []*natsnode.Node
+	var u1 []*natstest.EdgeServer
 	for _, n := range []string{"a", "b", "c"} {
 		p := natstest.NewProxy(t, h.LeafURL().Host)
 		e.proxies[n] = p

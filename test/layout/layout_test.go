@@ -14,7 +14,24 @@ const module = "github.com/atoll-edge/atoll/"
 // dependencies, from the go command itself.
 func deps(t *testing.T) map[string][]string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, module+"...")
+	return list(t, `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`)
+}
+
+// imports lists every package of the module with its direct imports:
+// of its own files (test false), or of its test files (test true).
+func imports(t *testing.T, test bool) map[string][]string {
+	t.Helper()
+	if test {
+		return list(t, `{{.ImportPath}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`)
+	}
+	return list(t, `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`)
+}
+
+// list runs go list -f format over the module, one package a line: its
+// import path (module-relative), then the paths format lists.
+func list(t *testing.T, format string) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", format, module+"...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -101,6 +118,91 @@ func TestImportsPointDown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTestsPointDown: the tests of a component import what its own code
+// may, and the harnesses: a cloud package's tests never import the edge,
+// nor an edge package's the cloud; what crosses both lives in
+// test/integration and test/e2e. No test imports a service's main
+// package but its own.
+func TestTestsPointDown(t *testing.T) {
+	rules := []struct {
+		name   string
+		from   func(pkg string) bool
+		forbid []string
+	}{
+		{"cloud tests never import the edge", func(p string) bool { return under(p, "cloud", "services/atoll-cloud") }, []string{module + "edge"}},
+		{"edge tests never import the cloud", func(p string) bool { return under(p, "edge", "services/atoll-edge") }, []string{module + "cloud"}},
+		{"runtime libraries' tests import no component", func(p string) bool { return under(p, "internal", "events", "schemas") }, []string{module + "cloud", module + "edge", module + "services"}},
+	}
+	all := imports(t, true)
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			for pkg, ds := range all {
+				if !r.from(pkg) {
+					continue
+				}
+				for _, d := range ds {
+					for _, f := range r.forbid {
+						if d == f || strings.HasPrefix(d, f+"/") {
+							t.Errorf("%s's tests import %s", pkg, d)
+						}
+					}
+				}
+			}
+		})
+	}
+	for pkg, ds := range all {
+		for _, d := range ds {
+			if rel, ok := strings.CutPrefix(d, module); ok && under(rel, "services") && rel != pkg {
+				t.Errorf("%s's tests import %s", pkg, d)
+			}
+		}
+	}
+}
+
+// harnessStarts is what each harness may import of the module, besides
+// the wire contract (events, schemas) and the runtime libraries
+// (internal/): only what it is meant to start. The integration and
+// end-to-end tests (test/integration, test/e2e) may import anything.
+var harnessStarts = map[string][]string{
+	"test/poll":     nil,
+	"test/freeport": nil,
+	"test/layout":   nil,
+	"test/kubetest": {"test/freeport", "test/poll"},
+	"test/crds":     {"deploy", "test/kubetest"},
+	// The hub, the credentials it trusts, and edge NATS servers.
+	"test/natstest": {"cloud/hub", "cloud/identity", "edge/natsnode", "test/freeport"},
+	// Simulated kubelets: no Atoll component.
+	"test/edgesim": nil,
+	// Real edge agents on simulated nodes.
+	"test/sitesim": {"edge", "test/edgesim"},
+	// A whole installation: the control plane, atoll-cloud, the sites.
+	"test/testbed": {"cloud", "edge", "deploy", "test/edgesim", "test/kubetest", "test/natstest", "test/sitesim"},
+}
+
+// TestHarnessesStartOnlyTheirOwn: each harness imports only what
+// harnessStarts allows it; a new harness must say what it starts.
+func TestHarnessesStartOnlyTheirOwn(t *testing.T) {
+	for pkg, ds := range imports(t, false) {
+		if !under(pkg, "test") || under(pkg, "test/integration", "test/e2e") {
+			continue
+		}
+		allowed, ok := harnessStarts[pkg]
+		if !ok {
+			t.Errorf("harness %s is not in harnessStarts: say what it may start", pkg)
+			continue
+		}
+		for _, d := range ds {
+			rel, ok := strings.CutPrefix(d, module)
+			if !ok || under(rel, "events", "schemas", "internal") {
+				continue
+			}
+			if !under(rel, allowed...) {
+				t.Errorf("harness %s imports %s, which it is not meant to start", pkg, rel)
+			}
+		}
 	}
 }
 

@@ -236,3 +236,18 @@ func WriteCreds(dir string, issuer *identity.Issuer, issue func(i *identity.Issu
 	}
 	return path, nil
 }
+
+// The hub the harness starts (cloud/hub), named for the tests of the
+// edge, which never import the cloud themselves.
+type (
+	// HubServer is a hub server (Hub, RestartableHub.Hub).
+	HubServer = hub.Hub
+	// HubConfig is a hub server's configuration, for Hub's mutators.
+	HubConfig = hub.Config
+	// HubTLS is a hub listener's certificate and key files.
+	HubTLS = hub.TLSFiles
+)
+
+// EdgeServer is an edge node's NATS server (edge/natsnode), as Edge and
+// Unit start it.
+type EdgeServer = natsnode.Node

@@ -1,4 +1,4 @@
-package enroll_test
+package enrollment_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package hub_test
+package fabric_test
 
 import (
 	"bufio"

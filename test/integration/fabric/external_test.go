@@ -1,4 +1,4 @@
-package hubclient_test
+package fabric_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package edgeapp_test
+package agent_test
 
 import (
 	"fmt"

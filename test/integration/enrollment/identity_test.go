@@ -1,4 +1,4 @@
-package identity_test
+package enrollment_test
 
 import (
 	"context"

@@ -1,0 +1,17 @@
+// Package integration holds, one package per area, the tests that cross
+// the cloud and the edge without a whole installation: a cloud component
+// against the real edge component it talks to, over a real hub.
+//
+//   - agent: atoll-edge's whole graph (edge/edgeapp) against atoll-cloud's
+//     (cloud/cloudapp): unit security, steady state, logs;
+//   - enrollment: the identity service (cloud/identity) and the edge
+//     enroller (edge/enroll): bootstrap tokens, renewal, revocation;
+//   - fabric: the hub (cloud/hub, cloud/hubclient) with edge NATS servers:
+//     interest isolation, an external hub, leaf capacity;
+//   - hostrecords: the StatefulSetGrid records publisher and the edge
+//     hosts writer;
+//   - tunnel: the tunnel server (cloud/tunnel) and agent (edge/tunnel),
+//     with the tunnel benchmarks.
+//
+// The end-to-end suite over a whole installation is test/e2e.
+package integration
