@@ -142,7 +142,7 @@ var (
 		Producer: "cloud host records", Consumer: "the unit's hosts writers",
 		Example: []string{"site-a"},
 	}
-	// ObjectViewFamily: the object views of cloud/topology/objects. The
+	// ObjectViewFamily: the object views of cloud/views/objects. The
 	// unit token SharedSpace holds what every unit reads, once.
 	ObjectViewFamily = &Family{
 		Name: "object view", Pattern: Root + ".view.<unit>.<kind>.<namespace>.<name>",

@@ -37,7 +37,7 @@ type Config struct {
 // DefaultConfig is the production configuration.
 func DefaultConfig() Config {
 	return Config{Enabled: true, Interval: 250 * time.Millisecond, IdleInterval: 10 * time.Second, TunnelsEvery: 3 * time.Second,
-		Heartbeat: 15 * time.Second, Timeline: 500}
+		Heartbeat: 15 * time.Second, Timeline: 500, Units: units.DefaultRule()}
 }
 
 // Validate names the field that is wrong.

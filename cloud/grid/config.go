@@ -25,7 +25,7 @@ type Config struct {
 	Mode string
 	// UnitLabel is the node label of the topology's units: the default
 	// gridUniqKey, the NodeUnits' key, and the key whose unit changes
-	// come as hub events (cloud/topology's unit lifecycle events).
+	// come as hub events (cloud/views/members's unit lifecycle events).
 	UnitLabel string
 	// Workers is the number of concurrent reconciles per controller.
 	Workers int

@@ -27,7 +27,7 @@ const (
 	maxCacheLagTries = 10
 )
 
-// ConsumeUnitEvents makes the unit lifecycle events of cloud/topology
+// ConsumeUnitEvents makes the unit lifecycle events of cloud/views/members
 // (the shared durable consumer events.UnitEventConsumer) drive the grids
 // of the unit label: each event enqueues them, and Node events no longer
 // do for that key (they still do for other keys). It runs on the leader,

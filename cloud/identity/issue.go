@@ -228,7 +228,7 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		}
 		p.Sub.Allow.Add(views)
 		viewFilters = append(viewFilters, views)
-		// The views every unit reads, stored once (cloud/topology/objects):
+		// The views every unit reads, stored once (cloud/views/objects):
 		// Services, slices and Endpoints (with their endpoints' topology).
 		// Other units' Nodes stay in their units' spaces.
 		shared := events.SharedSpaceSubjects()

@@ -75,7 +75,7 @@ func feed(t *testing.T, s *Store, objs ...objectview.Object) {
 	}
 }
 
-// cloudView is o as the cloud publishes it (cloud/topology/objects): a
+// cloudView is o as the cloud publishes it (cloud/views/objects): a
 // slice or Endpoints carries its endpoints' nodes' values of its
 // Service's topology keys, read from nodes (by name) and svcs (by
 // namespace/name). Other objects are returned as they are.

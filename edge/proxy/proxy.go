@@ -1,7 +1,7 @@
 // Package proxy is the edge endpoints proxy: kube-proxy (and any client-go
 // informer, kubectl) uses it as its apiserver through a kubeconfig, and it
 // answers from the views the cloud publishes for the node's unit and for
-// every unit (cloud/topology/objects), filtered by the Services' topology
+// every unit (cloud/views/objects), filtered by the Services' topology
 // keys against the host's own labels. It holds no Kubernetes credentials and writes
 // nothing to Kubernetes.
 //

@@ -47,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		catchups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchups_total",
-			Help: "Catch-ups that completed (full, with a short-lived consumer on VIEWS, or ended by a light check of the space's last view), by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, requested, rebuilt).",
+			Help: "Catch-ups that completed (full, with a short-lived consumer on VIEWS, or ended by a light check of the space's last view), by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, rebuilt).",
 		}, []string{"feed", "reason"}),
 		catchupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",

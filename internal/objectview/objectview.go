@@ -2,7 +2,7 @@
 // publishes to each unit on the VIEWS stream (atollv1.ObjectView): one
 // Kubernetes Service, EndpointSlice, Endpoints or Node in its protobuf
 // wire form, with a fingerprint of its content. The cloud publisher
-// (cloud/topology/objects) and the edge proxy (edge/proxy) share it; it
+// (cloud/views/objects) and the edge proxy (edge/proxy) share it; it
 // imports only k8s.io/api and apimachinery.
 package objectview
 

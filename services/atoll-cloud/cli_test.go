@@ -44,7 +44,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"unknown flag", []string{"--bogus"}, 2, "atoll-cloud: flag provided but not defined: -bogus"},
 		{"bad value", []string{"--hub-client-port=abc"}, 2, `atoll-cloud: invalid value "abc" for flag -hub-client-port: parse error`},
 		{"argument", []string{"start"}, 2, `atoll-cloud: unexpected argument "start" (atoll-cloud takes only flags)`},
-		{"bad source", []string{"--membership-source=guess"}, 2, `atoll-cloud: topology: source "guess": want kubernetes or declared`},
+		{"bad source", []string{"--membership-source=guess"}, 2, `atoll-cloud: members: source "guess": want kubernetes or declared`},
 		{"no kubeconfig", append([]string{"--hub-client-port=-1", "--kubeconfig=/nonexistent"}, base...), 1,
 			"atoll-cloud: kube: client config: stat /nonexistent: no such file or directory"},
 		{"client port in use", append([]string{"--hub-client-port=" + busyPort, "--membership-source=declared"}, base...), 1,

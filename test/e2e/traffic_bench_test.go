@@ -53,7 +53,7 @@ func (u fixedUnit) Unit() string           { return string(u) }
 func (fixedUnit) Changes() <-chan struct{} { return nil }
 
 // BenchmarkTraffic measures site-local service traffic end to end: a real
-// apiserver, the object views publisher (cloud/topology/objects, default
+// apiserver, the object views publisher (cloud/views/objects, default
 // debounce) on a real hub, and ATOLL_BENCH_PROXIES endpoints proxies
 // (default 100; edge/proxy, state on disk) spread over ATOLL_BENCH_UNITS
 // units (default 10; one edge NATS server per unit, each proxy with its own

@@ -9,7 +9,7 @@
 // own copy in every unit, as SuperEdge's StatefulSetGrid DNS does.
 //
 // Publication follows the rules of the unit and object views
-// (cloud/topology, cloud/topology/objects): a unit's records are published
+// (cloud/views/members, cloud/views/objects): a unit's records are published
 // only when the stream's last value on its subject has another
 // fingerprint, with message id <subject>@<fingerprint>@<sequence it
 // replaces> and the expected last subject sequence, so replicas run

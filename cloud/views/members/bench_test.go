@@ -16,7 +16,7 @@ import (
 // including the publish of the one view that changed; the cost should not
 // grow with the number of nodes. Run on a quiet machine:
 //
-//	go test -run '^$' -bench BenchmarkEvent -benchtime 2000x ./cloud/topology/
+//	go test -run '^$' -bench BenchmarkEvent -benchtime 2000x ./cloud/views/members/
 func BenchmarkEvent(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		f := newKubeFixture(b, unitNodes(n/10, 10))

@@ -9,7 +9,7 @@
 //   - ServiceGrid makes one Service `<grid>-svc` whose traffic stays inside
 //     the unit of the client (annotation topology.atoll.io/keys).
 //   - NodeUnit (cluster-scoped) describes one unit: its members and their
-//     health, kept by cloud/topology.
+//     health, kept by cloud/units.
 //
 // The CustomResourceDefinitions in deploy/crds are generated from these
 // types by controller-gen (`go tool task crd:gen`); `crd:check` fails when

@@ -31,7 +31,7 @@ type NodeUnitStatus struct {
 	Disruption string `json:"disruption,omitempty"`
 }
 
-// NodeUnit is one unit (site) of nodes. cloud/topology keeps it; its labels
+// NodeUnit is one unit (site) of nodes. cloud/units keeps it; its labels
 // are what grid overrides' unitSelector matches.
 //
 // +kubebuilder:object:root=true

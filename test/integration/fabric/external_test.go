@@ -34,7 +34,7 @@ import (
 // identity keys of issuer.
 func externalHub(t *testing.T, trust identity.Trust) *server.Server {
 	t.Helper()
-	raw, err := os.ReadFile("../../deploy/overlays/external-nats/hub-external.yaml")
+	raw, err := os.ReadFile("../../../deploy/overlays/external-nats/hub-external.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
