@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/atoll-edge/atoll/deploy"
-	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/internal/wellknown"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // crdObjects decodes the generated CustomResourceDefinitions.

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/cloud/webhook"
-	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/internal/wellknown"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // TestUpgradeKeepsAtollCloudState: re-applying an overlay, as an upgrade

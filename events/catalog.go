@@ -29,7 +29,7 @@ const (
 // what it carries and who speaks on it. The table of families (Catalog) is
 // the one source of the stream subjects (Streams), the subject builders and
 // parsers, payload identity checks (CheckIdentity), TypeForSubject and the
-// subject catalog in the README (CatalogMarkdown).
+// subject catalog of docs/reference/subjects.md (CatalogMarkdown).
 type Family struct {
 	// Name identifies the family in the catalog.
 	Name string
@@ -216,7 +216,7 @@ var (
 	}
 )
 
-// catalog is every family, in the README's order.
+// catalog is every family, in the catalog's order.
 var catalog = []*Family{
 	ProbeFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,

@@ -57,7 +57,7 @@ func Decode(typ string, data []byte) (proto.Message, error) {
 		return nil, err
 	}
 	if err := proto.Unmarshal(data, m); err != nil {
-		return nil, fmt.Errorf("%w: as %s: %v", ErrUndecodable, typ, err)
+		return nil, fmt.Errorf("%w: as %s: %w", ErrUndecodable, typ, err)
 	}
 	return m, nil
 }
@@ -69,7 +69,7 @@ func DecodeMsg(msg *nats.Msg, m proto.Message) error {
 		return fmt.Errorf("%w: header %s=%q, want %q", ErrTypeMismatch, HeaderType, typ, TypeName(m))
 	}
 	if err := proto.Unmarshal(msg.Data, m); err != nil {
-		return fmt.Errorf("%w: as %s: %v", ErrUndecodable, TypeName(m), err)
+		return fmt.Errorf("%w: as %s: %w", ErrUndecodable, TypeName(m), err)
 	}
 	return CheckIdentity(msg.Subject, m)
 }

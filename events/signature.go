@@ -94,14 +94,14 @@ func Verify(subject string, header nats.Header, payload []byte, pub string) erro
 	// Strict: one signature has one encoding (no stray trailing bits).
 	sig, err := base64.RawURLEncoding.Strict().DecodeString(enc)
 	if err != nil {
-		return fmt.Errorf("%w: encoding: %v", ErrBadSignature, err)
+		return fmt.Errorf("%w: encoding: %w", ErrBadSignature, err)
 	}
 	if !nkeys.IsValidPublicUserKey(pub) {
 		return fmt.Errorf("%w: %q is not an nkey user public key", ErrNoKey, pub)
 	}
 	kp, err := nkeys.FromPublicKey(pub)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNoKey, err)
+		return fmt.Errorf("%w: %w", ErrNoKey, err)
 	}
 	if err := kp.Verify(SigningInput(subject, payload), sig); err != nil {
 		return ErrBadSignature

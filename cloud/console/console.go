@@ -371,9 +371,9 @@ func (c *Console) message(cur *cursor) (Message, <-chan struct{}, bool) {
 	if n := len(c.timeline); n > 0 {
 		cur.tl = c.timeline[n-1].Seq
 	}
-	any := snapshot || cur.seq != c.seq || len(m.Units) > 0 || len(m.Removed) > 0 || len(m.Timeline) > 0
+	send := snapshot || cur.seq != c.seq || len(m.Units) > 0 || len(m.Removed) > 0 || len(m.Timeline) > 0
 	cur.seq = c.seq
-	return m, c.changed, any
+	return m, c.changed, send
 }
 
 // Snapshot is the whole model now.
@@ -436,9 +436,9 @@ func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
 	var cur cursor
 	send := func(event string) (<-chan struct{}, error) {
 		c.mu.Lock()
-		m, next, any := c.message(&cur)
+		m, next, worth := c.message(&cur)
 		c.mu.Unlock()
-		if !any {
+		if !worth {
 			return next, nil
 		}
 		data, err := json.Marshal(m)

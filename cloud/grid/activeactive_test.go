@@ -13,10 +13,10 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/grid"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // TestGridsTwoReplicas: two atoll-cloud replicas run the grid controllers

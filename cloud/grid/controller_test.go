@@ -22,12 +22,12 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/grid"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	"github.com/atoll-edge/atoll/test/crds"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	"github.com/atoll-edge/atoll/internal/wellknown"
-	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
 // installCRDs applies deploy/crds to the cluster.

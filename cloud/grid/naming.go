@@ -29,12 +29,12 @@ func ServiceName(grid string) string { return grid + ServiceSuffix }
 // checkChildName says why name cannot name a child of kind (Deployment or
 // StatefulSet), or nil.
 func checkChildName(kind, name string) error {
-	max := maxDeploymentName
+	limit := maxDeploymentName
 	if kind == kindStatefulSet {
-		max = maxStatefulSetName
+		limit = maxStatefulSetName
 	}
-	if len(name) > max {
-		return fmt.Errorf("%s name %q is %d characters, more than %d", kind, name, len(name), max)
+	if len(name) > limit {
+		return fmt.Errorf("%s name %q is %d characters, more than %d", kind, name, len(name), limit)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Errorf("%s name %q: %s", kind, name, strings.Join(errs, "; "))

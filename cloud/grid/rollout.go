@@ -68,10 +68,10 @@ func planRollout(units []unitState, r *appsv1alpha1.Rollout, prev *appsv1alpha1.
 	p := plan{}
 	var updated []string
 	for _, u := range ordered {
-		switch {
-		case u.Current == "":
+		switch u.Current {
+		case "":
 			p.Apply = append(p.Apply, u.Unit)
-		case u.Current == u.Desired:
+		case u.Desired:
 			updated = append(updated, u.Unit)
 			if u.Ready || slices.Contains(skipped, u.Unit) {
 				continue

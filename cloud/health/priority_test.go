@@ -15,10 +15,10 @@ import (
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/protect"
-	"github.com/atoll-edge/atoll/test/natstest"
-	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestProtectionNotBehindAnnotations: with the informational writes

@@ -28,11 +28,11 @@ import (
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/protect"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	"github.com/atoll-edge/atoll/internal/wellknown"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // publishBallot publishes voter's ballot for unit, made at at, to the

@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/internal/hublink"
-	"github.com/atoll-edge/atoll/test/natstest"
-	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestVotesThatDoNotCount: against a real apiserver and hub, votes from a

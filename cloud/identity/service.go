@@ -379,7 +379,7 @@ func (s *Service) setSuspended(node string, on bool) {
 	s.log.Info("edge suspension changed", "edge", node, "suspended", on)
 }
 
-// ErrUnknownNode: the registry has no credentials of the node.
+// ErrUnknownNode says the registry has no credentials of the node.
 var ErrUnknownNode = errors.New("no credentials issued to node")
 
 // requestError is an endpoint error the requester caused (code 400).

@@ -161,7 +161,7 @@ func (m *Manager) Stop(ctx context.Context) error {
 func (m *Manager) Ready(context.Context) error {
 	select {
 	case <-m.Done():
-		return fmt.Errorf("manager stopped: %v", m.Err())
+		return fmt.Errorf("manager stopped: %w", m.Err())
 	default:
 	}
 	if !m.synced.Load() {

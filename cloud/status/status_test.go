@@ -34,8 +34,8 @@ import (
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/views/members"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/test/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 const unitLabel = wellknown.LabelUnit

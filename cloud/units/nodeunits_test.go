@@ -18,12 +18,12 @@ import (
 
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/units"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	"github.com/atoll-edge/atoll/test/crds"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	"github.com/atoll-edge/atoll/internal/wellknown"
-	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
 // TestNodeUnits: a unit's first node makes its NodeUnit, members and

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/internal/wellknown"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // TestOutageKeepsProtectedNode stops the webhook (every atoll-cloud replica

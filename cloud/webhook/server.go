@@ -95,7 +95,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	var (
-		certs   CertificateSource = s.source
+		certs   = s.source
 		watcher *certwatcher.CertWatcher
 	)
 	if certs == nil {

@@ -2,7 +2,7 @@
 // (atoll-alerts.yaml, unit-tested by promtool with atoll-alerts.test.yaml),
 // its Grafana dashboard (atoll-dashboard.json) and an example scrape
 // configuration (scrape.yaml), embedded so that the tests check them
-// against docs/METRICS.md.
+// against docs/reference/metrics.md.
 package monitoring
 
 import "embed"

@@ -21,7 +21,7 @@ import (
 var metricName = regexp.MustCompile(`\batoll_[a-z0-9_]+`)
 
 // unknownMetrics returns the atoll_* names of expr that are not series of
-// a metric in docs/METRICS.md (a histogram's _bucket, _sum and _count
+// a metric in docs/reference/metrics.md (a histogram's _bucket, _sum and _count
 // are).
 func unknownMetrics(table map[string]docs.Metric, expr string) []string {
 	var out []string
@@ -113,7 +113,7 @@ func dashboardExprs(d dashboard) map[string][]string {
 }
 
 // TestRulesAndDashboardNameTableMetrics: the alerting rules and the
-// dashboard query only metrics docs/METRICS.md lists (which
+// dashboard query only metrics docs/reference/metrics.md lists (which
 // TestMetricsTable in test/e2e checks against the services).
 func TestRulesAndDashboardNameTableMetrics(t *testing.T) {
 	table, err := docs.Metrics()
@@ -138,7 +138,7 @@ func TestRulesAndDashboardNameTableMetrics(t *testing.T) {
 		for _, r := range g.Rules {
 			alerts++
 			if bad := unknownMetrics(table, r.Expr); len(bad) > 0 {
-				t.Errorf("alert %s queries %v, not in docs/METRICS.md", r.Alert, bad)
+				t.Errorf("alert %s queries %v, not in docs/reference/metrics.md", r.Alert, bad)
 			}
 			if !strings.Contains(r.Expr, "atoll_") && !strings.Contains(r.Expr, `up{job="atoll-`) {
 				t.Errorf("alert %s queries no Atoll metric: %s", r.Alert, r.Expr)
@@ -167,7 +167,7 @@ func TestRulesAndDashboardNameTableMetrics(t *testing.T) {
 				t.Errorf("dashboard %s: empty query", where)
 			}
 			if bad := unknownMetrics(table, e); len(bad) > 0 {
-				t.Errorf("dashboard %s queries %v, not in docs/METRICS.md", where, bad)
+				t.Errorf("dashboard %s queries %v, not in docs/reference/metrics.md", where, bad)
 			}
 		}
 	}

@@ -55,7 +55,7 @@ func request(ctx context.Context, nc *nats.Conn, subject string, req any) (event
 	return rep, nil
 }
 
-// ErrRefused: atoll-cloud refused the request (a spent, expired or wrong
+// ErrRefused says atoll-cloud refused the request (a spent, expired or wrong
 // token; a revoked node); retrying does not help.
 var ErrRefused = errors.New("atoll-cloud refused")
 

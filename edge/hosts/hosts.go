@@ -220,7 +220,9 @@ func (w *Writer) Run(ctx context.Context) error {
 			case <-changes:
 				if w.units.Unit() != unit {
 					cancel()
-					<-done
+					if err := <-done; err != nil {
+						w.log.Warn("the old unit's host records feed ended with an error", "unit", unit, "err", err)
+					}
 					waiting = false
 				}
 			}

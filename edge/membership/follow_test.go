@@ -18,9 +18,9 @@ import (
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // agentFixture is one agent's membership on a real edge server leafed to

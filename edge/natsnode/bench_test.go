@@ -204,8 +204,8 @@ func quiet(servers map[string]*server.Server) error {
 			return err
 		}
 		for _, r := range rz.Routes {
-			add(name, r.RemoteName, int64(r.OutBytes), 0)
-			add(r.RemoteName, name, 0, int64(r.InBytes))
+			add(name, r.RemoteName, r.OutBytes, 0)
+			add(r.RemoteName, name, 0, r.InBytes)
 		}
 	}
 	for k, f := range links {

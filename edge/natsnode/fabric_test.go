@@ -280,7 +280,9 @@ func TestHubRestart(t *testing.T) {
 
 	h2 := natstest.Hub(t, func(c *natstest.HubConfig) {
 		c.StoreDir = store
-		fmt.Sscan(port, &c.LeafPort)
+		if _, err := fmt.Sscan(port, &c.LeafPort); err != nil {
+			t.Fatal(err)
+		}
 	})
 	_, js := connectHub(t, h2)
 	waitLinks(t, true, unit)

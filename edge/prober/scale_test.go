@@ -21,8 +21,8 @@ import (
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
-	"github.com/atoll-edge/atoll/test/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // bigUnit is a unit of real loopback targets, each on its own address

@@ -13,9 +13,9 @@ import (
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // held is a ViewSource whose fingerprints the test sets.

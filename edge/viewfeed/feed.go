@@ -399,13 +399,6 @@ func (f *Feed) Run(ctx context.Context) error {
 // before one WARN.
 const warnAfter = 3
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // core handles one republished view and returns the reason for a
 // catch-up it calls for ("" for none).
 func (f *Feed) core(ctx context.Context, msg *nats.Msg) string {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
-	"github.com/atoll-edge/atoll/test/poll"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // warnCounter is a slog handler that counts WARN records by message.

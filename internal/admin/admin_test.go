@@ -29,13 +29,17 @@ func TestEndpoints(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop(context.Background())
+	defer func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 	base := "http://" + s.Addr()
 
 	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, "ok") {
 		t.Fatalf("readyz with no checks = %d %q", code, body)
 	}
-	var broken error = errors.New("hub unreachable")
+	broken := errors.New("hub unreachable")
 	s.AddReadiness("bus", func(context.Context) error { return broken })
 	s.AddLiveness("loop", func(context.Context) error { return nil })
 	if code, body := get(t, base+"/readyz"); code != 503 || !strings.Contains(body, "[-] bus: hub unreachable") {

@@ -8,7 +8,7 @@ import (
 
 // recorder registers with a registry and remembers the descriptors of
 // what it registered: a vector with no series yet is absent from a
-// scrape, but its descriptor names it (docs/METRICS.md is checked
+// scrape, but its descriptor names it (docs/reference/metrics.md is checked
 // against them).
 type recorder struct {
 	reg *prometheus.Registry

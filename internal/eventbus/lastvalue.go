@@ -69,7 +69,7 @@ type PutResult struct {
 	PublishFailed bool
 }
 
-// ErrKeptChanging: a LastValue.Put gave up because every publish found
+// ErrKeptChanging says a LastValue.Put gave up because every publish found
 // another value stored under it.
 var ErrKeptChanging = errors.New("the stored value kept changing")
 

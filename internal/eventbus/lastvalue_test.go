@@ -15,8 +15,8 @@ import (
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
-	"github.com/atoll-edge/atoll/test/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 // lastValueHub starts a hub with Atoll's streams and returns its JetStream
@@ -278,7 +278,7 @@ type rivalJS struct {
 
 func (r *rivalJS) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	n := r.rivals.Add(1)
-	b, _ := proto.Marshal(view("u1", "rival-"+string(rune('a'+n)), "r"))
+	b, _ := proto.Marshal(view("u1", "rival-"+string('a'+n), "r"))
 	if _, err := r.JetStream.Publish(ctx, msg.Subject, b); err != nil {
 		return nil, err
 	}

@@ -173,7 +173,10 @@ func (c ClientConfig) Dialer(name string, log *slog.Logger) Dialer {
 			case <-ctx.Done():
 				last := nc.LastError()
 				nc.Close()
-				return nil, fmt.Errorf("hub link: connect to %s: %w (last error: %v)", strings.Join(c.URLs, ","), ctx.Err(), last)
+				if last == nil {
+					return nil, fmt.Errorf("hub link: connect to %s: %w", strings.Join(c.URLs, ","), ctx.Err())
+				}
+				return nil, fmt.Errorf("hub link: connect to %s: %w (last error: %w)", strings.Join(c.URLs, ","), ctx.Err(), last)
 			}
 		}
 		log.Info("hub connected", "conn", name, "server", nc.ConnectedUrlRedacted(), "server_name", nc.ConnectedServerName(), "domain", c.Domain)

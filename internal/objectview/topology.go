@@ -13,7 +13,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
-// AnyKey, as the last topology key, means any endpoint.
+// AnyKey is the topology key that, last, means any endpoint.
 const AnyKey = "*"
 
 // TopologyKeys returns the topology keys of svc (nil: serve every

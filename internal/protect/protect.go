@@ -51,7 +51,7 @@ func isUnreachableNoExecute(t corev1.Taint) bool {
 	return t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute
 }
 
-// ProtectEndpointSlice marks every endpoint on a protected node that is not
+// EndpointSlice marks every endpoint on a protected node that is not
 // terminating ready and serving (with a PodPolicy: only if its pod was
 // serving). Endpoints on other nodes, without a node name, or terminating
 // are left as they are.
@@ -89,7 +89,7 @@ func endpointNeedsProtection(ep discoveryv1.Endpoint, p Policy) bool {
 	return p.Protected(*ep.NodeName) && podServing(ep.TargetRef, p)
 }
 
-// ProtectEndpoints moves, in every subset, the not-ready addresses of
+// Endpoints moves, in every subset, the not-ready addresses of
 // protected nodes to the ready addresses: the existing ready addresses
 // first, then the moved ones in their original order. Ports stay with their
 // subset; addresses of other nodes stay where they are (with a PodPolicy,

@@ -89,7 +89,7 @@ func (q *chunks) pushOwned(p []byte, own *frameBuf) {
 	q.owners = append(q.owners, own)
 }
 
-// take removes and returns up to max bytes from the front, never more
+// take removes and returns up to n bytes from the front, never more
 // than the first chunk holds: a slice of it, capped so that nobody appends
 // to it. A frame ends where a chunk ends rather than copying two chunks
 // together (a bulk stream's chunks are whole reads; a frame cut short by
@@ -97,8 +97,8 @@ func (q *chunks) pushOwned(p []byte, own *frameBuf) {
 // and its allocation cost more than a shorter frame.
 // The pooled buffer it lies in, if any, is returned with a reference for
 // the caller to drop.
-func (q *chunks) take(max int) ([]byte, *frameBuf) {
-	k := min(max, q.n)
+func (q *chunks) take(n int) ([]byte, *frameBuf) {
+	k := min(n, q.n)
 	if k <= 0 {
 		return nil, nil
 	}

@@ -2,6 +2,7 @@ package tunnelproto
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -232,8 +233,7 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline implements net.Conn.
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.SetReadDeadline(t)
-	return c.SetWriteDeadline(t)
+	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
 }
 
 // SetReadDeadline implements net.Conn.

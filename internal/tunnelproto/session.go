@@ -225,13 +225,13 @@ func (s *Session) Read(p []byte) int {
 	return n
 }
 
-// ReadChunk removes and returns up to max received bytes without a copy:
-// a read-only slice of a received frame's payload. Credit is as for Read.
-func (s *Session) ReadChunk(max int) []byte {
+// ReadChunk removes and returns up to n received bytes without a copy: a
+// read-only slice of a received frame's payload. Credit is as for Read.
+func (s *Session) ReadChunk(n int) []byte {
 	if s.buf.len() == 0 {
 		return nil
 	}
-	p, _ := s.buf.take(max) // received payloads are never pooled
+	p, _ := s.buf.take(n) // received payloads are never pooled
 	s.readOff += uint64(len(p))
 	if s.limit()-s.sentLim >= uint64(s.cfg.Window/4) {
 		s.needAck = true

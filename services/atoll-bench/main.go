@@ -19,6 +19,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,9 +44,9 @@ import (
 	"github.com/atoll-edge/atoll/edge/reporter"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/internal/cliflags"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/testbed"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 func main() {
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.Float64Var(&o.outageOpts.evictionRate, "outage-eviction-rate", 0.1, "mass outage: kube-controller-manager's --node-eviction-rate (its default, 0.1: nodes tainted per second in a zone)")
 	fs.DurationVar(&o.outageOpts.quiet, "outage-quiet", time.Minute, "mass outage: window after the heal's writes stopped in which Atoll's writes are counted (want 0)")
 	if err := cliflags.Parse(fs, args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(out, fs, "atoll-bench [flags]")
 		}
 		return err

@@ -37,11 +37,11 @@ import (
 	"github.com/atoll-edge/atoll/edge/reporter"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/edgesim"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
-	"github.com/atoll-edge/atoll/internal/wellknown"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // outageOptions drive the mass outage (--scale-outage).

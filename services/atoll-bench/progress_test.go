@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestProgressWait(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := p.wait(ctx, "cancelled", time.Hour); err != context.Canceled {
+	if err := p.wait(ctx, "cancelled", time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
 	}
 }

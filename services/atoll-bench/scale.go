@@ -37,11 +37,11 @@ import (
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/edgesim"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
-	"github.com/atoll-edge/atoll/internal/wellknown"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // scaleOptions drive the steady-state scale measurement (--scale).
@@ -704,15 +704,15 @@ func findProcess(dir, name string) int {
 	return 0
 }
 
-// settleWrites waits, at most max, until atoll-cloud has written nothing
+// settleWrites waits, at most limit, until atoll-cloud has written nothing
 // for settleQuiet: the writes of the nodes joining (first verdict
 // annotations, at the informational client's rate) must not be counted as
 // steady state. It returns how many writes atoll-cloud made until then
 // and when it saw the count change last, and an error naming flag when
 // they never stopped: a steady state that writes.
-func settleWrites(ctx context.Context, auditDir string, max time.Duration, flag string) (int, time.Time, error) {
+func settleWrites(ctx context.Context, auditDir string, limit time.Duration, flag string) (int, time.Time, error) {
 	const poll, settleQuiet = 5 * time.Second, 30 * time.Second
-	deadline := time.Now().Add(max)
+	deadline := time.Now().Add(limit)
 	last, lastChange := -1, time.Now()
 	for {
 		w, err := atollWrites(auditDir)
@@ -726,7 +726,7 @@ func settleWrites(ctx context.Context, auditDir string, max time.Duration, flag 
 			return last, lastChange, nil
 		}
 		if time.Now().After(deadline) {
-			return last, lastChange, fmt.Errorf("atoll-cloud still writing %v later (%d writes so far; %s)", max, last, flag)
+			return last, lastChange, fmt.Errorf("atoll-cloud still writing %v later (%d writes so far; %s)", limit, last, flag)
 		}
 		select {
 		case <-ctx.Done():

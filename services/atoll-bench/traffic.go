@@ -16,9 +16,9 @@ import (
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/edge/voter"
 	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/sitesim"
 	"github.com/atoll-edge/atoll/test/testbed"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // linkBytes are the bytes a node's server moved over its unit routes and
@@ -154,8 +154,8 @@ func traffic(ctx context.Context, out io.Writer, bed *testbed.Bed, o options) er
 	// The calibration of bench:scale's emulated agents (scale.go's
 	// emulateAgent): what real agents send the hub in a steady unit, next
 	// to what an emulated one publishes.
-	real, emulated := per(sum.leafOutMsgs), emulatedRate()
+	measured, emulated := per(sum.leafOutMsgs), emulatedRate()
 	fmt.Fprintf(out, "messages to the hub per node/s in a steady unit: real agents %.4f, bench:scale's emulated agents %.4f (real/emulated %.2f)\n",
-		real, emulated, real/emulated)
+		measured, emulated, measured/emulated)
 	return nil
 }

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -38,7 +39,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	if err := cliflags.Parse(fs, args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(stdout, fs, prog+" [flags]   (every flag also reads $ATOLL_<FLAG>, e.g. ATOLL_HUB_URL)")
 		}
 		return err
@@ -74,7 +75,7 @@ func hubTrust(args []string, stdout io.Writer) error {
 	dir := fs.String("identity-dir", "identity", "directory of the identity keys (created when empty); give it to atoll-cloud as --identity-dir")
 	resolver := fs.String("resolver-dir", "/data/jwt", "the servers' resolver directory (writable, persistent)")
 	if err := cliflags.Parse(fs, args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(stdout, fs, prog+" hub-trust [--identity-dir D] [--resolver-dir R] > trust.conf")
 		}
 		return err

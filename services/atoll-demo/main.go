@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,7 +67,7 @@ func parse(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.cutAfter, "cut-after", 20*time.Second, "cut the first node's cloud link after this long (0: never)")
 	fs.DurationVar(&o.cutFor, "cut-for", 60*time.Second, "restore the cut link after this long")
 	if err := cliflags.Parse(fs, args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(out, fs, prog+" [flags]   (stop it with Ctrl-C)")
 		}
 		return o, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -158,7 +159,7 @@ func TestDemoInterruptedEarly(t *testing.T) {
 
 func TestDemoHelp(t *testing.T) {
 	var out strings.Builder
-	if _, err := parse([]string{"-h"}, &out); err != flag.ErrHelp || !strings.Contains(out.String(), "usage: atoll-demo") {
+	if _, err := parse([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "usage: atoll-demo") {
 		t.Fatalf("-h: %v, %q", err, out.String())
 	}
 }

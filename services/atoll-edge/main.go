@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -33,7 +34,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	if err := cliflags.Parse(fs, args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(stdout, fs, prog+" --node-name NAME --hub-url nats-leaf://HOST:7422 [flags]   (every flag also reads $ATOLL_<FLAG>, e.g. ATOLL_HUB_URL)")
 		}
 		return err

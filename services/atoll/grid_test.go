@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	"github.com/atoll-edge/atoll/test/crds"
 	"github.com/atoll-edge/atoll/test/kubetest"
-	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
 // TestGridCommands: against a real apiserver with the CRDs, `atoll grid

@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -132,7 +133,7 @@ func catalog(args []string, stdout io.Writer) error {
 // returns flag.ErrHelp, a bad flag is a cliflags.UsageError.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, synopsis string) error {
 	err := cliflags.Parse(fs, args)
-	if err == flag.ErrHelp {
+	if errors.Is(err, flag.ErrHelp) {
 		cliflags.PrintUsage(stdout, fs, synopsis)
 	}
 	return err

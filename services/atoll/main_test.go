@@ -17,8 +17,8 @@ import (
 
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/cliflags"
-	"github.com/atoll-edge/atoll/test/natstest"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
 )
 
 func TestDecode(t *testing.T) {
@@ -142,7 +142,9 @@ func TestEventsTailViewsOnce(t *testing.T) {
 		t.Fatalf("tail printed %q, want the stored view and not its republished copy", got)
 	}
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
 }
 
 func TestEventsCatalog(t *testing.T) {

@@ -36,7 +36,7 @@ func natsContextDir() (string, error) {
 	}
 	u, err := user.Current()
 	if err != nil || u.HomeDir == "" {
-		return "", fmt.Errorf("nats context: no home directory (%v): set XDG_CONFIG_HOME", err)
+		return "", fmt.Errorf("nats context: no home directory (%w): set XDG_CONFIG_HOME", err)
 	}
 	return filepath.Join(u.HomeDir, ".config", "nats", "context"), nil
 }

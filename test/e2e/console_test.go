@@ -20,9 +20,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/test/testbed"
-	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
 // consoleShape is the bed of the browser test: the embedded hub, its own

@@ -12,18 +12,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/atoll-edge/atoll/test/edgesim"
-	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
+	"github.com/atoll-edge/atoll/test/edgesim"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
-// benchInt reads an integer knob of BenchmarkGrids, at least min.
-func benchInt(b *testing.B, name string, def, min int) int {
+// benchInt reads an integer knob of BenchmarkGrids, at least least.
+func benchInt(b *testing.B, name string, def, least int) int {
 	if v := os.Getenv(name); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < min {
-			b.Fatalf("%s=%q: want an integer of at least %d", name, v, min)
+		if err != nil || n < least {
+			b.Fatalf("%s=%q: want an integer of at least %d", name, v, least)
 		}
 		return n
 	}

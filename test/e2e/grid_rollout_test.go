@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/atoll-edge/atoll/test/poll"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestGridRollout: a template change rolls out unit by unit

@@ -30,12 +30,12 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/deploy"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	"github.com/atoll-edge/atoll/test/edgesim"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/test/testbed"
-	"github.com/atoll-edge/atoll/internal/wellknown"
-	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
 // gridEnv is a bed with the grid controllers and a client that knows the

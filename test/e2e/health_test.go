@@ -121,9 +121,6 @@ var (
 	hubCluster  = hubShape{name: "hub cluster", cluster: true, net: 3}
 )
 
-// start brings up a bed with the embedded hub.
-func start(t *testing.T) *env { return startShape(t, embeddedHub) }
-
 // startShape brings up a bed with the given hub shape; adjust changes the
 // bed's options after the matrix's defaults.
 func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) *env {

@@ -9,10 +9,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/atoll-edge/atoll/test/natstest"
-	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // TestHubServerLoss runs three units of three nodes on the hub cluster:

@@ -97,7 +97,7 @@ func edgeAdmin(t *testing.T) *admin.Server {
 		t.Fatal(err)
 	}
 	credsFile := filepath.Join(t.TempDir(), "node.creds")
-	if err := os.WriteFile(credsFile, []byte(creds), 0o600); err != nil {
+	if err := os.WriteFile(credsFile, creds, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("NODE_NAME", "edge-1")
@@ -120,7 +120,7 @@ func edgeAdmin(t *testing.T) *admin.Server {
 	return adm
 }
 
-// TestMetricsTable: docs/METRICS.md lists exactly the atoll_* metrics
+// TestMetricsTable: docs/reference/metrics.md lists exactly the atoll_* metrics
 // that atoll-cloud (Kubernetes membership, grid controllers, object views
 // and host records on, as deploy/ runs it) and atoll-edge (proxy and
 // hosts file on) register, with their labels and services.
@@ -154,25 +154,25 @@ func TestMetricsTable(t *testing.T) {
 		regs := got[name]
 		row, ok := table[name]
 		if !ok {
-			t.Errorf("%s (%s, labels %v) is registered but missing from docs/METRICS.md", name, regs[0].service, regs[0].labels)
+			t.Errorf("%s (%s, labels %v) is registered but missing from docs/reference/metrics.md", name, regs[0].service, regs[0].labels)
 			continue
 		}
 		var services []string
 		for _, r := range regs {
 			services = append(services, r.service)
 			labels := slices.Sorted(slices.Values(row.Labels))
-			if !slices.Equal(labels, r.labels) && !(len(labels) == 0 && len(r.labels) == 0) {
-				t.Errorf("%s: docs/METRICS.md lists labels %v, %s registers %v", name, row.Labels, r.service, r.labels)
+			if !slices.Equal(labels, r.labels) && (len(labels) != 0 || len(r.labels) != 0) {
+				t.Errorf("%s: docs/reference/metrics.md lists labels %v, %s registers %v", name, row.Labels, r.service, r.labels)
 			}
 		}
 		slices.Sort(services)
 		if want := slices.Sorted(slices.Values(row.Services)); !slices.Equal(want, services) {
-			t.Errorf("%s: docs/METRICS.md says services %v, registered by %v", name, row.Services, services)
+			t.Errorf("%s: docs/reference/metrics.md says services %v, registered by %v", name, row.Services, services)
 		}
 	}
 	for name := range table {
 		if _, ok := got[name]; !ok {
-			t.Errorf("docs/METRICS.md lists %s, which neither service registers", name)
+			t.Errorf("docs/reference/metrics.md lists %s, which neither service registers", name)
 		}
 	}
 }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/test/testbed"
-	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // TestCloudOutage stops atoll-cloud (every replica) for twice the pods'

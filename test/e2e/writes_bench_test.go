@@ -14,10 +14,10 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/test/testbed"
-	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // BenchmarkWrites counts atoll-cloud's writes to the apiserver (its field

@@ -16,10 +16,10 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/poll"
 	"github.com/atoll-edge/atoll/test/testbed"
-	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 func (f *faults) unblock(a, b string) {

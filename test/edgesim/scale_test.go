@@ -66,8 +66,8 @@ func TestScaleNodesStayReady(t *testing.T) {
 	if st.LeaseErrors+st.StatusErrors > 0 {
 		t.Errorf("simulator errors: %+v", st)
 	}
-	if min := int64(nodeCount * (periods - 1)); st.LeaseRenewals < min {
-		t.Errorf("%d lease renewals, want at least %d", st.LeaseRenewals, min)
+	if least := int64(nodeCount * (periods - 1)); st.LeaseRenewals < least {
+		t.Errorf("%d lease renewals, want at least %d", st.LeaseRenewals, least)
 	}
 }
 

@@ -9,8 +9,6 @@ package testbed
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -358,10 +356,4 @@ func portFree(port int) bool {
 	}
 	_ = ln.Close()
 	return true
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

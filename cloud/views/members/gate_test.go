@@ -17,9 +17,9 @@ import (
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // TestDeletedNodeLosesHubLink: deleting an edge's Kubernetes Node closes
@@ -74,7 +74,12 @@ func TestDeletedNodeLosesHubLink(t *testing.T) {
 	s.SetEdgeGate(ids)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 
 	linked := func(want map[string]bool) {
 		t.Helper()

@@ -14,9 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/poll"
-	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // streamCounts are the messages of the VIEWS stream by space: "_all" or

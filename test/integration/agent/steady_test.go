@@ -83,8 +83,8 @@ func TestConsumersPerAgent(t *testing.T) {
 	t.Logf("%d messages from %d agents' leaf links in %v", got, len(edges), window)
 	// A report (every minute here) and a ballot keep-alive (every 30 s)
 	// per agent at most; no request for the views.
-	if max := int64(2 * len(edges)); got > max {
-		t.Errorf("%d messages from the agents in a quiet %v, want at most %d", got, window, max)
+	if most := int64(2 * len(edges)); got > most {
+		t.Errorf("%d messages from the agents in a quiet %v, want at most %d", got, window, most)
 	}
 	if err := consumers(); err != nil {
 		t.Error(err)

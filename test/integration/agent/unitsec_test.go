@@ -23,9 +23,9 @@ import (
 	"github.com/atoll-edge/atoll/edge/prober"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // kubelet is a TCP listener every agent probes as its peers' kubelet port

@@ -18,9 +18,9 @@ import (
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // staticUnit is an agent's view of unit u1 = {n1, n2}.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,9 +25,9 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/tunnel"
 	edgetunnel "github.com/atoll-edge/atoll/edge/tunnel"
+	"github.com/atoll-edge/atoll/internal/tunnelproto"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
-	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
 
 // echoServer is the kubelet stand-in: it echoes and passes half-closes on.
@@ -280,7 +281,7 @@ func echoed(c net.Conn, n int, mid func()) error {
 			}
 			off += k
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
