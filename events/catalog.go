@@ -104,8 +104,8 @@ var (
 		Producer: "edge reporter", Consumer: "cloud topology (every replica follows)",
 		Example: []string{"edge-1"},
 	}
-	// UnitEventFamily: the unit lifecycle events of the grid controllers
-	// (issue 11), in the TOPOLOGY stream beside the nodes' reports.
+	// UnitEventFamily: the unit lifecycle events of the grid
+	// controllers, in the TOPOLOGY stream beside the nodes' reports.
 	UnitEventFamily = &Family{
 		Name: "unit event", Pattern: Root + ".topo.unit.<unit>",
 		Transport: TransportStream, Stream: StreamTopology,

@@ -213,7 +213,7 @@ func TestLeafLossesFromTheHub(t *testing.T) {
 
 // TestLeafLossSilentCut: a leaf link that dies without closing (every
 // byte dropped, both ends still up) is closed by the hub after its pings
-// go unanswered, and reported, within the 15 s a vote used to live.
+// go unanswered, and reported, within 15 s.
 func TestLeafLossSilentCut(t *testing.T) {
 	h := natstest.Hub(t)
 	log := natstest.Logger(t, slog.LevelError)

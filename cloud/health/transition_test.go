@@ -34,9 +34,8 @@ import (
 //     the other (as it does when a site's uplink dies). The verdicts turn
 //     to none (the votes stop counting) and the unit is held (its hold
 //     annotation, which the guard webhook reads): one transition, so one
-//     patch per Node carrying both. The verdict annotations used to be
-//     written at once by the informational queue and the hold at the next
-//     resync, about 2 s later: two patches per Node.
+//     patch per Node carrying both (not the verdicts at once and the hold
+//     at the next resync: two patches per Node).
 //   - one member then lost by the node lifecycle controller (Ready
 //     Unknown, unreachable taints): the hold protects it, one patch
 //     removing its NoExecute taint, none on the others.

@@ -52,8 +52,8 @@ type Config struct {
 	// closes one that leaves MaxPingsOut pings unanswered. A leaf link that
 	// dies silently (no reset, a cut cable) is then closed, and its voter
 	// stops counting in the cloud (cloud/health), within about
-	// (MaxPingsOut+1) × PingInterval: 12 s by default, inside the 15 s a
-	// vote used to live. 0: DefaultPingInterval.
+	// (MaxPingsOut+1) × PingInterval: 12 s by default. 0:
+	// DefaultPingInterval.
 	PingInterval time.Duration
 	// LameDuck is how long LameDuck takes to close the server's
 	// connections, one at a time after a fifth of it, so that clients and

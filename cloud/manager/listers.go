@@ -15,7 +15,8 @@ import (
 // hold Nodes (a controller for Nodes, or GetInformer before the manager
 // starts). As with client-go's listers, what it returns is the cache's
 // own data, not a copy: read it, never modify it (a deep copy of every
-// Node per list was most of atoll-cloud's CPU at 1,000 nodes).
+// Node per list would cost more than everything else the lister's
+// callers do).
 func (m *Manager) NodeLister() corelisters.NodeLister { return nodeLister{m.GetClient()} }
 
 type nodeLister struct{ r client.Reader }

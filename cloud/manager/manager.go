@@ -71,8 +71,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Manager, error) {
 		// Nothing reads managed fields from the cache (writes are patches
 		// and server-side applies the apiserver merges): dropping them
 		// halves what a cached Node weighs and what every copy of it
-		// costs (a 1,000-node profile spent a third of atoll-cloud's CPU
-		// copying Nodes, a third of that in their managed fields).
+		// costs.
 		Cache: ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()},
 	}
 	if cfg.LeaderElect {

@@ -445,8 +445,7 @@ func bufLogger(buf *natstest.Buffer) *slog.Logger {
 }
 
 // TestFanoutStopsWithoutErrors: a fan-out run and its teardown log no
-// ERROR line on any edge server (the benchmark output used to end with
-// route resets).
+// ERROR line on any edge server (no route reset on the way out).
 func TestFanoutStopsWithoutErrors(t *testing.T) {
 	var log natstest.Buffer
 	res := testing.Benchmark(func(b *testing.B) { benchFanout(b, 512, &log) })

@@ -35,8 +35,8 @@ func clientPortNode(t *testing.T, port int) (*natsnode.Node, error) {
 }
 
 // TestClientPortInUseFailsTheStart: a client port held by another process
-// fails the start at once with the listener's error; the server used to
-// run on without it and the start to time out.
+// fails the start at once with the listener's error, rather than a
+// server running on without it and a start that times out.
 func TestClientPortInUseFailsTheStart(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -5,7 +5,7 @@ import "sync"
 // chunks is a byte queue kept as a list of slices, so that appending and
 // consuming never copy what is already queued (a flat slice re-grows and
 // moves its whole content as it is consumed from the front and appended
-// at the back, which dominated the tunnel's CPU profile).
+// at the back).
 type chunks struct {
 	bufs [][]byte
 	// owners[i], when not nil, is the pooled buffer bufs[i] lies in: the

@@ -1,7 +1,7 @@
 package members
 
-// Unit lifecycle events for the grid controllers (issue 11). Kept apart
-// from the views: every pass (full or incremental) calls publishUnitEvents with the
+// Unit lifecycle events for the grid controllers. Kept apart from the
+// views: every pass (full or incremental) calls publishUnitEvents with the
 // units and their members it computed.
 
 import (

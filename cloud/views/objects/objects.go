@@ -222,8 +222,8 @@ func (p *Publisher) requeue(keys map[key]bool, all bool) {
 // returns the units the pass's nodes were in before it (prevUnit) and
 // whether the set of units changed. A full pass (and the first) reads
 // every Node; any other reads only the Nodes dirty marks, so that a pass
-// after a Node's status update costs that Node, not all of them (listing
-// 10,000 Nodes per pass was a tenth of atoll-cloud's CPU). Only pass
+// after a Node's status update costs that Node, not all of them: Nodes
+// change all the time in a large cluster. Only pass
 // calls it, and only pass and what it calls read nodeUnit and unitSize.
 func (p *Publisher) refreshUnits(ctx context.Context, dirty map[key]bool, full bool) (map[string]string, bool, error) {
 	if full || p.unitSize == nil {

@@ -153,9 +153,9 @@ func TestViewsStoredOnce(t *testing.T) {
 }
 
 // TestPassReadsDirtyNodesOnly: after the first pass, a pass for one
-// Node's change reads that Node, not every Node (a list of 10,000 Nodes
-// per pass was a tenth of atoll-cloud's CPU); a Node that joins a new
-// unit still starts a full pass, and the resync lists them all again.
+// Node's change reads that Node, not every Node (a pass must cost its
+// changes, not the cluster); a Node that joins a new unit still starts a
+// full pass, and the resync lists them all again.
 func TestPassReadsDirtyNodesOnly(t *testing.T) {
 	f := start(t, 1)
 	ctx := t.Context()

@@ -15,8 +15,8 @@ import (
 
 // TestConsumersPerAgent: agents with every view follower on (membership,
 // the hosts writer, the endpoints proxy) hold no consumer on VIEWS once
-// their feeds have caught up (issue 16: five per agent were GiBs of hub
-// heap at 10,000 nodes), and in a quiet window their leaf links carry to
+// their feeds have caught up (a consumer per agent costs the hub memory
+// for every node of the fleet), and in a quiet window their leaf links carry to
 // the hub only a report and a ballot keep-alive at most each.
 func TestConsumersPerAgent(t *testing.T) {
 	h, _ := cloud(t)

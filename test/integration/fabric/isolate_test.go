@@ -12,8 +12,8 @@ import (
 )
 
 // TestLeafInterestIsolated: an edge server's subscriptions do not grow
-// with the hub's other leafs (every edge server's loop-detection
-// subscription used to reach every other leaf, and the hub kept a copy per
+// with the hub's other leafs (were every edge server's loop-detection
+// subscription to reach every other leaf, the hub would keep a copy per
 // leaf: memory in leafs²), while a hub client still reaches every edge.
 func TestLeafInterestIsolated(t *testing.T) {
 	h := natstest.Hub(t)
