@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/atoll-edge/atoll/cloud/manager"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
@@ -142,7 +142,7 @@ type Controllers struct {
 // New registers the DeploymentGrid, StatefulSetGrid and ServiceGrid
 // controllers with m (and the apps.atoll.io types with its scheme). They
 // run on the leader only (see the package doc).
-func New(cfg Config, m ctrlmanager.Manager, log *slog.Logger, reg prometheus.Registerer) (*Controllers, error) {
+func New(cfg Config, m *manager.Manager, log *slog.Logger, reg prometheus.Registerer) (*Controllers, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -172,10 +172,10 @@ func New(cfg Config, m ctrlmanager.Manager, log *slog.Logger, reg prometheus.Reg
 			return nil, fmt.Errorf("grid: index %T: %w", o, err)
 		}
 	}
-	if err := setupWorkload(c, m, DeploymentGridController, deploymentGrids, &appsv1alpha1.DeploymentGrid{}, &appsv1.Deployment{}); err != nil {
+	if err := setupWorkload(c, m, DeploymentGridController, deploymentGrids, &appsv1alpha1.DeploymentGrid{}, &appsv1alpha1.DeploymentGridList{}, &appsv1.Deployment{}); err != nil {
 		return nil, err
 	}
-	if err := setupWorkload(c, m, StatefulSetGridController, statefulSetGrids, &appsv1alpha1.StatefulSetGrid{}, &appsv1.StatefulSet{}); err != nil {
+	if err := setupWorkload(c, m, StatefulSetGridController, statefulSetGrids, &appsv1alpha1.StatefulSetGrid{}, &appsv1alpha1.StatefulSetGridList{}, &appsv1.StatefulSet{}); err != nil {
 		return nil, err
 	}
 	sr := &serviceReconciler{c: m.GetClient(), cfg: cfg, log: c.log, rec: m.GetEventRecorderFor("atoll-grid"), metrics: met}
@@ -183,20 +183,28 @@ func New(cfg Config, m ctrlmanager.Manager, log *slog.Logger, reg prometheus.Reg
 		Named(ServiceGridController).
 		For(&appsv1alpha1.ServiceGrid{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Service{}).
+		WatchesRawSource(m.TermSource(&appsv1alpha1.ServiceGridList{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cfg.Workers}).
-		Complete(sr)
+		Complete(m.LeaderOnly(sr))
 	if err != nil {
 		return nil, fmt.Errorf("grid: %s controller: %w", ServiceGridController, err)
 	}
 	return c, nil
 }
 
-func setupWorkload[S any](c *Controllers, m ctrlmanager.Manager, name string, k gridKind[S], grid, child client.Object) error {
+func setupWorkload[S any](c *Controllers, m *manager.Manager, name string, k gridKind[S], grid client.Object, grids client.ObjectList, child client.Object) error {
 	r := &reconciler[S]{
 		k: k, c: m.GetClient(), cfg: c.cfg, log: c.log.With("controller", name),
 		rec: m.GetEventRecorderFor("atoll-grid"), metrics: c.metrics,
 		now: time.Now, applied: map[types.UID]int64{},
 	}
+	// What this replica applied is not known once another may lead.
+	m.OnTerm(func(ctx context.Context) {
+		<-ctx.Done()
+		r.mu.Lock()
+		clear(r.applied)
+		r.mu.Unlock()
+	})
 	err := builder.ControllerManagedBy(m).
 		Named(name).
 		For(grid, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -210,8 +218,10 @@ func setupWorkload[S any](c *Controllers, m ctrlmanager.Manager, name string, k 
 		Watches(&appsv1alpha1.NodeUnit{}, nodeUnitHandler(m.GetClient(), k, c.cfg.UnitLabel, r.log)).
 		// Unit lifecycle events from the hub (EnqueueUnit).
 		WatchesRawSource(source.Channel(c.units[name], &handler.EnqueueRequestForObject{})).
+		// A new term: every grid, as a new leader's controller would.
+		WatchesRawSource(m.TermSource(grids)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
-		Complete(r)
+		Complete(m.LeaderOnly(r))
 	if err != nil {
 		return fmt.Errorf("grid: %s controller: %w", name, err)
 	}

@@ -48,9 +48,7 @@ func newForApp(cfg Config, m *manager.Manager, link *hublink.Link, evm *eventbus
 	if err != nil {
 		return nil, err
 	}
-	if err := c.ConsumeUnitEvents(m, link, evm); err != nil {
-		return nil, fmt.Errorf("grid: unit events: %w", err)
-	}
+	c.ConsumeUnitEvents(m, link, evm)
 	return c, nil
 }
 

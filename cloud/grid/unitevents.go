@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -30,12 +30,12 @@ const (
 // ConsumeUnitEvents makes the unit lifecycle events of cloud/views/members
 // (the shared durable consumer events.UnitEventConsumer) drive the grids
 // of the unit label: each event enqueues them, and Node events no longer
-// do for that key (they still do for other keys). It runs on the leader,
-// with the controllers. Call it before the manager starts.
-func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, link *hublink.Link, evm *eventbus.Metrics) error {
+// do for that key (they still do for other keys). It runs for each term
+// this replica leads, like the controllers. Call it before the manager starts.
+func (c *Controllers) ConsumeUnitEvents(m *manager.Manager, link *hublink.Link, evm *eventbus.Metrics) {
 	c.unitEventsOn.Store(true)
 	cl := m.GetClient()
-	return m.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
+	m.OnTerm(func(ctx context.Context) {
 		js := link.JetStream() // connected by the time the manager runs
 		err := eventbus.Consume(ctx, js, events.UnitEventConsumer, func(ctx context.Context, ev eventbus.Event[*atollv1.UnitEvent]) error {
 			return c.handleUnitEvent(ctx, cl, js, ev)
@@ -43,8 +43,7 @@ func (c *Controllers) ConsumeUnitEvents(m ctrlmanager.Manager, link *hublink.Lin
 		if err != nil && ctx.Err() == nil {
 			c.log.Error("consuming unit events stopped", "err", err)
 		}
-		return nil
-	}))
+	})
 }
 
 // handleUnitEvent enqueues the grids of the unit label once this

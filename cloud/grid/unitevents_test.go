@@ -62,9 +62,7 @@ func TestUnitEventsDriveGrids(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctrls.ConsumeUnitEvents(m, hublink.Of(nc, js), eventbus.NewMetrics(nil)); err != nil {
-		t.Fatal(err)
-	}
+	ctrls.ConsumeUnitEvents(m, hublink.Of(nc, js), eventbus.NewMetrics(nil))
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := m.Start(startCtx); err != nil {

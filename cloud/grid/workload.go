@@ -67,7 +67,8 @@ type reconciler[S any] struct {
 	// applied is the generation each child had after this process
 	// applied it: a child whose generation moved on with the same
 	// revision was changed by hand and is applied again. Empty after a
-	// restart, which then trusts the revision annotation (no writes).
+	// restart or a term of leadership ends, which then trusts the
+	// revision annotation (no writes).
 	applied map[types.UID]int64
 	// blocked maps the key of an object that holds a child's name
 	// without being the grid's to the grid's key.

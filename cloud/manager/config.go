@@ -22,6 +22,12 @@ type Config struct {
 	LeaderElectionID string
 	// LeaderElectionNamespace holds the Lease.
 	LeaderElectionNamespace string
+	// Identity names this replica in the Lease; it must be unique among
+	// the replicas running at once. A replica restarted with its identity
+	// (a container restarted in its pod: the manifest sets the pod's
+	// name) takes back the Lease it held at once instead of waiting for
+	// it to expire. Empty: the host name and a random suffix.
+	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod tune the election
 	// (client-go's leader election; 15s, 10s, 2s by default).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration

@@ -19,27 +19,40 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
 // Manager is a controller-runtime manager with a start that waits for the
-// cache and a stop that waits for the runnables.
+// cache, a stop that waits for the runnables, and leader election by
+// terms (elector.go): losing the Lease ends a term, never the manager.
 type Manager struct {
 	ctrlmanager.Manager
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	el      *elector
+	metrics managerMetrics
 
 	synced atomic.Bool
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
-	err    error
+	// campaigned is closed when the campaign has ended (a Lease held is
+	// released).
+	campaigned chan struct{}
+	err        error
 }
 
 // Scheme holds the built-in Kubernetes types.
@@ -55,12 +68,11 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Manager, error) {
 	}
 	log = log.With("component", "manager")
 	opts := ctrlmanager.Options{
-		Scheme:                        Scheme(),
-		Logger:                        logr.FromSlogHandler(log.Handler()),
-		LeaderElection:                cfg.LeaderElect,
-		LeaderElectionID:              cfg.LeaderElectionID,
-		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true,
+		Scheme: Scheme(),
+		Logger: logr.FromSlogHandler(log.Handler()),
+		// Leader election by terms (elector.go): controller-runtime's
+		// ends the manager when the Lease is lost.
+		LeaderElection: false,
 		// Probes and metrics are served by internal/admin (see Module).
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
@@ -72,16 +84,24 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Manager, error) {
 		// and server-side applies the apiserver merges): dropping them
 		// halves what a cached Node weighs and what every copy of it
 		// costs.
-		Cache: ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()},
-	}
-	if cfg.LeaderElect {
-		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &cfg.LeaseDuration, &cfg.RenewDeadline, &cfg.RetryPeriod
+		Cache: ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields(),
+			// The kubelets' Leases (cloud/health reads them) are the only
+			// Leases cached: leader election reads its own directly. The
+			// only ConfigMaps cached are the protected set's (cloud/health),
+			// in atoll-cloud's namespace.
+			ByObject: map[client.Object]ctrlcache.ByObject{
+				&coordinationv1.Lease{}: {Namespaces: map[string]ctrlcache.Config{corev1.NamespaceNodeLease: {}}},
+				&corev1.ConfigMap{}: {
+					Namespaces: map[string]ctrlcache.Config{cfg.LeaderElectionNamespace: {}},
+					Label:      labels.SelectorFromSet(labels.Set{wellknown.ProtectedNodesLabel: "true"}),
+				},
+			}},
 	}
 	m, err := ctrlmanager.New(rc, opts)
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	return &Manager{Manager: m, log: log}, nil
+	return &Manager{Manager: m, cfg: cfg, log: log, el: newElector(), metrics: newManagerMetrics()}, nil
 }
 
 // Start runs the manager in the background and returns once its cache has
@@ -117,6 +137,17 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		m.synced.Store(true)
 		m.log.Info("manager started; cache synced")
+		// Terms begin once the cache holds what the leaders' work reads.
+		campaigned := make(chan struct{})
+		m.mu.Lock()
+		m.campaigned = campaigned
+		m.mu.Unlock()
+		go func() {
+			defer close(campaigned)
+			if err := m.campaign(runCtx); err != nil {
+				m.log.Error("leader election stopped; this replica will not lead", "err", err)
+			}
+		}()
 		return nil
 	case <-done:
 		return fmt.Errorf("manager: stopped while starting: %w", m.Err())
@@ -138,21 +169,26 @@ func (m *Manager) Err() error {
 }
 
 // Stop cancels the manager and waits, within ctx, for its runnables to
-// finish (a leader releases its Lease).
+// finish and a leader to release its Lease.
 func (m *Manager) Stop(ctx context.Context) error {
 	m.mu.Lock()
-	cancel, done := m.cancel, m.done
+	cancel, done, campaigned := m.cancel, m.done, m.campaigned
 	m.mu.Unlock()
 	if cancel == nil {
 		return nil
 	}
 	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("manager: stop: %w", ctx.Err())
+	for _, ch := range []chan struct{}{done, campaigned} {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("manager: stop: %w", ctx.Err())
+		}
 	}
+	return nil
 }
 
 // Ready reports whether the cache has synced and the manager runs; the

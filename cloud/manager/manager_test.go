@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/atoll-edge/atoll/cloud/kube"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
@@ -25,7 +25,7 @@ import (
 )
 
 // TestLeaderElection: of two managers on one Lease only one runs the
-// leader-only runnables; when it stops it releases the Lease and the
+// leaders' work (OnTerm); when it stops it releases the Lease and the
 // other takes over. Both are ready (cache synced) all along.
 func TestLeaderElection(t *testing.T) {
 	cluster := kubetest.Start(t)
@@ -42,14 +42,11 @@ func TestLeaderElection(t *testing.T) {
 		if err := m.Ready(t.Context()); err == nil {
 			t.Fatalf("%s ready before start", name)
 		}
-		if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		m.OnTerm(func(ctx context.Context) {
 			leading.Store(true)
 			<-ctx.Done()
 			leading.Store(false)
-			return nil
-		})); err != nil {
-			t.Fatal(err)
-		}
+		})
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		if err := m.Start(ctx); err != nil {
@@ -95,6 +92,72 @@ func TestLeaderElection(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLeaseLoss: an apiserver that hangs (SIGSTOP) past the renew
+// deadline ends the leader's term, not its manager: the term's context
+// ends, the manager keeps running (cache, readiness), and once the
+// apiserver answers again the replica campaigns and leads a new term.
+func TestLeaseLoss(t *testing.T) {
+	cluster := kubetest.Start(t)
+	cfg := atollmanager.DefaultConfig()
+	cfg.LeaderElectionNamespace = "kube-system"
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 4*time.Second, 2*time.Second, 200*time.Millisecond
+	m, err := atollmanager.New(cfg, cluster.RESTConfig(), natstest.Logger(t, slog.LevelWarn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leading atomic.Bool
+	ended := make(chan struct{}, 10)
+	m.OnTerm(func(ctx context.Context) {
+		leading.Store(true)
+		<-ctx.Done()
+		leading.Store(false)
+		ended <- struct{}{}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !m.Leading() || !leading.Load() {
+			return errors.New("does not lead")
+		}
+		return nil
+	})
+	resume, err := cluster.PauseAPIServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resume() }()
+	select {
+	case <-ended:
+	case <-time.After(3 * cfg.LeaseDuration):
+		t.Fatal("the term did not end while the apiserver hung")
+	}
+	if m.Leading() {
+		t.Error("leads after its term ended")
+	}
+	if err := m.Err(); err != nil {
+		t.Fatalf("the manager stopped with its term: %v", err)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if err := m.Err(); err != nil {
+			t.Fatalf("the manager stopped: %v", err)
+		}
+		if m.Terms() < 2 || !leading.Load() {
+			return fmt.Errorf("terms %d, leading %v", m.Terms(), leading.Load())
+		}
+		return nil
+	})
+	if err := m.Ready(t.Context()); err != nil {
+		t.Errorf("not ready after a new term: %v", err)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -148,8 +211,11 @@ func TestModule(t *testing.T) {
 		t.Errorf("/readyz:\n%s", got)
 	}
 	poll.Eventually(t, 20*time.Second, func() error {
-		if got := get(t, "http://"+adm.Addr()+"/metrics"); !strings.Contains(got, "leader_election_master_status") {
-			return errors.New("/metrics lacks controller-runtime's leader_election_master_status")
+		got := get(t, "http://"+adm.Addr()+"/metrics")
+		for _, want := range []string{"leader_election_master_status", "atoll_manager_leading 1", "atoll_manager_leases_lost_total 0"} {
+			if !strings.Contains(got, want) {
+				return fmt.Errorf("/metrics lacks %s", want)
+			}
 		}
 		return nil
 	})

@@ -58,3 +58,32 @@ func (s sample) Write(out *dto.Metric) error {
 	proto.Merge(out, s.m)
 	return nil
 }
+
+// managerMetrics are the manager's own: leadership by terms.
+type managerMetrics struct {
+	leading prometheus.Gauge
+	lost    prometheus.Counter
+}
+
+func newManagerMetrics() managerMetrics {
+	return managerMetrics{
+		leading: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "manager", Name: "leading",
+			Help: "1 while this replica holds the leader Lease (it writes to Kubernetes).",
+		}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "manager", Name: "leases_lost_total",
+			Help: "Terms that ended because a renewal of the leader Lease missed its deadline (an apiserver slow or unreachable); the replica follows and campaigns again.",
+		}),
+	}
+}
+
+// register adds the manager's own metrics to reg.
+func (mm managerMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{mm.leading, mm.lost} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -15,9 +15,10 @@ import (
 // Module provides the *Manager (and it as a controller-runtime Manager),
 // built from the kube module's client config. Components add their
 // controllers and runnables while the app is built; the manager starts
-// after them (OnStart waits for the cache) and stops before them. A
-// manager that stops on its own (e.g. it lost its Lease) shuts the app
-// down with exit code 1, so the process restarts as a follower. The
+// after them (OnStart waits for the cache) and stops before them. Losing
+// the leader Lease ends a term, not the manager (elector.go); a manager
+// that stops on its own for another reason shuts the app down with exit
+// code 1. The
 // readiness check "kube-cache" passes once the cache has synced, and
 // controller-runtime's metrics are served with the service's on the admin
 // listener.
@@ -32,6 +33,9 @@ func newForApp(lc fx.Lifecycle, sd fx.Shutdowner, cfg Config, k *kube.Kube, log 
 	}
 	adm.AddReadiness("kube-cache", m.Ready)
 	if err := RegisterMetrics(adm.Registerer()); err != nil {
+		return nil, fmt.Errorf("manager: metrics: %w", err)
+	}
+	if err := m.metrics.register(adm.Registerer()); err != nil {
 		return nil, fmt.Errorf("manager: metrics: %w", err)
 	}
 	lc.Append(fx.Hook{

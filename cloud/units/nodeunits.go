@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
@@ -74,7 +74,7 @@ type nodeUnits struct {
 // NodeUnits labeled app.kubernetes.io/managed-by=atoll-cloud are deleted;
 // labels set by hand on them are kept (the apply owns none), so grid
 // overrides can select units by them.
-func SetupNodeUnits(m ctrlmanager.Manager, rule Rule, states UnitStates, log *slog.Logger, reg prometheus.Registerer) error {
+func SetupNodeUnits(m *manager.Manager, rule Rule, states UnitStates, log *slog.Logger, reg prometheus.Registerer) error {
 	if err := appsv1alpha1.AddToScheme(m.GetScheme()); err != nil {
 		return fmt.Errorf("units: nodeunits: scheme: %w", err)
 	}
@@ -88,15 +88,22 @@ func SetupNodeUnits(m ctrlmanager.Manager, rule Rule, states UnitStates, log *sl
 			return fmt.Errorf("units: nodeunits: metrics: %w", err)
 		}
 	}
+	unitOf := func(o client.Object) []reconcile.Request {
+		if u := rule.UnitOf(o.GetLabels()); u != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: u}}}
+		}
+		return nil
+	}
 	b := builder.ControllerManagedBy(m).
 		Named(NodeUnitController).
 		For(&appsv1alpha1.NodeUnit{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if u := rule.UnitOf(o.GetLabels()); u != "" {
-				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: u}}}
-			}
-			return nil
-		}))
+			return unitOf(o)
+		})).
+		// A new term: every NodeUnit and every unit of a node (one may
+		// have none yet), as a new leader's controller would.
+		WatchesRawSource(m.TermSource(&appsv1alpha1.NodeUnitList{})).
+		WatchesRawSource(m.TermSourceMap(&corev1.NodeList{}, unitOf))
 	if states != nil {
 		// A disruption change (votes expiring, a hold) comes with no Node
 		// event: it enqueues its unit. Changes before the controller runs
@@ -112,7 +119,8 @@ func SetupNodeUnits(m ctrlmanager.Manager, rule Rule, states UnitStates, log *sl
 			return nil
 		}))
 	}
-	err := b.Complete(r)
+	// A new term: every NodeUnit, as a new leader's controller would.
+	err := b.Complete(m.LeaderOnly(r))
 	if err != nil {
 		return fmt.Errorf("units: nodeunits: %w", err)
 	}
