@@ -164,6 +164,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Manager.LeaderElect, "leader-elect", c.Manager.LeaderElect, "only the holder of a Lease writes to Kubernetes (required with more than one replica)")
 	fs.StringVar(&c.Manager.LeaderElectionID, "leader-election-id", c.Manager.LeaderElectionID, "name of the leader election Lease")
 	fs.StringVar(&c.Manager.LeaderElectionNamespace, "leader-election-namespace", c.Manager.LeaderElectionNamespace, "namespace of the leader election Lease")
+	fs.StringVar(&c.Manager.Identity, "leader-election-identity", c.Manager.Identity, "this replica's name in the Lease, unique among replicas (the pod's name: a restarted container takes its Lease back at once); empty: host name and a random suffix")
 	fs.DurationVar(&c.Health.HoldTime, "hold-time", c.Health.HoldTime, "keep the pods of a unit cut off entirely from the cloud this long (0: never)")
 	fs.DurationVar(&c.Health.VoteTTL, "vote-ttl", c.Health.VoteTTL, "lifetime of a vote that carries no TTL")
 	fs.DurationVar(&c.Health.MaxVoteTTL, "max-vote-ttl", c.Health.MaxVoteTTL, "reject a vote that asks to count longer than this")
@@ -273,6 +274,10 @@ func (c Config) resolved() Config {
 	c.HostRecords.Units = c.Units
 	c.Console.Units = c.Units
 	c.Registration.UnitLabel = c.Units.Label
+	// The protected set lives in atoll-cloud's own namespace, beside its
+	// leader Lease.
+	c.Health.ProtectedNamespace = c.Manager.LeaderElectionNamespace
+	c.Registration.ProtectedNamespace = c.Manager.LeaderElectionNamespace
 	c.Grid.UnitLabel = c.Units.Label
 	return c
 }

@@ -59,7 +59,7 @@ type State struct {
 type Unit struct {
 	Name string `json:"name"`
 	// Disruption is the health service's state of the unit: Normal,
-	// PartialDisruption or FullDisruption.
+	// PartialDisruption, FullDisruption or AgentsSilent.
 	Disruption string     `json:"disruption"`
 	HoldUntil  *time.Time `json:"holdUntil,omitempty"`
 	Nodes      []Node     `json:"nodes"`

@@ -15,6 +15,13 @@ type Config struct {
 	// HoldTime: pods of a unit in FullDisruption (the whole site silent)
 	// are kept this long, then Kubernetes proceeds (0: never held).
 	HoldTime time.Duration
+	// SilentAfter: an agent whose leaf link the hub reported closed
+	// counts as silent once it has sent no ballot for this long: longer
+	// than a kubelet's Lease takes to go stale (half its 40 s), so that a
+	// site cut off is seen by its Leases before its agents alone make the
+	// unit AgentsSilent, and a unit forming (its agents' links bounce
+	// before their first ballots) is never silent.
+	SilentAfter time.Duration
 	// VoteTTL is how long the votes of a ballot count when the voter gave
 	// no TTL.
 	VoteTTL time.Duration
@@ -25,6 +32,11 @@ type Config struct {
 	// from the time the hub stored it (a voter's clock that is off, or a
 	// ballot forged to count in the future).
 	MaxVoteSkew time.Duration
+	// RepairAfter: a replica that does not lead restores a node it
+	// protects that has been lost this long and is still not protected
+	// (the leader died; its Lease passes on only after its duration). 0:
+	// never.
+	RepairAfter time.Duration
 	// Resync re-checks every lost node and disrupted unit this often, so
 	// expiring votes and holds take effect without a new event. The
 	// informational writes wait this long, so those of one transition
@@ -32,6 +44,9 @@ type Config struct {
 	Resync time.Duration
 	// Workers reconcile nodes concurrently.
 	Workers int
+	// ProtectedNamespace is where the protected set's ConfigMaps are kept
+	// (atoll-cloud's own namespace); empty: no protected set.
+	ProtectedNamespace string
 	// Replicas of the hold bucket (match the hub's stream replicas).
 	Replicas int
 	// Protect limits the protection writes (a Node's unreachable taint,
@@ -60,7 +75,7 @@ func (l Limits) validate(name string) error {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
+	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, SilentAfter: 30 * time.Second, RepairAfter: 3 * time.Second, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
 		Protect: Limits{QPS: 200, Burst: 400}, Info: Limits{QPS: 20, Burst: 40}, InfoWorkers: 2}
 }
 
@@ -72,6 +87,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.HoldTime < 0:
 		return errors.New("health: hold time must not be negative")
+	case c.SilentAfter < 0:
+		return errors.New("health: silent after must not be negative")
+	case c.RepairAfter < 0:
+		return errors.New("health: repair after must not be negative")
 	case c.VoteTTL <= 0:
 		return errors.New("health: vote TTL must be positive")
 	case c.MaxVoteTTL < c.VoteTTL:

@@ -21,34 +21,73 @@ const (
 	// PartialDisruption: some nodes are not Ready, or all are but their
 	// peers still vote (the cloud hears the site).
 	PartialDisruption UnitState = "PartialDisruption"
-	// FullDisruption: no fresh vote comes from the unit and every node is
-	// not Ready or had its leaf link to the hub reported closed: the whole
-	// site is cut from the cloud.
+	// FullDisruption: the whole site is cut from the cloud: no fresh vote
+	// comes from the unit, and the cloud hears none of its members, by
+	// their kubelets (not Ready) or by their Leases and agents together
+	// (a Lease no longer renewed, an agent's leaf link reported closed).
+	// The unit is held.
 	FullDisruption UnitState = "FullDisruption"
+	// AgentsSilent: every agent of the unit is cut from the hub (a bad
+	// agent rollout, a site that reaches the apiserver but not the hub),
+	// while some of its kubelets still report. No peer verdict reaches
+	// the cloud, so nothing protects a node that is lost; the unit is not
+	// held: a node whose kubelet dies is left to Kubernetes.
+	AgentsSilent UnitState = "AgentsSilent"
 )
 
-// Disruption classifies a unit from its nodes' Ready conditions, whether
-// the hub reported each node's leaf link closed since its last vote
-// (linkDown, in the same order; nil: none), and whether any fresh vote
-// about any of its nodes reached the cloud. A unit whose every link the
-// hub reported closed is fully disrupted at once, before the node
-// lifecycle controller notices its nodes one by one (their Leases expire
-// at different times): its hold then applies to each node as soon as it
-// is lost, before the controller's NoExecute taint.
-func Disruption(ready []corev1.ConditionStatus, linkDown []bool, freshVotes bool) UnitState {
-	notReady, silent := 0, 0
-	for i, r := range ready {
-		down := i < len(linkDown) && linkDown[i]
-		if r != corev1.ConditionTrue {
+// UnitStates are the states, in the order of their metric.
+var UnitStates = []UnitState{Normal, PartialDisruption, FullDisruption, AgentsSilent}
+
+// Member is what the cloud hears of one member of a unit.
+type Member struct {
+	// Ready is the member's Ready condition.
+	Ready corev1.ConditionStatus
+	// LinkDown: the hub reported its agent's leaf link closed after the
+	// agent's last ballot.
+	LinkDown bool
+	// Silent: LinkDown, for SilentAfter already.
+	Silent bool
+	// LeaseStale: its kubelet's Lease was not renewed for half its
+	// duration (or it has none).
+	LeaseStale bool
+}
+
+// Lost reports whether the cloud hears nothing of m: its kubelet is not
+// Ready, or its agent's link is down and its kubelet's Lease stale. A
+// site cut off has its links reported closed at once and its Leases go
+// stale within half a Lease's duration, before the node lifecycle
+// controller marks its nodes Unknown one by one: its hold then applies to
+// each node as soon as the controller loses it, before its NoExecute
+// taint.
+func (m Member) Lost() bool {
+	return m.Ready != corev1.ConditionTrue || (m.LinkDown && m.LeaseStale)
+}
+
+// Disruption classifies a unit from what the cloud hears of its members
+// and whether any fresh vote about any of them reached the cloud.
+func Disruption(members []Member, freshVotes bool) UnitState {
+	notReady, lost, silent := 0, 0, 0
+	for _, m := range members {
+		if m.Ready != corev1.ConditionTrue {
 			notReady++
 		}
-		if r != corev1.ConditionTrue || down {
+		if m.Lost() {
+			lost++
+		}
+		if m.Silent {
 			silent++
 		}
 	}
 	switch {
-	case len(ready) > 0 && silent == len(ready) && !freshVotes:
+	case len(members) == 0 || freshVotes:
+		if notReady == 0 {
+			return Normal
+		}
+		return PartialDisruption
+	case lost == len(members):
 		return FullDisruption
+	case silent == len(members):
+		return AgentsSilent
 	case notReady == 0:
 		return Normal
 	default:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,33 +56,60 @@ func TestProtect(t *testing.T) {
 }
 
 func TestDisruption(t *testing.T) {
-	T, U := corev1.ConditionTrue, corev1.ConditionUnknown
+	// A member: Ready (T) or lost by the controller (U); its agent's link
+	// up, down (d) or down for SilentAfter (D); its Lease renewed or
+	// stale (s).
+	m := func(spec string) Member {
+		return Member{
+			Ready:      map[byte]corev1.ConditionStatus{'T': corev1.ConditionTrue, 'U': corev1.ConditionUnknown}[spec[0]],
+			LinkDown:   strings.ContainsAny(spec, "dD"),
+			Silent:     strings.Contains(spec, "D"),
+			LeaseStale: strings.Contains(spec, "s"),
+		}
+	}
+	unit := func(specs ...string) []Member {
+		var out []Member
+		for _, s := range specs {
+			out = append(out, m(s))
+		}
+		return out
+	}
 	tests := []struct {
-		name  string
-		ready []corev1.ConditionStatus
-		down  []bool
-		votes bool
-		want  UnitState
+		name    string
+		members []Member
+		votes   bool
+		want    UnitState
 	}{
-		{"all ready", []corev1.ConditionStatus{T, T, T}, nil, true, Normal},
-		{"empty unit", nil, nil, false, Normal},
-		{"one lost", []corev1.ConditionStatus{T, U, T}, nil, true, PartialDisruption},
-		{"all lost, silent", []corev1.ConditionStatus{U, U, U}, nil, false, FullDisruption},
-		{"all lost, peers still vote", []corev1.ConditionStatus{U, U, U}, nil, true, PartialDisruption},
-		{"most lost, silent", []corev1.ConditionStatus{U, U, T}, nil, false, PartialDisruption},
+		{"all ready", unit("T", "T", "T"), true, Normal},
+		{"empty unit", nil, false, Normal},
+		{"one lost", unit("T", "U", "T"), true, PartialDisruption},
+		{"all lost, silent", unit("U", "U", "U"), false, FullDisruption},
+		{"all lost, peers still vote", unit("U", "U", "U"), true, PartialDisruption},
+		{"most lost, silent", unit("U", "U", "T"), false, PartialDisruption},
 		// No agents: nobody votes, no link is reported closed.
-		{"one lost, no agents", []corev1.ConditionStatus{U, T, T}, []bool{false, false, false}, false, PartialDisruption},
-		// The site's links closed: held before the controller loses
-		// every node.
-		{"every link closed, none lost yet", []corev1.ConditionStatus{T, T, T}, []bool{true, true, true}, false, FullDisruption},
-		{"one lost, the others' links closed", []corev1.ConditionStatus{U, T, T}, []bool{true, true, true}, false, FullDisruption},
-		{"one lost, one link still up", []corev1.ConditionStatus{U, T, T}, []bool{true, true, false}, false, PartialDisruption},
-		{"links closed, a fresh vote still counts", []corev1.ConditionStatus{U, T, T}, []bool{true, true, true}, true, PartialDisruption},
-		{"one link closed, all ready", []corev1.ConditionStatus{T, T, T}, []bool{false, true, false}, true, Normal},
+		{"one lost, no agents", unit("U", "T", "T"), false, PartialDisruption},
+		{"all ready, no agents", unit("T", "T", "T"), false, Normal},
+		// The site cut off: links closed, Leases stale: held before the
+		// controller loses every node.
+		{"site cut, none lost yet", unit("Tds", "Tds", "Tds"), false, FullDisruption},
+		{"site cut, one lost", unit("Uds", "Tds", "Tds"), false, FullDisruption},
+		{"one link still up", unit("Uds", "Tds", "T"), false, PartialDisruption},
+		{"links closed, a fresh vote still counts", unit("Uds", "Tds", "Tds"), true, PartialDisruption},
+		{"one link closed, all ready", unit("T", "Td", "T"), true, Normal},
+		{"site cut, links down for long", unit("TDs", "TDs", "TDs"), false, FullDisruption},
+		// Every agent cut from the hub, kubelets reporting: not held.
+		{"agents silent, kubelets report", unit("TD", "TD", "TD"), false, AgentsSilent},
+		{"agents silent, one kubelet dead", unit("UDs", "TD", "TD"), false, AgentsSilent},
+		{"agents silent, one Lease late", unit("TDs", "TD", "TD"), false, AgentsSilent},
+		{"agents cut, not for long yet", unit("Td", "Td", "Td"), false, Normal},
+		// A unit forming: its agents' links bounce before their first
+		// ballot, their kubelets report.
+		{"forming", unit("Td", "Td"), false, Normal},
+		{"a stale Lease alone is not lost", unit("Ts", "Ts"), false, Normal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Disruption(tt.ready, tt.down, tt.votes); got != tt.want {
+			if got := Disruption(tt.members, tt.votes); got != tt.want {
 				t.Fatalf("Disruption = %v, want %v", got, tt.want)
 			}
 		})

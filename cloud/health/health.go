@@ -87,6 +87,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -135,7 +136,7 @@ type Service struct {
 	infoW   *patcher                                     // informational writes
 	info    workqueue.TypedRateLimitingInterface[string] // nodes whose annotations to write
 	work    chan event.GenericEvent                      // → the reconciler's workqueue
-	elected <-chan struct{}                              // closed once this replica leads
+	leads   func() bool                                  // this replica leads (writes)
 	ballots atomic.Pointer[eventbus.Consumer]            // follows every ballot, on every replica; set by Run
 
 	links      atomic.Pointer[jetstream.KeyValue] // LinksBucket; set by Run
@@ -153,6 +154,8 @@ type Service struct {
 	unitLocks sync.Map
 	// members indexes each unit's members (the Node informer's events).
 	members *units.Index
+	// protected keeps the protected set (protected.go); nil: none.
+	protected *protectedSets
 }
 
 // New builds the service on the manager m: it registers the informers
@@ -164,14 +167,15 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 	}
 	s := &Service{
 		cfg: cfg, bus: b, evm: evm, log: log.With("component", "health"),
-		metrics: newMetrics(reg),
-		tracker: NewTracker(cfg.VoteTTL),
-		now:     time.Now,
-		units:   map[string]unitStatus{},
-		members: units.NewIndex(cfg.Units),
-		cache:   m.GetClient(),
-		work:    make(chan event.GenericEvent),
-		elected: m.Elected(),
+		metrics:   newMetrics(reg),
+		tracker:   NewTracker(cfg.VoteTTL),
+		now:       time.Now,
+		units:     map[string]unitStatus{},
+		members:   units.NewIndex(cfg.Units),
+		protected: &protectedSets{namespace: cfg.ProtectedNamespace, written: map[string]map[string]string{}},
+		cache:     m.GetClient(),
+		work:      make(chan event.GenericEvent),
+		leads:     m.Leading,
 	}
 	var err error
 	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {
@@ -201,10 +205,27 @@ func (s *Service) Protected(node string) bool {
 }
 
 // ProtectedNode decides for a Node being written, from its own Ready
-// condition (protect.NodePolicy).
+// condition (protect.NodePolicy). Until this replica has read the ballots
+// and computed the units' states once (a start, a restart after a crash),
+// the decision persisted on the node stands: its verdict annotation
+// healthy, or its unit's hold in force (the annotations the guard webhook
+// reads while no replica answers). A replica that starts never admits,
+// from a partial view, the write that would drop a node's protection.
 func (s *Service) ProtectedNode(n *corev1.Node) bool {
 	// Only a node the cloud lost is ever protected: tally no other.
-	return protect.LostByCloud(n) && Protect(n, s.tally(n, s.now()), s.held(s.cfg.Units.Of(n)))
+	if !protect.LostByCloud(n) {
+		return false
+	}
+	if !s.decided() {
+		return persistedProtection(n, s.now())
+	}
+	return Protect(n, s.tally(n, s.now()), s.held(s.cfg.Units.Of(n)))
+}
+
+// decided reports whether this replica decides from its own state: it has
+// caught up with the ballots and computed the units' states once.
+func (s *Service) decided() bool {
+	return s.resynced.Load() && s.Ready(context.Background()) == nil
 }
 
 // tally reads the votes about n that count: cast for n's unit by another
@@ -568,13 +589,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
+// leading reports whether this replica leads (writes).
+func (s *Service) leading() bool { return s.leads() }
+
 // enqueue hands node to the reconciler's workqueue. On a replica that does
 // not lead, there is no reconciler: the leader reconciles from its own
 // state.
 func (s *Service) enqueue(ctx context.Context, node string) {
-	select {
-	case <-s.elected:
-	default:
+	if !s.leading() {
 		return
 	}
 	select {
@@ -631,6 +653,19 @@ func (s *Service) resync(ctx context.Context) {
 		}
 	}
 	s.metrics.protected.Set(float64(protected))
+	if s.leading() {
+		if err := s.syncProtected(ctx, byUnit, now); err != nil {
+			s.log.Warn("protected set not written; retrying at the next resync", "err", err)
+		}
+	} else {
+		var lost []*corev1.Node
+		for i := range list.Items {
+			if ReadyStatus(&list.Items[i]) == corev1.ConditionUnknown {
+				lost = append(lost, &list.Items[i])
+			}
+		}
+		s.repairs(ctx, lost, now)
+	}
 	s.resynced.Store(true)
 	for _, n := range queue {
 		s.enqueue(ctx, n)
@@ -656,31 +691,30 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 	for i := range list.Items {
 		members[i] = &list.Items[i]
 	}
-	ready := make([]corev1.ConditionStatus, 0, len(members))
-	down := make([]bool, 0, len(members))
+	heard := make([]Member, 0, len(members))
 	names := make([]string, 0, len(members))
 	byName := make(map[string]corev1.ConditionStatus, len(members))
-	silent := 0
+	quiet := 0
 	for _, n := range members {
-		r := ReadyStatus(n)
-		d := s.tracker.LinkDown(n.Name)
-		ready, down, names = append(ready, r), append(down, d), append(names, n.Name)
-		byName[n.Name] = r
-		if r != corev1.ConditionTrue || d {
-			silent++
+		m := s.member(ctx, n, now)
+		heard, names = append(heard, m), append(names, n.Name)
+		byName[n.Name] = m.Ready
+		if m.Lost() || m.LinkDown {
+			quiet++
 		}
 	}
-	// Fresh votes matter only to a unit whose every member is silent
-	// (Disruption): judging every member costs a walk of its votes.
+	// Fresh votes matter only to a unit whose every member is lost or
+	// silent (Disruption): tallying every member costs a walk of its
+	// votes.
 	fresh := false
-	if silent == len(members) {
+	if quiet == len(members) {
 		for _, n := range members {
 			if fresh = s.tally(n, now).Votes() > 0; fresh {
 				break
 			}
 		}
 	}
-	st := unitStatus{state: Disruption(ready, down, fresh), nodes: names, ready: byName}
+	st := unitStatus{state: Disruption(heard, fresh), nodes: names, ready: byName}
 	if st.state == FullDisruption && s.cfg.HoldTime > 0 {
 		since, err := s.holdSince(ctx, unit, now)
 		if err != nil {
@@ -719,6 +753,37 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 	return names, changed
 }
 
+// member is what the cloud hears of node n at now: its Ready condition,
+// whether its agent's link is down (and for SilentAfter already), and
+// whether its kubelet's Lease is stale (not renewed for half its
+// duration, or missing).
+func (s *Service) member(ctx context.Context, n *corev1.Node, now time.Time) Member {
+	m := Member{Ready: ReadyStatus(n), LeaseStale: true}
+	if since, down := s.tracker.LinkDownSince(n.Name); down {
+		m.LinkDown, m.Silent = true, now.Sub(since) >= s.cfg.SilentAfter
+	}
+	var lease coordinationv1.Lease
+	if err := s.cache.Get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: n.Name}, &lease, client.UnsafeDisableDeepCopy); err == nil {
+		m.LeaseStale = LeaseStale(&lease, now)
+	}
+	return m
+}
+
+// LeaseStale reports whether a kubelet's Lease was not renewed for half
+// its duration at now: two renewals missed (the kubelet renews every
+// quarter of it), before the node lifecycle controller's grace period
+// runs out.
+func LeaseStale(l *coordinationv1.Lease, now time.Time) bool {
+	if l.Spec.RenewTime == nil {
+		return true
+	}
+	d := 40 * time.Second // the kubelet's default
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return now.Sub(l.Spec.RenewTime.Time) > d/2
+}
+
 // refreshUnit is updateUnit for one unit, from the cache, on the event
 // paths that may move its state (a voter's link lost, the first vote of
 // a silent unit, a member no longer Ready): the state and the verdicts
@@ -736,6 +801,31 @@ func (s *Service) refreshUnit(ctx context.Context, unit string) {
 			s.enqueue(ctx, n)
 		}
 	}
+}
+
+// undecided reports whether the hub reported the leaf link of every
+// member of unit closed while the unit is neither held (FullDisruption)
+// nor AgentsSilent: the grace in which a site cut off is told from agents
+// cut from the hub (its Leases go stale, or SilentAfter passes). Its
+// nodes' verdict annotations wait: a hold may follow, and goes out with
+// them.
+func (s *Service) undecided(ctx context.Context, unit string) bool {
+	if unit == "" {
+		return false
+	}
+	if st, _ := s.UnitState(unit); st == FullDisruption || st == AgentsSilent {
+		return false
+	}
+	var list corev1.NodeList
+	if err := s.cache.List(ctx, &list, client.MatchingFields{unitIndex: unit}, client.UnsafeDisableDeepCopy); err != nil || len(list.Items) == 0 {
+		return false
+	}
+	for i := range list.Items {
+		if !s.tracker.LinkDown(list.Items[i].Name) {
+			return false
+		}
+	}
+	return true
 }
 
 // unitStale reports whether unit's state was computed with node Ready

@@ -8,6 +8,7 @@ type metrics struct {
 	protected prometheus.Gauge
 	deferred  prometheus.Counter
 	votes     prometheus.Gauge
+	repairs   prometheus.Counter
 	linksLost prometheus.Counter
 	// lateBallots counts ballots whose TTL had passed when handled.
 	lateBallots prometheus.Counter
@@ -20,11 +21,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "patches_total",
-			Help: "Kubernetes patches by kind (node, endpointslice, endpoints) and result (ok, retry, error).",
+			Help: "Kubernetes patches by kind (node, endpointslice, endpoints, configmap) and result (ok, retry, error).",
 		}, []string{"kind", "result"}),
 		unitState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "unit_disruption",
-			Help: "1 for each unit's current disruption state (Normal, PartialDisruption, FullDisruption).",
+			Help: "1 for each unit's current disruption state (Normal, PartialDisruption, FullDisruption, AgentsSilent).",
 		}, []string{"unit", "state"}),
 		protected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "protected_nodes",
@@ -37,6 +38,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lateBallots: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "ballots_expired_on_arrival_total",
 			Help: "Ballots whose TTL had passed when they were handled (a consumer behind by more than the TTL): recorded, counted for no verdict.",
+		}),
+		repairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "health", Name: "repairs_total",
+			Help: "Protected nodes this replica restored while it did not lead, because the leader had left them unprotected for the repair delay (a leader that died).",
 		}),
 		votes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "health", Name: "tracked_votes",
@@ -52,13 +57,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes, m.linksLost, m.linksMoved, m.lateBallots)
+		reg.MustRegister(m.patches, m.unitState, m.protected, m.deferred, m.votes, m.repairs, m.linksLost, m.linksMoved, m.lateBallots)
 	}
 	return m
 }
 
 func (m *metrics) setUnitState(unit string, state UnitState, gone bool) {
-	for _, s := range []UnitState{Normal, PartialDisruption, FullDisruption} {
+	for _, s := range UnitStates {
 		if gone {
 			m.unitState.DeleteLabelValues(unit, string(s))
 			continue

@@ -163,7 +163,8 @@ type patcher struct {
 
 // Write is one patch the health service made.
 type Write struct {
-	// Kind is node, endpointslice or endpoints.
+	// Kind is node, endpointslice, endpoints or configmap (the protected
+	// set).
 	Kind            string
 	Namespace, Name string
 	Time            time.Time

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,7 +76,7 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 	}
 	// The controller's watches start on the leader only; the cache must
 	// hold these on every replica.
-	for _, o := range []client.Object{&corev1.Node{}, &corev1.Pod{}, &discoveryv1.EndpointSlice{}, &corev1.Endpoints{}} {
+	for _, o := range []client.Object{&corev1.Node{}, &corev1.Pod{}, &discoveryv1.EndpointSlice{}, &corev1.Endpoints{}, &coordinationv1.Lease{}, &corev1.ConfigMap{}} {
 		inf, err := m.GetCache().GetInformer(ctx, o)
 		if err != nil {
 			return fmt.Errorf("informer %T: %w", o, err)
@@ -102,29 +103,34 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 		})).
 		// Ballots and resyncs: the only way in besides the watches.
 		WatchesRawSource(source.Channel(s.work, &handler.EnqueueRequestForObject{})).
+		// A new term reconciles every Node, as a new leader's would.
+		WatchesRawSource(m.TermSource(&corev1.NodeList{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: s.cfg.Workers}).
-		Complete(s)
+		Complete(m.LeaderOnly(s))
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	// The shared durable consumers feed the leader's workqueue.
+	// The informational writes run on every replica, each write on the
+	// leader only (annotate); the shared durable consumer feeds the
+	// leader's workqueue, one run per term.
 	if err := m.Add(ctrlmanager.RunnableFunc(s.writeInfo)); err != nil {
 		return err
 	}
-	return m.Add(ctrlmanager.RunnableFunc(s.consumeBallots))
+	m.OnTerm(s.consumeBallots)
+	return nil
 }
 
 // consumeBallots handles each ballot once across replicas (at least
 // once): it records the ballot and enqueues the nodes whose verdict it
-// changed, then the ballot is acked (see the package doc). It runs on the
-// leader only, beside the leader's ballot follower: whichever of the two
+// changed, then the ballot is acked (see the package doc). It runs for
+// each term this replica leads, beside the leader's ballot follower: whichever of the two
 // records a ballot first enqueues what it changed, and the other finds
 // nothing left to change. Nothing is lost to a new leader: its controller
 // reconciles every Node when it starts. Enqueueing every vote of every
 // ballot instead would send a unit's size of workqueue events per
 // keep-alive, enough in large units to block the follower behind the
 // reconciler's channel.
-func (s *Service) consumeBallots(ctx context.Context) error {
+func (s *Service) consumeBallots(ctx context.Context) {
 	err := eventbus.Consume(ctx, s.bus.JetStream(), events.BallotConsumer, func(ctx context.Context, ev eventbus.Event[*atollv1.Ballot]) error {
 		if err := s.validBallot(ev.Msg, ev.Published); err != nil {
 			return eventbus.Reject(err)
@@ -137,7 +143,6 @@ func (s *Service) consumeBallots(ctx context.Context) error {
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("consuming ballots stopped", "err", err)
 	}
-	return nil
 }
 
 // ballotSeen tells, before a ballot is decoded, whether the tracker has
@@ -283,8 +288,9 @@ func protectionWrite(n *corev1.Node, j Tally, hold time.Time, protected bool) bo
 	return !hold.IsZero() && n.Annotations[wellknown.AnnotationHoldUntil] != hold.UTC().Format(time.RFC3339)
 }
 
-// writeInfo runs the informational writes until ctx is done (leader only,
-// like the reconciler).
+// writeInfo runs the informational writes until ctx is done. It runs on
+// every replica; a replica that does not lead drops what is queued (its
+// next leader's resync queues it again).
 func (s *Service) writeInfo(ctx context.Context) error {
 	go func() { <-ctx.Done(); s.info.ShutDown() }()
 	var wg sync.WaitGroup
@@ -313,6 +319,9 @@ func (s *Service) writeInfo(ctx context.Context) error {
 // were when it was queued), leaving its taints alone: those are the
 // reconciler's.
 func (s *Service) annotate(ctx context.Context, name string) error {
+	if !s.leading() {
+		return nil
+	}
 	if err := s.Ready(ctx); err != nil {
 		s.info.AddAfter(name, catchUpRetry)
 		return nil
@@ -326,6 +335,13 @@ func (s *Service) annotate(ctx context.Context, name string) error {
 		return err
 	}
 	unit := s.cfg.Units.Of(&n)
+	if s.undecided(ctx, unit) {
+		// The unit went quiet and is not yet known cut off or only
+		// agent-silent: a hold may follow, to be written with these
+		// annotations in one patch.
+		s.info.AddAfter(name, s.cfg.Resync)
+		return nil
+	}
 	j := s.tally(&n, s.now())
 	_, hold := s.UnitState(unit)
 	if !s.held(unit) {

@@ -294,13 +294,19 @@ func (t *Tracker) changes(voter, unit string, v *atollv1.Vote, published time.Ti
 // after it stored the voter's latest ballot (or the voter has none
 // since): the voter is cut from the cloud until it sends again.
 func (t *Tracker) LinkDown(voter string) bool {
+	_, down := t.LinkDownSince(voter)
+	return down
+}
+
+// LinkDownSince is LinkDown, with when the hub reported the link closed.
+func (t *Tracker) LinkDownSince(voter string) (time.Time, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	cut, ok := t.cuts[voter]
-	if !ok {
-		return false
+	if !ok || t.ballots[voter].published.After(cut) {
+		return time.Time{}, false
 	}
-	return !t.ballots[voter].published.After(cut)
+	return cut, true
 }
 
 // LastBallot returns when the hub stored the latest ballot of voter this

@@ -75,9 +75,14 @@ func TestVotesThatDoNotCount(t *testing.T) {
 	if j := r.s.Tally("edge-1"); j.Verdict != healthy || j.Votes() != 1 {
 		t.Errorf("edge-1 judged %v from %d votes (%+v), want healthy from edge-2's one", j.Verdict, j.Votes(), j)
 	}
-	if !r.s.Protected("edge-1") {
-		t.Error("edge-1 not protected by its peer's valid vote")
-	}
+	// Protected decides from the replica's own state once it has
+	// computed the units' states (its first resync).
+	poll.Eventually(t, 10*time.Second, func() error {
+		if !r.s.Protected("edge-1") {
+			return fmt.Errorf("edge-1 not protected by its peer's valid vote")
+		}
+		return nil
+	})
 	if j := r.s.Tally("cp-1"); j.Votes() != 0 || r.s.Protected("cp-1") {
 		t.Errorf("cp-1, in no unit, judged from %d votes (protected %v)", j.Votes(), r.s.Protected("cp-1"))
 	}
@@ -119,9 +124,12 @@ func TestKubeletWordIsNeverOverridden(t *testing.T) {
 		}
 		return nil
 	})
-	if !r.s.Protected("k-lost") {
-		t.Error("k-lost, lost by the cloud with healthy peers, not protected")
-	}
+	poll.Eventually(t, 10*time.Second, func() error { // after the first resync
+		if !r.s.Protected("k-lost") {
+			return fmt.Errorf("k-lost, lost by the cloud with healthy peers, not protected")
+		}
+		return nil
+	})
 	for _, node := range []string{"k-false", "k-unknown"} {
 		if r.s.Protected(node) {
 			t.Errorf("%s protected against its kubelet's own Ready condition", node)

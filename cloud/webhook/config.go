@@ -218,6 +218,10 @@ type RegistrationConfig struct {
 	CABundle []byte
 	// CAFile is read into CABundle when CABundle is empty.
 	CAFile string
+	// ProtectedNamespace is where the health service keeps the protected
+	// set (its ConfigMaps), which the pod readiness policy reads: Register
+	// also applies that policy and its binding there. Empty: no policy.
+	ProtectedNamespace string
 	// CAInjected leaves the caBundle to someone else (cert-manager's CA
 	// injector): Register writes none, and neither CABundle nor CAFile is
 	// needed. Module sets it with CertsCertManager, and fills CABundle

@@ -71,7 +71,8 @@ func notGuarded(users []string) *arv1ac.MatchConditionApplyConfiguration {
 }
 
 // Register creates or updates the MutatingWebhookConfiguration cfg
-// describes, with server-side apply: idempotent, safe to run from every
+// describes (and, with cfg.ProtectedNamespace, the pod readiness policy:
+// RegisterPodReadinessPolicy), with server-side apply: idempotent, safe to run from every
 // replica at once, and it takes back fields someone else changed. The
 // apiserver starts calling a new or changed webhook shortly after (it picks
 // up configurations from an informer), not when Register returns.
@@ -90,6 +91,9 @@ func Register(ctx context.Context, client kubernetes.Interface, cfg Registration
 	}
 	if err != nil {
 		return fmt.Errorf("apply mutatingwebhookconfiguration %s: %w", *obj.Name, err)
+	}
+	if cfg.ProtectedNamespace != "" {
+		return RegisterPodReadinessPolicy(ctx, client, cfg, cfg.ProtectedNamespace)
 	}
 	return nil
 }

@@ -50,3 +50,18 @@ const (
 	// (RFC 3339): the start of its progress deadline in a rollout.
 	AnnotationGridRevisionSince = "apps.atoll.io/revision-since"
 )
+
+// The protected set, kept in the apiserver for admission while no
+// atoll-cloud replica answers: one ConfigMap per unit, in atoll-cloud's
+// namespace, named ProtectedNodesPrefix+<unit>, labelled ProtectedNodesLabel,
+// whose data keys are the unit's nodes Atoll protects should the cloud lose
+// them (the peers see them healthy, or the unit is held). The pod readiness
+// policy (PodReadinessPolicy, a ValidatingAdmissionPolicy) reads them.
+const (
+	ProtectedNodesLabel  = "atoll.io/protected-nodes"
+	ProtectedNodesPrefix = "atoll-protected-"
+	// PodReadinessPolicy names the ValidatingAdmissionPolicy, and its
+	// binding, that refuse the node lifecycle controller's marking of a
+	// protected node's pods not ready.
+	PodReadinessPolicy = "atoll-pod-readiness"
+)

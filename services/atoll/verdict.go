@@ -25,9 +25,10 @@ const (
 	// Ready node without a peer verdict in a unit of two or more whose
 	// nodes are all Ready (if its cloud link drops, nothing protects it;
 	// while a peer is lost, the verdicts lacking that peer's votes are
-	// expected and not counted), a Ready node its peers judge unhealthy
-	// (they cannot reach it), or an agent behind on the views the cloud
-	// published.
+	// expected and not counted), a unit whose every agent is cut from the
+	// hub while its kubelets report (AgentsSilent), a Ready node its peers
+	// judge unhealthy (they cannot reach it), or an agent behind on the
+	// views the cloud published.
 	Degraded
 	// AtRisk: Kubernetes evicts or will evict pods: a unit partitioned
 	// (FullDisruption: held until its hold ends, then released to
@@ -80,9 +81,10 @@ var (
 	fExposed     = finding{AtRisk, "node %s lost by the cloud and not protected (no peer verdict)", "nodes %s lost by the cloud and not protected (no peer verdict)", "lost, not protected"}
 	fDisputed    = finding{Degraded, "node %s Ready but unhealthy by its peers", "nodes %s Ready but unhealthy by their peers", "Ready, unhealthy by peers"}
 	fUnwatched   = finding{Degraded, "node %s has no peer verdict", "nodes %s have no peer verdict", "no peer verdict"}
+	fSilent      = finding{Degraded, "unit %s: every agent cut from the hub, no peer protection", "units %s: every agent cut from the hub, no peer protection", "agents silent"}
 	fBehind      = finding{Degraded, "node %s behind on its views", "nodes %s behind on their views", "views behind"}
 	fProtected   = finding{Safe, "1 node protected (cloud link lost, peers healthy)", "%d nodes protected (cloud link lost, peers healthy)", "protected"}
-	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fDisputed, &fUnwatched, &fBehind, &fProtected}
+	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fDisputed, &fSilent, &fUnwatched, &fBehind, &fProtected}
 )
 
 // maxNames is how many names a verdict or a note spells out per finding.
@@ -113,6 +115,13 @@ func assessUnit(u *atollv1.UnitStatus, at time.Time) *assessment {
 		a.add(&fPartitioned, u.GetUnit()+" partitioned"+holdNote(u, at))
 		return a
 	}
+	// Every agent of the unit cut from the hub while its kubelets report:
+	// no verdict reaches the cloud, which is this finding, not one per
+	// node; a node lost meanwhile is not protected (at risk, below).
+	silent := u.GetState() == "AgentsSilent"
+	if silent {
+		a.add(&fSilent, u.GetUnit())
+	}
 	// While a node is lost, its votes about its peers do not reach the
 	// cloud either, so their verdicts may lack a majority: expected, not
 	// a fault of their own.
@@ -129,7 +138,7 @@ func assessUnit(u *atollv1.UnitStatus, at time.Time) *assessment {
 			a.add(&fExposed, n.GetName())
 		case n.GetVerdict() == atollv1.Verdict_VERDICT_UNHEALTHY:
 			a.add(&fDisputed, n.GetName())
-		case n.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY && len(u.GetNodes()) > 1 && !lost:
+		case n.GetVerdict() != atollv1.Verdict_VERDICT_HEALTHY && len(u.GetNodes()) > 1 && !lost && !silent:
 			a.add(&fUnwatched, n.GetName())
 		}
 		if b := n.GetViewsBehind(); b != "" && b != "unknown" {

@@ -26,7 +26,7 @@ type NodeUnitStatus struct {
 	// +optional
 	NotReadyNodes int32 `json:"notReadyNodes"`
 	// Disruption is the health service's state of the unit.
-	// +kubebuilder:validation:Enum="";Normal;PartialDisruption;FullDisruption
+	// +kubebuilder:validation:Enum="";Normal;PartialDisruption;FullDisruption;AgentsSilent
 	// +optional
 	Disruption string `json:"disruption,omitempty"`
 }

@@ -149,7 +149,8 @@ func (x *ClusterStatus) GetTunnelReplicas() uint32 {
 type UnitStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Unit  string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
-	// Normal, PartialDisruption or FullDisruption.
+	// Normal, PartialDisruption, FullDisruption or AgentsSilent
+	// (cloud/health.UnitState).
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// When the hold of a fully disrupted unit ends (it may have passed);
 	// unset when the unit is not held.
