@@ -330,6 +330,9 @@ func (e *env) verdict(node, want string) error {
 		return err
 	}
 	if got := n.Annotations[wellknown.AnnotationVerdict]; got != want {
+		if e.bed.Health == nil { // atoll-cloud runs in replicas
+			return fmt.Errorf("%s verdict annotation %q, want %q", node, got, want)
+		}
 		j := e.bed.Health.Tally(node)
 		return fmt.Errorf("%s verdict annotation %q, want %q (votes healthy=%d,unhealthy=%d,none=%d; freshest: normal=%d,abnormal=%d,checkers=%d)",
 			node, got, want, j.Healthy, j.Unhealthy, j.Undecided, j.Normal, j.Abnormal, j.Checkers)
@@ -395,8 +398,10 @@ func (e *env) killHub(t *testing.T) func() {
 // TestDistributedHealth is the scenario matrix of distributed health, on
 // both hub shapes. On the hub cluster, one hub server (the one atoll-cloud
 // is connected to) is killed while scenario 1's node is protected, with
-// every other scenario running. atoll-cloud runs as the ServiceAccount of
-// deploy/base/atoll-cloud.yaml; once the scenarios are done, the apiserver's
+// every other scenario running. Then crashMatrix, on the same bed, with
+// atoll-cloud in processes of its own. atoll-cloud runs as the
+// ServiceAccount of deploy/base/atoll-cloud.yaml; once the scenarios are
+// done, the apiserver's
 // audit log must show it was refused nothing and used every permission
 // the manifest grants it (checkLeastPrivilege).
 func TestDistributedHealth(t *testing.T) {
@@ -407,13 +412,21 @@ func TestDistributedHealth(t *testing.T) {
 			// After the parallel scenarios, before the bed stops
 			// (cleanups run last registered first).
 			t.Cleanup(func() { e.checkLeastPrivilege(t) })
-			healthMatrix(t, e)
+			t.Run("matrix", func(t *testing.T) { healthMatrix(t, e) })
+			if t.Failed() {
+				return
+			}
+			// Then atoll-cloud as deployed, in replicas of its binary:
+			// one with the embedded hub (the default install), two on
+			// the hub cluster.
+			replicas := map[bool]int{false: 1, true: 2}[shape.cluster]
+			crashMatrix(t, e, replicas)
 		})
 	}
 }
 
 func healthMatrix(t *testing.T, e *env) {
-	e.formed.Add(6) // one per scenario below
+	e.formed.Add(7) // one per scenario below
 	// 1. The node's cloud link is down but its peers see it healthy: it
 	// stays Unknown with NoSchedule only, its pod is never evicted, its
 	// endpoint stays ready and its verdict healthy for three tolerations;
@@ -617,6 +630,63 @@ func healthMatrix(t *testing.T, e *env) {
 			}
 			return e.verdict(nodes[0], "none")
 		})
+	})
+
+	// 7. Every agent of a unit stops (a bad agent rollout) while its
+	// kubelets keep reporting: the unit is AgentsSilent, never held (no
+	// hold annotation on any node, at any poll); then one kubelet really
+	// dies: its pod is evicted within the toleration, as without Atoll,
+	// and the others' pods stay.
+	t.Run("agents down, kubelets report", func(t *testing.T) {
+		t.Parallel()
+		nodes := e.site(t, "s7", 3, true)
+		e.formed.Done()
+		for _, n := range nodes {
+			if err := e.bed.Sites.StopAgent(t.Context(), n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		notHeld := func() error {
+			if st, _ := e.bed.Health.UnitState("s7"); st == health.FullDisruption {
+				return fmt.Errorf("unit s7 is held though its kubelets report")
+			}
+			for _, n := range nodes {
+				nn, err := e.node(n)
+				if err != nil {
+					return err
+				}
+				if until, ok := nn.Annotations[wellknown.AnnotationHoldUntil]; ok {
+					return fmt.Errorf("%s carries a hold until %s", n, until)
+				}
+			}
+			return nil
+		}
+		// Past SilentAfter (30 s), the agents count as silent.
+		holdsFor(t, 35*time.Second, notHeld)
+		poll.Eventually(t, 15*time.Second, func() error {
+			if st, _ := e.bed.Health.UnitState("s7"); st != health.AgentsSilent {
+				return fmt.Errorf("unit s7 is %s, want %s", st, health.AgentsSilent)
+			}
+			return notHeld()
+		})
+		x := nodes[0]
+		if err := e.bed.Sites.StopKubelet(x); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.bed.Kubelet.Partition(x); err != nil {
+			t.Fatal(err)
+		}
+		lost := e.waitUnknown(t, x)
+		evicted := e.waitEvicted(t, "s7", "web-"+x, toleration+15*time.Second)
+		t.Logf("agents silent, kubelet dead: evicted %v after the node was lost (toleration %v)", evicted.Sub(lost).Round(100*time.Millisecond), toleration)
+		if err := notHeld(); err != nil {
+			t.Error(err)
+		}
+		for _, n := range nodes[1:] {
+			if ev, err := e.evicted("s7", "web-"+n); err != nil || ev {
+				t.Errorf("web-%s evicted (%v): its kubelet reports", n, err)
+			}
+		}
 	})
 }
 

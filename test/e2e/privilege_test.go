@@ -176,12 +176,22 @@ var notInE2E = map[grant]string{
 	// The informers list where the apiserver cannot stream a watch's
 	// initial state (WatchList); the tested apiserver can, so they never
 	// list here, but atoll-cloud must still start against one that cannot.
-	{verb: "list", group: "", resource: "nodes"}:                          listFallback,
-	{verb: "list", group: "", resource: "pods"}:                           listFallback,
-	{verb: "list", group: "", resource: "endpoints"}:                      listFallback,
-	{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"}: listFallback,
-	{verb: "list", group: "", resource: "services"}:                       listFallback,
+	{verb: "list", group: "", resource: "nodes"}:                                                   listFallback,
+	{verb: "list", group: "", resource: "pods"}:                                                    listFallback,
+	{verb: "list", group: "", resource: "endpoints"}:                                               listFallback,
+	{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"}:                          listFallback,
+	{verb: "list", group: "", resource: "services"}:                                                listFallback,
+	{verb: "list", group: "", resource: "configmaps", namespace: "atoll-system"}:                   listFallback,
+	{verb: "list", group: "coordination.k8s.io", resource: "leases", namespace: "kube-node-lease"}: listFallback,
+	{verb: "create", group: "", resource: "configmaps", namespace: "atoll-system"}:                 applyCreates,
+	{verb: "patch", group: "", resource: "endpoints"}:                                              restoredEndpoints,
+	{verb: "patch", group: "discovery.k8s.io", resource: "endpointslices"}:                         restoredEndpoints,
 }
+
+// restoredEndpoints: with the pod readiness policy in force the pods of a
+// protected node stay ready, so the e2e scenarios never need their
+// endpoints restored.
+const restoredEndpoints = "cloud/health restores the endpoints of a protected node whose pods were marked not ready before it entered the protected set, or with --webhook-fail-open (the policy only audits); cloud/health's tests exercise it against a real apiserver"
 
 const listFallback = "client-go informers fall back to list on an apiserver without WatchList streaming"
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -127,4 +129,43 @@ func (c *Cluster) ServiceAccountConfig(ctx context.Context, namespace, name stri
 // ServiceAccount namespace/name (what audit events and RBAC subjects name).
 func ServiceAccountUser(namespace, name string) string {
 	return "system:serviceaccount:" + namespace + ":" + name
+}
+
+// PauseAPIServer stops kube-apiserver with SIGSTOP, as a host that hangs
+// does: its connections stay open and nothing answers. It returns a
+// function that resumes it (SIGCONT); a test that pauses must resume.
+func (c *Cluster) PauseAPIServer() (resume func() error, err error) {
+	return c.pause(binAPIServer)
+}
+
+// pause stops component's process group with SIGSTOP and returns the
+// function that resumes it.
+func (c *Cluster) pause(component string) (func() error, error) {
+	c.mu.Lock()
+	var p *process
+	for _, q := range c.procs {
+		if q.name == component {
+			p = q
+		}
+	}
+	c.mu.Unlock()
+	if p == nil {
+		return nil, fmt.Errorf("kubetest: pause: %s is not running", component)
+	}
+	if done, err := p.exited(); done {
+		return nil, fmt.Errorf("kubetest: pause: %w", err)
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("kubetest: pause %s: %w", component, err)
+	}
+	var once sync.Once
+	var cerr error
+	return func() error {
+		once.Do(func() {
+			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+				cerr = fmt.Errorf("kubetest: resume %s: %w", component, err)
+			}
+		})
+		return cerr
+	}, nil
 }

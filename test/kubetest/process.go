@@ -83,6 +83,7 @@ func (p *process) stop(grace time.Duration) error {
 		}
 		pgid := p.cmd.Process.Pid
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		_ = syscall.Kill(-pgid, syscall.SIGCONT) // a paused process handles it
 		select {
 		case <-p.done:
 		case <-time.After(grace):

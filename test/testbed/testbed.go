@@ -103,13 +103,21 @@ type Bed struct {
 	cloudLog *slog.Logger
 	cloud    *fx.App // nil while atoll-cloud is stopped
 	stops    []func()
+	dir      string
+
+	// Replicas (replicas.go): the processes, the webhook's Service, and
+	// the embedded hub's URLs once the replica runs it.
+	replicas []*Replica
+	proxy    *proxy
+	leafURLs []string
+	hubURL   string
 }
 
 // StartCloud starts atoll-cloud (again, after StopCloud): Health and
 // HubLink then belong to the new process. With the embedded hub, the hub
 // starts with it (Hub is replaced).
 func (b *Bed) StartCloud(ctx context.Context) error {
-	if b.cloud != nil {
+	if b.cloud != nil || len(b.replicas) > 0 {
 		return errors.New("testbed: atoll-cloud is running")
 	}
 	populate := fx.Populate(&b.HubLink, &b.Health, &b.Identity, &b.Admin)
@@ -156,7 +164,7 @@ func Start(ctx context.Context, o Options) (b *Bed, err error) {
 	}
 	// bed, not b, in the cleanups: a failing return has already set b to
 	// nil when they run.
-	bed := &Bed{}
+	bed := &Bed{dir: o.Dir}
 	b = bed
 	defer func() {
 		if err != nil {
@@ -298,7 +306,7 @@ type enroller struct {
 
 func (e enroller) IssueEdge(node, unit, pub string) (string, error) {
 	if e.b.Identity == nil {
-		return "", errors.New("testbed: atoll-cloud is stopped")
+		return "", errors.New("testbed: atoll-cloud is stopped or runs in replicas (enroll nodes before StartReplicas)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -310,8 +318,11 @@ func (e enroller) Domain() string     { return e.domain }
 
 // LeafURLs are where the agents' leaf remotes dial.
 func (b *Bed) LeafURLs() []string {
-	if b.HubCluster != nil {
+	switch {
+	case b.HubCluster != nil:
 		return b.HubCluster.LeafURLs()
+	case b.Hub == nil:
+		return b.leafURLs // the embedded hub runs in a replica
 	}
 	return b.Hub.LeafURLs()
 }
@@ -319,8 +330,11 @@ func (b *Bed) LeafURLs() []string {
 // HubURL is where operators' tools reach the hub (one server of a
 // cluster).
 func (b *Bed) HubURL() string {
-	if b.HubCluster != nil {
+	switch {
+	case b.HubCluster != nil:
 		return b.HubCluster.ClientURLs()[0]
+	case b.Hub == nil:
+		return b.hubURL // the embedded hub runs in a replica
 	}
 	return b.Hub.ClientURL()
 }
