@@ -134,6 +134,32 @@ func echo(t *testing.T, c *tunnelproto.Conn, n int, mid func()) {
 	}
 }
 
+// settled runs one short session to its end, so that what the servers
+// and clients start on first use (not per session) runs already, and
+// returns the goroutine and cloud subscription counts noLeaks compares
+// with.
+func settled(t *testing.T, e *env) (goroutines, cloudSubs int) {
+	t.Helper()
+	cloudSubs = e.cloud.NumSubscriptions()
+	c := e.dial(t, "127.0.0.1:10250")
+	echo(t, c, 1<<10, nil)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Its end lingers (TestDialerLingers): wait until it is gone.
+	poll.Eventually(t, 30*time.Second, func() error {
+		if s := e.ln.Sessions(); s != 0 {
+			return fmt.Errorf("%d agent sessions", s)
+		}
+		if n := e.cloud.NumSubscriptions(); n != cloudSubs {
+			return fmt.Errorf("%d cloud subscriptions, want %d", n, cloudSubs)
+		}
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond)
+	return runtime.NumGoroutine(), cloudSubs
+}
+
 // noLeaks waits for the goroutines and subscriptions to return to their
 // counts from before.
 func noLeaks(t *testing.T, e *env, goroutines, cloudSubs int) {
@@ -154,7 +180,7 @@ func noLeaks(t *testing.T, e *env, goroutines, cloudSubs int) {
 
 func TestEchoThroughHub(t *testing.T) {
 	e := start(t, tunnelproto.Config{})
-	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
+	g, subs := settled(t, e)
 	c := e.dial(t, "127.0.0.1:10250")
 	echo(t, c, 16<<20, nil)
 	if err := c.Close(); err != nil {
@@ -165,7 +191,7 @@ func TestEchoThroughHub(t *testing.T) {
 
 func TestConcurrentSessions(t *testing.T) {
 	e := start(t, tunnelproto.Config{})
-	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
+	g, subs := settled(t, e)
 	var wg sync.WaitGroup
 	for i := 0; i < 200; i++ {
 		wg.Add(1)
@@ -199,7 +225,7 @@ func TestLeafCutMidTransfer(t *testing.T) {
 // session on both ends, and nothing leaks.
 func TestLeafCutBeyondLinkTimeout(t *testing.T) {
 	e := start(t, tunnelproto.Config{KeepAlive: 200 * time.Millisecond, LinkTimeout: time.Second})
-	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
+	g, subs := settled(t, e)
 	c := e.dial(t, "127.0.0.1:10250")
 	e.proxy.Cut()
 	defer e.proxy.Restore()
@@ -234,7 +260,7 @@ func TestNoAgent(t *testing.T) {
 // the session on both.
 func TestHalfCloseBothWays(t *testing.T) {
 	e := start(t, tunnelproto.Config{})
-	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
+	g, subs := settled(t, e)
 	// Cloud half-closes first: the echo agent still sends everything back.
 	c := e.dial(t, "127.0.0.1:10250")
 	if _, err := c.Write([]byte("ping")); err != nil {
@@ -271,7 +297,7 @@ func TestHalfCloseBothWays(t *testing.T) {
 // its linger has passed; then its subscription is gone.
 func TestDialerLingers(t *testing.T) {
 	e := start(t, tunnelproto.Config{})
-	g, subs := runtime.NumGoroutine(), e.cloud.NumSubscriptions()
+	g, subs := settled(t, e)
 	released := make(chan error, 1)
 	e.dialer.OnDone = func(_ string, _ tunnelproto.Stats, err error) { released <- err }
 	c := e.dial(t, "127.0.0.1:10250")
