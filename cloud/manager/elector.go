@@ -3,11 +3,13 @@ package manager
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
@@ -135,11 +137,17 @@ func (m *Manager) campaign(ctx context.Context) error {
 	}
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   m.cfg.LeaseDuration,
-			RenewDeadline:   m.cfg.RenewDeadline,
-			RetryPeriod:     m.cfg.RetryPeriod,
-			ReleaseOnCancel: true,
+			Lock:          lock,
+			LeaseDuration: m.cfg.LeaseDuration,
+			RenewDeadline: m.cfg.RenewDeadline,
+			RetryPeriod:   m.cfg.RetryPeriod,
+			// client-go's release on cancel also runs after a failed
+			// renewal, and the term would last until that release gave
+			// up (another RenewDeadline): past the Lease's expiry,
+			// when another replica may lead. The term ends at once
+			// instead, and a replica that stops releases the Lease
+			// itself (release).
+			ReleaseOnCancel: false,
 			Name:            m.cfg.LeaderElectionID,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(tctx context.Context) {
@@ -166,7 +174,33 @@ func (m *Manager) campaign(ctx context.Context) error {
 		case <-time.After(m.cfg.RetryPeriod):
 		}
 	}
+	release(lock, id, m.cfg.RenewDeadline, m.log)
 	return nil
+}
+
+// release gives up the Lease if this replica (id) still holds it, once
+// it has stopped, so that another replica leads at its next retry
+// instead of after the Lease's duration. The update carries the
+// resource version read, so a Lease another replica took meanwhile is
+// left alone.
+func release(lock resourcelock.Interface, id string, timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rec, _, err := lock.Get(ctx)
+	if err != nil || rec.HolderIdentity != id {
+		return
+	}
+	now := metav1.NewTime(time.Now())
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{
+		LeaderTransitions:    rec.LeaderTransitions,
+		LeaseDurationSeconds: 1,
+		RenewTime:            now,
+		AcquireTime:          now,
+	}); err != nil {
+		log.Warn("could not release the leader Lease; another replica leads once it expires", "err", err)
+		return
+	}
+	log.Info("released the leader Lease")
 }
 
 // LeaderOnly wraps r so that only the leading replica reconciles: a

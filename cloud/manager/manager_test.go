@@ -15,6 +15,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/cloud/kube"
 	atollmanager "github.com/atoll-edge/atoll/cloud/manager"
@@ -35,6 +36,8 @@ func TestLeaderElection(t *testing.T) {
 	log := natstest.Logger(t, slog.LevelWarn)
 
 	start := func(name string, leading *atomic.Bool) *atollmanager.Manager {
+		cfg := cfg
+		cfg.Identity = name
 		m, err := atollmanager.New(cfg, cluster.RESTConfig(), log.With("replica", name))
 		if err != nil {
 			t.Fatal(err)
@@ -86,6 +89,15 @@ func TestLeaderElection(t *testing.T) {
 	if err := ma.Ready(stopCtx); err == nil {
 		t.Error("a ready after stop")
 	}
+	// a released the Lease as it stopped: b need not wait for it to
+	// expire.
+	lease, err := cluster.Client().CoordinationV1().Leases(cfg.LeaderElectionNamespace).Get(stopCtx, cfg.LeaderElectionID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h == "a" {
+		t.Errorf("a stopped and still holds the Lease (renewed %v)", lease.Spec.RenewTime)
+	}
 	poll.Eventually(t, 20*time.Second, func() error {
 		if !b.Load() {
 			return errors.New("b did not take over")
@@ -96,13 +108,17 @@ func TestLeaderElection(t *testing.T) {
 
 // TestLeaseLoss: an apiserver that hangs (SIGSTOP) past the renew
 // deadline ends the leader's term, not its manager: the term's context
-// ends, the manager keeps running (cache, readiness), and once the
-// apiserver answers again the replica campaigns and leads a new term.
+// ends before the Lease expires (when another replica that reaches the
+// apiserver may lead), the manager keeps running (cache, readiness), and
+// once the apiserver answers again the replica campaigns and leads a new
+// term.
 func TestLeaseLoss(t *testing.T) {
 	cluster := kubetest.Start(t)
 	cfg := atollmanager.DefaultConfig()
 	cfg.LeaderElectionNamespace = "kube-system"
-	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 4*time.Second, 2*time.Second, 200*time.Millisecond
+	// A renew deadline close to the Lease's duration, as in production
+	// (10 s of 15 s): the term must end within it.
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 4*time.Second, 3*time.Second, 200*time.Millisecond
 	m, err := atollmanager.New(cfg, cluster.RESTConfig(), natstest.Logger(t, slog.LevelWarn))
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +148,14 @@ func TestLeaseLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = resume() }()
+	paused := time.Now()
 	select {
 	case <-ended:
+		// The last renewal was before the pause: the Lease expires
+		// LeaseDuration after it at the latest.
+		if d := time.Since(paused); d >= cfg.LeaseDuration {
+			t.Errorf("the term ended %s after the apiserver hung: past the Lease's expiry (%s), another replica may lead meanwhile", d, cfg.LeaseDuration)
+		}
 	case <-time.After(3 * cfg.LeaseDuration):
 		t.Fatal("the term did not end while the apiserver hung")
 	}
