@@ -236,12 +236,7 @@ type testEnv struct {
 func startEnv(t *testing.T, ctx context.Context, opts ...kubetest.Option) testEnv {
 	t.Helper()
 	cluster := kubetest.Start(t, opts...)
-	rc := rest.CopyConfig(cluster.RESTConfig())
-	rc.WarningHandler = rest.NoWarnings{}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc, client := cluster.RESTConfig(), cluster.Client()
 	h := natstest.Hub(t)
 	nc, err := h.Connect("health-test")
 	if err != nil {

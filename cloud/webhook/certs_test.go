@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/internal/admin"
@@ -55,12 +54,7 @@ func TestGeneratedCertsRotate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arc := cluster.RESTConfig()
-	arc.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated in v1.33+"
-	kube, err := kubernetes.NewForConfig(arc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := cluster.Client()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/test/edgesim"
 	"github.com/atoll-edge/atoll/test/kubetest"
@@ -36,12 +35,7 @@ func TestKeepsProtectedNodeAgainstControllerManager(t *testing.T) {
 	t.Logf("control plane with KCM ready in %s", time.Since(begin).Round(time.Millisecond))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	rc := cluster.RESTConfig()
-	rc.WarningHandler = rest.NoWarnings{}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := cluster.Client()
 
 	const (
 		protected, lost, healthy = "edge-0", "edge-1", "edge-2"

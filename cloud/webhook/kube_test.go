@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/test/kubetest"
 )
@@ -42,12 +41,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	rc := cluster.RESTConfig()
-	rc.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated in v1.33+"
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := cluster.Client()
 
 	certDir := t.TempDir()
 	if err := cluster.WriteServingCert(certDir, "127.0.0.1"); err != nil {

@@ -7,8 +7,9 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/atoll-edge/atoll/cloud/kube"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/atoll-edge/atoll/cloud/kube"
 )
 
 // processLog outlives every test.

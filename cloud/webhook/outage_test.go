@@ -11,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubetest"
@@ -32,12 +30,7 @@ func TestOutageKeepsProtectedNode(t *testing.T) {
 	cluster := kubetest.Start(t, kubetest.WithControllerManager(), kubetest.WithTolerationSeconds(toleration, toleration))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	rc := cluster.RESTConfig()
-	rc.WarningHandler = rest.NoWarnings{}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := cluster.Client()
 	const (
 		protected, lost, healthy = "edge-0", "edge-1", "edge-2"
 		ns                       = "shop"

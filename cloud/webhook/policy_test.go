@@ -29,11 +29,7 @@ func TestPolicyKeepsPodsReadyWithNoReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	rc := cluster.RESTConfig()
-	rc.WarningHandler = rest.NoWarnings{}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := cluster.Client()
 	const (
 		protected, lost = "edge-0", "edge-1"
 		ns, app, system = "shop", "web", "atoll-system"

@@ -316,6 +316,9 @@ func (c *Cluster) adminRESTConfig(host string) *rest.Config {
 		},
 		QPS:   clientQPS,
 		Burst: clientBurst,
+		// Tests use the v1 Endpoints API on purpose: no "deprecated"
+		// warning on every call.
+		WarningHandler: rest.NoWarnings{},
 	}
 }
 
