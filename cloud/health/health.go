@@ -589,14 +589,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// leading reports whether this replica leads (writes).
-func (s *Service) leading() bool { return s.leads() }
-
 // enqueue hands node to the reconciler's workqueue. On a replica that does
 // not lead, there is no reconciler: the leader reconciles from its own
 // state.
 func (s *Service) enqueue(ctx context.Context, node string) {
-	if !s.leading() {
+	if !s.leads() {
 		return
 	}
 	select {
@@ -653,7 +650,7 @@ func (s *Service) resync(ctx context.Context) {
 		}
 	}
 	s.metrics.protected.Set(float64(protected))
-	if s.leading() {
+	if s.leads() {
 		if err := s.syncProtected(ctx, byUnit, now); err != nil {
 			s.log.Warn("protected set not written; retrying at the next resync", "err", err)
 		}

@@ -319,7 +319,7 @@ func (s *Service) writeInfo(ctx context.Context) error {
 // were when it was queued), leaving its taints alone: those are the
 // reconciler's.
 func (s *Service) annotate(ctx context.Context, name string) error {
-	if !s.leading() {
+	if !s.leads() {
 		return nil
 	}
 	if err := s.Ready(ctx); err != nil {

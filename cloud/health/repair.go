@@ -27,7 +27,7 @@ import (
 // nodes it would protect that the leader left unprotected for
 // RepairAfter. It returns how many it reconciled.
 func (s *Service) repairs(ctx context.Context, nodes []*corev1.Node, now time.Time) int {
-	if s.leading() || s.cfg.RepairAfter <= 0 {
+	if s.leads() || s.cfg.RepairAfter <= 0 {
 		return 0
 	}
 	n := 0
