@@ -39,11 +39,25 @@ const (
 	holdTime   = 25 * time.Second
 )
 
-// faults blocks probes between pairs of nodes: a network partition inside
-// a unit, as the probers see it.
+// faults blocks probes between pairs of nodes of one bed: a network
+// partition inside a unit, as the probers see it. Each bed has its own
+// table (beds run at once and reuse node names).
 type faults struct {
+	name    string
 	mu      sync.Mutex
 	blocked map[[2]string]bool
+}
+
+// faultTables are the beds' tables by name, for the agents' probe
+// plugin.
+var faultTables sync.Map
+
+// newFaults makes an empty table for the bed of test t.
+func newFaults(t testing.TB) *faults {
+	f := &faults{name: t.Name(), blocked: map[[2]string]bool{}}
+	faultTables.Store(f.name, f)
+	t.Cleanup(func() { faultTables.Delete(f.name) })
+	return f
 }
 
 func (f *faults) block(a, b string) {
@@ -52,11 +66,11 @@ func (f *faults) block(a, b string) {
 	f.blocked[[2]string{a, b}], f.blocked[[2]string{b, a}] = true, true
 }
 
-// reset unblocks every pair, for the next run of the matrix.
-func (f *faults) reset() {
+func (f *faults) unblock(a, b string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	clear(f.blocked)
+	delete(f.blocked, [2]string{a, b})
+	delete(f.blocked, [2]string{b, a})
 }
 
 func (f *faults) isBlocked(a, b string) bool {
@@ -65,22 +79,23 @@ func (f *faults) isBlocked(a, b string) bool {
 	return f.blocked[[2]string{a, b}]
 }
 
-var inUnit = &faults{blocked: map[[2]string]bool{}}
-
-// throughFaults makes every probe of an agent also pass through the fault
-// table: a peer must pass all three plugins to be normal.
-func throughFaults(c *edgeapp.Config) {
+// agents makes every probe of an agent also pass through the table: a
+// peer must pass all three plugins to be normal.
+func (f *faults) agents(c *edgeapp.Config) {
 	c.Prober.Plugins = append(c.Prober.Plugins, prober.PluginConfig{
 		Kind: "fault", Name: "in-unit-network", Weight: 1, Timeout: 500 * time.Millisecond,
-		Args: map[string]string{"checker": c.NATS.NodeName},
+		Args: map[string]string{"checker": c.NATS.NodeName, "table": f.name},
 	})
 	c.Prober.Scoreline = 200
 }
 
-type faultPlugin struct{ checker string }
+type faultPlugin struct {
+	checker string
+	table   *faults
+}
 
 func (p faultPlugin) Check(_ context.Context, t prober.Target) error {
-	if inUnit.isBlocked(p.checker, t.Name) {
+	if p.table.isBlocked(p.checker, t.Name) {
 		return fmt.Errorf("%s cannot reach %s", p.checker, t.Name)
 	}
 	return nil
@@ -88,7 +103,11 @@ func (p faultPlugin) Check(_ context.Context, t prober.Target) error {
 
 func TestMain(m *testing.M) {
 	prober.Register("fault", func(c prober.PluginConfig) (prober.Plugin, error) {
-		return faultPlugin{checker: c.Args["checker"]}, nil
+		f, ok := faultTables.Load(c.Args["table"])
+		if !ok {
+			return nil, fmt.Errorf("no fault table %q", c.Args["table"])
+		}
+		return faultPlugin{checker: c.Args["checker"], table: f.(*faults)}, nil
 	})
 	os.Exit(m.Run())
 }
@@ -96,6 +115,8 @@ func TestMain(m *testing.M) {
 type env struct {
 	bed    *testbed.Bed
 	client kubernetes.Interface
+	// faults partitions the bed's units as their probers see it.
+	faults *faults
 	// logPath is the bed's log; auditDir holds the apiserver's audit log
 	// of every request atoll-cloud's ServiceAccount made.
 	logPath, auditDir string
@@ -131,7 +152,7 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 	if logDir == "" {
 		logDir = t.TempDir()
 	}
-	logFile, err := os.Create(filepath.Join(logDir, "atoll.log"))
+	logFile, err := os.Create(filepath.Join(logDir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +174,9 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 			ExtraAPIServerFlags: auditFlags},
 		ServiceAccount: true,
 		Cloud:          func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
-		Agent:          throughFaults,
 	}
+	faults := newFaults(t)
+	opts.Agent = faults.agents
 	for _, f := range adjust {
 		f(&opts)
 	}
@@ -168,7 +190,7 @@ func startShape(t *testing.T, shape hubShape, adjust ...func(*testbed.Options)) 
 		}
 		bed.Stop()
 	})
-	return &env{bed: bed, client: bed.Cluster.Client(), logPath: logFile.Name(), auditDir: auditDir}
+	return &env{bed: bed, client: bed.Cluster.Client(), faults: faults, logPath: logFile.Name(), auditDir: auditDir}
 }
 
 // site creates a unit of n nodes with one pod per node behind a Service,
@@ -407,7 +429,8 @@ func (e *env) killHub(t *testing.T) func() {
 func TestDistributedHealth(t *testing.T) {
 	for _, shape := range []hubShape{embeddedHub, hubCluster} {
 		t.Run(shape.name, func(t *testing.T) {
-			inUnit.reset()
+			// The shapes run at once, each on a bed of its own.
+			t.Parallel()
 			e := startShape(t, shape)
 			// After the parallel scenarios, before the bed stops
 			// (cleanups run last registered first).
@@ -572,7 +595,7 @@ func healthMatrix(t *testing.T, e *env) {
 		e.formed.Done()
 		for _, a := range nodes[:3] {
 			for _, b := range nodes[3:] {
-				inUnit.block(a, b)
+				e.faults.block(a, b)
 			}
 		}
 		x := nodes[0]

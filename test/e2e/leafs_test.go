@@ -25,7 +25,6 @@ import (
 // Then the killed server returns and another is stopped in lame duck
 // mode, which reports every leaf it closes: the same holds.
 func TestHubServerLoss(t *testing.T) {
-	inUnit.reset()
 	e := startShape(t, hubShape{name: "hub cluster", cluster: true, net: 5})
 	units := []string{"lf1", "lf2", "lf3"}
 	const perUnit = 3

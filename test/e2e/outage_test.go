@@ -42,7 +42,6 @@ func TestCloudOutage(t *testing.T) {
 	// Before the bed stops: nothing refused (and what was used counts
 	// for TestLeastPrivilege).
 	t.Cleanup(func() { e.checkLeastPrivilege(t) })
-	inUnit.reset()
 	var o1, o2, o3, o4 []string
 	t.Run("sites", func(t *testing.T) {
 		t.Run("o1", func(t *testing.T) { t.Parallel(); o1 = e.site(t, "o1", 3, true) })

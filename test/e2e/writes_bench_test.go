@@ -58,6 +58,7 @@ func BenchmarkWrites(b *testing.B) {
 	b.Cleanup(func() { _ = logFile.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	faults := newFaults(b)
 	bed, err := testbed.Start(ctx, testbed.Options{
 		Dir:    filepath.Join(dir, "bed"),
 		Net:    4,
@@ -67,14 +68,13 @@ func BenchmarkWrites(b *testing.B) {
 		Cloud: func(c *cloudapp.Config) {
 			c.Health.HoldTime = time.Hour
 		},
-		Agent: throughFaults,
+		Agent: faults.agents,
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(bed.Stop)
-	e := &env{bed: bed, client: bed.Cluster.Client()}
-	inUnit.reset()
+	e := &env{bed: bed, client: bed.Cluster.Client(), faults: faults}
 	var calm, flapping []string
 	for _, s := range []struct {
 		unit  string
@@ -200,11 +200,11 @@ func BenchmarkWrites(b *testing.B) {
 	peerFlap, pc := watch(phase, func(stop <-chan struct{}) {
 		every(stop, func() {
 			for _, p := range flapping[1:] {
-				inUnit.block(x, p)
+				e.faults.block(x, p)
 			}
 		}, func() {
 			for _, p := range flapping[1:] {
-				inUnit.unblock(x, p)
+				e.faults.unblock(x, p)
 			}
 		})
 	})

@@ -22,13 +22,6 @@ import (
 	"github.com/atoll-edge/atoll/test/testbed"
 )
 
-func (f *faults) unblock(a, b string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.blocked, [2]string{a, b})
-	delete(f.blocked, [2]string{b, a})
-}
-
 // steadyFor is how long the write count watches a cluster where nothing
 // changes: no atoll-cloud write may happen in it.
 const steadyFor = 45 * time.Second
@@ -56,6 +49,7 @@ func TestOneWritePerVerdict(t *testing.T) {
 	t.Cleanup(func() { _ = logFile.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	faults := newFaults(t)
 	bed, err := testbed.Start(ctx, testbed.Options{
 		Dir:    filepath.Join(dir, "bed"),
 		Net:    3,
@@ -63,7 +57,7 @@ func TestOneWritePerVerdict(t *testing.T) {
 		Kube: kubetest.Config{UnreachableTolerationSeconds: 60, NotReadyTolerationSeconds: 60,
 			ExtraAPIServerFlags: flags},
 		Cloud: func(c *cloudapp.Config) { c.Health.HoldTime = holdTime },
-		Agent: throughFaults,
+		Agent: faults.agents,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -74,13 +68,13 @@ func TestOneWritePerVerdict(t *testing.T) {
 		}
 		bed.Stop()
 	})
-	e := &env{bed: bed, client: bed.Cluster.Client()}
+	e := &env{bed: bed, client: bed.Cluster.Client(), faults: faults}
 
 	nodes := e.site(t, "w1", 3, true)
 	x := nodes[0]
 	// The peers cannot probe x: they vote it unhealthy.
 	for _, p := range nodes[1:] {
-		inUnit.block(x, p)
+		e.faults.block(x, p)
 	}
 	poll.Eventually(t, 30*time.Second, func() error { return e.verdict(x, "unhealthy") })
 	// x loses the cloud: KCM marks it Unknown, taints it NoExecute and
@@ -102,7 +96,7 @@ func TestOneWritePerVerdict(t *testing.T) {
 	})
 	// The peers reach x again: healthy, and the reconciler undoes it.
 	for _, p := range nodes[1:] {
-		inUnit.unblock(x, p)
+		e.faults.unblock(x, p)
 	}
 	poll.Eventually(t, 40*time.Second, func() error {
 		n, err := e.node(x)
