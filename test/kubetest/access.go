@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -57,6 +58,13 @@ func (c *Cluster) IssueServingCert(hosts ...string) (certPEM, keyPEM []byte, err
 		return nil, nil, fmt.Errorf("issue serving cert: no hosts")
 	}
 	return c.ca.issue(servingRequest(hosts...))
+}
+
+// IssueClientCert returns a client certificate and key (PEM) for the
+// user commonName in the groups organization, signed by the cluster's
+// CA (which the apiserver and real kubelets trust).
+func (c *Cluster) IssueClientCert(commonName string, organization ...string) (certPEM, keyPEM []byte, err error) {
+	return c.ca.issue(certRequest{commonName: commonName, organization: organization, usage: x509.ExtKeyUsageClientAuth})
 }
 
 // WriteServingCert writes tls.crt and tls.key for hosts into dir (the

@@ -141,8 +141,8 @@ func (c *Cluster) writePKI() error {
 	if err != nil {
 		return err
 	}
-	serving := servingRequest("127.0.0.1", "localhost", "::1", svcIP.String(),
-		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+	serving := servingRequest(append([]string{"127.0.0.1", "localhost", "::1", svcIP.String(),
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, c.cfg.APIServerSANs...)...)
 	serving.commonName = "kube-apiserver"
 	servingCert, servingKey, err := ca.issue(serving)
 	if err != nil {
@@ -150,6 +150,16 @@ func (c *Cluster) writePKI() error {
 	}
 	adminCert, adminKey, err := ca.issue(certRequest{
 		commonName:   "kubetest-admin",
+		organization: []string{"system:masters"},
+		usage:        x509.ExtKeyUsageClientAuth,
+	})
+	if err != nil {
+		return err
+	}
+	// The apiserver's own identity towards kubelets (logs, exec, port
+	// forwards of real nodes).
+	kubeletClientCert, kubeletClientKey, err := ca.issue(certRequest{
+		commonName:   "kube-apiserver-kubelet-client",
 		organization: []string{"system:masters"},
 		usage:        x509.ExtKeyUsageClientAuth,
 	})
@@ -164,6 +174,7 @@ func (c *Cluster) writePKI() error {
 		"ca.crt": ca.certPEM, "ca.key": ca.keyPEM,
 		"apiserver.crt": servingCert, "apiserver.key": servingKey,
 		"admin.crt": adminCert, "admin.key": adminKey,
+		"apiserver-kubelet-client.crt": kubeletClientCert, "apiserver-kubelet-client.key": kubeletClientKey,
 		"sa.key": saKey, "sa.pub": saPub,
 	}); err != nil {
 		return fmt.Errorf("write pki: %w", err)
@@ -239,13 +250,15 @@ func (c *Cluster) apiServerArgs(port int) []string {
 	pki := c.path("pki")
 	args := []string{
 		"--advertise-address=127.0.0.1",
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + c.cfg.APIServerBindAddress,
 		"--secure-port=" + strconv.Itoa(port),
 		"--etcd-servers=" + c.etcdURL,
 		"--cert-dir=" + c.path("apiserver"),
 		"--tls-cert-file=" + filepath.Join(pki, "apiserver.crt"),
 		"--tls-private-key-file=" + filepath.Join(pki, "apiserver.key"),
 		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--kubelet-client-certificate=" + filepath.Join(pki, "apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + filepath.Join(pki, "apiserver-kubelet-client.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),

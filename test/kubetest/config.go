@@ -60,6 +60,15 @@ type Config struct {
 	// TLS (see WithClusterEgressTLS).
 	ClusterEgressTLS *EgressTLS
 
+	// APIServerBindAddress is the address kube-apiserver listens on:
+	// empty means 127.0.0.1; "0.0.0.0" also serves hosts in network
+	// namespaces of the test (test/kubenode's nodes), which reach it at an
+	// address of APIServerSANs. APIServerURL stays on 127.0.0.1.
+	APIServerBindAddress string
+	// APIServerSANs are more IP addresses or DNS names for the apiserver's
+	// serving certificate.
+	APIServerSANs []string
+
 	// Extra*Flags are appended after the generated flags, so they override
 	// them (the last value of a flag wins).
 	ExtraAPIServerFlags         []string
@@ -89,6 +98,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NodeEvictionRate == 0 {
 		c.NodeEvictionRate = DefaultNodeEvictionRate
+	}
+	if c.APIServerBindAddress == "" {
+		c.APIServerBindAddress = "127.0.0.1"
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = DefaultStartTimeout
