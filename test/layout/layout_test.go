@@ -176,6 +176,11 @@ var harnessStarts = map[string][]string{
 	"test/natstest": {"cloud/hub", "cloud/identity", "edge/natsnode", "test/freeport"},
 	// Simulated kubelets: no Atoll component.
 	"test/edgesim": nil,
+	// Real nodes (kubelet, containerd) on a kubetest control plane.
+	"test/kubenode": {"test/kubetest", "test/poll"},
+	// The programs of its images: nothing of the module.
+	"test/kubenode/images/hello": nil,
+	"test/kubenode/images/pause": nil,
 	// Real edge agents on simulated nodes.
 	"test/sitesim": {"edge", "test/edgesim"},
 	// A whole installation: the control plane, atoll-cloud, the sites.

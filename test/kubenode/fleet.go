@@ -1,0 +1,246 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/poll"
+)
+
+// Config describes a fleet.
+type Config struct {
+	// Net separates fleets that run at once: bridge kn<Net>, hosts
+	// 10.199.<Net>.0/24, pods 10.<240+Net>.<i>.0/24. 1 to 15.
+	Net int
+	// Dir holds the nodes' disks and logs.
+	Dir string
+	// BinDir holds kubelet, containerd, containerd-shim-runc-v2 and
+	// cni/. Empty: the cluster's.
+	BinDir string
+}
+
+// Fleet is a set of real nodes on one host bridge.
+type Fleet struct {
+	cfg       Config
+	cluster   *kubetest.Cluster
+	runc      string
+	apiServer string
+	registry  string
+	images    *imageRegistry
+
+	mu    sync.Mutex
+	nodes []*Node
+}
+
+// HostIP is the host's address on the fleet's bridge: what the nodes
+// reach the apiserver and the registry at.
+func HostIP(net int) string { return fmt.Sprintf("10.199.%d.1", net) }
+
+// ClusterOptions are what a kubetest control plane needs to serve a
+// fleet on net: the apiserver on every address (the nodes reach it on
+// the bridge), HostIP in its certificate, the Node authorizer's
+// companion admission plugin NodeRestriction, and KCM (the default
+// ServiceAccount and the CA ConfigMap every pod mounts, node lifecycle).
+func ClusterOptions(net int) []kubetest.Option {
+	return []kubetest.Option{
+		kubetest.WithControllerManager(),
+		func(c *kubetest.Config) {
+			c.APIServerBindAddress = "0.0.0.0"
+			c.APIServerSANs = append(c.APIServerSANs, HostIP(net))
+		},
+		kubetest.WithAPIServerFlags("--enable-admission-plugins=NodeRestriction"),
+	}
+}
+
+// Prerequisites reports what this machine lacks to run real nodes, or
+// nil.
+func Prerequisites() error {
+	if os.Geteuid() != 0 {
+		return errors.New("kubenode needs root (network and mount namespaces, cgroups)")
+	}
+	for _, tool := range []string{"ip", "nsenter", "unshare", "mount", "umount", "runc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("kubenode needs %s (go tool task os:deps)", tool)
+		}
+	}
+	return nil
+}
+
+// Start makes the fleet's bridge and image registry for cluster, which
+// must run with ClusterOptions(cfg.Net). Nodes are added with Add.
+func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, error) {
+	if err := Prerequisites(); err != nil {
+		return nil, err
+	}
+	if cfg.Net < 1 || cfg.Net > 15 {
+		return nil, fmt.Errorf("kubenode: net %d is outside 1..15", cfg.Net)
+	}
+	if cfg.BinDir == "" {
+		cfg.BinDir = cluster.BinDir()
+	}
+	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("kubenode: %s not built (go tool task kube:build node:build): %w", b, err)
+		}
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(cluster.APIServerURL())
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{cfg: cfg, cluster: cluster, runc: runc,
+		apiServer: "https://" + net.JoinHostPort(HostIP(cfg.Net), u.Port())}
+	if err := f.bridgeUp(); err != nil {
+		return nil, err
+	}
+	if f.images, err = serveRegistry(HostIP(cfg.Net)); err != nil {
+		f.bridgeDown()
+		return nil, err
+	}
+	f.registry = f.images.addr
+	if err := f.images.pushBuiltins(ctx); err != nil {
+		f.Stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+// StartForTest is Start for a test: it skips the test when the machine
+// cannot run real nodes, fails it on any other error, and stops the
+// fleet with the test.
+func StartForTest(t testing.TB, cluster *kubetest.Cluster, net int) *Fleet {
+	t.Helper()
+	if err := Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	f, err := Start(t.Context(), cluster, Config{Net: net, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range f.Nodes() {
+				t.Logf("%s", n.LogTails(30))
+			}
+		}
+		f.Stop()
+	})
+	return f
+}
+
+// Registry is the host:port of the fleet's image registry.
+func (f *Fleet) Registry() string { return f.registry }
+
+// SandboxImage is the pause image every node pins.
+func (f *Fleet) SandboxImage() string { return f.registry + "/pause:" + builtinTag }
+
+// Image is the reference of an image pushed to the fleet's registry.
+func (f *Fleet) Image(name string) string { return f.registry + "/" + name + ":" + builtinTag }
+
+// Nodes returns the fleet's nodes in the order they were added.
+func (f *Fleet) Nodes() []*Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*Node(nil), f.nodes...)
+}
+
+// Add creates node name, starts it and waits until its Node is Ready.
+func (f *Fleet) Add(ctx context.Context, name string) (*Node, error) {
+	f.mu.Lock()
+	i := len(f.nodes) + 1
+	n := newNode(f, name, i)
+	f.nodes = append(f.nodes, n)
+	others := append([]*Node(nil), f.nodes[:i-1]...)
+	f.mu.Unlock()
+	if i > 200 {
+		return nil, errors.New("kubenode: at most 200 nodes per fleet")
+	}
+	if err := n.create(others); err != nil {
+		return n, err
+	}
+	if err := n.Boot(ctx); err != nil {
+		return n, err
+	}
+	return n, n.WaitReady(ctx)
+}
+
+// Stop powers every node off, removes their namespaces, cgroups and
+// routes, the bridge and the registry. The disks stay in Dir.
+func (f *Fleet) Stop() {
+	for _, n := range f.Nodes() {
+		n.remove()
+	}
+	if f.images != nil {
+		f.images.close()
+	}
+	f.bridgeDown()
+	run := runRoot(f.cfg.Net)
+	if ns := filepath.Join(run, "ns"); isMountPoint(ns) {
+		_ = exec.Command("umount", ns).Run()
+	}
+	_ = os.RemoveAll(run)
+}
+
+func (f *Fleet) bridgeName() string { return fmt.Sprintf("kn%d", f.cfg.Net) }
+
+func (f *Fleet) bridgeUp() error {
+	br := f.bridgeName()
+	_ = ip("link", "del", br) // left by a killed run
+	return ipAll(
+		[]string{"link", "add", br, "type", "bridge"},
+		[]string{"addr", "add", HostIP(f.cfg.Net) + "/24", "dev", br},
+		[]string{"link", "set", br, "up"},
+	)
+}
+
+func (f *Fleet) bridgeDown() { _ = ip("link", "del", f.bridgeName()) }
+
+// WaitReady waits until the node's Node is Ready.
+func (n *Node) WaitReady(ctx context.Context) error {
+	return poll.Until(ctx, func(ctx context.Context) error {
+		node, err := n.fleet.cluster.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s not Ready yet", n.Name)
+	})
+}
+
+// ip runs ip(8) with args.
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func ipAll(cmds ...[]string) error {
+	for _, c := range cmds {
+		if err := ip(c...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+package kubenode_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/atoll-edge/atoll/test/kubenode"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/poll"
+)
+
+// TestRealNode runs one real node (kubelet, containerd, runc, CNI) on a
+// real control plane and checks what a cluster of real nodes promises:
+// the Node registers Ready; a pod pulled from the fleet's registry runs,
+// gets an address from the node's pod network and answers HTTP from the
+// host; the kubelet refuses an unauthenticated request (401) and one of
+// a user without the right (403), and serves /healthz to a user granted
+// only get nodes/healthz; NodeRestriction keeps the node's credentials to
+// its own Node; after a power cut (kubelet, containerd and the
+// containers SIGKILLed) and a boot on the same disk, the pod runs and
+// answers again.
+func TestRealNode(t *testing.T) {
+	const fleetNet = 1
+	cluster := kubetest.Start(t, kubenode.ClusterOptions(fleetNet)...)
+	fleet := kubenode.StartForTest(t, cluster, fleetNet)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	client := cluster.Client()
+
+	begin := time.Now()
+	node, err := fleet.Add(ctx, "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %s Ready %s after the start", node.Name, time.Since(begin).Round(10*time.Millisecond))
+
+	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName: node.Name,
+			Containers: []corev1.Container{{
+				Name: "hello", Image: fleet.Image("hello"),
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}},
+			}},
+		},
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := waitServing(ctx, t, client, node)
+	t.Logf("pod hello Ready at %s", first.Status.PodIP)
+
+	t.Run("kubelet authentication", func(t *testing.T) {
+		url := "https://" + net.JoinHostPort(node.IP, "10250")
+		if code, _ := kubeletGet(t, cluster, url+"/healthz", nil); code != http.StatusUnauthorized {
+			t.Errorf("unauthenticated GET /healthz: %d, want 401", code)
+		}
+		nobody := clientCert(t, cluster, "nobody")
+		if code, _ := kubeletGet(t, cluster, url+"/healthz", nobody); code != http.StatusForbidden {
+			t.Errorf("GET /healthz as a user without rights: %d, want 403", code)
+		}
+		grant(ctx, t, client, "atoll-probe")
+		prober := clientCert(t, cluster, "atoll-probe")
+		poll.Eventually(t, 30*time.Second, func() error { // the kubelet caches refusals briefly
+			if code, body := kubeletGet(t, cluster, url+"/healthz", prober); code != http.StatusOK || body != "ok" {
+				return fmt.Errorf("GET /healthz with get nodes/healthz: %d %q", code, body)
+			}
+			return nil
+		})
+		if code, _ := kubeletGet(t, cluster, url+"/pods", prober); code != http.StatusForbidden {
+			t.Errorf("GET /pods with only get nodes/healthz: %d, want 403", code)
+		}
+	})
+
+	t.Run("node restriction", func(t *testing.T) {
+		other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other"}}
+		if _, err := client.CoreV1().Nodes().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cert, key, err := cluster.IssueClientCert("system:node:"+node.Name, "system:nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := cluster.RESTConfig()
+		rc.CertFile, rc.KeyFile, rc.CertData, rc.KeyData = "", "", cert, key
+		asNode := kubernetes.NewForConfigOrDie(rc)
+		patch := []byte(`{"metadata":{"labels":{"taken":"yes"}}}`)
+		if _, err := asNode.CoreV1().Nodes().Patch(ctx, "other", types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the node's credentials patched another Node: %v", err)
+		}
+		if _, err := asNode.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Errorf("the node's credentials cannot patch its own Node: %v", err)
+		}
+	})
+
+	t.Run("power cut and boot", func(t *testing.T) {
+		node.PowerCut()
+		if _, err := hello(ctx, first.Status.PodIP); err == nil {
+			t.Fatal("the pod still answers after the power cut")
+		}
+		begin := time.Now()
+		if err := node.Boot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again := waitServing(ctx, t, client, node, first.Status.ContainerStatuses[0].RestartCount+1)
+		t.Logf("after the boot: pod Ready again at %s in %s, restarts %d", again.Status.PodIP,
+			time.Since(begin).Round(10*time.Millisecond), again.Status.ContainerStatuses[0].RestartCount)
+	})
+}
+
+// waitServing waits until pod hello is Ready (with at least minRestarts
+// restarts) and answers HTTP from the host at its address.
+func waitServing(ctx context.Context, t *testing.T, client kubernetes.Interface, node *kubenode.Node, minRestarts ...int32) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	if err := poll.Until(ctx, func(ctx context.Context) error {
+		p, err := client.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ready := false
+		for _, c := range p.Status.Conditions {
+			ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		if !ready || len(p.Status.ContainerStatuses) == 0 {
+			return fmt.Errorf("pod hello not Ready: %s %v", p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		if len(minRestarts) > 0 && p.Status.ContainerStatuses[0].RestartCount < minRestarts[0] {
+			return fmt.Errorf("pod hello Ready from before the power cut (restarts %d)", p.Status.ContainerStatuses[0].RestartCount)
+		}
+		body, err := hello(ctx, p.Status.PodIP)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(body, "hello from hello") {
+			return fmt.Errorf("pod hello answered %q", body)
+		}
+		pod = p
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, node.LogTails(20))
+	}
+	return pod
+}
+
+func hello(ctx context.Context, ip string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, "8080")+"/", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// clientCert is a client certificate of user, signed by the cluster CA.
+func clientCert(t *testing.T, cluster *kubetest.Cluster, user string) *tls.Certificate {
+	t.Helper()
+	certPEM, keyPEM, err := cluster.IssueClientCert(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// kubeletGet GETs url from the kubelet (its serving certificate checked
+// against the cluster CA) with cert, or without a client certificate.
+func kubeletGet(t *testing.T, cluster *kubetest.Cluster, url string, cert *tls.Certificate) (int, string) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cluster.CABundle())
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	resp, err := c.Get(url) //nolint:noctx // bounded by the client's timeout
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// grant gives user get on nodes/healthz, and nothing else.
+func grant(ctx context.Context, t *testing.T, client kubernetes.Interface, user string) {
+	t.Helper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-healthz"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/healthz"}, Verbs: []string{"get"}}}}
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-healthz"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,416 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/atoll-edge/atoll/test/poll"
+)
+
+// Node is one real node of a fleet.
+type Node struct {
+	// Name is the node's name (its Node object, its certificate's user
+	// system:node:<Name>).
+	Name string
+	// IP is its address on the fleet's bridge (its InternalIP).
+	IP string
+	// PodCIDR is the range its pods get addresses from.
+	PodCIDR string
+	// Disk survives power cuts: containerd's root, the kubelet's root
+	// directory, the CNI allocations, certificates, configuration, logs.
+	Disk string
+	// Run is lost at each boot: sockets, containerd's and runc's state.
+	Run string
+	// CgroupRoot is the cgroup (in every hierarchy) its pods run under.
+	CgroupRoot string
+
+	fleet   *Fleet
+	index   int
+	netns   string
+	hostEnd string
+	mountNS string
+
+	mu         sync.Mutex
+	containerd *exec.Cmd
+	kubelet    *exec.Cmd
+}
+
+// runRoot holds the run directories and mount namespaces of fleet net.
+func runRoot(net int) string { return filepath.Join("/run/atoll-kubenode", strconv.Itoa(net)) }
+
+func newNode(f *Fleet, name string, i int) *Node {
+	runRoot := runRoot(f.cfg.Net)
+	return &Node{
+		Name:       name,
+		IP:         fmt.Sprintf("10.199.%d.%d", f.cfg.Net, 10+i),
+		PodCIDR:    fmt.Sprintf("10.%d.%d.0/24", 240+f.cfg.Net, i),
+		Disk:       filepath.Join(f.cfg.Dir, name),
+		Run:        filepath.Join(runRoot, name),
+		CgroupRoot: fmt.Sprintf("atoll-kn%d-%s", f.cfg.Net, name),
+		fleet:      f,
+		index:      i,
+		netns:      fmt.Sprintf("kn%d-%s", f.cfg.Net, name),
+		hostEnd:    fmt.Sprintf("kn%dh%d", f.cfg.Net, i),
+		mountNS:    filepath.Join(runRoot, "ns", name),
+	}
+}
+
+// hostPaths are where a kubelet and the CNI plugins write whatever their
+// configuration says; each node binds a directory of its disk over them
+// in its mount namespace.
+var hostPaths = []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers"}
+
+// create makes the node's network namespace, routes, certificates and
+// configuration; others are the fleet's nodes so far.
+func (n *Node) create(others []*Node) error {
+	c := n.fleet.cluster
+	for _, d := range []string{"logs", "pki", "kubelet", "containerd/root", "cni/ipam"} {
+		if err := os.MkdirAll(filepath.Join(n.Disk, d), 0o700); err != nil {
+			return err
+		}
+	}
+	nodeCert, nodeKey, err := c.IssueClientCert("system:node:"+n.Name, "system:nodes")
+	if err != nil {
+		return err
+	}
+	servingCert, servingKey, err := c.IssueServingCert(n.IP, n.Name)
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"ca.crt": c.CABundle(), "node.crt": nodeCert, "node.key": nodeKey,
+		"kubelet.crt": servingCert, "kubelet.key": servingKey} {
+		if err := os.WriteFile(filepath.Join(n.Disk, "pki", name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := n.writeConfig(); err != nil {
+		return err
+	}
+	host := HostIP(n.fleet.cfg.Net)
+	_ = ip("netns", "del", n.netns) // left by a killed run
+	if err := ipAll(
+		[]string{"netns", "add", n.netns},
+		[]string{"link", "add", n.hostEnd, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
+		[]string{"link", "set", n.hostEnd, "master", n.fleet.bridgeName(), "up"},
+		[]string{"-n", n.netns, "addr", "add", n.IP + "/24", "dev", "eth0"},
+		[]string{"-n", n.netns, "link", "set", "eth0", "up"},
+		[]string{"-n", n.netns, "link", "set", "lo", "up"},
+		[]string{"-n", n.netns, "route", "add", "default", "via", host},
+		[]string{"route", "replace", n.PodCIDR, "via", n.IP},
+	); err != nil {
+		return fmt.Errorf("kubenode: %s: network: %w", n.Name, err)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		return fmt.Errorf("kubenode: %s: forwarding: %w: %s", n.Name, err, out)
+	}
+	for _, o := range others {
+		if err := ipAll(
+			[]string{"-n", n.netns, "route", "replace", o.PodCIDR, "via", o.IP},
+			[]string{"-n", o.netns, "route", "replace", n.PodCIDR, "via", n.IP},
+		); err != nil {
+			return fmt.Errorf("kubenode: %s: routes to %s: %w", n.Name, o.Name, err)
+		}
+	}
+	return nil
+}
+
+// Boot starts the node as a machine boots: a fresh mount namespace and
+// run directory on the same disk, then containerd, then the kubelet once
+// containerd answers. It returns once both run; WaitReady waits for the
+// Node.
+func (n *Node) Boot(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.kubelet != nil || n.containerd != nil {
+		return fmt.Errorf("kubenode: %s is running", n.Name)
+	}
+	n.dropMounts()
+	if err := os.RemoveAll(n.Run); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(n.Run, 0o700); err != nil {
+		return err
+	}
+	if err := n.mountNamespace(); err != nil {
+		return err
+	}
+	if err := n.cgroups(); err != nil {
+		return err
+	}
+	var err error
+	if n.containerd, err = n.start("containerd", filepath.Join(n.fleet.cfg.BinDir, "containerd"),
+		"--config", filepath.Join(n.Disk, "containerd", "config.toml")); err != nil {
+		return err
+	}
+	sock := filepath.Join(n.Run, "containerd.sock")
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := poll.Until(wait, func(context.Context) error {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}); err != nil {
+		return fmt.Errorf("kubenode: %s: containerd does not answer on %s: %w\n%s", n.Name, sock, err, n.logTail("containerd", 20))
+	}
+	n.kubelet, err = n.start("kubelet", filepath.Join(n.fleet.cfg.BinDir, "kubelet"),
+		"--config="+filepath.Join(n.Disk, "kubelet-config.yaml"),
+		"--kubeconfig="+filepath.Join(n.Disk, "kubelet.kubeconfig"),
+		"--root-dir="+filepath.Join(n.Disk, "kubelet"),
+		"--cert-dir="+filepath.Join(n.Disk, "kubelet", "pki"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP,
+		"--v=2")
+	return err
+}
+
+// start runs bin in the node's network and mount namespaces, its output
+// appended to logs/<name>.log.
+func (n *Node) start(name, bin string, args ...string) (*exec.Cmd, error) {
+	log, err := os.OpenFile(filepath.Join(n.Disk, "logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "### %s boot\n", time.Now().UTC().Format(time.RFC3339Nano))
+	// nsenter joins the namespaces and execs bin in the same process:
+	// its pid is bin's.
+	cmd := exec.Command("nsenter", append([]string{"--mount=" + n.mountNS, "--net=/run/netns/" + n.netns, "--", bin}, args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("kubenode: %s: start %s: %w", n.Name, name, err)
+	}
+	go func() { _ = cmd.Wait(); log.Close() }()
+	return cmd, nil
+}
+
+// mountNamespace makes the node's mount namespace: the host's mounts
+// propagate into it, none of its own leak out, and its disk's
+// directories cover hostPaths.
+func (n *Node) mountNamespace() error {
+	nsDir := filepath.Dir(n.mountNS)
+	if err := os.MkdirAll(nsDir, 0o700); err != nil {
+		return err
+	}
+	// A namespace is kept by binding it to a file, which needs a parent
+	// mount of private propagation.
+	if !isMountPoint(nsDir) {
+		if out, err := exec.Command("sh", "-c", "mount --bind "+nsDir+" "+nsDir+" && mount --make-private "+nsDir).CombinedOutput(); err != nil {
+			return fmt.Errorf("kubenode: private mount %s: %w: %s", nsDir, err, out)
+		}
+	}
+	if err := os.WriteFile(n.mountNS, nil, 0o600); err != nil {
+		return err
+	}
+	var script strings.Builder
+	for _, p := range hostPaths {
+		own := filepath.Join(n.Disk, "host", p)
+		if err := os.MkdirAll(own, 0o700); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		fmt.Fprintf(&script, "mount --bind %s %s && ", own, p)
+	}
+	script.WriteString("true")
+	if out, err := exec.Command("unshare", "--mount="+n.mountNS, "--propagation", "slave", "sh", "-c", script.String()).CombinedOutput(); err != nil {
+		return fmt.Errorf("kubenode: %s: mount namespace: %w: %s", n.Name, err, out)
+	}
+	return nil
+}
+
+// dropMounts releases the node's mount namespace: every mount made in it
+// (pods' root filesystems and volumes, their network namespaces' files)
+// goes with it, as at a reboot.
+func (n *Node) dropMounts() {
+	if isMountPoint(n.mountNS) {
+		_ = exec.Command("umount", n.mountNS).Run()
+	}
+	_ = os.Remove(n.mountNS)
+}
+
+func isMountPoint(path string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}
+
+// cgroupHierarchies are the cgroup directories the node's root goes in:
+// the unified one on cgroup v2, every v1 hierarchy on v1.
+func cgroupHierarchies() []string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return []string{"/sys/fs/cgroup"}
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*")
+	var out []string
+	for _, d := range dirs {
+		if filepath.Base(d) == "unified" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// cgroups creates the node's cgroup root in every hierarchy (the
+// kubelet's cgroupfs driver expects it), with the host's cpus and
+// memory nodes where cpuset needs them.
+func (n *Node) cgroups() error {
+	for _, h := range cgroupHierarchies() {
+		dir := filepath.Join(h, n.CgroupRoot)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("kubenode: %s: cgroup %s: %w", n.Name, dir, err)
+		}
+		if filepath.Base(h) == "cpuset" {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join(h, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+					return fmt.Errorf("kubenode: %s: %s: %w", n.Name, f, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// PowerCut kills the node at once: kubelet, containerd, every shim and
+// every process in the node's cgroups (its containers), with SIGKILL.
+// Its disk stays as it was; Boot starts it again.
+func (n *Node) PowerCut() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, c := range []*exec.Cmd{n.kubelet, n.containerd} {
+		if c != nil && c.Process != nil {
+			_ = c.Process.Kill()
+		}
+	}
+	n.kubelet, n.containerd = nil, nil
+	for _, pid := range n.shims() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// The containers, until none is left (a process may fork meanwhile).
+	for range 50 {
+		pids := n.cgroupPids()
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// shims are the pids of the runc shims serving this node's containerd.
+func (n *Node) shims() []int {
+	want := "-address\x00" + filepath.Join(n.Run, "containerd.sock") + "\x00"
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []int
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "containerd-shim") || !strings.Contains(string(b)+"\x00", want) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// cgroupPids lists every process under the node's cgroup root.
+func (n *Node) cgroupPids() []int {
+	seen := map[int]bool{}
+	for _, h := range cgroupHierarchies() {
+		_ = filepath.WalkDir(filepath.Join(h, n.CgroupRoot), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil //nolint:nilerr // a cgroup removed while walking
+			}
+			b, _ := os.ReadFile(path)
+			for f := range strings.FieldsSeq(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					seen[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	out := make([]int, 0, len(seen))
+	for pid := range seen {
+		out = append(out, pid)
+	}
+	return out
+}
+
+// remove powers the node off for good: its namespaces, cgroups and
+// routes go; its disk stays.
+func (n *Node) remove() {
+	n.PowerCut()
+	n.dropMounts()
+	_ = os.RemoveAll(n.Run)
+	for _, h := range cgroupHierarchies() {
+		removeCgroupTree(filepath.Join(h, n.CgroupRoot))
+	}
+	_ = ip("route", "del", n.PodCIDR)
+	_ = ip("netns", "del", n.netns)
+	_ = ip("link", "del", n.hostEnd)
+}
+
+// removeCgroupTree removes a cgroup and its children, deepest first.
+func removeCgroupTree(root string) {
+	var dirs []string
+	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		for range 20 {
+			if err := os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // its last process is still exiting
+		}
+	}
+}
+
+// LogTails returns the last n lines of the node's containerd and kubelet
+// logs.
+func (n *Node) LogTails(lines int) string {
+	return n.logTail("containerd", lines) + n.logTail("kubelet", lines)
+}
+
+func (n *Node) logTail(name string, lines int) string {
+	b, err := os.ReadFile(filepath.Join(n.Disk, "logs", name+".log"))
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return fmt.Sprintf("--- %s: last lines of %s ---\n%s\n", n.Name, name, strings.Join(all[max(0, len(all)-lines):], "\n"))
+}
