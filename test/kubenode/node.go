@@ -41,8 +41,15 @@ type Node struct {
 	mountNS string
 
 	mu         sync.Mutex
-	containerd *exec.Cmd
-	kubelet    *exec.Cmd
+	containerd *process
+	kubelet    *process
+}
+
+// process is a running program of the node; done is closed once it has
+// exited.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
 }
 
 // runRoot holds the run directories and mount namespaces of fleet net.
@@ -177,7 +184,7 @@ func (n *Node) Boot(ctx context.Context) error {
 
 // start runs bin in the node's network and mount namespaces, its output
 // appended to logs/<name>.log.
-func (n *Node) start(name, bin string, args ...string) (*exec.Cmd, error) {
+func (n *Node) start(name, bin string, args ...string) (*process, error) {
 	log, err := os.OpenFile(filepath.Join(n.Disk, "logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -192,8 +199,9 @@ func (n *Node) start(name, bin string, args ...string) (*exec.Cmd, error) {
 		log.Close()
 		return nil, fmt.Errorf("kubenode: %s: start %s: %w", n.Name, name, err)
 	}
-	go func() { _ = cmd.Wait(); log.Close() }()
-	return cmd, nil
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
+	return p, nil
 }
 
 // mountNamespace makes the node's mount namespace: the host's mounts
@@ -299,14 +307,20 @@ func (n *Node) cgroups() error {
 }
 
 // PowerCut kills the node at once: kubelet, containerd, every shim and
-// every process in the node's cgroups (its containers), with SIGKILL.
-// Its disk stays as it was; Boot starts it again.
+// every process in the node's cgroups (its containers), with SIGKILL,
+// and returns once the kubelet and containerd are gone. Its disk stays
+// as it was; Boot starts it again.
 func (n *Node) PowerCut() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, c := range []*exec.Cmd{n.kubelet, n.containerd} {
-		if c != nil && c.Process != nil {
-			_ = c.Process.Kill()
+	for _, p := range []*process{n.kubelet, n.containerd} {
+		if p != nil {
+			_ = p.cmd.Process.Kill()
+		}
+	}
+	for _, p := range []*process{n.kubelet, n.containerd} {
+		if p != nil {
+			<-p.done
 		}
 	}
 	n.kubelet, n.containerd = nil, nil
