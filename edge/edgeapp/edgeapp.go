@@ -120,7 +120,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Prober.Scoreline, "probe-scoreline", c.Prober.Scoreline, "score a peer needs to be normal (100 × sum of passing plugin weights)")
 	fs.IntVar(&c.Kubelet.Port, "kubelet-port", c.Kubelet.Port, "peers' kubelet port, probed by TCP and by GET /healthz")
 	fs.StringVar(&c.Kubelet.Scheme, "kubelet-scheme", c.Kubelet.Scheme, "http or https for the kubelet /healthz probe")
-	fs.StringVar(&c.Kubelet.TokenFile, "kubelet-token-file", c.Kubelet.TokenFile, "bearer token for the kubelet /healthz probe")
+	fs.StringVar(&c.Kubelet.TokenFile, "kubelet-token-file", c.Kubelet.TokenFile, "bearer token for the kubelet /healthz probe, read again when it changes (grant it get on nodes/healthz); without one a kubelet with anonymous auth off answers 401, which counts as up")
 	fs.StringVar(&c.Kubelet.CAFile, "kubelet-ca-file", c.Kubelet.CAFile, "CA bundle verifying the kubelets' serving certificates")
 	fs.BoolVar(&c.Kubelet.InsecureSkipVerify, "kubelet-insecure", c.Kubelet.InsecureSkipVerify, "skip kubelet certificate verification (self-signed kubelet certificates)")
 	fs.DurationVar(&c.Voter.Timeout, "vote-timeout", c.Voter.Timeout, "a probe report no longer counts once older than this")

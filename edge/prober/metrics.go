@@ -16,7 +16,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "prober", Name: "checks_total",
-			Help: "Plugin checks of unit members, by plugin and result (ok, failed).",
+			Help: "Plugin checks of unit members, by plugin and result (ok, failed; refused: the member answered but refused the credentials the check sent, counted as up).",
 		}, []string{"plugin", "result"}),
 		round: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "atoll", Subsystem: "prober", Name: "round_seconds",

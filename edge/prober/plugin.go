@@ -90,6 +90,9 @@ func Kinds() []string {
 	return out
 }
 
+// NewPlugin builds the plugin c configures (its Kind registered).
+func NewPlugin(c PluginConfig) (Plugin, error) { return build(c) }
+
 func build(c PluginConfig) (Plugin, error) {
 	registryMu.RLock()
 	f, ok := registry[c.Kind]
@@ -119,11 +122,55 @@ func (p tcpPlugin) Check(ctx context.Context, t Target) error {
 	return conn.Close()
 }
 
-// http passes when GET scheme://target:port/path answers 2xx.
+// http passes when GET scheme://target:port/path answers 2xx. An answer
+// of 401 or 403 passes too: the server is up and said no, which is how a
+// kubelet with anonymous authentication off (kubeadm's, every managed
+// offering's) answers a request without credentials, and how any kubelet
+// answers credentials it cannot verify (its webhook authentication and
+// authorization ask the apiserver, which a site cut off from the cloud
+// cannot reach). Without a token that answer is expected; with one it is
+// reported as Refused.
 type httpPlugin struct {
 	scheme, port, path string
-	token              string
+	token              *tokenFile
 	client             *http.Client
+}
+
+// Refused is a check the target answered by refusing the credentials the
+// checker sent (HTTP 401 or 403): the target is alive, so the check
+// counts as passed, and the checker's credentials (or the target's view
+// of them) need attention.
+type Refused struct{ Status string }
+
+func (r *Refused) Error() string {
+	return "refused the probe's credentials (" + r.Status + "): the target is up; check the token and its rights (get nodes/healthz), or the target's link to the apiserver"
+}
+
+// tokenFile is a bearer token read from a file, read again when the
+// file changes (a projected ServiceAccount token is rotated in place).
+type tokenFile struct {
+	path string
+
+	mu      sync.Mutex
+	modTime time.Time
+	token   string
+}
+
+func (f *tokenFile) get() (string, error) {
+	st, err := os.Stat(f.path)
+	if err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !st.ModTime().Equal(f.modTime) || f.token == "" {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return "", err
+		}
+		f.token, f.modTime = strings.TrimSpace(string(b)), st.ModTime()
+	}
+	return f.token, nil
 }
 
 func newHTTP(c PluginConfig) (Plugin, error) {
@@ -144,11 +191,10 @@ func newHTTP(c PluginConfig) (Plugin, error) {
 		return nil, fmt.Errorf("plugin %s: path %q must start with /", c.Name, c.Path)
 	}
 	if c.TokenFile != "" {
-		b, err := os.ReadFile(filepath.Clean(c.TokenFile))
-		if err != nil {
+		p.token = &tokenFile{path: filepath.Clean(c.TokenFile)}
+		if _, err := p.token.get(); err != nil {
 			return nil, fmt.Errorf("plugin %s: token file: %w", c.Name, err)
 		}
-		p.token = strings.TrimSpace(string(b))
 	}
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // opt-in for self-signed kubelet certificates
 	if c.CAFile != "" {
@@ -179,8 +225,12 @@ func (p *httpPlugin) Check(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
-	if p.token != "" {
-		req.Header.Set("Authorization", "Bearer "+p.token)
+	if p.token != nil {
+		token, err := p.token.get()
+		if err != nil {
+			return fmt.Errorf("token file: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
@@ -188,8 +238,15 @@ func (p *httpPlugin) Check(ctx context.Context, t Target) error {
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
+		return nil
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		if p.token == nil {
+			return nil // the answer to a request without credentials
+		}
+		return &Refused{Status: resp.Status}
+	default:
 		return errors.New(resp.Status)
 	}
-	return nil
 }

@@ -190,6 +190,9 @@ type Prober struct {
 	rtt   map[string]time.Duration
 	unfit int // the unit size last warned about as not fitting the budget
 	last  RoundStats
+	// refused: plugins whose credentials a peer refused, warned about
+	// until a check of theirs passes.
+	refused map[string]bool
 }
 
 // RoundStats describes the last round.
@@ -222,7 +225,7 @@ func New(cfg Config, self string, members Members, link *hublink.Link, signer ev
 		return nil, errors.New("prober: no signer: peers drop unsigned reports")
 	}
 	p := &Prober{cfg: cfg, self: self, members: members, link: link, signer: signer, log: log.With("component", "prober"), metrics: m,
-		epoch: strconv.FormatInt(time.Now().UnixNano(), 36), rtt: map[string]time.Duration{}}
+		epoch: strconv.FormatInt(time.Now().UnixNano(), 36), rtt: map[string]time.Duration{}, refused: map[string]bool{}}
 	if p.metrics == nil {
 		p.metrics = newMetrics(nil)
 	}
@@ -411,14 +414,38 @@ func (p *Prober) runPlugin(ctx context.Context, pl plugin, t Target) *atollv1.Pl
 			break
 		}
 	}
-	if err == nil {
+	var refused *Refused
+	switch {
+	case err == nil:
 		pr.Ok, pr.Score = true, 100*pl.cfg.Weight
 		p.metrics.checks.WithLabelValues(pl.cfg.Name, "ok").Inc()
-	} else {
+		p.mu.Lock()
+		delete(p.refused, pl.cfg.Name)
+		p.mu.Unlock()
+	case errors.As(err, &refused):
+		// Alive: it counts. The error says what to fix.
+		pr.Ok, pr.Score, pr.Error = true, 100*pl.cfg.Weight, err.Error()
+		p.metrics.checks.WithLabelValues(pl.cfg.Name, "refused").Inc()
+		p.noteRefused(pl.cfg.Name, t.Name, refused)
+	default:
 		pr.Error = err.Error()
 		p.metrics.checks.WithLabelValues(pl.cfg.Name, "failed").Inc()
 	}
 	return pr
+}
+
+// noteRefused warns, once per plugin until its checks pass again, that
+// peers refuse the plugin's credentials.
+func (p *Prober) noteRefused(plugin, peer string, r *Refused) {
+	p.mu.Lock()
+	warned := p.refused[plugin]
+	p.refused[plugin] = true
+	p.mu.Unlock()
+	if !warned {
+		p.log.Warn("a peer refused the probe's credentials: counted as up (it answered), but the check cannot see its health",
+			"plugin", plugin, "peer", peer, "status", r.Status,
+			"fix", "grant the token get on nodes/healthz, or check the peer's link to the apiserver")
+	}
 }
 
 // RTTs are the latencies of the first plugin's last passing check of each

@@ -11,7 +11,8 @@
 //   - hostrecords: the StatefulSetGrid records publisher and the edge
 //     hosts writer;
 //   - tunnel: the tunnel server (cloud/tunnel) and agent (edge/tunnel),
-//     with the tunnel benchmarks.
+//     with the tunnel benchmarks;
+//   - kubelet: the edge prober against real kubelets (test/kubenode).
 //
 // The end-to-end suite over a whole installation is test/e2e.
 package integration

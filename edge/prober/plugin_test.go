@@ -1,0 +1,132 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// kubeletLike answers /healthz with a status set by the test, and 401 to
+// a request whose bearer token is not the one it expects (when it
+// expects one), as a kubelet with anonymous authentication off does.
+type kubeletLike struct {
+	mu     sync.Mutex
+	status int
+	token  string
+}
+
+func (k *kubeletLike) set(status int, token string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.status, k.token = status, token
+}
+
+func (k *kubeletLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	k.mu.Lock()
+	status, token := k.status, k.token
+	k.mu.Unlock()
+	if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	w.WriteHeader(status)
+}
+
+// TestHTTPAnswers: the kubelet check passes on 2xx, and on 401 or 403
+// (the target is up and said no): silently without credentials (a
+// kubelet with anonymous authentication off answers so), as Refused with
+// a token. Any other status, or no answer, fails. A rotated token file is
+// read again.
+func TestHTTPAnswers(t *testing.T) {
+	k := &kubeletLike{status: http.StatusOK}
+	srv := httptest.NewTLSServer(k)
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	portN, _ := strconv.Atoi(port)
+	target := Target{Name: "peer", IP: "127.0.0.1"}
+	plugin := func(tokenFile string) Plugin {
+		t.Helper()
+		p, err := newHTTP(PluginConfig{Name: "kubelet-healthz", Port: portN, Scheme: "https", TokenFile: tokenFile, InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	check := func(p Plugin) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		return p.Check(ctx, target)
+	}
+	anonymous := plugin("")
+	for _, c := range []struct {
+		status int
+		pass   bool
+	}{{200, true}, {401, true}, {403, true}, {500, false}, {404, false}} {
+		k.set(c.status, "")
+		if err := check(anonymous); (err == nil) != c.pass {
+			t.Errorf("no credentials, kubelet answers %d: %v, want pass=%v", c.status, err, c.pass)
+		}
+	}
+
+	tokenPath := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenPath, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withToken := plugin(tokenPath)
+	k.set(http.StatusOK, "first")
+	if err := check(withToken); err != nil {
+		t.Errorf("the token the kubelet expects: %v", err)
+	}
+	var refused *Refused
+	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden} {
+		k.set(status, "")
+		if err := check(withToken); !errors.As(err, &refused) {
+			t.Errorf("a token, kubelet answers %d: %v, want Refused", status, err)
+		}
+	}
+	// The kubelet now expects the rotated token; the file is rewritten
+	// (a later modification time) and read again.
+	k.set(http.StatusOK, "second")
+	if err := check(withToken); !errors.As(err, &refused) {
+		t.Errorf("the old token: %v, want Refused", err)
+	}
+	later := time.Now().Add(time.Second)
+	if err := os.WriteFile(tokenPath, []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tokenPath, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(withToken); err != nil {
+		t.Errorf("the rotated token: %v", err)
+	}
+
+	srv.Close()
+	if err := check(anonymous); err == nil {
+		t.Error("a kubelet that does not answer passed")
+	}
+}
+
+// TestRefusedCountsAsUp: a refused check adds its weight to the score,
+// keeps its reason in the report and counts as "refused".
+func TestRefusedCountsAsUp(t *testing.T) {
+	p := &Prober{metrics: newMetrics(nil), refused: map[string]bool{}, log: slog.New(slog.DiscardHandler)}
+	pl := plugin{Plugin: refusing{}, cfg: PluginConfig{Name: "kubelet-healthz", Weight: 0.5, Timeout: time.Second}}
+	pr := p.runPlugin(t.Context(), pl, Target{Name: "peer"})
+	if !pr.GetOk() || pr.GetScore() != 50 || pr.GetError() == "" {
+		t.Errorf("refused check: ok %v score %v error %q, want ok, 50 and the reason", pr.GetOk(), pr.GetScore(), pr.GetError())
+	}
+}
+
+type refusing struct{}
+
+func (refusing) Check(context.Context, Target) error { return &Refused{Status: "401 Unauthorized"} }
