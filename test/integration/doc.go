@@ -12,7 +12,8 @@
 //     hosts writer;
 //   - tunnel: the tunnel server (cloud/tunnel) and agent (edge/tunnel),
 //     with the tunnel benchmarks;
-//   - kubelet: the edge prober against real kubelets (test/kubenode).
+//   - kubelet: against real kubelets and containerd (test/kubenode): the
+//     edge prober's checks, Atoll's images running on a node.
 //
 // The end-to-end suite over a whole installation is test/e2e.
 package integration

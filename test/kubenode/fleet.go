@@ -52,7 +52,8 @@ func HostIP(net int) string { return fmt.Sprintf("10.199.%d.1", net) }
 // ClusterOptions are what a kubetest control plane needs to serve a
 // fleet on net: the apiserver on every address (the nodes reach it on
 // the bridge), HostIP in its certificate, the Node authorizer's
-// companion admission plugin NodeRestriction, and KCM (the default
+// companion admission plugin NodeRestriction, kubelets reached at their
+// InternalIP, and KCM (the default
 // ServiceAccount and the CA ConfigMap every pod mounts, node lifecycle).
 func ClusterOptions(net int) []kubetest.Option {
 	return []kubetest.Option{
@@ -61,7 +62,10 @@ func ClusterOptions(net int) []kubetest.Option {
 			c.APIServerBindAddress = "0.0.0.0"
 			c.APIServerSANs = append(c.APIServerSANs, HostIP(net))
 		},
-		kubetest.WithAPIServerFlags("--enable-admission-plugins=NodeRestriction"),
+		kubetest.WithAPIServerFlags("--enable-admission-plugins=NodeRestriction",
+			// Logs, exec and port forwards reach a kubelet at its
+			// InternalIP: the nodes' names resolve nowhere.
+			"--kubelet-preferred-address-types=InternalIP"),
 	}
 }
 

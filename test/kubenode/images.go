@@ -69,16 +69,16 @@ func (r *imageRegistry) pushBuiltins(ctx context.Context) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("kubenode: build image %s: %w\n%s", b, err, out)
 		}
-		if err := r.Push(ctx, b+":"+builtinTag, bin); err != nil {
+		if err := r.push(ctx, b+":"+builtinTag, bin); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Push makes an image of one static executable (its entrypoint, at /)
+// push makes an image of one static executable (its entrypoint, at /)
 // and pushes it as ref (name:tag) to the registry.
-func (r *imageRegistry) Push(ctx context.Context, ref, executable string) error {
+func (r *imageRegistry) push(ctx context.Context, ref, executable string) error {
 	data, err := os.ReadFile(executable)
 	if err != nil {
 		return err
@@ -113,6 +113,10 @@ func (r *imageRegistry) Push(ctx context.Context, ref, executable string) error 
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
+	return r.write(ctx, ref, img)
+}
+
+func (r *imageRegistry) write(ctx context.Context, ref string, img v1.Image) error {
 	tag, err := name.NewTag(r.addr+"/"+ref, name.Insecure)
 	if err != nil {
 		return err
@@ -123,12 +127,11 @@ func (r *imageRegistry) Push(ctx context.Context, ref, executable string) error 
 	return nil
 }
 
-// PushImage pushes an image of one static executable to the fleet's
-// registry as name:tag; Image-like references to it are
-// Registry()/name:tag.
-func (f *Fleet) PushImage(ctx context.Context, ref, executable string) error {
+// PushOCI pushes img to the fleet's registry as ref (name:tag); pods
+// run it as Registry()/ref.
+func (f *Fleet) PushOCI(ctx context.Context, ref string, img v1.Image) error {
 	if f.images == nil {
 		return errors.New("kubenode: no registry")
 	}
-	return f.images.Push(ctx, ref, executable)
+	return f.images.write(ctx, ref, img)
 }

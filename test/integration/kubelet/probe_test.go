@@ -1,5 +1,6 @@
-// Package kubelet tests the edge prober against real kubelets
-// (test/kubenode): what a unit peer's check sees of a node.
+// Package kubelet tests Atoll's parts against real kubelets and
+// containerd (test/kubenode): what the edge prober's checks see of a
+// node, and Atoll's images running on one.
 package kubelet
 
 import (
