@@ -150,6 +150,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		bed.Stop()
 	}()
 	say("ready in %v; kubeconfig: %s", time.Since(start).Round(100*time.Millisecond), bed.Cluster.KubeconfigPath())
+	say("  status page:    http://%s/ui/", bed.Admin.Addr())
 	login := fmt.Sprintf("ATOLL_NATS_URL=%s ATOLL_NATS_CREDS=%s", bed.HubURL(), bed.OperatorCreds)
 	say("  watch events:   %s go run ./services/atoll events tail", login)
 	say("  nats CLI:       %s go run ./services/atoll nats context   (writes the context \"atoll\")", login)
