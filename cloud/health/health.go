@@ -131,13 +131,16 @@ type Service struct {
 	tracker *Tracker
 	now     func() time.Time
 
-	cache   client.Reader                                // the manager's cache
-	patch   *patcher                                     // protection writes
-	infoW   *patcher                                     // informational writes
-	info    workqueue.TypedRateLimitingInterface[string] // nodes whose annotations to write
-	work    chan event.GenericEvent                      // → the reconciler's workqueue
-	leads   func() bool                                  // this replica leads (writes)
-	ballots atomic.Pointer[eventbus.Consumer]            // follows every ballot, on every replica; set by Run
+	cache client.Reader                                // the manager's cache
+	patch *patcher                                     // protection writes
+	infoW *patcher                                     // informational writes
+	info  workqueue.TypedRateLimitingInterface[string] // nodes whose annotations to write
+	work  chan event.GenericEvent                      // → the reconciler's workqueue
+	leads func() bool                                  // this replica leads (writes)
+	// leaderSilent reports whether the leader's Lease went unrenewed
+	// (repair.go).
+	leaderSilent func(context.Context) (bool, error)
+	ballots      atomic.Pointer[eventbus.Consumer] // follows every ballot, on every replica; set by Run
 
 	links      atomic.Pointer[jetstream.KeyValue] // LinksBucket; set by Run
 	linksReady atomic.Bool                        // LinksBucket read up to its end at start
@@ -167,15 +170,16 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 	}
 	s := &Service{
 		cfg: cfg, bus: b, evm: evm, log: log.With("component", "health"),
-		metrics:   newMetrics(reg),
-		tracker:   NewTracker(cfg.VoteTTL),
-		now:       time.Now,
-		units:     map[string]unitStatus{},
-		members:   units.NewIndex(cfg.Units),
-		protected: &protectedSets{namespace: cfg.ProtectedNamespace, written: map[string]map[string]string{}},
-		cache:     m.GetClient(),
-		work:      make(chan event.GenericEvent),
-		leads:     m.Leading,
+		metrics:      newMetrics(reg),
+		tracker:      NewTracker(cfg.VoteTTL),
+		now:          time.Now,
+		units:        map[string]unitStatus{},
+		members:      units.NewIndex(cfg.Units),
+		protected:    &protectedSets{namespace: cfg.ProtectedNamespace, written: map[string]map[string]string{}},
+		cache:        m.GetClient(),
+		work:         make(chan event.GenericEvent),
+		leads:        m.Leading,
+		leaderSilent: m.LeaderSilent,
 	}
 	var err error
 	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {

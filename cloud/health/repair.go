@@ -18,8 +18,10 @@ import (
 // for a node it would protect that has been lost for RepairAfter and still
 // is not (its unreachable:NoExecute taint, an endpoint of one of its
 // serving pods not ready), and reconciles it itself, with the same write
-// rules (one patch per object, each under preconditions). While a leader
-// runs this never happens; when it dies, its Lease passes to another
+// rules (one patch per object, each under preconditions), but only while
+// the leader is silent (its Lease unrenewed for two retry periods): a
+// live leader, even a slow one, does its own work, so no object is
+// written twice. When the leader dies, its Lease passes to another
 // replica only after the Lease's duration, and a protected node must not
 // wait that long.
 
@@ -31,12 +33,24 @@ func (s *Service) repairs(ctx context.Context, nodes []*corev1.Node, now time.Ti
 		return 0
 	}
 	n := 0
+	var leaderSilent *bool // read once a node needs it
 	for _, node := range nodes {
 		if !protect.LostByCloud(node) || now.Sub(lostSince(node)) < s.cfg.RepairAfter || !s.ProtectedNode(node) {
 			continue
 		}
 		if !s.unprotected(ctx, node) {
 			continue
+		}
+		if leaderSilent == nil {
+			silent, err := s.leaderSilent(ctx)
+			if err != nil {
+				s.log.Warn("cannot tell whether the leader is alive; no repair this resync", "err", err)
+				return n
+			}
+			leaderSilent = &silent
+		}
+		if !*leaderSilent {
+			continue // the leader is alive: its work
 		}
 		s.log.Warn("restoring the protection of a node the leader left unprotected", "node", node.Name, "lost_for", now.Sub(lostSince(node)).Round(time.Second))
 		s.metrics.repairs.Inc()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -201,6 +202,27 @@ func release(lock resourcelock.Interface, id string, timeout time.Duration, log 
 		return
 	}
 	log.Info("released the leader Lease")
+}
+
+// LeaderSilent reports whether the leader Lease has gone unrenewed for
+// two retry periods (a leader renews it every retry period), or has no
+// holder: the leader is dead or cut off, and another replica will lead
+// once the Lease expires. It reads the Lease from the apiserver. The
+// renew time is the leader's clock: replicas' clocks are assumed within
+// a second of each other.
+func (m *Manager) LeaderSilent(ctx context.Context) (bool, error) {
+	if !m.cfg.LeaderElect {
+		return false, nil
+	}
+	var lease coordinationv1.Lease
+	key := client.ObjectKey{Namespace: m.cfg.LeaderElectionNamespace, Name: m.cfg.LeaderElectionID}
+	if err := m.GetAPIReader().Get(ctx, key, &lease); err != nil {
+		return false, fmt.Errorf("manager: read the leader Lease: %w", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" || lease.Spec.RenewTime == nil {
+		return true, nil
+	}
+	return time.Since(lease.Spec.RenewTime.Time) > 2*m.cfg.RetryPeriod, nil
 }
 
 // LeaderOnly wraps r so that only the leading replica reconciles: a

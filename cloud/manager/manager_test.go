@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -259,4 +260,46 @@ func get(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
 	}
 	return string(b)
+}
+
+// TestLeaderSilent: the leader is silent when its Lease has no holder or
+// has not been renewed for two retry periods; a Lease renewed within
+// them is a live leader.
+func TestLeaderSilent(t *testing.T) {
+	cluster := kubetest.Start(t)
+	cfg := atollmanager.DefaultConfig()
+	cfg.LeaderElectionNamespace = "kube-system"
+	m, err := atollmanager.New(cfg, cluster.RESTConfig(), natstest.Logger(t, slog.LevelWarn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	leases := cluster.Client().CoordinationV1().Leases(cfg.LeaderElectionNamespace)
+	if _, err := m.LeaderSilent(ctx); err == nil {
+		t.Error("no Lease yet, and no error")
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: cfg.LeaderElectionID}}
+	if lease, err = leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what    string
+		holder  string
+		renewed time.Duration // ago
+		silent  bool
+	}{
+		{"no holder", "", 0, true},
+		{"renewed now", "replica-0", 0, false},
+		{"renewed one retry period ago", "replica-0", cfg.RetryPeriod, false},
+		{"unrenewed for three retry periods", "replica-0", 3 * cfg.RetryPeriod, true},
+	} {
+		lease.Spec.HolderIdentity = &c.holder
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-c.renewed)}
+		if lease, err = leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if silent, err := m.LeaderSilent(ctx); err != nil || silent != c.silent {
+			t.Errorf("%s: silent %v (%v), want %v", c.what, silent, err, c.silent)
+		}
+	}
 }
