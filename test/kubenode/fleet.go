@@ -12,9 +12,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/poll"
@@ -148,6 +151,41 @@ func StartForTest(t testing.TB, cluster *kubetest.Cluster, net int) *Fleet {
 	return f
 }
 
+// StartWithNode starts, for test t, a control plane for fleet net
+// (ClusterOptions), the fleet, and one node named name, Ready. It skips t
+// where real nodes cannot run.
+func StartWithNode(t testing.TB, net int, name string) (*kubetest.Cluster, *Fleet, *Node) {
+	t.Helper()
+	if err := Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	cluster := kubetest.Start(t, ClusterOptions(net)...)
+	fleet := StartForTest(t, cluster, net)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	node, err := fleet.Add(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster, fleet, node
+}
+
+// GrantKubeletHealthz lets user get nodes/healthz and nothing else: the
+// least a kubelet's /healthz needs.
+func GrantKubeletHealthz(ctx context.Context, client kubernetes.Interface, user string) error {
+	name := "kubelet-healthz-" + strings.NewReplacer(":", "-").Replace(user)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/healthz"}, Verbs: []string{"get"}}}}
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+	return err
+}
+
 // Registry is the host:port of the fleet's image registry.
 func (f *Fleet) Registry() string { return f.registry }
 
@@ -168,13 +206,14 @@ func (f *Fleet) Nodes() []*Node {
 func (f *Fleet) Add(ctx context.Context, name string) (*Node, error) {
 	f.mu.Lock()
 	i := len(f.nodes) + 1
+	if i > 200 {
+		f.mu.Unlock()
+		return nil, errors.New("kubenode: at most 200 nodes per fleet")
+	}
 	n := newNode(f, name, i)
 	f.nodes = append(f.nodes, n)
 	others := append([]*Node(nil), f.nodes[:i-1]...)
 	f.mu.Unlock()
-	if i > 200 {
-		return nil, errors.New("kubenode: at most 200 nodes per fleet")
-	}
 	if err := n.create(others); err != nil {
 		return n, err
 	}

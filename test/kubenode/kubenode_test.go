@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,19 +35,10 @@ import (
 // containers SIGKILLed) and a boot on the same disk, the pod runs and
 // answers again.
 func TestRealNode(t *testing.T) {
-	const fleetNet = 1
-	cluster := kubetest.Start(t, kubenode.ClusterOptions(fleetNet)...)
-	fleet := kubenode.StartForTest(t, cluster, fleetNet)
+	cluster, fleet, node := kubenode.StartWithNode(t, 1, "edge-1")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	client := cluster.Client()
-
-	begin := time.Now()
-	node, err := fleet.Add(ctx, "edge-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("node %s Ready %s after the start", node.Name, time.Since(begin).Round(10*time.Millisecond))
 
 	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {
 		t.Fatal(err)
@@ -80,7 +70,9 @@ func TestRealNode(t *testing.T) {
 		if code, _ := kubeletGet(t, cluster, url+"/healthz", nobody); code != http.StatusForbidden {
 			t.Errorf("GET /healthz as a user without rights: %d, want 403", code)
 		}
-		grant(ctx, t, client, "atoll-probe")
+		if err := kubenode.GrantKubeletHealthz(ctx, client, "atoll-probe"); err != nil {
+			t.Fatal(err)
+		}
 		prober := clientCert(t, cluster, "atoll-probe")
 		poll.Eventually(t, 30*time.Second, func() error { // the kubelet caches refusals briefly
 			if code, body := kubeletGet(t, cluster, url+"/healthz", prober); code != http.StatusOK || body != "ok" {
@@ -212,20 +204,4 @@ func kubeletGet(t *testing.T, cluster *kubetest.Cluster, url string, cert *tls.C
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// grant gives user get on nodes/healthz, and nothing else.
-func grant(ctx context.Context, t *testing.T, client kubernetes.Interface, user string) {
-	t.Helper()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-healthz"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/healthz"}, Verbs: []string{"get"}}}}
-	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-healthz"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }

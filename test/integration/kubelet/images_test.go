@@ -12,7 +12,6 @@ import (
 
 	"github.com/atoll-edge/atoll/deploy/images"
 	"github.com/atoll-edge/atoll/test/kubenode"
-	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
@@ -21,15 +20,9 @@ import (
 // a real node (containerd pulls it, runc starts it as the images' non-root
 // user): the binary answers --help and the pod succeeds.
 func TestImagesRunOnRealNode(t *testing.T) {
-	const fleetNet = 3
-	cluster := kubetest.Start(t, kubenode.ClusterOptions(fleetNet)...)
-	fleet := kubenode.StartForTest(t, cluster, fleetNet)
+	cluster, fleet, node := kubenode.StartWithNode(t, 3, "edge-1")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	node, err := fleet.Add(ctx, "edge-1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/edge/prober"
@@ -35,15 +34,9 @@ import (
 //   - powered off (kubelet, containerd and its containers SIGKILLed),
 //     both checks fail: the peer is abnormal.
 func TestProbeRealKubelet(t *testing.T) {
-	const fleetNet = 2
-	cluster := kubetest.Start(t, kubenode.ClusterOptions(fleetNet)...)
-	fleet := kubenode.StartForTest(t, cluster, fleetNet)
+	cluster, _, node := kubenode.StartWithNode(t, 2, "edge-1")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	node, err := fleet.Add(ctx, "edge-1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	target := prober.Target{Name: node.Name, IP: node.IP}
 	defaults := prober.DefaultConfig().Plugins
 	run := func(cfgs []prober.PluginConfig) []error {
@@ -99,7 +92,9 @@ func TestProbeRealKubelet(t *testing.T) {
 		return []prober.PluginConfig{cfg}
 	}
 	granted, refusedCfg := withToken("healthz-prober"), withToken("nobody")
-	grantHealthz(ctx, t, cluster, kubetest.ServiceAccountUser("default", "healthz-prober"))
+	if err := kubenode.GrantKubeletHealthz(ctx, cluster.Client(), kubetest.ServiceAccountUser("default", "healthz-prober")); err != nil {
+		t.Fatal(err)
+	}
 	up("a token granted get nodes/healthz", granted)
 	var refused *prober.Refused
 	if err := run(refusedCfg)[0]; !errors.As(err, &refused) {
@@ -113,22 +108,5 @@ func TestProbeRealKubelet(t *testing.T) {
 		if err == nil || errors.As(err, &refused) {
 			t.Errorf("kubelet powered off: check %s: %v, want a failure", defaults[i].Name, err)
 		}
-	}
-}
-
-// grantHealthz gives user get on nodes/healthz, and nothing else.
-func grantHealthz(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, user string) {
-	t.Helper()
-	c := cluster.Client().RbacV1()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "healthz-prober"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/healthz"}, Verbs: []string{"get"}}}}
-	if _, err := c.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "healthz-prober"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-	if _, err := c.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
