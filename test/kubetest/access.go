@@ -2,7 +2,6 @@ package kubetest
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -64,7 +63,7 @@ func (c *Cluster) IssueServingCert(hosts ...string) (certPEM, keyPEM []byte, err
 // user commonName in the groups organization, signed by the cluster's
 // CA (which the apiserver and real kubelets trust).
 func (c *Cluster) IssueClientCert(commonName string, organization ...string) (certPEM, keyPEM []byte, err error) {
-	return c.ca.issue(certRequest{commonName: commonName, organization: organization, usage: x509.ExtKeyUsageClientAuth})
+	return c.ca.issueClient(commonName, organization...)
 }
 
 // WriteServingCert writes tls.crt and tls.key for hosts into dir (the

@@ -94,6 +94,12 @@ func (a *authority) issue(req certRequest) (certPEM, keyPEM []byte, err error) {
 	return encodeCert(der), keyPEM, nil
 }
 
+// issueClient returns PEM certificate and key of a client certificate
+// for the user commonName in the groups organization.
+func (a *authority) issueClient(commonName string, organization ...string) (certPEM, keyPEM []byte, err error) {
+	return a.issue(certRequest{commonName: commonName, organization: organization, usage: x509.ExtKeyUsageClientAuth})
+}
+
 // servingRequest is a server certificate for the given hosts (IP addresses or
 // DNS names).
 func servingRequest(hosts ...string) certRequest {

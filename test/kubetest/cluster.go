@@ -3,7 +3,6 @@ package kubetest
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -148,21 +147,13 @@ func (c *Cluster) writePKI() error {
 	if err != nil {
 		return err
 	}
-	adminCert, adminKey, err := ca.issue(certRequest{
-		commonName:   "kubetest-admin",
-		organization: []string{"system:masters"},
-		usage:        x509.ExtKeyUsageClientAuth,
-	})
+	adminCert, adminKey, err := ca.issueClient("kubetest-admin", "system:masters")
 	if err != nil {
 		return err
 	}
 	// The apiserver's own identity towards kubelets (logs, exec, port
 	// forwards of real nodes).
-	kubeletClientCert, kubeletClientKey, err := ca.issue(certRequest{
-		commonName:   "kube-apiserver-kubelet-client",
-		organization: []string{"system:masters"},
-		usage:        x509.ExtKeyUsageClientAuth,
-	})
+	kubeletClientCert, kubeletClientKey, err := ca.issueClient("kube-apiserver-kubelet-client", "system:masters")
 	if err != nil {
 		return err
 	}
