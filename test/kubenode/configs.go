@@ -104,6 +104,36 @@ users: [{name: node, user: {client-certificate: "{{.Disk}}/pki/node.crt", client
 contexts: [{name: kubenode, context: {cluster: kubenode, user: node}}]
 current-context: kubenode
 `))
+
+	// kubeProxyKubeconfig is kube-proxy's identity, system:kube-proxy (the
+	// built-in binding system:node-proxier grants what it reads), or the
+	// node's ProxyAPIServer when set (an endpoints proxy on the node).
+	kubeProxyKubeconfig = template.Must(template.New("kube-proxy-kubeconfig").Parse(`apiVersion: v1
+kind: Config
+{{- if .ProxyAPIServer}}
+clusters: [{name: kubenode, cluster: {server: "{{.ProxyAPIServer}}"}}]
+users: [{name: kube-proxy, user: {}}]
+{{- else}}
+clusters: [{name: kubenode, cluster: {server: "{{.APIServer}}", certificate-authority: "{{.Disk}}/pki/ca.crt"}}]
+users: [{name: kube-proxy, user: {client-certificate: "{{.Disk}}/pki/kube-proxy.crt", client-key: "{{.Disk}}/pki/kube-proxy.key"}}]
+{{- end}}
+contexts: [{name: kubenode, context: {cluster: kubenode, user: kube-proxy}}]
+current-context: kubenode
+`))
+
+	// kubeProxyConfig runs kube-proxy in nftables mode; conntrack sysctls
+	// are left alone (a network namespace cannot set them).
+	kubeProxyConfig = template.Must(template.New("kube-proxy").Parse(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+hostnameOverride: {{.Name}}
+clusterCIDR: {{.ClusterCIDR}}
+clientConnection: {kubeconfig: {{.Disk}}/kube-proxy.kubeconfig, contentType: application/vnd.kubernetes.protobuf}
+conntrack: {maxPerCore: 0, min: 0}
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+syncPeriod: 30s
+`))
 )
 
 // files are the node's configuration, by path.
@@ -114,6 +144,8 @@ func (n *Node) files() (map[string]*template.Template, error) {
 		filepath.Join(n.Disk, "cni", "net.d", "10-kubenode.conflist"):    cniConfig,
 		filepath.Join(n.Disk, "kubelet-config.yaml"):                     kubeletConfig,
 		filepath.Join(n.Disk, "kubelet.kubeconfig"):                      kubeconfig,
+		filepath.Join(n.Disk, "kube-proxy.kubeconfig"):                   kubeProxyKubeconfig,
+		filepath.Join(n.Disk, "kube-proxy.yaml"):                         kubeProxyConfig,
 	}, nil
 }
 
@@ -125,8 +157,8 @@ func (n *Node) writeConfig() error {
 	}
 	data := struct {
 		*Node
-		BinDir, Runc, Registry, SandboxImage, APIServer string
-	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer}
+		BinDir, Runc, Registry, SandboxImage, APIServer, ClusterCIDR string
+	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer, ClusterCIDR(n.fleet.cfg.Net)}
 	for path, tmpl := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return err

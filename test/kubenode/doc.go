@@ -15,7 +15,7 @@
 //     filesystems) and the node's own directories are bound over the paths
 //     a kubelet and the CNI plugins write whatever their configuration
 //     says (/var/lib/kubelet, /var/lib/cni, /var/log/pods,
-//     /var/log/containers);
+//     /var/log/containers), and atoll-edge's /var/lib/atoll;
 //   - its own cgroup root, under which the kubelet puts every pod;
 //   - a disk: containerd's root (images, snapshots), the kubelet's root
 //     directory, the CNI allocations, certificates and logs, kept across
@@ -25,11 +25,15 @@
 // webhook authentication and authorization, a client certificate of
 // system:node:<name> (so the apiserver's Node authorizer and
 // NodeRestriction apply: ClusterOptions) and a serving certificate from
-// the cluster's CA.
+// the cluster's CA. kube-proxy (nftables mode, as system:kube-proxy, or
+// from an endpoints proxy on the node: SetProxyAPIServer) serves the
+// Services on each node.
 //
 // PowerCut kills the kubelet, containerd, the shims and every container
 // of a node at once (SIGKILL); Boot drops what a reboot drops and starts
-// containerd and the kubelet again on the same disk.
+// containerd, the kubelet and kube-proxy again on the same disk. Cut
+// drops a node's packets to and from given addresses silently (nftables
+// in its namespace), as a link behind a NAT dies; Heal ends it.
 //
 // It needs root, ip(8), nsenter(1) and unshare(1) (util-linux), runc, and
 // the binaries of bin/ (go tool task kube:build node:build). This

@@ -52,20 +52,29 @@ type Fleet struct {
 // reach the apiserver and the registry at.
 func HostIP(net int) string { return fmt.Sprintf("10.199.%d.1", net) }
 
+// ClusterCIDR is the range of every pod address of fleet net.
+func ClusterCIDR(net int) string { return fmt.Sprintf("10.%d.0.0/16", 240+net) }
+
 // ClusterOptions are what a kubetest control plane needs to serve a
 // fleet on net: the apiserver on every address (the nodes reach it on
 // the bridge), HostIP in its certificate, the Node authorizer's
 // companion admission plugin NodeRestriction, kubelets reached at their
-// InternalIP, and KCM (the default
-// ServiceAccount and the CA ConfigMap every pod mounts, node lifecycle).
+// InternalIP, KCM (the default ServiceAccount and the CA ConfigMap every
+// pod mounts, node lifecycle) and the scheduler. The apiserver advertises
+// HostIP, so pods reach it at the kubernetes Service through kube-proxy,
+// and calls webhooks at their Services' endpoints (the host routes to
+// every pod; it runs no kube-proxy).
 func ClusterOptions(net int) []kubetest.Option {
 	return []kubetest.Option{
 		kubetest.WithControllerManager(),
+		kubetest.WithScheduler(),
 		func(c *kubetest.Config) {
 			c.APIServerBindAddress = "0.0.0.0"
 			c.APIServerSANs = append(c.APIServerSANs, HostIP(net))
 		},
 		kubetest.WithAPIServerFlags("--enable-admission-plugins=NodeRestriction",
+			"--advertise-address="+HostIP(net),
+			"--enable-aggregator-routing=true",
 			// Logs, exec and port forwards reach a kubelet at its
 			// InternalIP: the nodes' names resolve nowhere.
 			"--kubelet-preferred-address-types=InternalIP"),
@@ -98,7 +107,7 @@ func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, 
 	if cfg.BinDir == "" {
 		cfg.BinDir = cluster.BinDir()
 	}
-	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+	for _, b := range []string{"kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("kubenode: %s not built (go tool task kube:build node:build): %w", b, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,7 +45,7 @@ func TestRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default", Labels: map[string]string{"app": "hello"}},
 		Spec: corev1.PodSpec{
 			NodeName: node.Name,
 			Containers: []corev1.Container{{
@@ -60,6 +61,41 @@ func TestRealNode(t *testing.T) {
 	}
 	first := waitServing(ctx, t, client, node)
 	t.Logf("pod hello Ready at %s", first.Status.PodIP)
+
+	t.Run("service through kube-proxy", func(t *testing.T) {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "hello"},
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+		svc, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll.Eventually(t, time.Minute, func() error {
+			out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+svc.Spec.ClusterIP+"/")
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(out, "hello from hello") {
+				return fmt.Errorf("ClusterIP %s answered %q", svc.Spec.ClusterIP, out)
+			}
+			return nil
+		})
+	})
+
+	t.Run("silent cut", func(t *testing.T) {
+		if err := node.Cut(kubenode.HostIP(1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hello(ctx, first.Status.PodIP); err == nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a cut node's pod: %v, want a timeout", err)
+		}
+		if err := node.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hello(ctx, first.Status.PodIP); err != nil {
+			t.Errorf("after the heal: %v", err)
+		}
+	})
 
 	t.Run("kubelet authentication", func(t *testing.T) {
 		url := "https://" + net.JoinHostPort(node.IP, "10250")

@@ -33,6 +33,11 @@ type Node struct {
 	Run string
 	// CgroupRoot is the cgroup (in every hierarchy) its pods run under.
 	CgroupRoot string
+	// ProxyAPIServer, when set, is the URL kube-proxy reads Services and
+	// EndpointSlices from instead of the apiserver (plain HTTP, no
+	// credentials: an endpoints proxy on the node); SetProxyAPIServer
+	// changes it.
+	ProxyAPIServer string
 
 	fleet   *Fleet
 	index   int
@@ -43,6 +48,7 @@ type Node struct {
 	mu         sync.Mutex
 	containerd *process
 	kubelet    *process
+	kubeProxy  *process
 }
 
 // process is a running program of the node; done is closed once it has
@@ -50,6 +56,12 @@ type Node struct {
 type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+}
+
+// kill kills the process with SIGKILL and waits until it has exited.
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // runRoot holds the run directories and mount namespaces of fleet net.
@@ -75,7 +87,9 @@ func newNode(f *Fleet, name string, i int) *Node {
 // hostPaths are where a kubelet and the CNI plugins write whatever their
 // configuration says; each node binds a directory of its disk over them
 // in its mount namespace.
-var hostPaths = []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers"}
+var hostPaths = []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers",
+	// atoll-edge's state (its DaemonSet's hostPath).
+	"/var/lib/atoll"}
 
 // create makes the node's network namespace, routes, certificates and
 // configuration; others are the fleet's nodes so far.
@@ -94,8 +108,12 @@ func (n *Node) create(others []*Node) error {
 	if err != nil {
 		return err
 	}
+	proxyCert, proxyKey, err := c.IssueClientCert("system:kube-proxy")
+	if err != nil {
+		return err
+	}
 	for name, data := range map[string][]byte{"ca.crt": c.CABundle(), "node.crt": nodeCert, "node.key": nodeKey,
-		"kubelet.crt": servingCert, "kubelet.key": servingKey} {
+		"kubelet.crt": servingCert, "kubelet.key": servingKey, "kube-proxy.crt": proxyCert, "kube-proxy.key": proxyKey} {
 		if err := os.WriteFile(filepath.Join(n.Disk, "pki", name), data, 0o600); err != nil {
 			return err
 		}
@@ -138,7 +156,7 @@ func (n *Node) create(others []*Node) error {
 func (n *Node) Boot(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.kubelet != nil || n.containerd != nil {
+	if n.kubelet != nil || n.containerd != nil || n.kubeProxy != nil {
 		return fmt.Errorf("kubenode: %s is running", n.Name)
 	}
 	n.dropMounts()
@@ -179,7 +197,80 @@ func (n *Node) Boot(ctx context.Context) error {
 		"--hostname-override="+n.Name,
 		"--node-ip="+n.IP,
 		"--v=2")
+	if err != nil {
+		return err
+	}
+	return n.startKubeProxy()
+}
+
+// startKubeProxy runs kube-proxy with the node's configuration.
+func (n *Node) startKubeProxy() error {
+	var err error
+	n.kubeProxy, err = n.start("kube-proxy", filepath.Join(n.fleet.cfg.BinDir, "kube-proxy"),
+		"--config="+filepath.Join(n.Disk, "kube-proxy.yaml"), "--v=2")
 	return err
+}
+
+// SetProxyAPIServer points the node's kube-proxy at url (empty: the
+// apiserver) and restarts it; its rules stay in place meanwhile.
+func (n *Node) SetProxyAPIServer(url string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.ProxyAPIServer = url
+	if err := n.writeConfig(); err != nil {
+		return err
+	}
+	if n.kubeProxy == nil {
+		return nil
+	}
+	n.kubeProxy.kill()
+	return n.startKubeProxy()
+}
+
+// cutTable is the nftables table of the node's network namespace that
+// Cut fills and Heal removes.
+const cutTable = "kubenode-cut"
+
+// Cut drops, silently, every packet between the node (its own programs
+// and its pods) and addrs (addresses or CIDRs), as a link that dies
+// behind a NAT does: no reset, no ICMP. Heal undoes it.
+func (n *Node) Cut(addrs ...string) error {
+	if len(addrs) == 0 {
+		return errors.New("kubenode: cut: no address")
+	}
+	set := "{ " + strings.Join(addrs, ", ") + " }"
+	rules := fmt.Sprintf(`table inet %[1]s {
+	chain cut_out { type filter hook output priority -200; ip daddr %[2]s drop; }
+	chain cut_in { type filter hook input priority -200; ip saddr %[2]s drop; }
+	chain cut_fwd { type filter hook forward priority -200; ip daddr %[2]s drop; ip saddr %[2]s drop; }
+}
+`, cutTable, set)
+	_ = n.Heal()
+	cmd := exec.Command("ip", "netns", "exec", n.netns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubenode: %s: cut: %w: %s", n.Name, err, out)
+	}
+	return nil
+}
+
+// Exec runs a program in the node's network namespace (as a program of
+// the host: curl, nft) and returns its combined output.
+func (n *Node) Exec(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.netns}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubenode: %s: %s: %w: %s", n.Name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Heal ends a Cut.
+func (n *Node) Heal() error {
+	out, err := exec.Command("ip", "netns", "exec", n.netns, "nft", "delete", "table", "inet", cutTable).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "No such file") {
+		return fmt.Errorf("kubenode: %s: heal: %w: %s", n.Name, err, out)
+	}
+	return nil
 }
 
 // start runs bin in the node's network and mount namespaces, its output
@@ -313,17 +404,12 @@ func (n *Node) cgroups() error {
 func (n *Node) PowerCut() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, p := range []*process{n.kubelet, n.containerd} {
+	for _, p := range []*process{n.kubelet, n.containerd, n.kubeProxy} {
 		if p != nil {
-			_ = p.cmd.Process.Kill()
+			p.kill()
 		}
 	}
-	for _, p := range []*process{n.kubelet, n.containerd} {
-		if p != nil {
-			<-p.done
-		}
-	}
-	n.kubelet, n.containerd = nil, nil
+	n.kubelet, n.containerd, n.kubeProxy = nil, nil, nil
 	for _, pid := range n.shims() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
