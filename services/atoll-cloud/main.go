@@ -1,22 +1,28 @@
 // Command atoll-cloud runs Atoll's cloud side: the NATS hub with JetStream
 // and the cloud services that turn edge events into Kubernetes writes.
 // `atoll-cloud hub-trust` prints the configuration an external hub's
-// servers need to trust its identity keys.
+// servers need to trust its identity keys; `atoll-cloud operator-creds`
+// issues an operator's credentials with them.
 package main
 
 import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/fxrun"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/logging"
 )
 
@@ -34,6 +40,9 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "hub-trust" {
 		return hubTrust(args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "operator-creds" {
+		return operatorCreds(args[1:], stdout)
 	}
 	cfg := cloudapp.Default()
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
@@ -88,5 +97,50 @@ func hubTrust(args []string, stdout io.Writer) error {
 		return err
 	}
 	_, err = io.WriteString(stdout, "# atoll-cloud hub-trust: include this in every hub server's nats.conf\n"+trust.ServerConfig(*resolver))
+	return err
+}
+
+// operatorCreds prints the credentials file of a human operator (what
+// atoll status, atoll node enroll and the nats CLI log in with), issued
+// with the identity keys of --identity-dir, which must exist: run it where
+// atoll-cloud runs (kubectl exec).
+func operatorCreds(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(prog+" operator-creds", flag.ContinueOnError)
+	dir := fs.String("identity-dir", "identity", "directory of atoll-cloud's identity keys (its --identity-dir)")
+	name := fs.String("name", "operator", "the operator's name, shown in the hub's connection list")
+	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime of the credentials (0: no expiry)")
+	if err := cliflags.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			cliflags.PrintUsage(stdout, fs, prog+" operator-creds [--identity-dir D] [--name N] [--ttl 24h] > operator.creds")
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return cliflags.Usagef("operator-creds: unexpected argument %q", fs.Arg(0))
+	}
+	if *ttl < 0 {
+		return cliflags.Usagef("operator-creds: --ttl %s is negative", *ttl)
+	}
+	keys, err := identity.LoadKeys(*dir)
+	if err != nil {
+		return fmt.Errorf("operator-creds: %w (give atoll-cloud's --identity-dir)", err)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return err
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return err
+	}
+	userJWT, err := identity.NewIssuer(keys, hublink.DefaultDomain).Operator(*name, pub, *ttl)
+	if err != nil {
+		return err
+	}
+	creds, err := identity.FormatCreds(userJWT, kp)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(creds)
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
@@ -189,5 +190,37 @@ func TestHubTrust(t *testing.T) {
 		if !strings.Contains(a.String(), want) {
 			t.Errorf("trust lacks %q:\n%s", want, a.String())
 		}
+	}
+}
+
+// TestOperatorCreds: operator-creds issues an operator's credentials with
+// existing identity keys, with its name and lifetime, and refuses to
+// invent keys. (test/integration/install logs in with them.)
+func TestOperatorCreds(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"operator-creds", "--identity-dir=" + dir}, &out, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "identity keys") {
+		t.Fatalf("operator-creds without keys: %v, want an error naming the identity keys", err)
+	}
+	if _, _, err := identity.Setup(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t.Context(), []string{"operator-creds", "--identity-dir=" + dir, "--name=alice", "--ttl=1h"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	userJWT, err := jwt.ParseDecoratedJWT(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := jwt.DecodeUserClaims(userJWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims.Name != "operator:alice" || claims.Expires == 0 || time.Until(time.Unix(claims.Expires, 0)) > time.Hour {
+		t.Errorf("claims: name %q, expires %d; want operator:alice within 1h", claims.Name, claims.Expires)
+	}
+	if _, err := jwt.ParseDecoratedUserNKey(out.Bytes()); err != nil {
+		t.Errorf("no nkey seed: %v", err)
 	}
 }
