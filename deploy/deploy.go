@@ -57,7 +57,7 @@ func Overlays() ([]string, error) {
 }
 
 // Components lists the optional kustomize components, sorted: the
-// directories of components/ ("tunnel-mtls"), each to add to an overlay
+// directories of components/ ("hub-nodeport", "tunnel-mtls"), each to add to an overlay
 // of the operator's own.
 func Components() ([]string, error) {
 	files, err := fs.Glob(manifests, "components/*/kustomization.yaml")

@@ -394,3 +394,88 @@ func TestReadmeOverlay(t *testing.T) {
 		t.Error("no tunnel listener")
 	}
 }
+
+// TestPodHardening: in every overlay, each of Atoll's workloads runs at
+// the priority class atoll-critical (which the overlay holds) with
+// resource requests and a memory limit, RuntimeDefault seccomp, no
+// privilege escalation, a read-only root filesystem and no capability;
+// every pod but atoll-edge's (root only to own its hostPath state) runs
+// as a non-root user that can read its Secret volumes (fsGroup, group
+// read). No workload needs a control-plane node.
+func TestPodHardening(t *testing.T) {
+	for name, objs := range objects(t) {
+		t.Run(name, func(t *testing.T) {
+			if find(objs, "PriorityClass", "atoll-critical") == nil {
+				t.Error("no PriorityClass atoll-critical")
+			}
+			for _, w := range objs {
+				switch w.GetKind() {
+				case "Deployment", "StatefulSet", "DaemonSet":
+				default:
+					continue
+				}
+				spec, _, _ := unstructured.NestedMap(w.Object, "spec", "template", "spec")
+				what := w.GetKind() + " " + w.GetName()
+				if pc, _, _ := unstructured.NestedString(spec, "priorityClassName"); pc != "atoll-critical" {
+					t.Errorf("%s: priorityClassName %q, want atoll-critical", what, pc)
+				}
+				if sel, _, _ := unstructured.NestedStringMap(spec, "nodeSelector"); sel["node-role.kubernetes.io/control-plane"] != "" || len(sel) > 0 {
+					t.Errorf("%s: nodeSelector %v: a managed cluster has no such node", what, sel)
+				}
+				pod, _, _ := unstructured.NestedMap(spec, "securityContext")
+				if p, _, _ := unstructured.NestedString(pod, "seccompProfile", "type"); p != "RuntimeDefault" {
+					t.Errorf("%s: seccomp profile %q, want RuntimeDefault", what, p)
+				}
+				root := w.GetName() == "atoll-edge"
+				containers, _, _ := unstructured.NestedSlice(spec, "containers")
+				for _, ci := range containers {
+					c := ci.(map[string]any)
+					cname := what + "/" + c["name"].(string)
+					sc, _, _ := unstructured.NestedMap(c, "securityContext")
+					if v, ok, _ := unstructured.NestedBool(sc, "allowPrivilegeEscalation"); !ok || v {
+						t.Errorf("%s: allowPrivilegeEscalation not false", cname)
+					}
+					if v, _, _ := unstructured.NestedBool(sc, "readOnlyRootFilesystem"); !v {
+						t.Errorf("%s: root filesystem writable", cname)
+					}
+					if drop, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "drop"); !slices.Equal(drop, []string{"ALL"}) {
+						t.Errorf("%s: drops capabilities %v, want [ALL]", cname, drop)
+					}
+					if add, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "add"); len(add) > 0 {
+						t.Errorf("%s: adds capabilities %v", cname, add)
+					}
+					for _, r := range []string{"cpu", "memory"} {
+						if v, _, _ := unstructured.NestedString(c, "resources", "requests", r); v == "" {
+							t.Errorf("%s: no %s request", cname, r)
+						}
+					}
+					if v, _, _ := unstructured.NestedString(c, "resources", "limits", "memory"); v == "" {
+						t.Errorf("%s: no memory limit", cname)
+					}
+					nonRoot, _, _ := unstructured.NestedBool(pod, "runAsNonRoot")
+					if v, ok, _ := unstructured.NestedBool(sc, "runAsNonRoot"); ok {
+						nonRoot = v
+					}
+					if nonRoot == root {
+						t.Errorf("%s: runAsNonRoot %v, want %v", cname, nonRoot, !root)
+					}
+				}
+				if root {
+					continue
+				}
+				fsGroup, hasGroup := integer(pod, "fsGroup")
+				volumes, _, _ := unstructured.NestedSlice(spec, "volumes")
+				for _, vi := range volumes {
+					v := vi.(map[string]any)
+					if _, ok := v["secret"]; !ok {
+						continue
+					}
+					mode, ok := integer(v, "secret", "defaultMode")
+					if !hasGroup || fsGroup == 0 || (ok && mode&0o040 == 0) {
+						t.Errorf("%s: Secret volume %s (mode %#o, fsGroup %d) unreadable by its non-root user", what, v["name"], mode, fsGroup)
+					}
+				}
+			}
+		})
+	}
+}
