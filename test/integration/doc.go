@@ -13,7 +13,10 @@
 //   - tunnel: the tunnel server (cloud/tunnel) and agent (edge/tunnel),
 //     with the tunnel benchmarks;
 //   - kubelet: against real kubelets and containerd (test/kubenode): the
-//     edge prober's checks, Atoll's images running on a node.
+//     edge prober's checks, Atoll's images running on a node;
+//   - install: Atoll installed as a user installs it, its images and
+//     manifests on real nodes, and distributed health on them.
 //
-// The end-to-end suite over a whole installation is test/e2e.
+// The end-to-end suite over a whole installation of processes is
+// test/e2e.
 package integration

@@ -92,6 +92,8 @@ registerNode: true
 podCIDR: {{.PodCIDR}}
 maxPods: 30
 nodeStatusReportFrequency: 10s
+# A Lease renewed every 2.5 s: KCM's grace periods in tests are short.
+nodeLeaseDurationSeconds: 10
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 10s
 serializeImagePulls: false

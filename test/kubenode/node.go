@@ -91,6 +91,11 @@ var hostPaths = []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/
 	// atoll-edge's state (its DaemonSet's hostPath).
 	"/var/lib/atoll"}
 
+// HostPath is the directory of the node's disk that the node's programs
+// see at p, one of the paths each node has of its own (/var/lib/kubelet,
+// /var/lib/cni, /var/log/pods, /var/log/containers, /var/lib/atoll).
+func (n *Node) HostPath(p string) string { return filepath.Join(n.Disk, "host", p) }
+
 // create makes the node's network namespace, routes, certificates and
 // configuration; others are the fleet's nodes so far.
 func (n *Node) create(others []*Node) error {
@@ -315,7 +320,7 @@ func (n *Node) mountNamespace() error {
 	}
 	var script strings.Builder
 	for _, p := range hostPaths {
-		own := filepath.Join(n.Disk, "host", p)
+		own := n.HostPath(p)
 		if err := os.MkdirAll(own, 0o700); err != nil {
 			return err
 		}

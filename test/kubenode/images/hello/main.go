@@ -1,11 +1,13 @@
 // Command hello is the test workload of test/kubenode's nodes: an HTTP
 // server on :8080 that answers every request with "hello from <pod>"
-// (its hostname), and exits on SIGTERM.
+// (its hostname), and exits on SIGTERM. `hello get URL` is its client:
+// it prints the body of one GET of URL (within 3 s), or fails.
 package main
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -14,6 +16,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "get" {
+		if err := get(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	host, _ := os.Hostname()
 	srv := &http.Server{
 		Addr:              ":8080",
@@ -34,4 +43,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+func get(url string) error {
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(url) //nolint:noctx // bounded by the client's timeout
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	_, err = io.Copy(os.Stdout, resp.Body)
+	return err
 }

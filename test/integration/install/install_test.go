@@ -1,0 +1,637 @@
+package install_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/atoll-edge/atoll/deploy/images"
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	"github.com/atoll-edge/atoll/test/kubenode"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/poll"
+)
+
+// fleetNet is this package's kubenode fleet (bridge kn5).
+const fleetNet = 5
+
+// grace is KCM's node monitor grace period here: a node whose kubelet
+// stops reporting is Unknown (and tainted unreachable) after it.
+const grace = 20 * time.Second
+
+// TestAtollAsPods installs Atoll as a user does, on real nodes: the images
+// built by deploy/images in the fleet's registry, the embedded-hub overlay
+// with the hub-nodeport component applied with `kubectl apply
+// --server-side -k`, the hub's volume a local PersistentVolume (the
+// cluster has no provisioner). A control-plane node runs atoll-cloud;
+// units a (three nodes) and b (one) run atoll-edge, enrolled with tokens
+// of `atoll node enroll` from an operator's credentials issued by
+// `atoll-cloud operator-creds` through kubectl exec; each edge node's
+// kube-proxy reads the agent's endpoints proxy. Then:
+//   - every pod is Ready, `atoll status` says SAFE;
+//   - a DeploymentGrid's pods run on the real kubelets and answer through
+//     their ServiceGrid's Service, from a pod of the same unit, only with
+//     that unit's pods;
+//   - scenario 1, a node's link to the cloud silently cut while its peers
+//     reach it: KCM loses it, Atoll keeps it (no NoExecute taint in any
+//     watch event, its pod's endpoint ready at every poll) and its real
+//     pod keeps answering its peers;
+//   - scenario 2, a node powered off: its peers see it dead, KCM taints
+//     it, its pod is evicted (deleted; the object stays Terminating, as
+//     on any dead node) and the Deployment's replacement runs in the same
+//     unit.
+func TestAtollAsPods(t *testing.T) {
+	if err := kubenode.Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	kubectl, err := kubetest.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := kubetest.Start(t, append(kubenode.ClusterOptions(fleetNet), kubetest.WithNodeMonitorGracePeriod(grace))...)
+	fleet := kubenode.StartForTest(t, cluster, fleetNet)
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	defer cancel()
+	client := cluster.Client()
+	inst := &installation{t: t, ctx: ctx, kubectl: kubectl, kubeconfig: cluster.KubeconfigPath(), client: client}
+
+	units := map[string]string{"edge-a1": "a", "edge-a2": "a", "edge-a3": "a", "edge-b1": "b"}
+	nodes := map[string]*kubenode.Node{}
+	for _, name := range []string{"cloud-1", "edge-a1", "edge-a2", "edge-a3", "edge-b1"} {
+		n, err := fleet.Add(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[name] = n
+		labels := map[string]string{"node-role.kubernetes.io/control-plane": ""}
+		if u := units[name]; u != "" {
+			labels = map[string]string{wellknown.LabelUnit: u}
+		}
+		inst.label(name, labels)
+	}
+	cloud := nodes["cloud-1"]
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pods:\n%s", inst.runAllowFail("get", "pods", "-A", "-o", "wide"))
+			t.Logf("nodes:\n%s", inst.runAllowFail("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,TAINTS:.spec.taints,ANNOTATIONS:.metadata.annotations"))
+			if inst.atoll != "" {
+				out, err := runEnv(context.Background(), inst.atollEnv, inst.atoll, "status", "-o", "wide")
+				t.Logf("atoll status -o wide: %v\n%s", err, out)
+			}
+			for _, pod := range []string{"atoll-cloud-0"} {
+				t.Logf("%s log:\n%s", pod, inst.runAllowFail("-n", "atoll-system", "logs", "--tail=60", pod))
+			}
+			t.Logf("atoll-edge logs:\n%s", inst.runAllowFail("-n", "atoll-system", "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-edge"))
+		}
+	})
+
+	for _, img := range images.All {
+		built, err := images.Build(ctx, img, images.Options{Version: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fleet.PushOCI(ctx, img.Name+":test", built); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The embedded hub's volume: a local PersistentVolume on cloud-1, as
+	// an administrator of a cluster without a provisioner makes one.
+	store := filepath.Join(t.TempDir(), "atoll-store")
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inst.apply(fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: atoll-store}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  claimRef: {namespace: atoll-system, name: store-atoll-cloud-0}
+  local: {path: %s}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: kubernetes.io/hostname, operator: In, values: [cloud-1]}
+`, store))
+
+	// The installation: the README's overlay, the images from the fleet's
+	// registry, the hub on a NodePort that the edges dial at cloud-1.
+	deployDir, err := filepath.Abs(filepath.Join("..", "..", "..", "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, deployDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), fmt.Appendf(nil, `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [%[1]s/overlays/embedded-hub]
+components: [%[1]s/components/hub-nodeport]
+images:
+  - {name: ghcr.io/atoll-edge/atoll-cloud, newName: %[2]s/atoll-cloud, newTag: test}
+  - {name: ghcr.io/atoll-edge/atoll-edge, newName: %[2]s/atoll-edge, newTag: test}
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: atoll-edge, namespace: atoll-system}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: atoll-edge
+                env:
+                  - {name: ATOLL_HUB_URL, value: "nats-leaf://%[3]s:30742"}
+`, rel, fleet.Registry(), cloud.IP), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	inst.run("apply", "--server-side", "-k", overlay)
+	inst.run("-n", "atoll-system", "create", "secret", "generic", "atoll-admin-token", "--from-literal=token=e2e-admin-token-0123456789")
+	inst.waitPodsReady("atoll-cloud", 1)
+	t.Logf("atoll-cloud Ready %s after the apply", time.Since(begin).Round(100*time.Millisecond))
+
+	// Enrollment, as the operator guide has it.
+	creds := filepath.Join(t.TempDir(), "operator.creds")
+	if err := os.WriteFile(creds, []byte(inst.run("-n", "atoll-system", "exec", "atoll-cloud-0", "--",
+		"/atoll-cloud", "operator-creds", "--identity-dir=/var/lib/atoll/identity", "--name=e2e", "--ttl=1h")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	atoll := buildAtoll(ctx, t)
+	atollEnv := []string{"ATOLL_NATS_URL=nats://" + cloud.IP + ":30422", "ATOLL_NATS_CREDS=" + creds}
+	inst.atoll, inst.atollEnv = atoll, atollEnv
+	for name, unit := range units {
+		out := filepath.Join(nodes[name].HostPath("/var/lib/atoll"), "bootstrap.creds")
+		if msg, err := runEnv(ctx, atollEnv, atoll, "node", "enroll", "--unit", unit, "--out", out, name); err != nil {
+			t.Fatalf("atoll node enroll %s: %v\n%s", name, err, msg)
+		}
+	}
+	// The agents that started before their token existed restart now
+	// rather than at the end of their crash back-off.
+	inst.run("-n", "atoll-system", "delete", "pods", "-l", "app.kubernetes.io/name=atoll-edge", "--wait=false")
+	inst.waitPodsReady("atoll-edge", len(units))
+	t.Logf("every atoll-edge Ready %s after the apply", time.Since(begin).Round(100*time.Millisecond))
+	for name := range units {
+		if err := nodes[name].SetProxyAPIServer("http://127.0.0.1:9471"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, time.Minute, func() error {
+		out, err := runEnv(ctx, atollEnv, atoll, "status", "--exit-code")
+		if err != nil || !strings.HasPrefix(out, "SAFE") {
+			return fmt.Errorf("atoll status: %v\n%s", err, out)
+		}
+		return nil
+	})
+
+	t.Logf("atoll status:\n%s", inst.atollStatus())
+
+	// The workload: one hello per node of unit a, one in unit b.
+	inst.apply(`apiVersion: apps.atoll.io/v1alpha1
+kind: DeploymentGrid
+metadata: {name: web, namespace: default}
+spec:
+  gridUniqKey: atoll.io/unit
+  template:
+    replicas: 3
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        affinity:
+          podAntiAffinity:
+            preferredDuringSchedulingIgnoredDuringExecution:
+              - weight: 100
+                podAffinityTerm:
+                  topologyKey: kubernetes.io/hostname
+                  labelSelector: {matchLabels: {app: web}}
+        containers:
+          - name: web
+            image: ` + fleet.Image("hello") + `
+            ports: [{containerPort: 8080}]
+            readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 8080}}
+  overrides:
+    - units: [b]
+      replicas: 1
+---
+apiVersion: apps.atoll.io/v1alpha1
+kind: ServiceGrid
+metadata: {name: web, namespace: default}
+spec:
+  gridUniqKey: atoll.io/unit
+  template:
+    selector: {app: web}
+    ports: [{port: 80, targetPort: 8080}]
+`)
+	web := inst.waitWeb(map[string]string{"edge-a1": "a", "edge-a2": "a", "edge-a3": "a", "edge-b1": "b"})
+	svc := inst.serviceIP("web-svc")
+	client2 := web["edge-a2"]
+	inst.eventually(time.Minute, func() error { return inst.servedInUnit(client2, svc, "web-a-") })
+
+	t.Run("scenario 1: link cut, peers healthy", func(t *testing.T) {
+		a1 := nodes["edge-a1"]
+		taints := watchNoExecute(ctx, t, client, a1.Name)
+		if err := a1.Cut(kubenode.HostIP(fleetNet), cloud.IP, cloud.PodCIDR); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := a1.Heal(); err != nil {
+				t.Error(err)
+			}
+		}()
+		cut := time.Now()
+		eventually(ctx, t, grace+30*time.Second, func() error {
+			if ready := nodeReady(ctx, client, a1.Name); ready != corev1.ConditionUnknown {
+				return fmt.Errorf("node %s Ready=%s, want Unknown (KCM lost it)", a1.Name, ready)
+			}
+			return nil
+		})
+		t.Logf("KCM lost %s %s after the cut", a1.Name, time.Since(cut).Round(100*time.Millisecond))
+		// Past KCM's unreachable toleration, every second: the pod is
+		// there, its endpoint ready, it answers a peer and the Service
+		// answers in the unit.
+		pod := web["edge-a1"]
+		until := time.Now().Add(time.Duration(kubetest.DefaultTolerationSeconds)*time.Second + 20*time.Second)
+		polls := 0
+		for time.Now().Before(until) {
+			p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil || p.DeletionTimestamp != nil {
+				t.Fatalf("%s's pod %s: %v (deleting %v)", a1.Name, pod.Name, err, p.DeletionTimestamp)
+			}
+			if err := endpointReady(ctx, client, pod.Status.PodIP); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := inst.exec(client2, "http://"+pod.Status.PodIP+":8080/"); err != nil || !strings.Contains(out, pod.Name) {
+				t.Fatalf("%s's pod from %s: %v %q", a1.Name, client2.Spec.NodeName, err, out)
+			}
+			if err := inst.servedInUnit(client2, svc, "web-a-"); err != nil {
+				t.Fatal(err)
+			}
+			polls++
+			time.Sleep(time.Second)
+		}
+		if status := inst.atollStatus(); !strings.Contains(status, "protected: "+a1.Name) {
+			t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, status)
+		}
+		t.Logf("agents' resident memory with the cut: %s", agentsRSS(t))
+		if got := taints(); len(got) > 0 {
+			t.Errorf("%s got NoExecute taints while its peers saw it healthy: %v", a1.Name, got)
+		}
+		t.Logf("%d polls over %s of the cut: pod kept, endpoint ready, answering", polls, time.Since(cut).Round(time.Second))
+	})
+
+	t.Run("scenario 2: node dead", func(t *testing.T) {
+		a3 := nodes["edge-a3"]
+		pod := web["edge-a3"]
+		a3.PowerCut()
+		off := time.Now()
+		eventually(ctx, t, grace+2*time.Minute, func() error {
+			// Evicted: being deleted (the object stays until a kubelet
+			// confirms, which a dead node never does).
+			p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+			if err == nil && p.DeletionTimestamp == nil {
+				return fmt.Errorf("pod %s of the dead node %s not evicted yet", pod.Name, a3.Name)
+			}
+			pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if p.Name != pod.Name && units[p.Spec.NodeName] == "a" && p.Spec.NodeName != a3.Name &&
+					!slices.ContainsFunc(webNames(web), func(n string) bool { return n == p.Name }) && podReady(&p) {
+					t.Logf("%s's pod evicted; its replacement %s Ready on %s, %s after the power cut", a3.Name, p.Name,
+						p.Spec.NodeName, time.Since(off).Round(100*time.Millisecond))
+					return nil
+				}
+			}
+			return fmt.Errorf("no replacement of %s Ready in unit a", pod.Name)
+		})
+		if err := inst.servedInUnit(client2, svc, "web-a-"); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// installation runs kubectl and checks on the installed cluster.
+type installation struct {
+	t                   *testing.T
+	ctx                 context.Context
+	kubectl, kubeconfig string
+	client              kubernetes.Interface
+	// atoll is the atoll CLI, atollEnv its hub and credentials.
+	atoll    string
+	atollEnv []string
+}
+
+// runAllowFail runs kubectl for a diagnostic, within 20 s of its own
+// (the test's context may be over), and returns its output or error.
+func (i *installation) runAllowFail(args ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, i.kubectl, append([]string{"--kubeconfig", i.kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s\n(%v)", out, err)
+	}
+	return string(out)
+}
+
+func (i *installation) run(args ...string) string {
+	i.t.Helper()
+	cmd := exec.CommandContext(i.ctx, i.kubectl, append([]string{"--kubeconfig", i.kubeconfig}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		i.t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+// apply applies a manifest with kubectl.
+func (i *installation) apply(manifest string) {
+	i.t.Helper()
+	f := filepath.Join(i.t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o600); err != nil {
+		i.t.Fatal(err)
+	}
+	i.run("apply", "--server-side", "-f", f)
+}
+
+func (i *installation) label(node string, labels map[string]string) {
+	i.t.Helper()
+	var b strings.Builder
+	for k, v := range labels {
+		fmt.Fprintf(&b, "%q:%q,", k, v)
+	}
+	patch := `{"metadata":{"labels":{` + strings.TrimSuffix(b.String(), ",") + `}}}`
+	if _, err := i.client.CoreV1().Nodes().Patch(i.ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		i.t.Fatal(err)
+	}
+}
+
+func (i *installation) eventually(timeout time.Duration, check func() error) {
+	i.t.Helper()
+	eventually(i.ctx, i.t, timeout, check)
+}
+
+// eventually polls check until it passes, failing t after timeout.
+func eventually(ctx context.Context, t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := poll.Until(ctx, func(context.Context) error { return check() }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitPodsReady waits until n pods of atoll-system with the name label
+// app are Ready.
+func (i *installation) waitPodsReady(app string, n int) {
+	i.t.Helper()
+	i.eventually(5*time.Minute, func() error {
+		pods, err := i.client.CoreV1().Pods("atoll-system").List(i.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		var not []string
+		for _, p := range pods.Items {
+			if podReady(&p) && p.DeletionTimestamp == nil {
+				ready++
+			} else {
+				not = append(not, fmt.Sprintf("%s on %s: %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses))
+			}
+		}
+		if ready < n {
+			return fmt.Errorf("%d of %d %s pods Ready; not: %v", ready, n, app, not)
+		}
+		return nil
+	})
+}
+
+// waitWeb waits until one Ready web pod runs on each node of want (node:
+// unit) and returns them by node.
+func (i *installation) waitWeb(want map[string]string) map[string]*corev1.Pod {
+	i.t.Helper()
+	var byNode map[string]*corev1.Pod
+	i.eventually(3*time.Minute, func() error {
+		pods, err := i.client.CoreV1().Pods("default").List(i.ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return err
+		}
+		byNode = map[string]*corev1.Pod{}
+		for _, p := range pods.Items {
+			if podReady(&p) {
+				byNode[p.Spec.NodeName] = &p
+			}
+		}
+		for node, unit := range want {
+			p := byNode[node]
+			if p == nil {
+				return fmt.Errorf("no Ready web pod on %s (%d pods)", node, len(pods.Items))
+			}
+			if !strings.HasPrefix(p.Name, "web-"+unit+"-") {
+				return fmt.Errorf("pod %s of another unit on %s (unit %s)", p.Name, node, unit)
+			}
+		}
+		return nil
+	})
+	return byNode
+}
+
+func (i *installation) serviceIP(name string) string {
+	i.t.Helper()
+	var ip string
+	i.eventually(time.Minute, func() error {
+		s, err := i.client.CoreV1().Services("default").Get(i.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ip = s.Spec.ClusterIP
+		return nil
+	})
+	return ip
+}
+
+// exec runs `hello get url` in pod.
+func (i *installation) exec(pod *corev1.Pod, url string) (string, error) {
+	cmd := exec.CommandContext(i.ctx, i.kubectl, "--kubeconfig", i.kubeconfig, "-n", pod.Namespace, "exec", pod.Name, "--", "/hello", "get", url)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// servedInUnit calls the Service at ip from pod 10 times and fails unless
+// every answer comes from a pod whose name starts with prefix (its unit's).
+func (i *installation) servedInUnit(pod *corev1.Pod, ip, prefix string) error {
+	for range 10 {
+		out, err := i.exec(pod, "http://"+ip+"/")
+		if err != nil {
+			return fmt.Errorf("Service %s from %s on %s: %v %q", ip, pod.Name, pod.Spec.NodeName, err, out)
+		}
+		if !strings.HasPrefix(out, "hello from "+prefix) {
+			return fmt.Errorf("Service %s from %s answered %q, not a pod %s*", ip, pod.Name, out, prefix)
+		}
+	}
+	return nil
+}
+
+// watchNoExecute watches node from now on and returns a function that
+// lists every NoExecute taint any watch event carried.
+func watchNoExecute(ctx context.Context, t *testing.T, client kubernetes.Interface, node string) func() []string {
+	t.Helper()
+	w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok || ev.Type == watch.Error {
+				continue
+			}
+			for _, taint := range n.Spec.Taints {
+				if taint.Effect == corev1.TaintEffectNoExecute {
+					mu.Lock()
+					seen = append(seen, taint.Key+" at rv "+n.ResourceVersion)
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+func nodeReady(ctx context.Context, client kubernetes.Interface, name string) corev1.ConditionStatus {
+	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// endpointReady fails unless an EndpointSlice of default lists ip ready.
+func endpointReady(ctx context.Context, client kubernetes.Interface, ip string) error {
+	slices, err := client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if containsAddr(e, ip) {
+				if e.Conditions.Ready == nil || !*e.Conditions.Ready {
+					return fmt.Errorf("endpoint %s of %s not ready", ip, s.Name)
+				}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no endpoint %s", ip)
+}
+
+func containsAddr(e discoveryv1.Endpoint, ip string) bool { return slices.Contains(e.Addresses, ip) }
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func webNames(web map[string]*corev1.Pod) []string {
+	var names []string
+	for _, p := range web {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// atollStatus is the output of atoll status.
+func (i *installation) atollStatus() string {
+	out, err := runEnv(i.ctx, i.atollEnv, i.atoll, "status")
+	if err != nil {
+		return fmt.Sprintf("%s\n(%v)", out, err)
+	}
+	return out
+}
+
+// agentsRSS reads the resident memory of every atoll-edge process of the
+// host (the agents of the fleet's nodes, by the NODE_NAME their pod sets).
+func agentsRSS(t *testing.T) string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	var out []string
+	for _, comm := range procs {
+		if b, err := os.ReadFile(comm); err != nil || strings.TrimSpace(string(b)) != "atoll-edge" {
+			continue
+		}
+		dir := filepath.Dir(comm)
+		env, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		node := "?"
+		for kv := range strings.SplitSeq(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "NODE_NAME="); ok {
+				node = v
+			}
+		}
+		status, _ := os.ReadFile(filepath.Join(dir, "status"))
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				out = append(out, node+" "+strings.TrimSpace(v))
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// buildAtoll builds the atoll CLI.
+func buildAtoll(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "atoll")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/atoll-edge/atoll/services/atoll").CombinedOutput(); err != nil {
+		t.Fatalf("build atoll: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func runEnv(ctx context.Context, env []string, bin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
