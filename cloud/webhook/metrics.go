@@ -1,6 +1,10 @@
 package webhook
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atoll-edge/atoll/cloud/certgen"
+)
 
 // Values of the result label of atoll_webhook_requests_total.
 const (
@@ -57,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		m.duration.WithLabelValues(k)
 	}
-	for _, w := range []string{rotateNewCA, rotateServing, rotateToCurrent, rotateDroppedOld} {
+	for _, w := range certgen.Reasons {
 		m.rotations.WithLabelValues(w)
 	}
 	if reg != nil {

@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/atoll-edge/atoll/cloud/certgen"
 	"github.com/atoll-edge/atoll/cloud/kube"
 
 	"go.uber.org/fx"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/internal/admin"
@@ -23,7 +25,7 @@ import (
 // Enabled is set, and a kubernetes.Interface, it also registers the webhook
 // once the server listens, retrying with backoff until it succeeds. With
 // Config.Certs CertsGenerate (and a kubernetes.Interface) it generates and
-// renews the certificates (Rotator) and registers again whenever the CA
+// renews the certificates (cloud/certgen) and registers again whenever the CA
 // bundle changes.
 var Module = fx.Module("webhook",
 	fx.Provide(newForApp),
@@ -63,13 +65,19 @@ func newForApp(p appParams) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rot *Rotator
+	var rot *certgen.Rotator
 	if generate {
 		hosts, err := servingHosts(reg.withDefaults())
 		if err != nil {
 			return nil, err
 		}
-		if rot, err = NewRotator(p.Client, cfg, hosts, s.log, s.metrics); err != nil {
+		d := cfg.withDefaults()
+		if rot, err = certgen.NewRotator(p.Client, certgen.Config{
+			Secret:     types.NamespacedName{Namespace: d.CertSecret.Namespace, Name: d.CertSecret.Name},
+			Hosts:      hosts,
+			Purpose:    "webhook",
+			CALifetime: d.CALifetime, CertLifetime: d.CertLifetime, CheckInterval: d.CertCheckInterval,
+		}, s.log, certgen.Metrics{Rotations: s.metrics.rotations, Expiry: s.metrics.certExpiry}); err != nil {
 			return nil, err
 		}
 		s.UseCertificates(rot)
@@ -120,7 +128,7 @@ func servingHosts(reg RegistrationConfig) ([]string, error) {
 }
 
 // syncUntilDone syncs the certificates until it succeeds or ctx ends.
-func syncUntilDone(ctx context.Context, rot *Rotator, log *slog.Logger) error {
+func syncUntilDone(ctx context.Context, rot *certgen.Rotator, log *slog.Logger) error {
 	delay := 250 * time.Millisecond
 	for {
 		err := rot.Sync(ctx)

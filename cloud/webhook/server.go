@@ -42,7 +42,7 @@ type Server struct {
 }
 
 // CertificateSource hands out the serving certificate for each TLS
-// handshake (a Rotator, or controller-runtime's certwatcher).
+// handshake (a certgen.Rotator, or controller-runtime's certwatcher).
 type CertificateSource interface {
 	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }

@@ -1,4 +1,8 @@
-package webhook
+// Package certgen generates a CA and a serving certificate, keeps them in
+// one Kubernetes Secret that every replica of atoll-cloud shares, and
+// rotates both before they expire: the admission webhook's certificate
+// (cloud/webhook) and the embedded hub's leaf listener's (cloud/hubtls).
+package certgen
 
 import (
 	"bytes"
@@ -10,12 +14,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,28 +28,76 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/atoll-edge/atoll/internal/wellknown"
 )
 
-// Keys of the certificate Secret (CertsGenerate).
+// Keys of the certificate Secret, besides tls.crt and tls.key (the
+// serving certificate and its key).
 const (
-	// SecretCABundle holds the CAs the apiserver must trust, PEM, the
-	// current one first, then earlier ones until they expire.
+	// SecretCABundle holds the CAs clients must trust, PEM, the current
+	// one first, then earlier ones until they expire.
 	SecretCABundle = "ca.crt"
 	// SecretCAKey is the current CA's private key.
 	SecretCAKey = "ca.key"
 )
 
+// Config says what to generate and where to keep it.
+type Config struct {
+	// Secret holds the certificates; it must exist (the manifests create
+	// it empty, so atoll-cloud needs only get and update on it).
+	Secret types.NamespacedName
+	// Hosts are the serving certificate's names (DNS names or IP
+	// addresses); the first is its common name.
+	Hosts []string
+	// Purpose names the certificates in logs and errors ("webhook").
+	Purpose string
+	// CALifetime and CertLifetime are the CA's and the serving
+	// certificate's lifetimes; each is renewed in its last third.
+	CALifetime, CertLifetime time.Duration
+	// CheckInterval is how often Run re-reads the Secret.
+	CheckInterval time.Duration
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Secret.Name == "" || c.Secret.Namespace == "":
+		return fmt.Errorf("%s certificates: no Secret", c.Purpose)
+	case len(c.Hosts) == 0:
+		return fmt.Errorf("%s certificates: no host names for the serving certificate", c.Purpose)
+	case c.CALifetime <= 0 || c.CertLifetime <= 0 || c.CheckInterval <= 0:
+		return fmt.Errorf("%s certificates: lifetimes and check interval must be positive", c.Purpose)
+	case 3*c.CertLifetime > c.CALifetime:
+		// The CA is renewed with a third of its life left: a serving
+		// certificate must fit in that, so it never outlives its CA.
+		return fmt.Errorf("%s certificates: cert lifetime %s is more than a third of the ca lifetime %s", c.Purpose, c.CertLifetime, c.CALifetime)
+	case c.CertLifetime < 9*c.CheckInterval:
+		return fmt.Errorf("%s certificates: cert lifetime %s is shorter than nine check intervals (%s)", c.Purpose, c.CertLifetime, c.CheckInterval)
+	}
+	return nil
+}
+
+// Metrics are the rotator's: rotations written by this replica, by
+// reason (Reasons), and the serving certificate's expiry. Nil fields are
+// not recorded.
+type Metrics struct {
+	Rotations *prometheus.CounterVec
+	Expiry    prometheus.Gauge
+}
+
 // backdate is how far before its creation a certificate is valid, for
 // clocks a little behind ours.
 const backdate = time.Minute
 
-// Rotator generates the webhook's CA and serving certificate, keeps them
-// in one Secret that every replica shares, and rotates both before they
-// expire (CertsGenerate). A rotated CA is added to the bundle beside the
-// old one first; the serving certificate moves to it only once the new
-// bundle had time to reach the apiserver (two check intervals), so the
-// apiserver trusts every certificate a replica serves throughout. Writes
+// Rotator generates a CA and a serving certificate, keeps them in one
+// Secret that every replica shares, and rotates both before they expire.
+// A rotated CA is added to the bundle beside the old one first; the
+// serving certificate moves to it only once the new bundle had time to
+// reach the clients (two check intervals), so they trust every
+// certificate a replica serves throughout. Writes
 // are updates with the Secret's resourceVersion: when two replicas rotate
 // at once, one wins and the other adopts its result.
 type Rotator struct {
@@ -53,30 +105,27 @@ type Rotator struct {
 	cfg    Config
 	hosts  []string
 	log    *slog.Logger
-	m      *metrics
+	m      Metrics
 	now    func() time.Time
 
-	mu     sync.Mutex
-	cert   *tls.Certificate
-	bundle []byte
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	certPEM []byte
+	keyPEM  []byte
+	bundle  []byte
 	// changed is closed and replaced when the bundle changes.
 	changed chan struct{}
 }
 
-// NewRotator returns a rotator for the serving names hosts (DNS names or
-// IP addresses), configured by cfg's CertSecret and lifetimes.
-func NewRotator(client kubernetes.Interface, cfg Config, hosts []string, log *slog.Logger, m *metrics) (*Rotator, error) {
-	cfg = cfg.withDefaults()
+// NewRotator returns a rotator configured by cfg.
+func NewRotator(client kubernetes.Interface, cfg Config, log *slog.Logger, m Metrics) (*Rotator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if client == nil {
-		return nil, errNoClient
+		return nil, fmt.Errorf("%s certificates: no Kubernetes client", cfg.Purpose)
 	}
-	if len(hosts) == 0 {
-		return nil, errors.New("webhook certificates: no host names for the serving certificate")
-	}
-	if m == nil {
-		m = newMetrics(nil)
-	}
-	return &Rotator{client: client, cfg: cfg, hosts: slices.Clone(hosts), log: log.With("secret", cfg.CertSecret.Namespace+"/"+cfg.CertSecret.Name),
+	return &Rotator{client: client, cfg: cfg, hosts: slices.Clone(cfg.Hosts), log: log.With("secret", cfg.Secret.String()),
 		m: m, now: time.Now, changed: make(chan struct{})}, nil
 }
 
@@ -85,22 +134,31 @@ func (r *Rotator) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cert == nil {
-		return nil, errors.New("webhook certificates: none yet")
+		return nil, fmt.Errorf("%s certificates: none yet", r.cfg.Purpose)
 	}
 	return r.cert, nil
 }
 
-// CABundle is the PEM bundle the apiserver must trust (nil before the
-// first Sync), and a channel closed when it changes.
+// Serving is the current serving certificate (with its chain) and key,
+// PEM; nil before the first Sync.
+func (r *Rotator) Serving() (certPEM, keyPEM []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.certPEM), slices.Clone(r.keyPEM)
+}
+
+// CABundle is the PEM bundle clients must trust (nil before the first
+// Sync), and a channel closed when it or the serving certificate
+// changes.
 func (r *Rotator) CABundle() ([]byte, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.bundle), r.changed
 }
 
-// Run syncs every CertCheckInterval until ctx ends.
+// Run syncs every CheckInterval until ctx ends.
 func (r *Rotator) Run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.CertCheckInterval)
+	t := time.NewTicker(r.cfg.CheckInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -109,7 +167,7 @@ func (r *Rotator) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		if err := r.Sync(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("webhook certificates: sync failed; serving the current ones", "err", err)
+			r.log.Warn(r.cfg.Purpose+" certificates: sync failed; serving the current ones", "err", err)
 		}
 	}
 }
@@ -117,15 +175,14 @@ func (r *Rotator) Run(ctx context.Context) error {
 // Sync reads the Secret, rotates what is due (writing the Secret) and
 // serves the result.
 func (r *Rotator) Sync(ctx context.Context) error {
-	secrets := r.client.CoreV1().Secrets(r.cfg.CertSecret.Namespace)
+	secrets := r.client.CoreV1().Secrets(r.cfg.Secret.Namespace)
 	for attempt := 0; ; attempt++ {
-		s, err := secrets.Get(ctx, r.cfg.CertSecret.Name, metav1.GetOptions{})
+		s, err := secrets.Get(ctx, r.cfg.Secret.Name, metav1.GetOptions{})
 		if err != nil {
 			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-				return fmt.Errorf("get secret %s/%s: %w (deploy/base/atoll-cloud.yaml creates it empty and lets atoll-cloud get and update it)",
-					r.cfg.CertSecret.Namespace, r.cfg.CertSecret.Name, err)
+				return fmt.Errorf("get secret %s: %w (the manifests create it empty and let atoll-cloud get and update it)", r.cfg.Secret, err)
 			}
-			return fmt.Errorf("get secret %s/%s: %w", r.cfg.CertSecret.Namespace, r.cfg.CertSecret.Name, err)
+			return fmt.Errorf("get secret %s: %w", r.cfg.Secret, err)
 		}
 		next, reasons, err := r.rotate(s.Data)
 		if err != nil {
@@ -144,12 +201,14 @@ func (r *Rotator) Sync(ctx context.Context) error {
 			continue // another replica rotated: adopt its result
 		}
 		if err != nil {
-			return fmt.Errorf("update secret %s/%s: %w", r.cfg.CertSecret.Namespace, r.cfg.CertSecret.Name, err)
+			return fmt.Errorf("update secret %s: %w", r.cfg.Secret, err)
 		}
-		for _, why := range reasons {
-			r.m.rotations.WithLabelValues(why).Inc()
+		if r.m.Rotations != nil {
+			for _, why := range reasons {
+				r.m.Rotations.WithLabelValues(why).Inc()
+			}
 		}
-		r.log.Info("webhook certificates rotated", "reasons", reasons)
+		r.log.Info(r.cfg.Purpose+" certificates rotated", "reasons", reasons)
 		return r.load(next)
 	}
 }
@@ -158,13 +217,17 @@ func (r *Rotator) Sync(ctx context.Context) error {
 func (r *Rotator) load(data map[string][]byte) error {
 	cert, err := tls.X509KeyPair(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return fmt.Errorf("webhook certificates: serving key pair: %w", err)
+		return fmt.Errorf("%s certificates: serving key pair: %w", r.cfg.Purpose, err)
 	}
-	r.m.certExpiry.Set(float64(cert.Leaf.NotAfter.Unix()))
+	if r.m.Expiry != nil {
+		r.m.Expiry.Set(float64(cert.Leaf.NotAfter.Unix()))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cert = &cert
-	if !bytes.Equal(r.bundle, data[SecretCABundle]) {
+	servingChanged := !bytes.Equal(r.certPEM, data[corev1.TLSCertKey])
+	r.certPEM, r.keyPEM = slices.Clone(data[corev1.TLSCertKey]), slices.Clone(data[corev1.TLSPrivateKeyKey])
+	if servingChanged || !bytes.Equal(r.bundle, data[SecretCABundle]) {
 		r.bundle = slices.Clone(data[SecretCABundle])
 		close(r.changed)
 		r.changed = make(chan struct{})
@@ -172,7 +235,7 @@ func (r *Rotator) load(data map[string][]byte) error {
 	return nil
 }
 
-// Rotation reasons (label of atoll_webhook_cert_rotations_total).
+// Rotation reasons (the label of Metrics.Rotations).
 const (
 	rotateNewCA      = "ca"
 	rotateServing    = "serving"
@@ -180,12 +243,15 @@ const (
 	rotateDroppedOld = "ca-expired-dropped"
 )
 
+// Reasons are every rotation reason, to pre-create the metric's series.
+var Reasons = []string{rotateNewCA, rotateServing, rotateToCurrent, rotateDroppedOld}
+
 // rotate returns the Secret's next data and why, or no reasons when
 // nothing is due.
 func (r *Rotator) rotate(data map[string][]byte) (map[string][]byte, []string, error) {
 	now := r.now()
 	var reasons []string
-	cas := parseCerts(data[SecretCABundle])
+	cas := ParseCerts(data[SecretCABundle])
 	caKey := parseKey(data[SecretCAKey])
 	// The current CA: the bundle's first, with its key.
 	var ca *x509.Certificate
@@ -193,7 +259,7 @@ func (r *Rotator) rotate(data map[string][]byte) (map[string][]byte, []string, e
 		ca = cas[0]
 	}
 	if ca == nil || due(ca, now) {
-		cert, key, err := newCA(now, r.cfg.CALifetime)
+		cert, key, err := newCA(now, r.cfg.CALifetime, r.cfg.Purpose)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -220,12 +286,12 @@ func (r *Rotator) rotate(data map[string][]byte) (map[string][]byte, []string, e
 	case leaf == nil, !r.names(leaf), !now.Before(leaf.NotAfter), !signedByAny(leaf, cas):
 		reissue = rotateServing
 	case due(leaf, now) && !newCA:
-		// Due, but never from a CA this very step created: the apiserver
-		// does not trust it yet. A due certificate has a third of its
+		// Due, but never from a CA this very step created: the clients
+		// do not trust it yet. A due certificate has a third of its
 		// life (at least three check intervals) left for the next case.
 		reissue = rotateServing
-	case leaf.CheckSignatureFrom(ca) != nil && now.Sub(ca.NotBefore) >= backdate+2*r.cfg.CertCheckInterval:
-		// The new CA's bundle had time to reach the apiserver.
+	case leaf.CheckSignatureFrom(ca) != nil && now.Sub(ca.NotBefore) >= backdate+2*r.cfg.CheckInterval:
+		// The new CA's bundle had time to reach the clients.
 		reissue = rotateToCurrent
 	}
 	next := map[string][]byte{
@@ -235,7 +301,7 @@ func (r *Rotator) rotate(data map[string][]byte) (map[string][]byte, []string, e
 		corev1.TLSPrivateKeyKey: data[corev1.TLSPrivateKeyKey],
 	}
 	if reissue != "" {
-		certPEM, keyPEM, err := issueServing(now, r.cfg.CertLifetime, ca, caKey, r.hosts)
+		certPEM, keyPEM, err := issueServing(now, r.cfg.CertLifetime, ca, caKey, r.hosts, r.cfg.Purpose)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -276,14 +342,14 @@ func keyMatches(c *x509.Certificate, k *ecdsa.PrivateKey) bool {
 	return ok && pub.Equal(&k.PublicKey)
 }
 
-func newCA(now time.Time, life time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+func newCA(now time.Time, life time.Duration, purpose string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("webhook certificates: ca key: %w", err)
+		return nil, nil, fmt.Errorf("%s certificates: ca key: %w", purpose, err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "atoll-cloud-webhook-ca@" + now.UTC().Format(time.RFC3339)},
+		Subject:               pkix.Name{CommonName: "atoll-cloud-" + strings.ReplaceAll(purpose, " ", "-") + "-ca@" + now.UTC().Format(time.RFC3339)},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(life),
 		IsCA:                  true,
@@ -292,7 +358,7 @@ func newCA(now time.Time, life time.Duration) (*x509.Certificate, *ecdsa.Private
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("webhook certificates: ca: %w", err)
+		return nil, nil, fmt.Errorf("%s certificates: ca: %w", purpose, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	return cert, key, err
@@ -300,10 +366,10 @@ func newCA(now time.Time, life time.Duration) (*x509.Certificate, *ecdsa.Private
 
 // issueServing signs a serving certificate for hosts, valid for life but
 // never past the CA.
-func issueServing(now time.Time, life time.Duration, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string) (certPEM, keyPEM []byte, err error) {
+func issueServing(now time.Time, life time.Duration, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, purpose string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("webhook certificates: serving key: %w", err)
+		return nil, nil, fmt.Errorf("%s certificates: serving key: %w", purpose, err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -325,7 +391,7 @@ func issueServing(now time.Time, life time.Duration, ca *x509.Certificate, caKey
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return nil, nil, fmt.Errorf("webhook certificates: serving: %w", err)
+		return nil, nil, fmt.Errorf("%s certificates: serving: %w", purpose, err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), encodeKey(key), nil
 }
@@ -335,7 +401,9 @@ func serial() *big.Int {
 	return n
 }
 
-func parseCerts(data []byte) []*x509.Certificate {
+// ParseCerts parses every certificate of a PEM bundle, skipping what is
+// not one.
+func ParseCerts(data []byte) []*x509.Certificate {
 	var out []*x509.Certificate
 	for len(data) > 0 {
 		var b *pem.Block
