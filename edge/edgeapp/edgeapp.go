@@ -94,6 +94,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATS.NodeName, "node-name", c.NATS.NodeName, "Kubernetes node name (default $NODE_NAME)")
 	fs.Var((*cliflags.List)(&c.NATS.HubURLs), "hub-url", "hub leafnode URL, nats-leaf://host:7422 (repeatable)")
 	fs.StringVar(&c.NATS.HubDomain, "hub-domain", c.NATS.HubDomain, "JetStream domain of the hub")
+	fs.StringVar(&c.NATS.HubServerName, "hub-tls-server-name", c.NATS.HubServerName, "name the hub's leaf certificate must carry (empty: the host dialed); atoll-cloud's generated one names atoll-hub.atoll-system.svc")
 	fs.StringVar(&c.NATS.HubCAFile, "hub-ca-file", c.NATS.HubCAFile, "PEM CAs the hub's leaf certificate must chain to: the leaf link runs over TLS and an unverified hub is refused (empty: plain unless the hub asks for TLS)")
 	fs.StringVar(&c.NATS.HubCompression, "hub-compression", c.NATS.HubCompression, "leaf link compression: off, s2_auto (by round trip time: none below 10 ms, stronger above), s2_uncompressed, s2_fast, s2_better or s2_best")
 	fs.StringVar(&c.NATS.CredsFile, "creds-file", c.NATS.CredsFile, "the node's NATS credentials (its identity on the hub; written on enrollment and renewal)")

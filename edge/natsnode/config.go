@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -45,6 +47,10 @@ type Config struct {
 	// hub that cannot show such a certificate is refused. Empty: plain
 	// NATS unless the hub asks for TLS (then the system's roots verify).
 	HubCAFile string
+	// HubServerName is the name the hub's leaf certificate must carry
+	// (empty: the host dialed). atoll-cloud's generated certificate names
+	// atoll-hub.atoll-system.svc, whatever address the edges dial.
+	HubServerName string
 	// HubCompression is the leaf link's compression, as nats-server
 	// names it: off (ours: a compressed leaf costs the hub about half a
 	// MiB of s2 buffers per connection, and a steady node's few small
@@ -205,18 +211,86 @@ func (c Config) credentials() (seed, userJWT string, bootstrap bool, err error) 
 	return seed, userJWT, bootstrap, nil
 }
 
-// hubTLS is the leaf link's TLS configuration when HubCAFile is set.
+// hubTLS is the leaf link's TLS configuration when HubCAFile is set. The
+// bundle is read again when the file changes (a CA rotated by atoll-cloud
+// reaches the node as an updated ConfigMap), so every handshake verifies
+// against the bundle as it is then; the name checked is HubServerName, or
+// the host dialed.
 func (c Config) hubTLS() (*tls.Config, error) {
 	if c.HubCAFile == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(filepath.Clean(c.HubCAFile))
+	roots := &caFile{path: filepath.Clean(c.HubCAFile)}
+	if _, err := roots.pool(); err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: c.HubServerName,
+		// Verified by VerifyConnection, against the bundle as it is at
+		// each handshake: the standard check would use a pool fixed now.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+	}
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		pool, err := roots.pool()
+		if err != nil {
+			return err
+		}
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("natsnode: the hub showed no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: cs.ServerName, Roots: pool, Intermediates: inter})
+		if err != nil {
+			return fmt.Errorf("natsnode: the hub's certificate: %w (hub CA file %s)", err, roots.path)
+		}
+		return nil
+	}
+	return cfg, nil
+}
+
+// caFile is a PEM bundle of CAs on disk, parsed again when it changes.
+type caFile struct {
+	path string
+
+	mu      sync.Mutex
+	modTime time.Time
+	size    int64
+	cached  *x509.CertPool
+}
+
+// pool returns the bundle's CAs; a bundle that changed into something
+// unparsable keeps the last good one.
+func (f *caFile) pool() (*x509.CertPool, error) {
+	st, err := os.Stat(f.path)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err != nil {
+		if f.cached != nil {
+			return f.cached, nil
+		}
+		return nil, fmt.Errorf("natsnode: hub CA file: %w", err)
+	}
+	if f.cached != nil && st.ModTime().Equal(f.modTime) && st.Size() == f.size {
+		return f.cached, nil
+	}
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		if f.cached != nil {
+			return f.cached, nil
+		}
 		return nil, fmt.Errorf("natsnode: hub CA file: %w", err)
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("natsnode: hub CA file %s: no PEM certificate in it", c.HubCAFile)
+	if !pool.AppendCertsFromPEM(data) {
+		if f.cached != nil {
+			return f.cached, nil
+		}
+		return nil, fmt.Errorf("natsnode: hub CA file %s: no PEM certificate in it", f.path)
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, nil
+	f.cached, f.modTime, f.size = pool, st.ModTime(), st.Size()
+	return pool, nil
 }

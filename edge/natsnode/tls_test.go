@@ -3,6 +3,7 @@ package natsnode_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,8 +40,11 @@ func linkState(t *testing.T, n *natsnode.Node, want bool) {
 
 // TestLeafTLS: a hub whose leaf listener has a certificate requires TLS.
 // An edge that trusts the certificate's CA links; one that trusts another
-// CA, or none, is refused. A renewed certificate in the same files is
-// served to the next connection without a restart.
+// CA, or none, or expects another name, is refused; one that names the
+// certificate's name while dialing an address links. A renewed
+// certificate in the same files is served to the next connection without
+// a restart, and an edge whose CA file is updated in place links with
+// the new bundle without a restart.
 func TestLeafTLS(t *testing.T) {
 	dir := t.TempDir()
 	first, other := natstest.NewTLS(t, dir, "first"), natstest.NewTLS(t, dir, "other")
@@ -51,27 +55,45 @@ func TestLeafTLS(t *testing.T) {
 	good := natstest.Edge(t, h, "good", natstest.EdgeOptions{HubCAFile: first.CAFile})
 	wrongCA := natstest.Edge(t, h, "wrong-ca", natstest.EdgeOptions{HubCAFile: other.CAFile})
 	plain := natstest.Edge(t, h, "plain", natstest.EdgeOptions{})
+	named := natstest.Edge(t, h, "named", natstest.EdgeOptions{HubCAFile: first.CAFile, HubServerName: "localhost"})
+	misnamed := natstest.Edge(t, h, "misnamed", natstest.EdgeOptions{HubCAFile: first.CAFile, HubServerName: "atoll-hub.example"})
+	// Its bundle starts wrong; updated in place below.
+	updated := filepath.Join(dir, "updated-ca.crt")
+	copyFile(t, other.CAFile, updated)
+	later := natstest.Edge(t, h, "later", natstest.EdgeOptions{HubCAFile: updated})
 	linkState(t, good, true)
+	linkState(t, named, true)
 	linkState(t, wrongCA, false)
 	linkState(t, plain, false)
+	linkState(t, misnamed, false)
+	linkState(t, later, false)
+	copyFile(t, first.CAFile, updated)
+	linkState(t, later, true)
 
 	// The hub's certificate is renewed in place, now signed by the other
 	// CA: an edge that trusts that CA links without the hub restarting.
 	for _, p := range [][2]string{{other.CertFile, first.CertFile}, {other.KeyFile, first.KeyFile}} {
-		data, err := os.ReadFile(p[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p[1], data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		later := time.Now().Add(time.Second)
-		if err := os.Chtimes(p[1], later, later); err != nil {
-			t.Fatal(err)
-		}
+		copyFile(t, p[0], p[1])
 	}
 	renewed := natstest.Edge(t, h, "renewed", natstest.EdgeOptions{HubCAFile: other.CAFile})
 	linkState(t, renewed, true)
+}
+
+// copyFile replaces to with from's content, its modification time a
+// second ahead (so a reader that compares it sees a change).
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Second)
+	if err := os.Chtimes(to, later, later); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestHubCAFileErrors: a CA file that is missing or holds no certificate

@@ -85,6 +85,9 @@ type EdgeOptions struct {
 	HubURL string
 	// HubCAFile makes the leaf link TLS, verified against these CAs.
 	HubCAFile string
+	// HubServerName is the name the hub's certificate must carry (empty:
+	// the host dialed).
+	HubServerName string
 	// HubCompression is the leaf link's compression (natsnode.Config;
 	// empty: the default).
 	HubCompression string
@@ -121,7 +124,7 @@ func Edge(t testing.TB, h HubServers, node string, o EdgeOptions) *natsnode.Node
 	cfg.RouteHost = "127.0.0.1"
 	cfg.Seed, cfg.UserJWT = string(seed), userJWT
 	cfg.HubURLs = h.LeafURLs()
-	cfg.HubCAFile = o.HubCAFile
+	cfg.HubCAFile, cfg.HubServerName = o.HubCAFile, o.HubServerName
 	if o.HubCompression != "" {
 		cfg.HubCompression = o.HubCompression
 	}
