@@ -19,6 +19,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/hubclient"
+	"github.com/atoll-edge/atoll/cloud/hubtls"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/kube"
 	"github.com/atoll-edge/atoll/cloud/manager"
@@ -84,7 +85,18 @@ type Config struct {
 	// Console is the status page under /ui/ on the admin listener
 	// (kubernetes source only).
 	Console console.Config
+
+	// HubLeafCerts is where the embedded hub's leaf certificate comes
+	// from: "" (the --hub-leaf-tls-* files, or none: plain leaf links)
+	// or "generate" (cloud/hubtls; needs Kubernetes).
+	HubLeafCerts string
+	// HubLeafHosts are the generated leaf certificate's names.
+	HubLeafHosts []string
 }
+
+// HubLeafCertsGenerate has atoll-cloud generate and rotate the embedded
+// hub's leaf certificate (Config.HubLeafCerts).
+const HubLeafCertsGenerate = "generate"
 
 // Default is the production configuration.
 func Default() Config {
@@ -134,6 +146,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.LeafAdvertise, "hub-leaf-advertise", c.Hub.LeafAdvertise, "leaf address gossiped to edges (empty: none)")
 	fs.StringVar(&c.Hub.LeafTLS.CertFile, "hub-leaf-tls-cert", c.Hub.LeafTLS.CertFile, "embedded hub: PEM certificate (with chain) the leaf listener requires TLS with; re-read when it changes (empty: plain leaf links)")
 	fs.StringVar(&c.Hub.LeafTLS.KeyFile, "hub-leaf-tls-key", c.Hub.LeafTLS.KeyFile, "embedded hub: the leaf certificate's PEM key")
+	fs.StringVar(&c.HubLeafCerts, "hub-leaf-certs", c.HubLeafCerts, "embedded hub: generate (atoll-cloud generates the leaf listener's CA and certificate in the Secret "+hubtls.DefaultSecret+", rotates them and publishes the CA bundle in the ConfigMap "+hubtls.DefaultCABundle+" of its namespace, for atoll-edge --hub-ca-file), or empty (the --hub-leaf-tls-* files, or plain leaf links)")
+	fs.Var((*cliflags.List)(&c.HubLeafHosts), "hub-leaf-tls-hosts", "embedded hub: comma-separated names of the generated leaf certificate, which edges check with --hub-tls-server-name (default "+hubtls.DefaultHost+")")
 	fs.StringVar(&c.Hub.StoreDir, "hub-store-dir", c.Hub.StoreDir, "JetStream storage directory")
 	fs.Int64Var(&c.Hub.MaxMemory, "hub-max-memory", c.Hub.MaxMemory, "JetStream memory limit in bytes (0: server default)")
 	fs.Int64Var(&c.Hub.MaxStore, "hub-max-store", c.Hub.MaxStore, "JetStream storage limit in bytes (0: server default)")
@@ -248,6 +262,8 @@ func (c Config) hubFlags() error {
 		{"--hub-leaf-advertise", h.LeafAdvertise != dh.LeafAdvertise},
 		{"--hub-leaf-tls-cert", h.LeafTLS.CertFile != dh.LeafTLS.CertFile},
 		{"--hub-leaf-tls-key", h.LeafTLS.KeyFile != dh.LeafTLS.KeyFile},
+		{"--hub-leaf-certs", c.HubLeafCerts != d.HubLeafCerts},
+		{"--hub-leaf-tls-hosts", len(c.HubLeafHosts) > 0},
 		{"--hub-store-dir", h.StoreDir != dh.StoreDir},
 		{"--hub-max-memory", h.MaxMemory != dh.MaxMemory},
 		{"--hub-max-store", h.MaxStore != dh.MaxStore},
@@ -295,6 +311,22 @@ func (c Config) Validate() error {
 	if c.EmbeddedHub() {
 		c.Hub.Domain = c.HubLink.Domain
 		checks = append(checks, c.Hub)
+		switch c.HubLeafCerts {
+		case "":
+			if len(c.HubLeafHosts) > 0 {
+				return errors.New("hub leaf certs: --hub-leaf-tls-hosts names generated certificates: add --hub-leaf-certs=generate")
+			}
+		case HubLeafCertsGenerate:
+			if c.Hub.LeafTLS.Enabled() {
+				return errors.New("hub leaf certs: generate and --hub-leaf-tls-cert/--hub-leaf-tls-key are exclusive")
+			}
+			if !c.Kubernetes() {
+				return errors.New("hub leaf certs: generate keeps the certificates in a Secret and needs the kubernetes membership source")
+			}
+			checks = append(checks, c.hubTLS())
+		default:
+			return fmt.Errorf("hub leaf certs: %q: want %s or nothing", c.HubLeafCerts, HubLeafCertsGenerate)
+		}
 	} else {
 		checks = append(checks, c.HubLink)
 	}
@@ -331,6 +363,15 @@ func (s healthStates) UnitDisruption(unit string) (string, bool) {
 
 func (s healthStates) OnChange(fn func(unit string)) {
 	s.h.OnUnitState(func(unit string, _ health.UnitState) { fn(unit) })
+}
+
+// hubTLS is the configuration of the generated leaf certificate.
+func (c Config) hubTLS() hubtls.Config {
+	cfg := hubtls.DefaultConfig(c.Manager.LeaderElectionNamespace)
+	if len(c.HubLeafHosts) > 0 {
+		cfg.Hosts = c.HubLeafHosts
+	}
+	return cfg
 }
 
 // Options is the atoll-cloud application.
@@ -378,8 +419,13 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	if c.EmbeddedHub() {
 		c.Hub.Domain = c.HubLink.Domain
 		c.Hub.IdentityDir = c.IdentityDir
+		leafCerts := fx.Options()
+		if c.HubLeafCerts == HubLeafCertsGenerate {
+			leafCerts = fx.Options(fx.Supply(c.hubTLS()), hubtls.Module)
+		}
 		hubShape = fx.Options(
 			fx.Supply(c.Hub),
+			leafCerts,
 			hub.Module,
 			fx.Provide(func(h *hub.Hub) hubclient.Endpoint { return h }),
 			fx.Provide(func(h *hub.Hub) *identity.Issuer { return h.Issuer() }),

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,10 @@ type Config struct {
 	// certificate, read again when its files change; edges verify it
 	// against their hub CA (atoll-edge --hub-ca-file).
 	LeafTLS TLSFiles
+	// LeafCertificates, when set, makes the leaf listener require TLS with
+	// the certificate it serves at each handshake (cloud/hubtls'
+	// generated one); exclusive with LeafTLS.
+	LeafCertificates LeafCertificates
 	// StoreDir holds the JetStream streams.
 	StoreDir string
 	// Domain is the JetStream domain edge clients address the hub by.
@@ -172,10 +177,19 @@ func (c Config) Validate() error {
 	if err := c.LeafTLS.Validate(); err != nil {
 		return err
 	}
+	if c.LeafTLS.Enabled() && c.LeafCertificates != nil {
+		return errors.New("hub: leaf TLS: certificate files and generated certificates are exclusive")
+	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// LeafCertificates serves the leaf listener's certificate
+// (tls.Config.GetCertificate; a certgen.Rotator).
+type LeafCertificates interface {
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
 // identityDir is IdentityDir or its default.

@@ -19,6 +19,7 @@ package hub
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -130,12 +131,16 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	// Without it every edge server's loop-detection subscription reached
 	// every other leaf, and the hub's memory grew with leafs².
 	opts.LeafNode.IsolateLeafnodeInterest = true
-	if h.cfg.LeafTLS.Enabled() {
+	switch {
+	case h.cfg.LeafTLS.Enabled():
 		certs, err := newCertFiles(h.cfg.LeafTLS)
 		if err != nil {
 			return nil, err
 		}
 		opts.LeafNode.TLSConfig = certs.serverConfig()
+		opts.LeafNode.TLSTimeout = 5
+	case h.cfg.LeafCertificates != nil:
+		opts.LeafNode.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: h.cfg.LeafCertificates.GetCertificate}
 		opts.LeafNode.TLSTimeout = 5
 	}
 	if c := h.cfg.Cluster; c.Enabled() {

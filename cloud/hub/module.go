@@ -11,12 +11,26 @@ import (
 )
 
 // Module runs the embedded hub with the app. It needs a Config and a
-// *slog.Logger.
+// *slog.Logger; a LeafCertificates in the app (cloud/hubtls) puts the
+// leaf listener on TLS with it.
 var Module = fx.Module("hub",
 	fx.Provide(newForApp),
 )
 
-func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server) (*Hub, error) {
+type params struct {
+	fx.In
+	LC    fx.Lifecycle
+	Cfg   Config
+	Log   *slog.Logger
+	Admin *admin.Server
+	Leaf  LeafCertificates `optional:"true"`
+}
+
+func newForApp(p params) (*Hub, error) {
+	lc, cfg, log, adm := p.LC, p.Cfg, p.Log, p.Admin
+	if p.Leaf != nil {
+		cfg.LeafCertificates = p.Leaf
+	}
 	h, err := New(cfg, log)
 	if err != nil {
 		return nil, err

@@ -68,6 +68,11 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--tunnel-connect-addr=:8132", "--tunnel-connect-tls-cert=/nonexistent/tls.crt", "--tunnel-connect-tls-key=/nonexistent/tls.key", "--tunnel-connect-client-ca=/nonexistent/ca.crt"}, "ConnectTLS.CertFile (--tunnel-connect-tls-cert): open /nonexistent/tls.crt"},
 		{[]string{"--tunnel-forward=127.0.0.1:9100=a*b/127.0.0.1:9100"}, "tunnel: Forwards[0].Node"},
 		{[]string{"--cluster-domain=.cluster.local"}, "hostrecords: ClusterDomain"},
+		{[]string{"--hub-leaf-certs=self-signed"}, `hub leaf certs: "self-signed"`},
+		{[]string{"--hub-leaf-certs=generate", "--hub-leaf-tls-cert=c.pem", "--hub-leaf-tls-key=k.pem"}, "generate and --hub-leaf-tls-cert/--hub-leaf-tls-key are exclusive"},
+		{[]string{"--hub-leaf-certs=generate", "--membership-source=declared"}, "needs the kubernetes membership source"},
+		{[]string{"--hub-leaf-tls-hosts=hub.example"}, "add --hub-leaf-certs=generate"},
+		{[]string{"--hub-url=nats://hub:4222", "--hub-leaf-certs=generate"}, "--hub-leaf-certs configures the embedded hub"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

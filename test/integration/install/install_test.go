@@ -1,8 +1,10 @@
 package install_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +38,8 @@ const grace = 20 * time.Second
 // TestAtollAsPods installs Atoll as a user does, on real nodes: the images
 // built by deploy/images in the fleet's registry, the embedded-hub overlay
 // with the hub-nodeport component applied with `kubectl apply
-// --server-side -k`, the hub's volume a local PersistentVolume (the
+// --server-side -k` (leaf links over TLS with atoll-cloud's generated
+// certificate), the hub's volume a local PersistentVolume (the
 // cluster has no provisioner). A control-plane node runs atoll-cloud;
 // units a (three nodes) and b (one) run atoll-edge, enrolled with tokens
 // of `atoll node enroll` from an operator's credentials issued by
@@ -204,6 +207,14 @@ patches:
 	})
 
 	t.Logf("atoll status:\n%s", inst.atollStatus())
+	// The leaf links run TLS: the hub's leaf port asks for it, and the
+	// agents (Ready, linked) verify it with the published CA bundle.
+	if info := leafInfo(ctx, t, cloud.IP+":30742"); !strings.Contains(info, `"tls_required":true`) {
+		t.Errorf("the hub's leaf port does not require TLS: %s", info)
+	}
+	if _, err := client.CoreV1().ConfigMaps("atoll-system").Get(ctx, "atoll-hub-ca", metav1.GetOptions{}); err != nil {
+		t.Errorf("the hub's CA bundle: %v", err)
+	}
 
 	// The workload: one hello per node of unit a, one in unit b.
 	inst.apply(`apiVersion: apps.atoll.io/v1alpha1
@@ -579,6 +590,25 @@ func webNames(web map[string]*corev1.Pod) []string {
 		names = append(names, p.Name)
 	}
 	return names
+}
+
+// leafInfo is the INFO line a NATS leaf listener at addr greets with.
+func leafInfo(ctx context.Context, t *testing.T, addr string) string {
+	t.Helper()
+	var d net.Dialer
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("the hub's leaf port %s: %v", addr, err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the hub's leaf port %s: %v", addr, err)
+	}
+	return line
 }
 
 // atollStatus is the output of atoll status.
