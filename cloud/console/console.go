@@ -108,6 +108,10 @@ func New(cfg Config, h Health, nodes corelisters.NodeLister, grids client.Reader
 	return c, nil
 }
 
+// SetAgents has each node show the refusals of its probe credentials its
+// agent reports. Call it before Run.
+func (c *Console) SetAgents(a Agents) { c.b.agents = a }
+
 // Run rebuilds the model every Interval and gathers the tunnel sessions
 // every TunnelsEvery until ctx is done; then it ends the event streams
 // (Close), so the admin server's graceful shutdown does not wait for

@@ -91,6 +91,11 @@ func (f *fakeHealth) set(fn func(*fakeHealth)) {
 
 type fakeTunnels map[string]uint32
 
+// fakeAgents are the probe refusals each node's agent reports.
+type fakeAgents map[string][]*atollv1.ProbeRefusal
+
+func (a fakeAgents) ProbeRefusals(node string) []*atollv1.ProbeRefusal { return a[node] }
+
 func (t fakeTunnels) GatherTunnels() (map[string]uint32, uint32, bool) { return t, 2, true }
 
 func node(name, unit string, ready corev1.ConditionStatus) *corev1.Node {
@@ -170,6 +175,7 @@ func TestModel(t *testing.T) {
 	h, l, _ := fixture(t)
 	c := newConsole(t, h, l, testConfig(), nil)
 	c.sessions.Store(&map[string]uint32{"a": 3})
+	c.SetAgents(fakeAgents{"a": {{Plugin: "kubelet-healthz", Peer: "c", Status: "401 Unauthorized"}}})
 	if err := c.Update(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +205,15 @@ func TestModel(t *testing.T) {
 				t.Fatalf("node %+v, want %+v", n, tt)
 			}
 		})
+	}
+	a := units[0].Nodes[0]
+	if want := []ProbeRefusal{{Plugin: "kubelet-healthz", Peer: "c", Status: "401 Unauthorized"}}; !slices.Equal(a.ProbeRefusals, want) {
+		t.Fatalf("a's probe refusals %+v, want %+v", a.ProbeRefusals, want)
+	}
+	for _, n := range units[0].Nodes[1:] {
+		if n.ProbeRefusals != nil {
+			t.Fatalf("%s's probe refusals %+v, want none", n.Name, n.ProbeRefusals)
+		}
 	}
 	b := units[0].Nodes[1]
 	if v := b.Votes[1]; v.Voter != "c" || v.Verdict != "healthy" || !v.Made.Equal(t0) || !v.Stored.Equal(t0.Add(2*time.Second)) {
@@ -718,7 +733,8 @@ func TestSameUnit(t *testing.T) {
 	hold := t0.Add(time.Minute)
 	base := Unit{Name: "u1", Disruption: "Normal", HoldUntil: &hold,
 		Nodes: []Node{{Name: "a", State: StateHealthy, Ready: "True", Verdict: "healthy", Protected: true, Link: "up", Tunnels: 1,
-			Votes: []Vote{{Voter: "b", Verdict: "healthy", Made: t0, Stored: t0}}}},
+			Votes:         []Vote{{Voter: "b", Verdict: "healthy", Made: t0, Stored: t0}},
+			ProbeRefusals: []ProbeRefusal{{Plugin: "kubelet-healthz", Peer: "b", Status: "401 Unauthorized"}}}},
 		Grids: []GridUnit{{Grid: "DeploymentGrid/ns/web", Revision: "r1", Rollout: "r2", Current: true, Ready: true,
 			ReadyReplicas: 1, Replicas: 2, Phase: "updated", Position: 1, Of: 2}}}
 	clone := func() Unit {

@@ -35,6 +35,13 @@ type Tunnels interface {
 	GatherTunnels() (sessions map[string]uint32, replicas uint32, ok bool)
 }
 
+// Agents tells what each node's agent reports
+// (*members.Service implements it): the refusals of its probe
+// credentials by its peers.
+type Agents interface {
+	ProbeRefusals(node string) []*atollv1.ProbeRefusal
+}
+
 // Node states, the colour of a node's cell (data-state).
 const (
 	StateHealthy   = "healthy"   // the kubelet reports Ready, peers do not call it unhealthy
@@ -85,6 +92,20 @@ type Node struct {
 	// Tunnels is the number of open tunnel sessions to the node, over
 	// every replica.
 	Tunnels uint32 `json:"tunnels,omitempty"`
+	// ProbeRefusals are the peers refusing the probe credentials of the
+	// node's agent (its kubelet token), the last per check plugin: a
+	// configuration error; none while the token is accepted or the agent
+	// sends none.
+	ProbeRefusals []ProbeRefusal `json:"probeRefusals,omitempty"`
+}
+
+// ProbeRefusal is a peer refusing the credentials of one of a node's
+// check plugins.
+type ProbeRefusal struct {
+	Plugin string `json:"plugin"`
+	Peer   string `json:"peer"`
+	// Status is the HTTP status the peer answered ("401 Unauthorized").
+	Status string `json:"status"`
 }
 
 // Vote is one peer's fresh vote about a node, which the verdict counts.
@@ -138,11 +159,13 @@ type TimelineEntry struct {
 }
 
 // builder reads the model from memory: the manager's cache of Nodes and
-// grids, the health service and the last tunnel gather.
+// grids, the health service, the agents' reports and the last tunnel
+// gather.
 type builder struct {
 	health Health
 	nodes  corelisters.NodeLister
 	grids  client.Reader // nil: no grid controllers
+	agents Agents        // nil: no refusals shown
 	rule   units.Rule
 }
 
@@ -217,6 +240,11 @@ func (b *builder) node(n *corev1.Node, tunnels uint32) Node {
 	for _, v := range b.health.Votes(n.Name) {
 		out.Votes = append(out.Votes, Vote{Voter: v.Voter, Verdict: verdictName(v.Verdict), Made: v.Made.UTC(), Stored: v.Stored.UTC()})
 	}
+	if b.agents != nil {
+		for _, r := range b.agents.ProbeRefusals(n.Name) {
+			out.ProbeRefusals = append(out.ProbeRefusals, ProbeRefusal{Plugin: r.GetPlugin(), Peer: r.GetPeer(), Status: r.GetStatus()})
+		}
+	}
 	return out
 }
 
@@ -230,6 +258,7 @@ func sameUnit(a, b Unit) bool {
 func sameNode(a, b Node) bool {
 	return a.Name == b.Name && a.State == b.State && a.Ready == b.Ready && a.Verdict == b.Verdict &&
 		a.Protected == b.Protected && a.Link == b.Link && a.Tunnels == b.Tunnels &&
+		slices.Equal(a.ProbeRefusals, b.ProbeRefusals) &&
 		slices.EqualFunc(a.Votes, b.Votes, func(x, y Vote) bool {
 			return x.Voter == y.Voter && x.Verdict == y.Verdict && x.Made.Equal(y.Made) && x.Stored.Equal(y.Stored)
 		})

@@ -9,14 +9,16 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
+	"github.com/atoll-edge/atoll/cloud/views/members"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 )
 
 // Module serves the status page under /ui/ on the admin listener when
 // Config.Enabled, from the health service, the manager's cache (Nodes
-// and, with the grid controllers, the grids) and the status responder's
-// gather of tunnel sessions. It provides *Console, nil when disabled.
+// and, with the grid controllers, the grids), the status responder's
+// gather of tunnel sessions and, with the members service, the agents'
+// refused probe credentials. It provides *Console, nil when disabled.
 var Module = fx.Module("console",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Console) {}),
@@ -32,6 +34,7 @@ type params struct {
 	Log       *slog.Logger
 	Grids     *grid.Controllers `optional:"true"` // nil: the grid controllers do not run
 	Status    *status.Responder `optional:"true"` // gathers the replicas' tunnel sessions
+	Members   *members.Service  `optional:"true"` // the agents' refused probe credentials
 }
 
 func newForApp(p params) (*Console, error) {
@@ -49,6 +52,9 @@ func newForApp(p params) (*Console, error) {
 	c, err := New(p.Config, p.Health, p.Manager.NodeLister(), grids, tunnels, p.Log)
 	if err != nil {
 		return nil, err
+	}
+	if p.Members != nil {
+		c.SetAgents(p.Members)
 	}
 	p.Health.OnProtectiveWrite(c.Wrote)
 	p.Admin.Handle("/ui/", c.Handler())

@@ -14,14 +14,15 @@ import (
 )
 
 // TestModuleInCloudApp: atoll-cloud's graph with the kubernetes
-// membership source provides everything the console needs, with the
+// membership source provides everything the console needs, the members
+// service (the agents' refused probe credentials) included, with the
 // page on or off; the module alone does not validate.
 func TestModuleInCloudApp(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		cfg := cloudapp.Default()
 		cfg.Members.Source = members.SourceKubernetes
 		cfg.Console.Enabled = on
-		if err := fx.ValidateApp(cloudapp.Options(cfg, slog.New(slog.DiscardHandler)), fx.Populate(new(*console.Console))); err != nil {
+		if err := fx.ValidateApp(cloudapp.Options(cfg, slog.New(slog.DiscardHandler)), fx.Populate(new(*console.Console), new(*members.Service))); err != nil {
 			t.Fatalf("console %v: %v", on, err)
 		}
 	}

@@ -16,7 +16,8 @@ import (
 // Module answers status requests on the app's hub connection from the
 // health service and the manager's cache of Nodes, from app start until app stop.
 // It runs with the kubernetes membership source only. With the topology
-// service in the app, node statuses name the views each agent is behind on.
+// service in the app, node statuses name the views each agent is behind on
+// and the probe credentials its peers refuse.
 var Module = fx.Module("status",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Responder) {}),
@@ -30,7 +31,7 @@ type params struct {
 	Link      *hublink.Link
 	Manager   *manager.Manager
 	Log       *slog.Logger
-	Members   *members.Service `optional:"true"` // which agents' views are behind
+	Members   *members.Service `optional:"true"` // which agents' views are behind, which probes refused
 	Tunnel    *tunnel.Server   `optional:"true"` // the tunnel sessions this replica relays
 }
 

@@ -62,16 +62,18 @@ type Tunnels interface {
 // for the other replicas' tunnel sessions.
 const DefaultGather = 300 * time.Millisecond
 
-// Views tells which views a node's agent holds older than the cloud
-// published them (*topology.Service implements it): "" when current.
+// Views tells what a node's agent reports (*members.Service implements
+// it): which views it holds older than the cloud published them ("" when
+// current), and which of its probe credentials its peers refuse.
 type Views interface {
 	ViewsBehind(node string) string
+	ProbeRefusals(node string) []*atollv1.ProbeRefusal
 }
 
 // Responder answers status requests.
 type Responder struct {
 	health  Health
-	views   Views   // nil: every node's views read "unknown"
+	views   Views   // nil: every node's views read "unknown", no refusal
 	tunnels Tunnels // nil: this replica relays no session
 	gather  time.Duration
 	nodes   corelisters.NodeLister
@@ -107,8 +109,8 @@ func (r *Responder) SetTunnels(t Tunnels) { r.tunnels = t }
 // tunnel sessions (default DefaultGather). Call it before Start.
 func (r *Responder) SetGather(d time.Duration) { r.gather = d }
 
-// SetViews has node statuses name the views each agent is behind on.
-// Call it before Start.
+// SetViews has node statuses name the views each agent is behind on and
+// the probe credentials its peers refuse. Call it before Start.
 func (r *Responder) SetViews(v Views) { r.views = v }
 
 // Start adds the micro service with its status endpoint on nc and returns
@@ -315,6 +317,7 @@ func (r *Responder) nodeStatus(n *corev1.Node) *atollv1.NodeStatus {
 		LastVote:       timestamp(j.LastVote),
 		Protected:      r.health.Protected(n.Name),
 		ViewsBehind:    r.viewsBehind(n.Name),
+		ProbeRefusals:  r.probeRefusals(n.Name),
 	}
 }
 
@@ -323,6 +326,13 @@ func (r *Responder) viewsBehind(node string) string {
 		return "unknown"
 	}
 	return r.views.ViewsBehind(node)
+}
+
+func (r *Responder) probeRefusals(node string) []*atollv1.ProbeRefusal {
+	if r.views == nil {
+		return nil
+	}
+	return r.views.ProbeRefusals(node)
 }
 
 // timestamp is t, or unset for the zero time and for the Unix epoch (what

@@ -130,7 +130,8 @@ func check(t *testing.T, want, got *atollv1.ClusterStatus) {
 var (
 	u1 = &atollv1.UnitStatus{Unit: "u1", State: "PartialDisruption", Nodes: []*atollv1.NodeStatus{
 		{Name: "a", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2,
-			VerdictSince: timestamppb.New(t0.Add(-time.Hour)), LastVote: timestamppb.New(t0.Add(-2 * time.Second))},
+			VerdictSince: timestamppb.New(t0.Add(-time.Hour)), LastVote: timestamppb.New(t0.Add(-2 * time.Second)),
+			ProbeRefusals: []*atollv1.ProbeRefusal{refusal}},
 		{Name: "b", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 1, UndecidedVotes: 1, Normal: 1, Abnormal: 1, Checkers: 2,
 			VerdictSince: timestamppb.New(t0.Add(-time.Minute)), LastVote: timestamppb.New(t0.Add(-time.Second)), Protected: true, ViewsBehind: "unit view"},
 		{Name: "c", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_NONE, ViewsBehind: "unknown"},
@@ -147,14 +148,27 @@ func newResponder(t *testing.T) *status.Responder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.SetViews(viewsBehind{"b": "unit view", "c": "unknown", "d": "assignment, unit view"})
+	r.SetViews(agents{
+		behind:   map[string]string{"b": "unit view", "c": "unknown", "d": "assignment, unit view"},
+		refusals: map[string][]*atollv1.ProbeRefusal{"a": {refusal}},
+	})
 	return r
 }
 
-// viewsBehind is the topology service's answer per node ("": current).
-type viewsBehind map[string]string
+// refusal: a's agent reports b refusing its kubelet token.
+var refusal = &atollv1.ProbeRefusal{Plugin: "kubelet-healthz", Peer: "b", Status: "401 Unauthorized"}
 
-func (v viewsBehind) ViewsBehind(node string) string { return v[node] }
+// agents are the members service's answers per node: the views behind
+// ("": current) and the refused probe credentials.
+type agents struct {
+	behind   map[string]string
+	refusals map[string][]*atollv1.ProbeRefusal
+}
+
+func (a agents) ViewsBehind(node string) string { return a.behind[node] }
+func (a agents) ProbeRefusals(node string) []*atollv1.ProbeRefusal {
+	return a.refusals[node]
+}
 
 func TestStatus(t *testing.T) {
 	r := newResponder(t)

@@ -194,7 +194,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		voter.Module,
 		fx.Supply(c.Tunnel),
 		edgetunnel.Module,
-		fx.Provide(func(p *prober.Prober) reporter.RTTSource { return p }),
+		fx.Provide(func(p *prober.Prober) reporter.ProbeSource { return p }),
 		fx.Provide(func(m *membership.Membership) reporter.ViewSource { return m }),
 		fx.Supply(c.Proxy, proxy.NodeName(c.NATS.NodeName)),
 		proxy.Module,

@@ -13,6 +13,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // kubeletLike answers /healthz with a status set by the test, and 401 to
@@ -119,13 +123,91 @@ func TestHTTPAnswers(t *testing.T) {
 // TestRefusedCountsAsUp: a refused check adds its weight to the score,
 // keeps its reason in the report and counts as "refused".
 func TestRefusedCountsAsUp(t *testing.T) {
-	p := &Prober{metrics: newMetrics(nil), refused: map[string]bool{}, log: slog.New(slog.DiscardHandler)}
+	p := &Prober{metrics: newMetrics(nil), refused: map[string]*atollv1.ProbeRefusal{}, log: slog.New(slog.DiscardHandler)}
 	pl := plugin{Plugin: refusing{}, cfg: PluginConfig{Name: "kubelet-healthz", Weight: 0.5, Timeout: time.Second}}
 	pr := p.runPlugin(t.Context(), pl, Target{Name: "peer"})
 	if !pr.GetOk() || pr.GetScore() != 50 || pr.GetError() == "" {
 		t.Errorf("refused check: ok %v score %v error %q, want ok, 50 and the reason", pr.GetOk(), pr.GetScore(), pr.GetError())
 	}
 }
+
+// TestRefusals: the prober keeps each plugin's last refusal, sorted by
+// plugin, until a check of that plugin passes, and tells its watchers
+// when a plugin becomes refused or stops being refused, not at every
+// refusal.
+func TestRefusals(t *testing.T) {
+	p := &Prober{metrics: newMetrics(nil), refused: map[string]*atollv1.ProbeRefusal{}, log: slog.New(slog.DiscardHandler)}
+	changes := p.RefusalChanges()
+	healthz := &answering{}
+	other := &answering{}
+	run := func(a *answering, name, peer string, err error) {
+		t.Helper()
+		a.err = err
+		p.runPlugin(t.Context(), plugin{Plugin: a, cfg: PluginConfig{Name: name, Weight: 0.5, Timeout: time.Second}}, Target{Name: peer})
+	}
+	changed := func() bool {
+		select {
+		case <-changes:
+			return true
+		default:
+			return false
+		}
+	}
+	want := func(step string, want ...*atollv1.ProbeRefusal) {
+		t.Helper()
+		got := p.Refusals()
+		if len(got) != len(want) {
+			t.Fatalf("%s: refusals %v, want %v", step, got, want)
+		}
+		for i := range got {
+			if !proto.Equal(got[i], want[i]) {
+				t.Fatalf("%s: refusals %v, want %v", step, got, want)
+			}
+		}
+	}
+	refusal := func(plugin, peer, status string) *atollv1.ProbeRefusal {
+		return &atollv1.ProbeRefusal{Plugin: plugin, Peer: peer, Status: status}
+	}
+
+	run(healthz, "kubelet-healthz", "b", nil)
+	want("passing")
+	if changed() {
+		t.Fatal("a passing check told the watchers of a change")
+	}
+	run(healthz, "kubelet-healthz", "b", &Refused{Status: "401 Unauthorized"})
+	want("refused by b", refusal("kubelet-healthz", "b", "401 Unauthorized"))
+	if !changed() {
+		t.Fatal("a plugin newly refused did not tell the watchers")
+	}
+	run(healthz, "kubelet-healthz", "c", &Refused{Status: "403 Forbidden"})
+	want("refused by c too", refusal("kubelet-healthz", "c", "403 Forbidden"))
+	if changed() {
+		t.Fatal("another refusal of a plugin already refused told the watchers")
+	}
+	run(other, "another-check", "b", &Refused{Status: "401 Unauthorized"})
+	want("two plugins refused", refusal("another-check", "b", "401 Unauthorized"), refusal("kubelet-healthz", "c", "403 Forbidden"))
+	if !changed() {
+		t.Fatal("a second plugin refused did not tell the watchers")
+	}
+	run(healthz, "kubelet-healthz", "d", errors.New("connection refused"))
+	want("a failed check keeps the refusal", refusal("another-check", "b", "401 Unauthorized"), refusal("kubelet-healthz", "c", "403 Forbidden"))
+	if changed() {
+		t.Fatal("a failed check told the watchers")
+	}
+	run(healthz, "kubelet-healthz", "b", nil)
+	want("kubelet-healthz passes", refusal("another-check", "b", "401 Unauthorized"))
+	if !changed() {
+		t.Fatal("a refused plugin passing did not tell the watchers")
+	}
+	got := p.Refusals()
+	got[0].Peer = "mutated"
+	want("the caller's copy", refusal("another-check", "b", "401 Unauthorized"))
+}
+
+// answering is a plugin that answers err.
+type answering struct{ err error }
+
+func (a *answering) Check(context.Context, Target) error { return a.err }
 
 type refusing struct{}
 

@@ -190,9 +190,12 @@ type Prober struct {
 	rtt   map[string]time.Duration
 	unfit int // the unit size last warned about as not fitting the budget
 	last  RoundStats
-	// refused: plugins whose credentials a peer refused, warned about
-	// until a check of theirs passes.
-	refused map[string]bool
+	// refused holds, by plugin, the last refusal of the plugin's
+	// credentials, until a check of that plugin passes.
+	refused map[string]*atollv1.ProbeRefusal
+	// watchers are told when a plugin's credentials become refused or
+	// stop being refused.
+	watchers []chan struct{}
 }
 
 // RoundStats describes the last round.
@@ -225,7 +228,7 @@ func New(cfg Config, self string, members Members, link *hublink.Link, signer ev
 		return nil, errors.New("prober: no signer: peers drop unsigned reports")
 	}
 	p := &Prober{cfg: cfg, self: self, members: members, link: link, signer: signer, log: log.With("component", "prober"), metrics: m,
-		epoch: strconv.FormatInt(time.Now().UnixNano(), 36), rtt: map[string]time.Duration{}, refused: map[string]bool{}}
+		epoch: strconv.FormatInt(time.Now().UnixNano(), 36), rtt: map[string]time.Duration{}, refused: map[string]*atollv1.ProbeRefusal{}}
 	if p.metrics == nil {
 		p.metrics = newMetrics(nil)
 	}
@@ -419,9 +422,7 @@ func (p *Prober) runPlugin(ctx context.Context, pl plugin, t Target) *atollv1.Pl
 	case err == nil:
 		pr.Ok, pr.Score = true, 100*pl.cfg.Weight
 		p.metrics.checks.WithLabelValues(pl.cfg.Name, "ok").Inc()
-		p.mu.Lock()
-		delete(p.refused, pl.cfg.Name)
-		p.mu.Unlock()
+		p.clearRefused(pl.cfg.Name)
 	case errors.As(err, &refused):
 		// Alive: it counts. The error says what to fix.
 		pr.Ok, pr.Score, pr.Error = true, 100*pl.cfg.Weight, err.Error()
@@ -434,18 +435,70 @@ func (p *Prober) runPlugin(ctx context.Context, pl plugin, t Target) *atollv1.Pl
 	return pr
 }
 
-// noteRefused warns, once per plugin until its checks pass again, that
-// peers refuse the plugin's credentials.
+// noteRefused keeps the refusal as the plugin's last and warns, once per
+// plugin until its checks pass again, that peers refuse the plugin's
+// credentials.
 func (p *Prober) noteRefused(plugin, peer string, r *Refused) {
 	p.mu.Lock()
-	warned := p.refused[plugin]
-	p.refused[plugin] = true
+	_, warned := p.refused[plugin]
+	p.refused[plugin] = &atollv1.ProbeRefusal{Plugin: plugin, Peer: peer, Status: r.Status}
+	if !warned {
+		p.notifyLocked()
+	}
 	p.mu.Unlock()
 	if !warned {
 		p.log.Warn("a peer refused the probe's credentials: counted as up (it answered), but the check cannot see its health",
 			"plugin", plugin, "peer", peer, "status", r.Status,
 			"fix", "grant the token get on nodes/healthz, or check the peer's link to the apiserver")
 	}
+}
+
+// clearRefused forgets the plugin's refusal: a check of it passed.
+func (p *Prober) clearRefused(plugin string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.refused[plugin]; ok {
+		delete(p.refused, plugin)
+		p.notifyLocked()
+	}
+}
+
+// notifyLocked tells the watchers that the set of refused plugins
+// changed. Callers hold mu.
+func (p *Prober) notifyLocked() {
+	for _, w := range p.watchers {
+		select {
+		case w <- struct{}{}:
+		default: // a change not yet read: this one coalesces with it
+		}
+	}
+}
+
+// Refusals are the last refusal of each plugin whose credentials peers
+// refuse (until a check of that plugin passes), sorted by plugin, for
+// the node's topology report.
+func (p *Prober) Refusals() []*atollv1.ProbeRefusal {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*atollv1.ProbeRefusal, 0, len(p.refused))
+	for _, r := range p.refused {
+		out = append(out, &atollv1.ProbeRefusal{Plugin: r.GetPlugin(), Peer: r.GetPeer(), Status: r.GetStatus()})
+	}
+	slices.SortFunc(out, func(a, b *atollv1.ProbeRefusal) int { return strings.Compare(a.GetPlugin(), b.GetPlugin()) })
+	return out
+}
+
+// RefusalChanges returns a channel that receives a value after a plugin's
+// credentials become refused or stop being refused (changes may
+// coalesce; read Refusals for the latest). A new refusal of a plugin
+// already refused, by another peer or with another status, is not a
+// change: it shows in the next periodic report.
+func (p *Prober) RefusalChanges() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	p.mu.Lock()
+	p.watchers = append(p.watchers, ch)
+	p.mu.Unlock()
+	return ch
 }
 
 // RTTs are the latencies of the first plugin's last passing check of each

@@ -1,7 +1,9 @@
 // Package reporter publishes the edge node's TopologyUpdate: its name,
-// unit, addresses and route URL, at start and then periodically, so the
-// cloud's topology service always has a fresh picture even after it missed
-// messages while the node's link was down.
+// unit, addresses and route URL, what its prober measured and which of
+// its checks' credentials peers refuse, and the views it holds; at start,
+// soon after the refusals or the views change, and then periodically, so
+// the cloud's topology service always has a fresh picture even after it
+// missed messages while the node's link was down.
 package reporter
 
 import (
@@ -56,9 +58,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// RTTSource gives the latest round-trip times to unit peers (the prober).
-type RTTSource interface {
+// ProbeSource is what the prober tells the cloud: the latest round-trip
+// times to unit peers, and the refusals of its checks' credentials (a
+// configuration error the cloud shows); the reporter reports again soon
+// after the refusals change.
+type ProbeSource interface {
 	RTTs() []*atollv1.PeerRTT
+	Refusals() []*atollv1.ProbeRefusal
+	RefusalChanges() <-chan struct{}
 }
 
 // ViewSource gives the fingerprints of the assignment and unit view the
@@ -69,7 +76,8 @@ type ViewSource interface {
 	Changes() <-chan struct{}
 }
 
-// minInterval bounds how often changes of the views held trigger reports.
+// minInterval bounds how often changes of the views held or of the probe
+// refusals trigger reports.
 const minInterval = time.Second
 
 // Reporter publishes TopologyUpdates.
@@ -77,7 +85,7 @@ type Reporter struct {
 	cfg   Config
 	node  *natsnode.Node
 	link  *hublink.Link
-	rtts  RTTSource
+	probe ProbeSource
 	views ViewSource
 	log   *slog.Logger
 }
@@ -86,12 +94,13 @@ type Reporter struct {
 // it before Run.
 func (r *Reporter) SetViewSource(views ViewSource) { r.views = views }
 
-// New returns a reporter for node, publishing over link; rtts may be nil.
-func New(cfg Config, node *natsnode.Node, link *hublink.Link, rtts RTTSource, log *slog.Logger) (*Reporter, error) {
+// New returns a reporter for node, publishing over link; probe may be
+// nil.
+func New(cfg Config, node *natsnode.Node, link *hublink.Link, probe ProbeSource, log *slog.Logger) (*Reporter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Reporter{cfg: cfg, node: node, link: link, rtts: rtts, log: log.With("component", "reporter")}, nil
+	return &Reporter{cfg: cfg, node: node, link: link, probe: probe, log: log.With("component", "reporter")}, nil
 }
 
 // Update builds the node's current TopologyUpdate.
@@ -107,8 +116,9 @@ func (r *Reporter) Update() *atollv1.TopologyUpdate {
 	if r.cfg.InternalIP != "" {
 		u.Addresses = append(u.Addresses, &atollv1.NodeAddress{Type: "InternalIP", Address: r.cfg.InternalIP})
 	}
-	if r.rtts != nil {
-		u.Peers = r.rtts.RTTs()
+	if r.probe != nil {
+		u.Peers = r.probe.RTTs()
+		u.ProbeRefusals = r.probe.Refusals()
 	}
 	if r.views != nil {
 		u.AssignmentFingerprint, u.UnitViewFingerprint = r.views.Fingerprints()
@@ -124,9 +134,12 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(r.cfg.Period)
 	defer t.Stop()
-	var changes <-chan struct{}
+	var viewChanges, refusalChanges <-chan struct{} // nil: never
 	if r.views != nil {
-		changes = r.views.Changes()
+		viewChanges = r.views.Changes()
+	}
+	if r.probe != nil {
+		refusalChanges = r.probe.RefusalChanges()
 	}
 	for {
 		u := r.Update()
@@ -138,14 +151,16 @@ func (r *Reporter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-changes:
-			// The views held changed: tell the cloud soon, at most
-			// once a second.
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(minInterval):
-			}
+			continue
+		case <-viewChanges:
+		case <-refusalChanges:
+		}
+		// The views held or the probe refusals changed: tell the cloud
+		// soon, at most once a second.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(minInterval):
 		}
 	}
 }
@@ -155,17 +170,17 @@ type params struct {
 	Config Config
 	Node   *natsnode.Node
 	Link   *hublink.Link
-	RTTs   RTTSource  `optional:"true"`
-	Views  ViewSource `optional:"true"`
+	Probe  ProbeSource `optional:"true"`
+	Views  ViewSource  `optional:"true"`
 	Log    *slog.Logger
 }
 
-// Module runs the reporter with the app. It reports RTTs when the app
-// provides an RTTSource, and the fingerprints of the views held when it
+// Module runs the reporter with the app. It reports RTTs and probe
+// refusals when the app provides a ProbeSource, and the fingerprints of the views held when it
 // provides a ViewSource.
 var Module = fx.Module("reporter",
 	fx.Provide(func(p params) (*Reporter, error) {
-		r, err := New(p.Config, p.Node, p.Link, p.RTTs, p.Log)
+		r, err := New(p.Config, p.Node, p.Link, p.Probe, p.Log)
 		if err == nil && p.Views != nil {
 			r.SetViewSource(p.Views)
 		}

@@ -165,13 +165,13 @@ func renderStatus(w io.Writer, cs *atollv1.ClusterStatus, p painter) error {
 		if err := tw.Flush(); err != nil { // the node table aligns on its own
 			return err
 		}
-		fmt.Fprintf(tw, "  NODE\t%s\t%s\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED\tVIEWS\tTUNNELS\n", p.paint(plain, "CLOUD"), p.paint(plain, "VERDICT"))
+		fmt.Fprintf(tw, "  NODE\t%s\t%s\tVOTES(h/u/n)\tCHECKERS(normal/abnormal/total)\tAGE\tPROTECTED\tVIEWS\tTUNNELS\tPROBE-CREDENTIALS\n", p.paint(plain, "CLOUD"), p.paint(plain, "VERDICT"))
 		for _, n := range u.GetNodes() {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t%s\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d/%d\t%d/%d/%d\t%s\t%s\t%s\t%s\t%s\n",
 				n.GetName(), p.paint(readyColor(n.GetReady()), n.GetReady()), p.paint(verdictColor(n.GetVerdict()), verdictName(n.GetVerdict())),
 				n.GetHealthyVotes(), n.GetUnhealthyVotes(), n.GetUndecidedVotes(),
 				n.GetNormal(), n.GetAbnormal(), n.GetCheckers(),
-				age(n, at), yesNo(n.GetProtected()), viewsColumn(n), tunnelsColumn(cs, n))
+				age(n, at), yesNo(n.GetProtected()), viewsColumn(n), tunnelsColumn(cs, n), refusalsColumn(n))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -192,6 +192,25 @@ func viewsColumn(n *atollv1.NodeStatus) string {
 	default:
 		return "behind: " + b
 	}
+}
+
+// refusalsColumn names the peers that refuse the node's probe
+// credentials, with the status they answered and, when several of its
+// check plugins are refused, the plugin; "-" when none is.
+func refusalsColumn(n *atollv1.NodeStatus) string {
+	rs := n.GetProbeRefusals()
+	if len(rs) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		part := "refused by " + r.GetPeer() + " (" + r.GetStatus() + ")"
+		if len(rs) > 1 {
+			part = r.GetPlugin() + " " + part
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // tunnelsColumn is the node's live tunnel sessions summed over the cloud

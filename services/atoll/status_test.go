@@ -45,8 +45,10 @@ func TestRenderStatus(t *testing.T) {
 
 		{"units", &atollv1.ClusterStatus{Time: ts(0), Replica: "atoll-hub-0", TunnelReplicas: 2, Units: []*atollv1.UnitStatus{
 			{Unit: "site-a", State: "PartialDisruption", Nodes: []*atollv1.NodeStatus{
-				{Name: "site-a-1", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2, LastVote: ts(-1500 * time.Millisecond), TunnelSessions: 12},
-				{Name: "site-a-2", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 1, UndecidedVotes: 1, Normal: 1, Abnormal: 1, Checkers: 2, LastVote: ts(-90 * time.Second), Protected: true, ViewsBehind: "unit view"},
+				{Name: "site-a-1", Ready: "True", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 2, Normal: 2, Checkers: 2, LastVote: ts(-1500 * time.Millisecond), TunnelSessions: 12,
+					ProbeRefusals: []*atollv1.ProbeRefusal{{Plugin: "kubelet-healthz", Peer: "site-a-3", Status: "401 Unauthorized"}}},
+				{Name: "site-a-2", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_HEALTHY, HealthyVotes: 1, UndecidedVotes: 1, Normal: 1, Abnormal: 1, Checkers: 2, LastVote: ts(-90 * time.Second), Protected: true, ViewsBehind: "unit view",
+					ProbeRefusals: []*atollv1.ProbeRefusal{{Plugin: "extra", Peer: "site-a-1", Status: "403 Forbidden"}, {Plugin: "kubelet-healthz", Peer: "site-a-3", Status: "401 Unauthorized"}}},
 				{Name: "site-a-3", Ready: "False", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, UnhealthyVotes: 2, Abnormal: 2, Checkers: 2, LastVote: ts(time.Second)},
 			}},
 			{Unit: "site-b", State: "FullDisruption", HoldUntil: ts(9*time.Minute + 58*time.Second), Nodes: []*atollv1.NodeStatus{
@@ -57,20 +59,20 @@ func TestRenderStatus(t *testing.T) {
 			}},
 		}}, `UNIT    STATE              HOLD-UNTIL
 site-a  PartialDisruption  -
-  NODE      CLOUD    VERDICT    VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE    PROTECTED  VIEWS              TUNNELS
-  site-a-1  True     healthy    2/0/0         2/0/2                            2s     no         current            12
-  site-a-2  Unknown  healthy    1/0/1         1/1/2                            1m30s  yes        behind: unit view  0
-  site-a-3  False    unhealthy  0/2/0         0/2/2                            0s     no         current            0
+  NODE      CLOUD    VERDICT    VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE    PROTECTED  VIEWS              TUNNELS  PROBE-CREDENTIALS
+  site-a-1  True     healthy    2/0/0         2/0/2                            2s     no         current            12       refused by site-a-3 (401 Unauthorized)
+  site-a-2  Unknown  healthy    1/0/1         1/1/2                            1m30s  yes        behind: unit view  0        extra refused by site-a-1 (403 Forbidden), kubelet-healthz refused by site-a-3 (401 Unauthorized)
+  site-a-3  False    unhealthy  0/2/0         0/2/2                            0s     no         current            0        -
 
 UNIT    STATE           HOLD-UNTIL
 site-b  FullDisruption  2026-05-01T10:09:58Z (in 9m58s)
-  NODE      CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS    TUNNELS
-  site-b-1  Unknown  none     0/0/0         0/0/0                            -    yes        unknown  0
+  NODE      CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS    TUNNELS  PROBE-CREDENTIALS
+  site-b-1  Unknown  none     0/0/0         0/0/0                            -    yes        unknown  0        -
 
 UNIT    STATE           HOLD-UNTIL
 site-c  FullDisruption  2026-05-01T09:59:57Z (ended 3s ago)
-  NODE  CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS    TUNNELS
-  c     Unknown  none     0/0/0         0/0/0                            -    no         current  0
+  NODE  CLOUD    VERDICT  VOTES(h/u/n)  CHECKERS(normal/abnormal/total)  AGE  PROTECTED  VIEWS    TUNNELS  PROBE-CREDENTIALS
+  c     Unknown  none     0/0/0         0/0/0                            -    no         current  0        -
 `},
 	}
 	for _, tt := range tests {
@@ -107,6 +109,18 @@ func (f fakeHealth) UnitState(unit string) (health.UnitState, time.Time) {
 	return health.PartialDisruption, time.Time{}
 }
 
+// fakeAgents: n5's agent reports n4 refusing its kubelet token; no agent
+// tells its views.
+type fakeAgents struct{}
+
+func (fakeAgents) ViewsBehind(string) string { return "unknown" }
+func (fakeAgents) ProbeRefusals(node string) []*atollv1.ProbeRefusal {
+	if node == "n5" {
+		return []*atollv1.ProbeRefusal{{Plugin: "kubelet-healthz", Peer: "n4", Status: "401 Unauthorized"}}
+	}
+	return nil
+}
+
 func startResponder(t *testing.T, h *hub.Hub) {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -124,6 +138,7 @@ func startResponder(t *testing.T, h *hub.Hub) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.SetViews(fakeAgents{})
 	nc, err := h.Connect("atoll-cloud")
 	if err != nil {
 		t.Fatal(err)
@@ -159,11 +174,11 @@ func TestStatusCommand(t *testing.T) {
 	}{
 		{"verdict and units", nil, []string{
 			"AT RISK: 3 units, 5 nodes; unit u2 partitioned (hold ends ",
-			"; node n4 has no peer verdict; 1 node protected (cloud link lost, peers healthy)\n\nUNIT  SAFETY    STATE ",
+			"; node n4 has no peer verdict; node n5's kubelet probe credentials refused by n4 (401 Unauthorized): fix --kubelet-token-file (get nodes/healthz); 1 node protected (cloud link lost, peers healthy)\n\nUNIT  SAFETY    STATE ",
 			"\nu1    SAFE      PartialDisruption  2      1      1              1          -  ",
 			"  protected: n2\n",
 			"\nu3    DEGRADED  Normal             2      2      1              0          -  ",
-			"  no peer verdict: n4\n",
+			"  no peer verdict: n4; probe credentials refused: n5\n",
 			"\nu2    AT RISK   FullDisruption     1      0      0              1          ",
 		}, []string{"cp", "VOTES", "\x1b"}, ""},
 		{"every unit, wide", []string{"-o", "wide"}, []string{
@@ -173,6 +188,7 @@ func TestStatusCommand(t *testing.T) {
 			"  n2    Unknown  healthy  2/0/0         2/0/2                            0s   yes",
 			"u2    FullDisruption  ",
 			"  n3    Unknown  none     0/0/0         0/0/0                            -    yes",
+			"  n5    True   healthy  2/0/0         2/0/2                            0s   no         unknown  0        refused by n4 (401 Unauthorized)\n",
 		}, []string{"cp"}, `\nu2    FullDisruption  \S+ \(in (10m0s|9m\d+s)\)\n`}, // a hold of 10 minutes from the responder's start
 
 		{"one unit", []string{"--unit", "u1", "--output=wide"}, []string{"SAFE: unit u1, 2 nodes; 1 node protected (cloud link lost, peers healthy); no unit partitioned\n", "u1    PartialDisruption  -"}, []string{"u2"}, ""},
@@ -224,6 +240,23 @@ func TestStatusCommand(t *testing.T) {
 			if len(cs.GetUnits()) != 1 || cs.GetUnits()[0].GetUnit() != "u2" || cs.GetUnits()[0].GetHoldUntil() == nil ||
 				cs.GetReplica() != "atoll-hub-0" || !cs.GetUnits()[0].GetNodes()[0].GetProtected() || strings.Contains(out, "\x1b") {
 				t.Fatalf("%s:\n%s", flags, out)
+			}
+		})
+	}
+
+	// The refusals reach JSON and YAML as the ClusterStatus carries them.
+	for _, output := range []string{"json", "yaml"} {
+		t.Run("refusals in "+output, func(t *testing.T) {
+			out, err := runStatus("-o", output, "--unit", "u3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{
+				"json": `"probe_refusals": [`,
+				"yaml": "    probe_refusals:\n    - peer: n4\n      plugin: kubelet-healthz\n      status: 401 Unauthorized\n",
+			}[output]
+			if !strings.Contains(out, want) {
+				t.Fatalf("no %q in\n%s", want, out)
 			}
 		})
 	}

@@ -27,8 +27,10 @@ const (
 	// while a peer is lost, the verdicts lacking that peer's votes are
 	// expected and not counted), a unit whose every agent is cut from the
 	// hub while its kubelets report (AgentsSilent), a Ready node its peers
-	// judge unhealthy (they cannot reach it), or an agent behind on the
-	// views the cloud published.
+	// judge unhealthy (they cannot reach it), an agent behind on the
+	// views the cloud published, or an agent whose kubelet token a Ready
+	// peer refuses (a configuration error: its checks count the peer up
+	// without seeing its health).
 	Degraded
 	// AtRisk: Kubernetes evicts or will evict pods: a unit partitioned
 	// (FullDisruption: held until its hold ends, then released to
@@ -83,9 +85,13 @@ var (
 	fUnwatched   = finding{Degraded, "node %s has no peer verdict", "nodes %s have no peer verdict", "no peer verdict"}
 	fSilent      = finding{Degraded, "unit %s: every agent cut from the hub, no peer protection", "units %s: every agent cut from the hub, no peer protection", "agents silent"}
 	fBehind      = finding{Degraded, "node %s behind on its views", "nodes %s behind on their views", "views behind"}
+	fRefused     = finding{Degraded, "node %s's kubelet probe credentials refused by %s: " + fixToken, "kubelet probe credentials of nodes %s refused by their peers: " + fixToken, "probe credentials refused"} // one also names the peer and status
 	fProtected   = finding{Safe, "1 node protected (cloud link lost, peers healthy)", "%d nodes protected (cloud link lost, peers healthy)", "protected"}
-	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fDisputed, &fSilent, &fUnwatched, &fBehind, &fProtected}
+	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fDisputed, &fSilent, &fUnwatched, &fBehind, &fRefused, &fProtected}
 )
+
+// fixToken is what to do about refused probe credentials.
+const fixToken = "fix --kubelet-token-file (get nodes/healthz)"
 
 // maxNames is how many names a verdict or a note spells out per finding.
 const maxNames = 3
@@ -96,6 +102,7 @@ type assessment struct {
 	units, nodes int
 	partitioned  int
 	found        map[*finding][]string // names, in status order
+	refusedBy    map[string]string     // fRefused's nodes: "<peer> (<status>)"
 }
 
 func (a *assessment) add(f *finding, name string) {
@@ -144,8 +151,34 @@ func assessUnit(u *atollv1.UnitStatus, at time.Time) *assessment {
 		if b := n.GetViewsBehind(); b != "" && b != "unknown" {
 			a.add(&fBehind, n.GetName())
 		}
+		if r := tokenRefusal(n, u); r != nil {
+			a.add(&fRefused, n.GetName())
+			a.refusedAt(n.GetName(), r.GetPeer()+" ("+r.GetStatus()+")")
+		}
 	}
 	return a
+}
+
+// tokenRefusal is the first refusal of n's probe credentials by a peer
+// the cloud sees Ready, nil when there is none. A peer the cloud has lost
+// refuses any token (its kubelet cannot ask the apiserver to verify it),
+// which is no fault of the token.
+func tokenRefusal(n *atollv1.NodeStatus, u *atollv1.UnitStatus) *atollv1.ProbeRefusal {
+	for _, r := range n.GetProbeRefusals() {
+		i := slices.IndexFunc(u.GetNodes(), func(p *atollv1.NodeStatus) bool { return p.GetName() == r.GetPeer() })
+		if i < 0 || u.GetNodes()[i].GetReady() == "True" {
+			return r
+		}
+	}
+	return nil
+}
+
+// refusedAt records by whom node's probe credentials are refused.
+func (a *assessment) refusedAt(node, by string) {
+	if a.refusedBy == nil {
+		a.refusedBy = map[string]string{}
+	}
+	a.refusedBy[node] = by
 }
 
 // holdNote says when a partitioned unit's hold ends or ended.
@@ -176,6 +209,9 @@ func assess(cs *atollv1.ClusterStatus) *assessment {
 				all.add(f, n)
 			}
 		}
+		for n, by := range a.refusedBy {
+			all.refusedAt(n, by)
+		}
 	}
 	return all
 }
@@ -188,15 +224,17 @@ func names(ns []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(ns[:maxNames], ", "), len(ns)-maxNames)
 }
 
-// phrase is finding f for names ns.
-func (f *finding) phrase(ns []string) string {
-	if f == &fProtected {
-		if len(ns) == 1 {
-			return f.one
-		}
+// phrase is finding f for the names a found it in.
+func (a *assessment) phrase(f *finding) string {
+	ns := a.found[f]
+	switch {
+	case f == &fProtected && len(ns) == 1:
+		return f.one
+	case f == &fProtected:
 		return fmt.Sprintf(f.many, len(ns))
-	}
-	if len(ns) == 1 {
+	case f == &fRefused && len(ns) == 1:
+		return fmt.Sprintf(f.one, ns[0], a.refusedBy[ns[0]])
+	case len(ns) == 1:
 		return fmt.Sprintf(f.one, ns[0])
 	}
 	return fmt.Sprintf(f.many, names(ns))
@@ -214,8 +252,8 @@ func (a *assessment) verdict(unit string, p painter) string {
 		parts = append(parts, fmt.Sprintf("%s, %s", plural(a.units, "unit"), plural(a.nodes, "node")))
 	}
 	for _, f := range findings {
-		if ns := a.found[f]; len(ns) > 0 {
-			parts = append(parts, f.phrase(ns))
+		if len(a.found[f]) > 0 {
+			parts = append(parts, a.phrase(f))
 		}
 	}
 	if len(a.found[&fProtected])+len(a.found[&fDead])+len(a.found[&fExposed])+a.partitioned == 0 {

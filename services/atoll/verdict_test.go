@@ -29,6 +29,13 @@ func deadNode(name string) *atollv1.NodeStatus {
 	return &atollv1.NodeStatus{Name: name, Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_UNHEALTHY, UnhealthyVotes: 2}
 }
 
+// refusedNode is a Ready node whose probe credentials peer refuses.
+func refusedNode(name, peer string) *atollv1.NodeStatus {
+	return with(okNode(name), func(n *atollv1.NodeStatus) {
+		n.ProbeRefusals = []*atollv1.ProbeRefusal{{Plugin: "kubelet-healthz", Peer: peer, Status: "401 Unauthorized"}}
+	})
+}
+
 func with(n *atollv1.NodeStatus, f func(*atollv1.NodeStatus)) *atollv1.NodeStatus { f(n); return n }
 
 func unit(name, state string, nodes ...*atollv1.NodeStatus) *atollv1.UnitStatus {
@@ -73,6 +80,12 @@ func TestVerdict(t *testing.T) {
 			with(okNode("a3"), func(n *atollv1.NodeStatus) { n.ViewsBehind = "assignment, unit view" }),
 			cutNode("a4"))), "",
 			"DEGRADED: 1 unit, 4 nodes; node a1 Ready but unhealthy by its peers; nodes a2, a3 behind on their views; 1 node protected (cloud link lost, peers healthy); no unit partitioned", ExitDegraded},
+		{"probe credentials refused by a Ready peer", cluster(unit("site-a", "Normal", refusedNode("a1", "a2"), okNode("a2"))), "",
+			"DEGRADED: 1 unit, 2 nodes; node a1's kubelet probe credentials refused by a2 (401 Unauthorized): fix --kubelet-token-file (get nodes/healthz); every node Ready; no unit partitioned", ExitDegraded},
+		{"probe credentials of several nodes refused", cluster(unit("site-a", "Normal", refusedNode("a1", "a2"), refusedNode("a2", "a2"), refusedNode("a3", "gone"))), "",
+			"DEGRADED: 1 unit, 3 nodes; kubelet probe credentials of nodes a1, a2, a3 refused by their peers: fix --kubelet-token-file (get nodes/healthz); every node Ready; no unit partitioned", ExitDegraded},
+		{"probe credentials refused by a lost peer: its kubelet cannot verify them", cluster(unit("site-a", "PartialDisruption", refusedNode("a1", "a2"), cutNode("a2"), okNode("a3"))), "",
+			"SAFE: 1 unit, 3 nodes; 1 node protected (cloud link lost, peers healthy); no unit partitioned", 0},
 		{"partitioned, held", cluster(unit("site-a", "Normal", okNode("a1"), okNode("a2")), held), "",
 			"AT RISK: 2 units, 3 nodes; unit site-b partitioned (hold ends 10:09:58 UTC, in 9m58s)", ExitAtRisk},
 		{"partitioned, hold ended, and a dead node", cluster(unit("site-a", "PartialDisruption", okNode("a1"), deadNode("a2")), released), "",
@@ -117,13 +130,15 @@ func TestRenderUnits(t *testing.T) {
 		unit("site-a", "PartialDisruption", okNode("a1"), cutNode("a2"), deadNode("a3"), with(okNode("a4"), func(n *atollv1.NodeStatus) { n.ViewsBehind = "unit view" })),
 		held,
 		unit("site-c", "Normal", okNode("c1"), okNode("c2")),
+		unit("site-d", "Normal", refusedNode("d1", "d2"), okNode("d2")),
 	)
-	want := `AT RISK: 3 units, 8 nodes; unit site-b partitioned (hold ends 10:09:58 UTC, in 9m58s); node a3 unhealthy by its peers; node a4 behind on its views; 1 node protected (cloud link lost, peers healthy)
+	want := `AT RISK: 4 units, 10 nodes; unit site-b partitioned (hold ends 10:09:58 UTC, in 9m58s); node a3 unhealthy by its peers; node a4 behind on its views; node d1's kubelet probe credentials refused by d2 (401 Unauthorized): fix --kubelet-token-file (get nodes/healthz); 1 node protected (cloud link lost, peers healthy)
 
-UNIT    SAFETY   STATE              NODES  READY  PEERS-HEALTHY  PROTECTED  HOLD-UNTIL                       NOTES
-site-a  AT RISK  PartialDisruption  4      2      3              1          -                                unhealthy by peers: a3; views behind: a4; protected: a2
-site-b  AT RISK  FullDisruption     2      0      2              2          2026-05-01T10:09:58Z (in 9m58s)  partitioned
-site-c  SAFE     Normal             2      2      2              0          -                                -
+UNIT    SAFETY    STATE              NODES  READY  PEERS-HEALTHY  PROTECTED  HOLD-UNTIL                       NOTES
+site-a  AT RISK   PartialDisruption  4      2      3              1          -                                unhealthy by peers: a3; views behind: a4; protected: a2
+site-b  AT RISK   FullDisruption     2      0      2              2          2026-05-01T10:09:58Z (in 9m58s)  partitioned
+site-c  SAFE      Normal             2      2      2              0          -                                -
+site-d  DEGRADED  Normal             2      2      2              0          -                                probe credentials refused: d1
 `
 	var out bytes.Buffer
 	if err := printStatus(&out, cs, "", "", painter{}); err != nil {

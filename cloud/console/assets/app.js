@@ -143,6 +143,12 @@
     row("Protected", n.protected ? "yes: Atoll keeps the node, its pods and endpoints" : "no");
     row("Leaf link", n.link);
     row("Tunnel sessions", String(n.tunnels || 0));
+    const refusals = n.probeRefusals || [];
+    if (refusals.length) { // a configuration error of the agent's kubelet token
+      row("Probe credentials", refusals.map((r) => (refusals.length > 1 ? r.plugin + " " : "") +
+        `refused by ${r.peer} (${r.status})`).join(", ") + ": fix atoll-edge's --kubelet-token-file (get nodes/healthz)");
+      t.lastChild.dataset.testid = "probe-credentials";
+    }
     detailEl.append(t);
     detailEl.append(el("h2", {}, "Votes"));
     if (!n.votes || !n.votes.length) { detailEl.append(el("p", { class: "muted" }, "No fresh vote.")); return; }

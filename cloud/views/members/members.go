@@ -596,6 +596,24 @@ func (s *Service) ViewsBehind(node string) string {
 	return strings.Join(behind, ", ")
 }
 
+// ProbeRefusals are the refusals of node's probe credentials by its
+// peers, from its agent's last topology report: a configuration error of
+// the agent's kubelet token while any is reported. Nil when none is, or
+// the agent has not reported.
+func (s *Service) ProbeRefusals(node string) []*atollv1.ProbeRefusal {
+	s.mu.Lock()
+	n, ok := s.nodes[node]
+	s.mu.Unlock()
+	if !ok || len(n.report.GetProbeRefusals()) == 0 {
+		return nil
+	}
+	out := make([]*atollv1.ProbeRefusal, 0, len(n.report.GetProbeRefusals()))
+	for _, r := range n.report.GetProbeRefusals() {
+		out = append(out, proto.CloneOf(r))
+	}
+	return out
+}
+
 func internalIP(u *atollv1.TopologyUpdate) string {
 	for _, a := range u.GetAddresses() {
 		if a.GetType() == "InternalIP" {

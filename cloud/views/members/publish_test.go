@@ -513,3 +513,29 @@ func TestViewsBehind(t *testing.T) {
 		t.Fatalf("atoll_members_agents_behind = %v, want %v", got, want)
 	}
 }
+
+// TestProbeRefusals: the service tells the refusals of a node's probe
+// credentials its agent's last report carries, and none once a report
+// carries none.
+func TestProbeRefusals(t *testing.T) {
+	s := newHubFixture(t).svc
+	refused := &atollv1.ProbeRefusal{Plugin: "kubelet-healthz", Peer: "b", Status: "401 Unauthorized"}
+	r := report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil)
+	r.ProbeRefusals = []*atollv1.ProbeRefusal{refused}
+	s.observe(r, time.Now())
+	got := s.ProbeRefusals("a")
+	if len(got) != 1 || !proto.Equal(got[0], refused) {
+		t.Fatalf("ProbeRefusals = %v, want %v", got, refused)
+	}
+	got[0].Peer = "changed"
+	if again := s.ProbeRefusals("a"); !proto.Equal(again[0], refused) {
+		t.Fatalf("a caller's change reached the report: %v", again)
+	}
+	s.observe(report("a", "u1", "10.0.0.1", "nats-route://10.0.0.1:6222", nil), time.Now())
+	if got := s.ProbeRefusals("a"); got != nil {
+		t.Fatalf("ProbeRefusals after a report without refusals = %v, want none", got)
+	}
+	if got := s.ProbeRefusals("nobody"); got != nil {
+		t.Fatalf("ProbeRefusals of a node that never reported = %v, want none", got)
+	}
+}

@@ -252,8 +252,13 @@ type NodeStatus struct {
 	// Live tunnel sessions to the node, summed over the replicas that
 	// answered (ClusterStatus tunnel_replicas).
 	TunnelSessions uint32 `protobuf:"varint,21,opt,name=tunnel_sessions,json=tunnelSessions,proto3" json:"tunnel_sessions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The node's probe checks whose credentials peers refuse, by the
+	// agent's last topology report (TopologyUpdate probe_refusals): a
+	// configuration error of the agent's kubelet token; empty when none
+	// is refused or the agent has not reported.
+	ProbeRefusals []*ProbeRefusal `protobuf:"bytes,22,rep,name=probe_refusals,json=probeRefusals,proto3" json:"probe_refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -384,6 +389,13 @@ func (x *NodeStatus) GetTunnelSessions() uint32 {
 	return 0
 }
 
+func (x *NodeStatus) GetProbeRefusals() []*ProbeRefusal {
+	if x != nil {
+		return x.ProbeRefusals
+	}
+	return nil
+}
+
 // TunnelSessionsRequest asks every atoll-cloud replica for the tunnel
 // sessions it holds. Subject: atoll.cloud.tunnels (core NATS request,
 // no queue group: every replica answers with a TunnelSessions); the
@@ -483,7 +495,7 @@ var File_atoll_v1_status_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_status_proto_rawDesc = "" +
 	"\n" +
-	"\x15atoll/v1/status.proto\x12\batoll.v1\x1a\x15atoll/v1/health.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n" +
+	"\x15atoll/v1/status.proto\x12\batoll.v1\x1a\x15atoll/v1/health.proto\x1a\x17atoll/v1/topology.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\xae\x01\n" +
 	"\rClusterStatus\x12*\n" +
@@ -497,7 +509,7 @@ const file_atoll_v1_status_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x129\n" +
 	"\n" +
 	"hold_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12*\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\x8e\x04\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\xcd\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -514,7 +526,8 @@ const file_atoll_v1_status_proto_rawDesc = "" +
 	"\tlast_vote\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\blastVote\x12\x1c\n" +
 	"\tprotected\x18\f \x01(\bR\tprotected\x12!\n" +
 	"\fviews_behind\x18\x14 \x01(\tR\vviewsBehind\x12'\n" +
-	"\x0ftunnel_sessions\x18\x15 \x01(\rR\x0etunnelSessions\"\x17\n" +
+	"\x0ftunnel_sessions\x18\x15 \x01(\rR\x0etunnelSessions\x12=\n" +
+	"\x0eprobe_refusals\x18\x16 \x03(\v2\x16.atoll.v1.ProbeRefusalR\rprobeRefusals\"\x17\n" +
 	"\x15TunnelSessionsRequest\"\x9f\x01\n" +
 	"\x0eTunnelSessions\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x129\n" +
@@ -547,6 +560,7 @@ var file_atoll_v1_status_proto_goTypes = []any{
 	nil,                           // 6: atoll.v1.TunnelSessions.NodesEntry
 	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 	(Verdict)(0),                  // 8: atoll.v1.Verdict
+	(*ProbeRefusal)(nil),          // 9: atoll.v1.ProbeRefusal
 }
 var file_atoll_v1_status_proto_depIdxs = []int32{
 	2, // 0: atoll.v1.ClusterStatus.units:type_name -> atoll.v1.UnitStatus
@@ -556,12 +570,13 @@ var file_atoll_v1_status_proto_depIdxs = []int32{
 	8, // 4: atoll.v1.NodeStatus.verdict:type_name -> atoll.v1.Verdict
 	7, // 5: atoll.v1.NodeStatus.verdict_since:type_name -> google.protobuf.Timestamp
 	7, // 6: atoll.v1.NodeStatus.last_vote:type_name -> google.protobuf.Timestamp
-	6, // 7: atoll.v1.TunnelSessions.nodes:type_name -> atoll.v1.TunnelSessions.NodesEntry
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	9, // 7: atoll.v1.NodeStatus.probe_refusals:type_name -> atoll.v1.ProbeRefusal
+	6, // 8: atoll.v1.TunnelSessions.nodes:type_name -> atoll.v1.TunnelSessions.NodesEntry
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_status_proto_init() }
@@ -570,6 +585,7 @@ func file_atoll_v1_status_proto_init() {
 		return
 	}
 	file_atoll_v1_health_proto_init()
+	file_atoll_v1_topology_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -47,8 +47,12 @@ type TopologyUpdate struct {
 	// Fingerprint of the UnitView the agent holds; empty while it holds
 	// none (or is in no unit).
 	UnitViewFingerprint string `protobuf:"bytes,21,opt,name=unit_view_fingerprint,json=unitViewFingerprint,proto3" json:"unit_view_fingerprint,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The prober's check plugins whose credentials peers refuse: the last
+	// refusal of each, sorted by plugin, while that plugin's checks are
+	// refused; empty when none is.
+	ProbeRefusals []*ProbeRefusal `protobuf:"bytes,22,rep,name=probe_refusals,json=probeRefusals,proto3" json:"probe_refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopologyUpdate) Reset() {
@@ -151,6 +155,13 @@ func (x *TopologyUpdate) GetUnitViewFingerprint() string {
 	return ""
 }
 
+func (x *TopologyUpdate) GetProbeRefusals() []*ProbeRefusal {
+	if x != nil {
+		return x.ProbeRefusals
+	}
+	return nil
+}
+
 // NodeAddress mirrors a Kubernetes NodeAddress.
 type NodeAddress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -205,6 +216,73 @@ func (x *NodeAddress) GetAddress() string {
 	return ""
 }
 
+// ProbeRefusal is a peer refusing the credentials one of the prober's
+// check plugins sent (the kubelet token of --kubelet-token-file): the
+// peer answered, so the check counts as passed, but it cannot see the
+// peer's health.
+type ProbeRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The check plugin's name (kubelet-healthz by default).
+	Plugin string `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// The peer that refused, a unit member's node name.
+	Peer string `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
+	// The HTTP status the peer answered ("401 Unauthorized").
+	Status        string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeRefusal) Reset() {
+	*x = ProbeRefusal{}
+	mi := &file_atoll_v1_topology_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeRefusal) ProtoMessage() {}
+
+func (x *ProbeRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_topology_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeRefusal.ProtoReflect.Descriptor instead.
+func (*ProbeRefusal) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_topology_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ProbeRefusal) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+func (x *ProbeRefusal) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *ProbeRefusal) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 // PeerRTT is the last measured round-trip time to one unit peer.
 type PeerRTT struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -216,7 +294,7 @@ type PeerRTT struct {
 
 func (x *PeerRTT) Reset() {
 	*x = PeerRTT{}
-	mi := &file_atoll_v1_topology_proto_msgTypes[2]
+	mi := &file_atoll_v1_topology_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +306,7 @@ func (x *PeerRTT) String() string {
 func (*PeerRTT) ProtoMessage() {}
 
 func (x *PeerRTT) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_topology_proto_msgTypes[2]
+	mi := &file_atoll_v1_topology_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +319,7 @@ func (x *PeerRTT) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRTT.ProtoReflect.Descriptor instead.
 func (*PeerRTT) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_topology_proto_rawDescGZIP(), []int{2}
+	return file_atoll_v1_topology_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PeerRTT) GetNode() string {
@@ -262,7 +340,7 @@ var File_atoll_v1_topology_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_topology_proto_rawDesc = "" +
 	"\n" +
-	"\x17atoll/v1/topology.proto\x12\batoll.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x03\n" +
+	"\x17atoll/v1/topology.proto\x12\batoll.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x04\n" +
 	"\x0eTopologyUpdate\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04unit\x18\x02 \x01(\tR\x04unit\x123\n" +
@@ -273,13 +351,18 @@ const file_atoll_v1_topology_proto_rawDesc = "" +
 	"\aversion\x18\a \x01(\tR\aversion\x12.\n" +
 	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x125\n" +
 	"\x16assignment_fingerprint\x18\x14 \x01(\tR\x15assignmentFingerprint\x122\n" +
-	"\x15unit_view_fingerprint\x18\x15 \x01(\tR\x13unitViewFingerprint\x1a9\n" +
+	"\x15unit_view_fingerprint\x18\x15 \x01(\tR\x13unitViewFingerprint\x12=\n" +
+	"\x0eprobe_refusals\x18\x16 \x03(\v2\x16.atoll.v1.ProbeRefusalR\rprobeRefusals\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
 	"\vNodeAddress\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"J\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"R\n" +
+	"\fProbeRefusal\x12\x16\n" +
+	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x12\n" +
+	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\"J\n" +
 	"\aPeerRTT\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12+\n" +
 	"\x03rtt\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03rttB6Z4github.com/atoll-edge/atoll/schemas/atoll/v1;atollv1b\x06proto3"
@@ -296,26 +379,28 @@ func file_atoll_v1_topology_proto_rawDescGZIP() []byte {
 	return file_atoll_v1_topology_proto_rawDescData
 }
 
-var file_atoll_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_atoll_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_atoll_v1_topology_proto_goTypes = []any{
 	(*TopologyUpdate)(nil),        // 0: atoll.v1.TopologyUpdate
 	(*NodeAddress)(nil),           // 1: atoll.v1.NodeAddress
-	(*PeerRTT)(nil),               // 2: atoll.v1.PeerRTT
-	nil,                           // 3: atoll.v1.TopologyUpdate.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
+	(*ProbeRefusal)(nil),          // 2: atoll.v1.ProbeRefusal
+	(*PeerRTT)(nil),               // 3: atoll.v1.PeerRTT
+	nil,                           // 4: atoll.v1.TopologyUpdate.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
 }
 var file_atoll_v1_topology_proto_depIdxs = []int32{
 	1, // 0: atoll.v1.TopologyUpdate.addresses:type_name -> atoll.v1.NodeAddress
-	3, // 1: atoll.v1.TopologyUpdate.labels:type_name -> atoll.v1.TopologyUpdate.LabelsEntry
-	2, // 2: atoll.v1.TopologyUpdate.peers:type_name -> atoll.v1.PeerRTT
-	4, // 3: atoll.v1.TopologyUpdate.time:type_name -> google.protobuf.Timestamp
-	5, // 4: atoll.v1.PeerRTT.rtt:type_name -> google.protobuf.Duration
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4, // 1: atoll.v1.TopologyUpdate.labels:type_name -> atoll.v1.TopologyUpdate.LabelsEntry
+	3, // 2: atoll.v1.TopologyUpdate.peers:type_name -> atoll.v1.PeerRTT
+	5, // 3: atoll.v1.TopologyUpdate.time:type_name -> google.protobuf.Timestamp
+	2, // 4: atoll.v1.TopologyUpdate.probe_refusals:type_name -> atoll.v1.ProbeRefusal
+	6, // 5: atoll.v1.PeerRTT.rtt:type_name -> google.protobuf.Duration
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_topology_proto_init() }
@@ -329,7 +414,7 @@ func file_atoll_v1_topology_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_topology_proto_rawDesc), len(file_atoll_v1_topology_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
