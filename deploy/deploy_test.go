@@ -240,7 +240,10 @@ func TestLiteralSecretsFound(t *testing.T) {
 // TestOnlyAtollCloudHoldsAToken: of every workload of every overlay, only
 // atoll-cloud's pods get a Kubernetes API token (its ServiceAccount's,
 // whose RBAC test/e2e proves minimal); the edge agents and the hub
-// servers never talk to the apiserver and mount none.
+// servers never talk to the apiserver and mount none. The agents' only
+// token is for audience "atoll" (the apiserver refuses it), of a
+// ServiceAccount no binding grants anything: it proves their node to
+// atoll-cloud.
 func TestOnlyAtollCloudHoldsAToken(t *testing.T) {
 	workloads := 0
 	for name, objs := range objects(t) {
@@ -259,9 +262,32 @@ func TestOnlyAtollCloudHoldsAToken(t *testing.T) {
 			automount, set := spec["automountServiceAccountToken"].(bool)
 			switch {
 			case sa == "atoll-cloud":
+				continue
 			case set && !automount:
 			default:
 				t.Errorf("%s: %s %s runs as %q with an API token: set automountServiceAccountToken: false", name, o.GetKind(), o.GetName(), cmp.Or(sa, "default"))
+			}
+			volumes, _, _ := unstructured.NestedSlice(spec, "volumes")
+			for _, v := range volumes {
+				sources, _, _ := unstructured.NestedSlice(v.(map[string]any), "projected", "sources")
+				for _, src := range sources {
+					if aud, ok, _ := unstructured.NestedString(src.(map[string]any), "serviceAccountToken", "audience"); ok && aud != "atoll" {
+						t.Errorf("%s: %s %s mounts a token for audience %q, want only \"atoll\"", name, o.GetKind(), o.GetName(), aud)
+					} else if _, isToken, _ := unstructured.NestedMap(src.(map[string]any), "serviceAccountToken"); isToken && !ok {
+						t.Errorf("%s: %s %s mounts a token for the apiserver's audience", name, o.GetKind(), o.GetName())
+					}
+				}
+			}
+			for _, b := range objs {
+				if b.GetKind() != "RoleBinding" && b.GetKind() != "ClusterRoleBinding" {
+					continue
+				}
+				subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+				for _, sub := range subjects {
+					if m := sub.(map[string]any); m["kind"] == "ServiceAccount" && m["name"] == sa && sa != "" {
+						t.Errorf("%s: %s %s binds %s's ServiceAccount %s to rights", name, b.GetKind(), b.GetName(), o.GetName(), sa)
+					}
+				}
 			}
 		}
 	}

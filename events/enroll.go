@@ -91,3 +91,28 @@ func DecodeJSON(data []byte, limit int, v any) error {
 	}
 	return nil
 }
+
+// Kubernetes enrollment: an atoll-edge pod proves which node it runs on
+// with its pod-bound ServiceAccount token. It links to the hub with the
+// installation's shared enrollment credentials (which may only send these
+// requests and hear their replies) and sends an EnrollRequest whose Token
+// is the ServiceAccount token.
+
+// EnrollKubernetesSubject is where node's pod asks for its credentials
+// with its ServiceAccount token.
+func EnrollKubernetesSubject(node string) (string, error) {
+	s, err := EnrollSubject(node)
+	if err != nil {
+		return "", err
+	}
+	return s + ".k8s", nil
+}
+
+// EnrollKubernetesWildcard matches every EnrollKubernetesSubject.
+const EnrollKubernetesWildcard = EnrollPrefix + "*.k8s"
+
+// EnrollInboxPrefix is the reply inbox prefix of node's Kubernetes
+// enrollment request: the shared enrollment credentials hear only
+// replies under EnrollInboxPrefix("*") (credentials, which are useless
+// without the key each node keeps), never a node's own inbox.
+func EnrollInboxPrefix(node string) string { return "_INBOX_enroll." + Token(node) }

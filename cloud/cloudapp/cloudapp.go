@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/cloud/console"
 	"github.com/atoll-edge/atoll/cloud/grid"
@@ -92,6 +93,10 @@ type Config struct {
 	HubLeafCerts string
 	// HubLeafHosts are the generated leaf certificate's names.
 	HubLeafHosts []string
+
+	// KubernetesEnrollment enrolls edge nodes by their atoll-edge pods'
+	// ServiceAccount tokens (kubernetes source only).
+	KubernetesEnrollment bool
 }
 
 // HubLeafCertsGenerate has atoll-cloud generate and rotate the embedded
@@ -119,6 +124,8 @@ func Default() Config {
 		ObjectViews: objects.DefaultConfig(),
 		HostRecords: hostrecords.DefaultConfig(),
 		Console:     console.DefaultConfig(),
+		// Nodes join by being nodes: their atoll-edge pods prove it.
+		KubernetesEnrollment: true,
 		Registration: webhook.RegistrationConfig{
 			Enabled: true,
 			Service: webhook.ServiceRef{Namespace: "atoll-system", Name: "atoll-cloud-webhook"},
@@ -146,6 +153,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.LeafAdvertise, "hub-leaf-advertise", c.Hub.LeafAdvertise, "leaf address gossiped to edges (empty: none)")
 	fs.StringVar(&c.Hub.LeafTLS.CertFile, "hub-leaf-tls-cert", c.Hub.LeafTLS.CertFile, "embedded hub: PEM certificate (with chain) the leaf listener requires TLS with; re-read when it changes (empty: plain leaf links)")
 	fs.StringVar(&c.Hub.LeafTLS.KeyFile, "hub-leaf-tls-key", c.Hub.LeafTLS.KeyFile, "embedded hub: the leaf certificate's PEM key")
+	fs.BoolVar(&c.KubernetesEnrollment, "kubernetes-enrollment", c.KubernetesEnrollment, "enroll edge nodes by their atoll-edge pods' ServiceAccount tokens (audience "+identity.DefaultEnrollAudience+", checked with a TokenReview), linking with the shared enrollment credentials atoll-cloud keeps in the Secret "+identity.DefaultEnrollSecret+" of its namespace (kubernetes membership source)")
 	fs.StringVar(&c.HubLeafCerts, "hub-leaf-certs", c.HubLeafCerts, "embedded hub: generate (atoll-cloud generates the leaf listener's CA and certificate in the Secret "+hubtls.DefaultSecret+", rotates them and publishes the CA bundle in the ConfigMap "+hubtls.DefaultCABundle+" of its namespace, for atoll-edge --hub-ca-file), or empty (the --hub-leaf-tls-* files, or plain leaf links)")
 	fs.Var((*cliflags.List)(&c.HubLeafHosts), "hub-leaf-tls-hosts", "embedded hub: comma-separated names of the generated leaf certificate, which edges check with --hub-tls-server-name (default "+hubtls.DefaultHost+")")
 	fs.StringVar(&c.Hub.StoreDir, "hub-store-dir", c.Hub.StoreDir, "JetStream storage directory")
@@ -365,6 +373,17 @@ func (s healthStates) OnChange(fn func(unit string)) {
 	s.h.OnUnitState(func(unit string, _ health.UnitState) { fn(unit) })
 }
 
+// kubernetesEnrollment provides the identity service its Kubernetes
+// enrollment when it is on.
+func kubernetesEnrollment(c Config) fx.Option {
+	if !c.KubernetesEnrollment || !c.Kubernetes() {
+		return fx.Options()
+	}
+	return fx.Provide(func(client kubernetes.Interface) (*identity.Kubernetes, error) {
+		return identity.NewKubernetes(identity.DefaultKubernetesConfig(c.Manager.LeaderElectionNamespace), client)
+	})
+}
+
 // hubTLS is the configuration of the generated leaf certificate.
 func (c Config) hubTLS() hubtls.Config {
 	cfg := hubtls.DefaultConfig(c.Manager.LeaderElectionNamespace)
@@ -439,6 +458,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		hubclient.Module,
 		fx.Supply(c.Identity),
 		identity.Module,
+		kubernetesEnrollment(c),
 		// Deleting a Node revokes its edge's credentials until it is back.
 		fx.Provide(func(s *identity.Service) members.EdgeGate { return s }),
 		// Unit views carry the keys of the nodes' credentials, for peers

@@ -15,7 +15,8 @@ import (
 )
 
 // Module runs the identity service with the app. It needs a Config, an
-// *Issuer (the keys), the hub Endpoint and the *hublink.Link.
+// *Issuer (the keys), the hub Endpoint and the *hublink.Link; a
+// *Kubernetes in the app turns on Kubernetes enrollment.
 var Module = fx.Module("identity",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),
@@ -30,12 +31,18 @@ type params struct {
 	Link      *hublink.Link
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
+	// Kubernetes, when the app provides it, turns on enrollment by the
+	// pods' ServiceAccount tokens.
+	Kubernetes *Kubernetes `optional:"true"`
 }
 
 func newForApp(p params) (*Service, error) {
 	s, err := NewService(p.Config, p.Issuer, nil, nil, p.Log, NewMetrics(p.Registry))
 	if err != nil {
 		return nil, err
+	}
+	if p.Kubernetes != nil {
+		s.EnrollKubernetes(p.Kubernetes)
 	}
 	p.Lifecycle.Append(fx.Hook{
 		// The link is connected by now: its start hook ran first.

@@ -93,6 +93,8 @@ type Service struct {
 	kv  jetstream.KeyValue
 	js  jetstream.JetStream
 	svc micro.Service
+	// kube enrolls nodes by their pods' ServiceAccount tokens (nil: off).
+	kube *Kubernetes
 
 	mu       sync.RWMutex
 	nodes    map[string]Record
@@ -118,6 +120,10 @@ func NewService(cfg Config, issuer *Issuer, nc, sys *nats.Conn, log *slog.Logger
 	return &Service{cfg: cfg, issuer: issuer, revoker: rev, nc: nc,
 		log: log.With("component", "identity"), metrics: m, nodes: map[string]Record{}}, nil
 }
+
+// EnrollKubernetes turns on Kubernetes enrollment (see Kubernetes). Call
+// it before Start.
+func (s *Service) EnrollKubernetes(k *Kubernetes) { s.kube = k }
 
 // Revoker is the service's revoker.
 func (s *Service) Revoker() *Revoker { return s.revoker }
@@ -187,7 +193,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("identity: micro service: %w", err)
 	}
-	for _, ep := range []struct {
+	endpoints := []struct {
 		name, subject string
 		h             func(micro.Request) (any, error)
 	}{
@@ -195,7 +201,15 @@ func (s *Service) Start(ctx context.Context) error {
 		{"token", TokenSubject, s.handleToken},
 		{"enroll", enrollWildcard, s.handleEnroll},
 		{"renew", renewWildcard, s.handleRenew},
-	} {
+	}
+	if s.kube != nil {
+		endpoints = append(endpoints, struct {
+			name, subject string
+			h             func(micro.Request) (any, error)
+		}{"enroll-k8s", events.EnrollKubernetesWildcard, s.handleEnrollKubernetes})
+		go s.keepEnrollCreds(wctx)
+	}
+	for _, ep := range endpoints {
 		if err := s.svc.AddEndpoint(ep.name, s.endpoint(ep.name, ep.h), micro.WithEndpointSubject(ep.subject)); err != nil {
 			return fmt.Errorf("identity: endpoint %s: %w", ep.name, err)
 		}

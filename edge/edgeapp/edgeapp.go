@@ -99,6 +99,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATS.HubCompression, "hub-compression", c.NATS.HubCompression, "leaf link compression: off, s2_auto (by round trip time: none below 10 ms, stronger above), s2_uncompressed, s2_fast, s2_better or s2_best")
 	fs.StringVar(&c.NATS.CredsFile, "creds-file", c.NATS.CredsFile, "the node's NATS credentials (its identity on the hub; written on enrollment and renewal)")
 	fs.StringVar(&c.NATS.BootstrapFile, "bootstrap-token-file", c.NATS.BootstrapFile, "one-time bootstrap token (atoll node enroll), used while --creds-file does not exist")
+	fs.StringVar(&c.NATS.EnrollCredsFile, "enroll-creds-file", c.NATS.EnrollCredsFile, "the installation's shared enrollment credentials (the Secret atoll-edge-enroll), used while neither --creds-file nor --bootstrap-token-file exists: the node then enrolls with --service-account-token-file")
+	fs.StringVar(&c.Enroll.ServiceAccountTokenFile, "service-account-token-file", c.Enroll.ServiceAccountTokenFile, "the pod's projected ServiceAccount token (audience atoll), which proves to atoll-cloud which node the agent runs on (with --enroll-creds-file)")
 	fs.DurationVar(&c.Enroll.Check, "creds-check", c.Enroll.Check, "how often the credentials' expiry is checked (they are renewed after 2/3 of their lifetime)")
 	fs.StringVar(&c.NATS.ClientHost, "client-host", c.NATS.ClientHost, "loopback address for local NATS clients")
 	fs.IntVar(&c.NATS.ClientPort, "client-port", c.NATS.ClientPort, "port for local NATS clients on loopback (-1: random); a port in use fails the start")

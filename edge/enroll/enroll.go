@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -30,8 +31,10 @@ import (
 // requestTimeout bounds one enrollment or renewal request.
 const requestTimeout = 10 * time.Second
 
-// request sends req to subject and decodes the identity service's reply.
-func request(ctx context.Context, nc *nats.Conn, subject string, req any) (events.EnrollReply, error) {
+// request sends req to subject and decodes the identity service's reply;
+// with inbox set, the reply comes to a subject under it rather than the
+// connection's inbox.
+func request(ctx context.Context, nc *nats.Conn, subject, inbox string, req any) (events.EnrollReply, error) {
 	var rep events.EnrollReply
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -39,7 +42,12 @@ func request(ctx context.Context, nc *nats.Conn, subject string, req any) (event
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, subject, data)
+	var msg *nats.Msg
+	if inbox == "" {
+		msg, err = nc.RequestWithContext(ctx, subject, data)
+	} else {
+		msg, err = requestVia(ctx, nc, subject, inbox+"."+nats.NewInbox()[len(nats.InboxPrefix):], data)
+	}
 	if err != nil {
 		return rep, fmt.Errorf("request %s: %w", subject, err)
 	}
@@ -53,6 +61,20 @@ func request(ctx context.Context, nc *nats.Conn, subject string, req any) (event
 		return rep, fmt.Errorf("reply on %s: no JWT", subject)
 	}
 	return rep, nil
+}
+
+// requestVia sends data to subject with reply subject reply, which it
+// listens on first, and waits for the reply.
+func requestVia(ctx context.Context, nc *nats.Conn, subject, reply string, data []byte) (*nats.Msg, error) {
+	sub, err := nc.SubscribeSync(reply)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: data}); err != nil {
+		return nil, err
+	}
+	return sub.NextMsgWithContext(ctx)
 }
 
 // ErrRefused says atoll-cloud refused the request (a spent, expired or wrong
@@ -72,7 +94,31 @@ func Bootstrap(ctx context.Context, nc *nats.Conn, node, token string) (string, 
 	if err != nil {
 		return "", nil, err
 	}
-	rep, err := request(ctx, nc, subj, events.EnrollRequest{Token: token, Key: pub})
+	rep, err := request(ctx, nc, subj, "", events.EnrollRequest{Token: token, Key: pub})
+	if err != nil {
+		return "", nil, fmt.Errorf("enroll %s: %w", node, err)
+	}
+	if err := checkJWT(rep.JWT, pub); err != nil {
+		return "", nil, fmt.Errorf("enroll %s: %w", node, err)
+	}
+	return rep.JWT, kp, nil
+}
+
+// EnrollByServiceAccount exchanges the ServiceAccount token of the node's
+// atoll-edge pod for node's credentials, over nc linked with the shared
+// enrollment credentials: it generates the node's nkey and returns it
+// with its user JWT.
+func EnrollByServiceAccount(ctx context.Context, nc *nats.Conn, node, saToken string) (string, nkeys.KeyPair, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", nil, err
+	}
+	pub, _ := kp.PublicKey()
+	subj, err := events.EnrollKubernetesSubject(node)
+	if err != nil {
+		return "", nil, err
+	}
+	rep, err := request(ctx, nc, subj, events.EnrollInboxPrefix(node), events.EnrollRequest{Token: saToken, Key: pub})
 	if err != nil {
 		return "", nil, fmt.Errorf("enroll %s: %w", node, err)
 	}
@@ -89,7 +135,7 @@ func Renew(ctx context.Context, nc *nats.Conn, node, pub string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	rep, err := request(ctx, nc, subj, events.RenewRequest{Key: pub})
+	rep, err := request(ctx, nc, subj, "", events.RenewRequest{Key: pub})
 	if err != nil {
 		return "", fmt.Errorf("renew %s: %w", node, err)
 	}
@@ -118,6 +164,10 @@ type Config struct {
 	// RenewAt is the fraction of the credentials' lifetime after which
 	// they are renewed.
 	RenewAt float64
+	// ServiceAccountTokenFile is the pod's projected ServiceAccount token
+	// the node enrolls with while it links with the shared enrollment
+	// credentials (read at each attempt: the kubelet renews it).
+	ServiceAccountTokenFile string
 }
 
 // DefaultConfig is the production configuration.
@@ -213,7 +263,7 @@ func (e *Enroller) Run(ctx context.Context) error {
 			if errors.Is(err, ErrRefused) {
 				wait = e.cfg.Check
 			}
-			if _, ok := e.node.Bootstrapping(); ok {
+			if _, ok := e.node.Bootstrapping(); ok || e.node.EnrollingByServiceAccount() {
 				e.log.Warn("not enrolled yet; retrying", "err", err, "in", wait)
 			} else {
 				e.log.Warn("credentials not renewed; retrying", "err", err, "in", wait)
@@ -234,6 +284,24 @@ func (e *Enroller) step(ctx context.Context) error {
 		return errors.New("no connection to the node's server")
 	}
 	name := e.node.Name()
+	if e.node.EnrollingByServiceAccount() {
+		if e.cfg.ServiceAccountTokenFile == "" {
+			return fmt.Errorf("%w: the node links with the enrollment credentials but has no ServiceAccount token file", ErrRefused)
+		}
+		token, err := os.ReadFile(e.cfg.ServiceAccountTokenFile)
+		if err != nil {
+			return fmt.Errorf("ServiceAccount token: %w", err)
+		}
+		userJWT, kp, err := EnrollByServiceAccount(ctx, nc, name, strings.TrimSpace(string(token)))
+		if err != nil {
+			return err
+		}
+		if err := e.node.SetCredentials(userJWT, kp); err != nil {
+			return err
+		}
+		e.log.Info("enrolled with the pod's ServiceAccount token", "key", e.node.PublicKey())
+		return nil
+	}
 	if token, ok := e.node.Bootstrapping(); ok {
 		userJWT, kp, err := Bootstrap(ctx, nc, name, token)
 		if err != nil {

@@ -73,7 +73,13 @@ type Config struct {
 	UserJWT       string
 	CredsFile     string
 	BootstrapFile string
-	SeedFile      string
+	// EnrollCredsFile, when CredsFile does not exist and BootstrapFile is
+	// not set or does not exist either, is the installation's shared
+	// enrollment credentials file (the Secret atoll-edge-enroll that
+	// atoll-cloud fills): it opens the leaf link until the node has
+	// enrolled with its pod's ServiceAccount token (edge/enroll).
+	EnrollCredsFile string
+	SeedFile        string
 }
 
 // HubCompressions are the values of Config.HubCompression ("":
@@ -132,8 +138,8 @@ func (c Config) Validate() error {
 	if c.Seed == "" && c.SeedFile == "" && c.CredsFile == "" {
 		return errors.New("natsnode: no credentials: set the creds file")
 	}
-	if c.BootstrapFile != "" && c.CredsFile == "" {
-		return errors.New("natsnode: a bootstrap token needs a creds file to keep the enrolled credentials in")
+	if (c.BootstrapFile != "" || c.EnrollCredsFile != "") && c.CredsFile == "" {
+		return errors.New("natsnode: a bootstrap token or enrollment credentials need a creds file to keep the enrolled credentials in")
 	}
 	if c.UserJWT != "" && c.Seed == "" {
 		return errors.New("natsnode: a user JWT without its seed")
@@ -174,41 +180,66 @@ func readCreds(path string) (seed, userJWT string, err error) {
 	return string(s), userJWT, nil
 }
 
-// credentials returns the node's nkey seed, validated, and its user JWT
-// (empty for plain nkey authentication); bootstrap is set when they are a
-// bootstrap token's.
-func (c Config) credentials() (seed, userJWT string, bootstrap bool, err error) {
+// Where the credentials in use come from (Config.credentials).
+type credSource int
+
+const (
+	credOwn       credSource = iota // the node's own (or a bare nkey)
+	credBootstrap                   // a one-time bootstrap token
+	credEnroll                      // the shared enrollment credentials
+)
+
+// credentials returns the node's nkey seed, validated, its user JWT
+// (empty for plain nkey authentication) and where they come from.
+func (c Config) credentials() (seed, userJWT string, src credSource, err error) {
 	seed, userJWT = c.Seed, c.UserJWT
 	switch {
 	case seed != "":
 	case c.CredsFile != "":
 		_, statErr := os.Stat(c.CredsFile)
-		if errors.Is(statErr, os.ErrNotExist) && c.BootstrapFile != "" {
-			if seed, userJWT, err = readCreds(c.BootstrapFile); err != nil {
-				return "", "", false, fmt.Errorf("natsnode: bootstrap token: %w", err)
+		if !errors.Is(statErr, os.ErrNotExist) {
+			if seed, userJWT, err = readCreds(c.CredsFile); err != nil {
+				return "", "", credOwn, err
 			}
-			bootstrap = true
 			break
 		}
-		if seed, userJWT, err = readCreds(c.CredsFile); err != nil {
-			return "", "", false, err
+		bootstrapMissing := c.BootstrapFile == ""
+		if !bootstrapMissing {
+			_, err := os.Stat(c.BootstrapFile)
+			bootstrapMissing = errors.Is(err, os.ErrNotExist) && c.EnrollCredsFile != ""
+		}
+		switch {
+		case !bootstrapMissing:
+			if seed, userJWT, err = readCreds(c.BootstrapFile); err != nil {
+				return "", "", credOwn, fmt.Errorf("natsnode: bootstrap token: %w", err)
+			}
+			src = credBootstrap
+		case c.EnrollCredsFile != "":
+			if seed, userJWT, err = readCreds(c.EnrollCredsFile); err != nil {
+				return "", "", credOwn, fmt.Errorf("natsnode: enrollment credentials (atoll-cloud writes them into the Secret atoll-edge-enroll): %w", err)
+			}
+			src = credEnroll
+		default:
+			if seed, userJWT, err = readCreds(c.CredsFile); err != nil {
+				return "", "", credOwn, err
+			}
 		}
 	default:
 		b, err := os.ReadFile(filepath.Clean(c.SeedFile))
 		if err != nil {
-			return "", "", false, fmt.Errorf("natsnode: seed file: %w", err)
+			return "", "", credOwn, fmt.Errorf("natsnode: seed file: %w", err)
 		}
 		seed = strings.TrimSpace(string(b))
 	}
 	kp, err := nkeys.FromSeed([]byte(seed))
 	if err != nil {
-		return "", "", false, fmt.Errorf("natsnode: seed: %w", err)
+		return "", "", credOwn, fmt.Errorf("natsnode: seed: %w", err)
 	}
 	defer kp.Wipe()
 	if pub, _ := kp.PublicKey(); !nkeys.IsValidPublicUserKey(pub) {
-		return "", "", false, errors.New("natsnode: seed is not a user nkey seed (SU...)")
+		return "", "", credOwn, errors.New("natsnode: seed is not a user nkey seed (SU...)")
 	}
-	return seed, userJWT, bootstrap, nil
+	return seed, userJWT, src, nil
 }
 
 // hubTLS is the leaf link's TLS configuration when HubCAFile is set. The

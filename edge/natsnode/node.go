@@ -89,13 +89,13 @@ type Node struct {
 	key    nkeys.KeyPair // from seed
 	// creds is the private credentials file the leaf remote reads at
 	// every connect (empty: plain nkey authentication), a copy of the
-	// credentials in use; bootstrap is set while they are a bootstrap
-	// token's.
-	creds     string
-	userJWT   string
-	bootstrap bool
-	agent     nkeys.KeyPair
-	users     []*server.NkeyUser
+	// credentials in use; src says whose they are (a bootstrap token's or
+	// the shared enrollment credentials until the node enrolls).
+	creds   string
+	userJWT string
+	src     credSource
+	agent   nkeys.KeyPair
+	users   []*server.NkeyUser
 	// solo authenticates routes while the node is in no unit: nobody
 	// knows it, so nobody can route in.
 	solo string
@@ -113,7 +113,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	seed, userJWT, bootstrap, err := cfg.credentials()
+	seed, userJWT, src, err := cfg.credentials()
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		solo:        hex.EncodeToString(secret[:]),
 		leafEnabled: true,
 	}
-	n.userJWT, n.bootstrap = userJWT, bootstrap
+	n.userJWT, n.src = userJWT, src
 	if userJWT != "" {
 		dir, err := os.MkdirTemp("", "atoll-natsnode-")
 		if err != nil {
@@ -306,7 +306,7 @@ func (n *Node) SetCredentials(userJWT string, key nkeys.KeyPair) error {
 	if err := writeCreds(n.creds, userJWT, key); err != nil {
 		return err
 	}
-	n.userJWT, n.key, n.bootstrap = userJWT, key, false
+	n.userJWT, n.key, n.src = userJWT, key, credOwn
 	if seed, err := key.Seed(); err == nil {
 		n.seed = string(seed)
 	}
@@ -332,10 +332,19 @@ func (n *Node) SetCredentials(userJWT string, key nkeys.KeyPair) error {
 func (n *Node) Bootstrapping() (token string, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.bootstrap {
+	if n.src != credBootstrap {
 		return "", false
 	}
 	return n.userJWT, true
+}
+
+// EnrollingByServiceAccount reports whether the node links with the
+// shared enrollment credentials: it has not enrolled yet, and enrolls
+// with its pod's ServiceAccount token.
+func (n *Node) EnrollingByServiceAccount() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.src == credEnroll
 }
 
 // UserJWT is the user JWT the leaf link presents (empty: bare nkey).

@@ -3,8 +3,11 @@ package install_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +25,13 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nkeys"
+
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/deploy/images"
+	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubenode"
 	"github.com/atoll-edge/atoll/test/kubetest"
@@ -30,6 +40,9 @@ import (
 
 // fleetNet is this package's kubenode fleet (bridge kn5).
 const fleetNet = 5
+
+// adminToken is the installation's admin endpoints token.
+const adminToken = "e2e-admin-token-0123456789"
 
 // grace is KCM's node monitor grace period here: a node whose kubelet
 // stops reporting is Unknown (and tainted unreachable) after it.
@@ -41,11 +54,15 @@ const grace = 20 * time.Second
 // --server-side -k` (leaf links over TLS with atoll-cloud's generated
 // certificate), the hub's volume a local PersistentVolume (the
 // cluster has no provisioner). A control-plane node runs atoll-cloud;
-// units a (three nodes) and b (one) run atoll-edge, enrolled with tokens
-// of `atoll node enroll` from an operator's credentials issued by
-// `atoll-cloud operator-creds` through kubectl exec; each edge node's
-// kube-proxy reads the agent's endpoints proxy. Then:
-//   - every pod is Ready, `atoll status` says SAFE;
+// units a (three nodes) and b (one) run atoll-edge, which enrolls by
+// itself (its pod's ServiceAccount token); `atoll status` runs with an
+// operator's credentials issued by `atoll-cloud operator-creds` through
+// kubectl exec; each edge node's kube-proxy reads the agent's endpoints
+// proxy. Then:
+//   - every pod is Ready, every node holds credentials of its own,
+//     `atoll status` says SAFE;
+//   - an enrollment with another node's pod token is refused, with the
+//     reason, and counted;
 //   - a DeploymentGrid's pods run on the real kubelets and answer through
 //     their ServiceGrid's Service, from a pod of the same unit, only with
 //     that unit's pods;
@@ -169,11 +186,11 @@ patches:
 	}
 	begin := time.Now()
 	inst.run("apply", "--server-side", "-k", overlay)
-	inst.run("-n", "atoll-system", "create", "secret", "generic", "atoll-admin-token", "--from-literal=token=e2e-admin-token-0123456789")
+	inst.run("-n", "atoll-system", "create", "secret", "generic", "atoll-admin-token", "--from-literal=token="+adminToken)
 	inst.waitPodsReady("atoll-cloud", 1)
 	t.Logf("atoll-cloud Ready %s after the apply", time.Since(begin).Round(100*time.Millisecond))
 
-	// Enrollment, as the operator guide has it.
+	// An operator's credentials, as the operator guide has it.
 	creds := filepath.Join(t.TempDir(), "operator.creds")
 	if err := os.WriteFile(creds, []byte(inst.run("-n", "atoll-system", "exec", "atoll-cloud-0", "--",
 		"/atoll-cloud", "operator-creds", "--identity-dir=/var/lib/atoll/identity", "--name=e2e", "--ttl=1h")), 0o600); err != nil {
@@ -182,16 +199,15 @@ patches:
 	atoll := buildAtoll(ctx, t)
 	atollEnv := []string{"ATOLL_NATS_URL=nats://" + cloud.IP + ":30422", "ATOLL_NATS_CREDS=" + creds}
 	inst.atoll, inst.atollEnv = atoll, atollEnv
-	for name, unit := range units {
-		out := filepath.Join(nodes[name].HostPath("/var/lib/atoll"), "bootstrap.creds")
-		if msg, err := runEnv(ctx, atollEnv, atoll, "node", "enroll", "--unit", unit, "--out", out, name); err != nil {
-			t.Fatalf("atoll node enroll %s: %v\n%s", name, err, msg)
+	// No enrollment step: each agent proves its node with its pod's
+	// ServiceAccount token. (Those that started before atoll-cloud wrote
+	// the shared enrollment credentials restart until they are there.)
+	inst.waitPodsReady("atoll-edge", len(units))
+	for name := range units {
+		if _, err := os.Stat(filepath.Join(nodes[name].HostPath("/var/lib/atoll"), "node.creds")); err != nil {
+			t.Errorf("%s holds no credentials of its own: %v", name, err)
 		}
 	}
-	// The agents that started before their token existed restart now
-	// rather than at the end of their crash back-off.
-	inst.run("-n", "atoll-system", "delete", "pods", "-l", "app.kubernetes.io/name=atoll-edge", "--wait=false")
-	inst.waitPodsReady("atoll-edge", len(units))
 	t.Logf("every atoll-edge Ready %s after the apply", time.Since(begin).Round(100*time.Millisecond))
 	for name := range units {
 		if err := nodes[name].SetProxyAPIServer("http://127.0.0.1:9471"); err != nil {
@@ -207,6 +223,7 @@ patches:
 	})
 
 	t.Logf("atoll status:\n%s", inst.atollStatus())
+	inst.otherNodesToken(nodes["edge-a1"], "edge-b1", cloud)
 	// The leaf links run TLS: the hub's leaf port asks for it, and the
 	// agents (Ready, linked) verify it with the published CA bundle.
 	if info := leafInfo(ctx, t, cloud.IP+":30742"); !strings.Contains(info, `"tls_required":true`) {
@@ -609,6 +626,88 @@ func leafInfo(ctx context.Context, t *testing.T, addr string) string {
 		t.Fatalf("the hub's leaf port %s: %v", addr, err)
 	}
 	return line
+}
+
+// otherNodesToken presents the ServiceAccount token of from's atoll-edge
+// pod to enroll node, as a compromised from would: atoll-cloud refuses it
+// and counts the refusal.
+func (i *installation) otherNodesToken(from *kubenode.Node, node string, cloud *kubenode.Node) {
+	t := i.t
+	t.Helper()
+	pods, err := i.client.CoreV1().Pods("atoll-system").List(i.ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=atoll-edge", FieldSelector: "spec.nodeName=" + from.Name})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("atoll-edge pod of %s: %v (%d)", from.Name, err, len(pods.Items))
+	}
+	// A token of the kind the kubelet projects into the pod: atoll-edge's,
+	// for audience atoll, bound to from's pod.
+	pod := pods.Items[0]
+	tr, err := i.client.CoreV1().ServiceAccounts("atoll-system").CreateToken(i.ctx, "atoll-edge", &authv1.TokenRequest{
+		Spec: authv1.TokenRequestSpec{Audiences: []string{"atoll"},
+			BoundObjectRef: &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := tr.Status.Token
+	sec, err := i.client.CoreV1().Secrets("atoll-system").Get(i.ctx, identity.DefaultEnrollSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enrollCreds := filepath.Join(t.TempDir(), "enroll.creds")
+	if err := os.WriteFile(enrollCreds, sec.Data[identity.EnrollCredsKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+cloud.IP+":30422", nats.UserCredentials(enrollCreds),
+		nats.CustomInboxPrefix(events.EnrollInboxPrefix(node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	subj, _ := events.EnrollKubernetesSubject(node)
+	req, _ := json.Marshal(events.EnrollRequest{Token: token, Key: pub})
+	msg, err := nc.Request(subj, req, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); !strings.Contains(desc, "the token is of a pod on node "+from.Name) {
+		t.Fatalf("enrolling %s with %s's token: %q %s, want a refusal naming %s", node, from.Name, desc, msg.Data, from.Name)
+	}
+	if m := i.cloudMetrics(); !strings.Contains(m, `atoll_identity_requests_refused_total{endpoint="enroll-k8s"} 1`) {
+		t.Errorf("the refusal is not counted:\n%s", grepLines(m, "atoll_identity_requests_refused_total"))
+	}
+	t.Logf("enrolling %s with %s's pod token: refused (%s), counted", node, from.Name, msg.Header.Get(micro.ErrorHeader))
+}
+
+// cloudMetrics scrapes atoll-cloud's /metrics at its pod's address with
+// the admin token.
+func (i *installation) cloudMetrics() string {
+	i.t.Helper()
+	pod, err := i.client.CoreV1().Pods("atoll-system").Get(i.ctx, "atoll-cloud-0", metav1.GetOptions{})
+	if err != nil {
+		i.t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(i.ctx, http.MethodGet, "http://"+net.JoinHostPort(pod.Status.PodIP, "8080")+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		i.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // atollStatus is the output of atoll status.
