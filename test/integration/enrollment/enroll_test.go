@@ -39,31 +39,11 @@ func TestBootstrapThroughTheLeaf(t *testing.T) {
 	defer cancel()
 	log := natstest.Logger(t, slog.LevelWarn)
 	h := natstest.Hub(t)
-	cloud, err := h.Connect("cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cloud.Close)
+	ids, cloud := identityOnHub(ctx, t, h, log, nil, nil)
 	js, err := jetstream.NewWithDomain(cloud, h.Domain())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
-		t.Fatal(err)
-	}
-	sys, err := identity.DialSystem(ctx, h.ClientConfig(), h.Issuer(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sys.Close)
-	ids, err := identity.NewService(identity.DefaultConfig(), h.Issuer(), cloud, sys, log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ids.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ids.Stop() })
 
 	// atoll node enroll a --unit u1
 	req, _ := json.Marshal(identity.TokenRequest{Node: "a", Unit: "u1", TTL: time.Hour})
@@ -85,33 +65,9 @@ func TestBootstrapThroughTheLeaf(t *testing.T) {
 	u1 := "u1"
 	assigned.Store(&u1)
 	run := func(bootstrap string) *natsnode.Node {
-		cfg := natsnode.Default()
-		cfg.NodeName = "a"
-		cfg.ClientPort, cfg.RoutePort, cfg.RouteHost = -1, -1, "127.0.0.1"
-		cfg.HubURLs = h.LeafURLs()
+		cfg := nodeConfig("a", h.LeafURLs())
 		cfg.CredsFile, cfg.BootstrapFile = credsFile, bootstrap
-		n, err := natsnode.New(cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
-		link := hublink.New(cfg.HubDomain, func(context.Context) (*nats.Conn, error) { return n.Connect("agent") }, log)
-		if err := link.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = link.Stop(context.Background()) })
-		e, err := enroll.New(enroll.Config{Check: 200 * time.Millisecond, RenewAt: 0.9}, n, link, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.FollowUnit(func() (string, bool) { return *assigned.Load(), true })
-		ectx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = e.Run(ectx) }()
-		t.Cleanup(func() { stop(); <-done })
+		n, _ := enrollingNode(ctx, t, log, cfg, enroll.Config{}, func() (string, bool) { return *assigned.Load(), true })
 		return n
 	}
 	linkedAs := func(n *natsnode.Node) {
@@ -180,4 +136,85 @@ func TestBootstrapThroughTheLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	linkedAs(run(""))
+}
+
+// identityOnHub runs atoll-cloud's identity service on hub h (its streams
+// made first), with metrics m (nil: unregistered) and Kubernetes
+// enrollment k (nil: off), and returns it and its connection.
+func identityOnHub(ctx context.Context, t *testing.T, h *natstest.HubServer, log *slog.Logger, m *identity.Metrics, k *identity.Kubernetes) (*identity.Service, *nats.Conn) {
+	t.Helper()
+	cloud, err := h.Connect("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cloud.Close)
+	js, err := jetstream.NewWithDomain(cloud, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	sys, err := identity.DialSystem(ctx, h.ClientConfig(), h.Issuer(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	ids, err := identity.NewService(identity.DefaultConfig(), h.Issuer(), cloud, sys, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k != nil {
+		ids.EnrollKubernetes(k)
+	}
+	if err := ids.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ids.Stop() })
+	return ids, cloud
+}
+
+// nodeConfig is node's server configuration on loopback, linking to
+// leafURLs; the caller sets its credentials.
+func nodeConfig(node string, leafURLs []string) natsnode.Config {
+	cfg := natsnode.Default()
+	cfg.NodeName = node
+	cfg.ClientPort, cfg.RoutePort, cfg.RouteHost = -1, -1, "127.0.0.1"
+	cfg.HubURLs = leafURLs
+	return cfg
+}
+
+// enrollingNode runs what atoll-edge runs to enroll: the node's server of
+// cfg, the agent's link to it and the enroller of ecfg (its Check and
+// RenewAt short unless set), following unit when not nil.
+func enrollingNode(ctx context.Context, t *testing.T, log *slog.Logger, cfg natsnode.Config, ecfg enroll.Config, unit func() (string, bool)) (*natsnode.Node, *hublink.Link) {
+	t.Helper()
+	n, err := natsnode.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	link := hublink.New(cfg.HubDomain, func(context.Context) (*nats.Conn, error) { return n.Connect("agent") }, log)
+	if err := link.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = link.Stop(context.Background()) })
+	if ecfg.Check == 0 {
+		ecfg.Check, ecfg.RenewAt = 200*time.Millisecond, 0.9
+	}
+	e, err := enroll.New(ecfg, n, link, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unit != nil {
+		e.FollowUnit(unit)
+	}
+	ectx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ectx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return n, link
 }

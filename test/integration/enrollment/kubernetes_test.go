@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,10 +22,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/enroll"
-	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/eventbus"
-	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
@@ -61,37 +57,12 @@ func TestKubernetesEnrollment(t *testing.T) {
 	}
 
 	h := natstest.Hub(t)
-	cloud, err := h.Connect("cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cloud.Close)
-	js, err := jetstream.NewWithDomain(cloud, h.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
-		t.Fatal(err)
-	}
-	sys, err := identity.DialSystem(ctx, h.ClientConfig(), h.Issuer(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sys.Close)
-	reg := prometheus.NewRegistry()
-	ids, err := identity.NewService(identity.DefaultConfig(), h.Issuer(), cloud, sys, log, identity.NewMetrics(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
 	k, err := identity.NewKubernetes(kcfg, kube)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids.EnrollKubernetes(k)
-	if err := ids.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ids.Stop() })
+	reg := prometheus.NewRegistry()
+	ids, _ := identityOnHub(ctx, t, h, log, identity.NewMetrics(reg), k)
 
 	dir := t.TempDir()
 	shared := filepath.Join(dir, "enroll.creds")
@@ -111,35 +82,9 @@ func TestKubernetesEnrollment(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(podToken(ctx, t, kube, pods["atoll-edge/n1"], "atoll")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := natsnode.Default()
-	cfg.NodeName = "n1"
-	cfg.ClientPort, cfg.RoutePort, cfg.RouteHost = -1, -1, "127.0.0.1"
-	cfg.HubURLs = h.LeafURLs()
+	cfg := nodeConfig("n1", h.LeafURLs())
 	cfg.CredsFile, cfg.BootstrapFile, cfg.EnrollCredsFile = credsFile, filepath.Join(dir, "absent.creds"), shared
-	n, err := natsnode.New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !n.EnrollingByServiceAccount() {
-		t.Fatal("a node with no credentials and no bootstrap token does not link with the enrollment credentials")
-	}
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
-	link := hublink.New(cfg.HubDomain, func(context.Context) (*nats.Conn, error) { return n.Connect("agent") }, log)
-	if err := link.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = link.Stop(context.Background()) })
-	e, err := enroll.New(enroll.Config{Check: 200 * time.Millisecond, RenewAt: 0.9, ServiceAccountTokenFile: tokenFile}, n, link, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ectx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ectx) }()
-	t.Cleanup(func() { stop(); <-done })
+	n, _ := enrollingNode(ctx, t, log, cfg, enroll.Config{ServiceAccountTokenFile: tokenFile}, nil)
 	poll.Eventually(t, 30*time.Second, func() error {
 		if n.EnrollingByServiceAccount() || !n.Status().HubConnected {
 			return errors.New("not linked with credentials of its own yet")
