@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -34,10 +35,17 @@ func newGridClient(rc *rest.Config) (client.Client, error) {
 	return client.New(rc, client.Options{Scheme: scheme})
 }
 
-// createGrid makes the DeploymentGrid and ServiceGrid "hello": one copy
-// per site, site-b's with two replicas, behind hello-svc, whose traffic
-// stays in the client's site.
-func createGrid(ctx context.Context, c client.Client) error {
+// createGrid makes the DeploymentGrid and ServiceGrid "hello" of image
+// (empty: hello:1, for the simulated nodes; on real ones, an image that
+// serves HTTP on 8080): one copy per site, site-b's with two replicas,
+// behind hello-svc, whose traffic stays in the client's site.
+func createGrid(ctx context.Context, c client.Client, image string) error {
+	port := corev1.ServicePort{Port: 80}
+	if image == "" {
+		image = "hello:1"
+	} else {
+		port.TargetPort = intstr.FromInt32(8080)
+	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gridNamespace}}); err != nil {
 		return fmt.Errorf("grid namespace: %w", err)
 	}
@@ -50,7 +58,7 @@ func createGrid(ctx context.Context, c client.Client) error {
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "hello", Image: "hello:1"}}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "hello", Image: image}}},
 				},
 			},
 			Overrides: []appsv1alpha1.Override{{Units: []string{"site-b"}, Replicas: ptr.To[int32](2)}},
@@ -58,7 +66,7 @@ func createGrid(ctx context.Context, c client.Client) error {
 	}
 	sg := &appsv1alpha1.ServiceGrid{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: gridNamespace},
-		Spec:       appsv1alpha1.ServiceGridSpec{Template: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80}}}},
+		Spec:       appsv1alpha1.ServiceGridSpec{Template: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{port}}},
 	}
 	for _, o := range []client.Object{dg, sg} {
 		if err := c.Create(ctx, o); err != nil {

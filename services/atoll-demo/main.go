@@ -4,7 +4,8 @@
 // whose nodes each run a real atoll-edge agent (with its endpoints proxy).
 // It prints a live status table, the grid's copies and, per node, the
 // endpoints of the grid's Service that its proxy serves, until
-// interrupted.
+// interrupted. With --real-nodes the nodes are real (kubelet, containerd,
+// kube-proxy) and Atoll runs on them as pods (test/podbed).
 //
 // Run it with `go tool task demo` (which builds the Kubernetes binaries on
 // first use).
@@ -52,6 +53,8 @@ type options struct {
 	dir      string
 	cutAfter time.Duration
 	cutFor   time.Duration
+	// realNodes runs real kubelets and containerd, Atoll as pods.
+	realNodes bool
 }
 
 func parse(args []string, out io.Writer) (options, error) {
@@ -66,6 +69,7 @@ func parse(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.dir, "dir", "", "working directory for logs and state, created if missing and kept after exit (default: a new temp dir)")
 	fs.DurationVar(&o.cutAfter, "cut-after", 20*time.Second, "cut the first node's cloud link after this long (0: never)")
 	fs.DurationVar(&o.cutFor, "cut-for", 60*time.Second, "restore the cut link after this long")
+	fs.BoolVar(&o.realNodes, "real-nodes", false, "real nodes (kubelet, containerd, kube-proxy in network namespaces; root, after `go tool task node:build os:deps`) and Atoll installed on them as pods from its images and manifests")
 	if err := cliflags.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(out, fs, prog+" [flags]   (stop it with Ctrl-C)")
@@ -81,6 +85,10 @@ func parse(args []string, out io.Writer) (options, error) {
 		return o, cliflags.Usagef("--nodes %d: want 1..50", o.nodes)
 	case o.interval <= 0:
 		return o, cliflags.Usagef("--interval %v: want a positive duration", o.interval)
+	case o.realNodes && o.cluster:
+		return o, cliflags.Usagef("--real-nodes installs the embedded hub's overlay: drop --hub-cluster")
+	case o.realNodes && o.units*o.nodes > 12:
+		return o, cliflags.Usagef("--real-nodes: %d nodes; at most 12 real nodes (--units × --nodes)", o.units*o.nodes)
 	}
 	return o, nil
 }
@@ -139,6 +147,9 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 			say("atoll-demo: failed; logs kept in %s", logPath)
 		}
 	}()
+	if o.realNodes {
+		return runRealNodes(ctx, o, out, log, say)
+	}
 	say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and atoll-cloud ...")
 	start := time.Now()
 	bed, err := testbed.Start(ctx, testbed.Options{Dir: o.dir, HubPort: o.hubPort, HubCluster: o.cluster, Grids: true, Agent: withProxy, Logger: log})
@@ -176,7 +187,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := createGrid(ctx, grids); err != nil {
+	if err := createGrid(ctx, grids, ""); err != nil {
 		return err
 	}
 	say("grid %s/hello: a DeploymentGrid (one copy per site, two replicas in site-b) and a ServiceGrid (hello-svc)", gridNamespace)

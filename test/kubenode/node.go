@@ -177,6 +177,26 @@ func (n *Node) Boot(ctx context.Context) error {
 	if err := n.cgroups(); err != nil {
 		return err
 	}
+	if err := n.startContainerd(ctx); err != nil {
+		return err
+	}
+	var err error
+	n.kubelet, err = n.start("kubelet", filepath.Join(n.fleet.cfg.BinDir, "kubelet"),
+		"--config="+filepath.Join(n.Disk, "kubelet-config.yaml"),
+		"--kubeconfig="+filepath.Join(n.Disk, "kubelet.kubeconfig"),
+		"--root-dir="+filepath.Join(n.Disk, "kubelet"),
+		"--cert-dir="+filepath.Join(n.Disk, "kubelet", "pki"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP,
+		"--v=2")
+	if err != nil {
+		return err
+	}
+	return n.startKubeProxy()
+}
+
+// startContainerd runs containerd and waits until it answers.
+func (n *Node) startContainerd(ctx context.Context) error {
 	var err error
 	if n.containerd, err = n.start("containerd", filepath.Join(n.fleet.cfg.BinDir, "containerd"),
 		"--config", filepath.Join(n.Disk, "containerd", "config.toml")); err != nil {
@@ -194,18 +214,29 @@ func (n *Node) Boot(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("kubenode: %s: containerd does not answer on %s: %w\n%s", n.Name, sock, err, n.logTail("containerd", 20))
 	}
-	n.kubelet, err = n.start("kubelet", filepath.Join(n.fleet.cfg.BinDir, "kubelet"),
-		"--config="+filepath.Join(n.Disk, "kubelet-config.yaml"),
-		"--kubeconfig="+filepath.Join(n.Disk, "kubelet.kubeconfig"),
-		"--root-dir="+filepath.Join(n.Disk, "kubelet"),
-		"--cert-dir="+filepath.Join(n.Disk, "kubelet", "pki"),
-		"--hostname-override="+n.Name,
-		"--node-ip="+n.IP,
-		"--v=2")
-	if err != nil {
-		return err
+	return nil
+}
+
+// StopContainerd kills the node's containerd alone (SIGKILL), as a
+// crashed runtime: the shims and the containers keep running, the
+// kubelet finds the runtime gone. StartContainerd starts it again.
+func (n *Node) StopContainerd() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.containerd != nil {
+		n.containerd.kill()
+		n.containerd = nil
 	}
-	return n.startKubeProxy()
+}
+
+// StartContainerd starts the node's containerd after StopContainerd.
+func (n *Node) StartContainerd(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.containerd != nil {
+		return fmt.Errorf("kubenode: %s: containerd is running", n.Name)
+	}
+	return n.startContainerd(ctx)
 }
 
 // startKubeProxy runs kube-proxy with the node's configuration.

@@ -185,6 +185,8 @@ var harnessStarts = map[string][]string{
 	"test/sitesim": {"edge", "test/edgesim"},
 	// A whole installation: the control plane, atoll-cloud, the sites.
 	"test/testbed": {"cloud", "edge", "deploy", "test/edgesim", "test/kubetest", "test/natstest", "test/sitesim"},
+	// Atoll installed as pods on real nodes: its manifests and images.
+	"test/podbed": {"deploy", "test/kubenode", "test/kubetest", "test/poll"},
 }
 
 // TestHarnessesStartOnlyTheirOwn: each harness imports only what

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -30,19 +29,15 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/cloud/identity"
-	"github.com/atoll-edge/atoll/deploy/images"
 	"github.com/atoll-edge/atoll/events"
-	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubenode"
 	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/podbed"
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
 // fleetNet is this package's kubenode fleet (bridge kn5).
 const fleetNet = 5
-
-// adminToken is the installation's admin endpoints token.
-const adminToken = "e2e-admin-token-0123456789"
 
 // grace is KCM's node monitor grace period here: a node whose kubelet
 // stops reporting is Unknown (and tainted unreachable) after it.
@@ -73,160 +68,45 @@ const grace = 20 * time.Second
 //   - scenario 2, a node powered off: its peers see it dead, KCM taints
 //     it, its pod is evicted (deleted; the object stays Terminating, as
 //     on any dead node) and the Deployment's replacement runs in the same
-//     unit.
+//     unit;
+//   - a node whose containerd dies: its kubelet reports it not ready, Atoll
+//     leaves it to Kubernetes (though its peers see the kubelet answer),
+//     its pods are evicted and the unit's Service answers from the others.
 func TestAtollAsPods(t *testing.T) {
 	if err := kubenode.Prerequisites(); err != nil {
 		t.Skip(err)
 	}
-	kubectl, err := kubetest.Kubectl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := kubetest.Start(t, append(kubenode.ClusterOptions(fleetNet), kubetest.WithNodeMonitorGracePeriod(grace))...)
-	fleet := kubenode.StartForTest(t, cluster, fleetNet)
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	client := cluster.Client()
-	inst := &installation{t: t, ctx: ctx, kubectl: kubectl, kubeconfig: cluster.KubeconfigPath(), client: client}
-
-	units := map[string]string{"edge-a1": "a", "edge-a2": "a", "edge-a3": "a", "edge-b1": "b"}
-	nodes := map[string]*kubenode.Node{}
-	for _, name := range []string{"cloud-1", "edge-a1", "edge-a2", "edge-a3", "edge-b1"} {
-		n, err := fleet.Add(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[name] = n
-		labels := map[string]string{"node-role.kubernetes.io/control-plane": ""}
-		if u := units[name]; u != "" {
-			labels = map[string]string{wellknown.LabelUnit: u}
-		}
-		inst.label(name, labels)
-	}
-	cloud := nodes["cloud-1"]
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pods:\n%s", inst.runAllowFail("get", "pods", "-A", "-o", "wide"))
-			t.Logf("nodes:\n%s", inst.runAllowFail("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,TAINTS:.spec.taints,ANNOTATIONS:.metadata.annotations"))
-			if inst.atoll != "" {
-				out, err := runEnv(context.Background(), inst.atollEnv, inst.atoll, "status", "-o", "wide")
-				t.Logf("atoll status -o wide: %v\n%s", err, out)
-			}
-			for _, pod := range []string{"atoll-cloud-0"} {
-				t.Logf("%s log:\n%s", pod, inst.runAllowFail("-n", "atoll-system", "logs", "--tail=60", pod))
-			}
-			t.Logf("atoll-edge logs:\n%s", inst.runAllowFail("-n", "atoll-system", "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-edge"))
-		}
-	})
-
-	for _, img := range images.All {
-		built, err := images.Build(ctx, img, images.Options{Version: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := fleet.PushOCI(ctx, img.Name+":test", built); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// The embedded hub's volume: a local PersistentVolume on cloud-1, as
-	// an administrator of a cluster without a provisioner makes one.
-	store := filepath.Join(t.TempDir(), "atoll-store")
-	if err := os.MkdirAll(store, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	inst.apply(fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolume
-metadata: {name: atoll-store}
-spec:
-  capacity: {storage: 10Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  claimRef: {namespace: atoll-system, name: store-atoll-cloud-0}
-  local: {path: %s}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-        - matchExpressions:
-            - {key: kubernetes.io/hostname, operator: In, values: [cloud-1]}
-`, store))
-
-	// The installation: the README's overlay, the images from the fleet's
-	// registry, the hub on a NodePort that the edges dial at cloud-1.
-	deployDir, err := filepath.Abs(filepath.Join("..", "..", "..", "deploy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := t.TempDir()
-	rel, err := filepath.Rel(overlay, deployDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), fmt.Appendf(nil, `apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources: [%[1]s/overlays/embedded-hub]
-components: [%[1]s/components/hub-nodeport]
-images:
-  - {name: ghcr.io/atoll-edge/atoll-cloud, newName: %[2]s/atoll-cloud, newTag: test}
-  - {name: ghcr.io/atoll-edge/atoll-edge, newName: %[2]s/atoll-edge, newTag: test}
-patches:
-  - patch: |-
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata: {name: atoll-edge, namespace: atoll-system}
-      spec:
-        template:
-          spec:
-            containers:
-              - name: atoll-edge
-                env:
-                  - {name: ATOLL_HUB_URL, value: "nats-leaf://%[3]s:30742"}
-`, rel, fleet.Registry(), cloud.IP), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	begin := time.Now()
-	inst.run("apply", "--server-side", "-k", overlay)
-	inst.run("-n", "atoll-system", "create", "secret", "generic", "atoll-admin-token", "--from-literal=token="+adminToken)
-	inst.waitPodsReady("atoll-cloud", 1)
-	t.Logf("atoll-cloud Ready %s after the apply", time.Since(begin).Round(100*time.Millisecond))
-
-	// An operator's credentials, as the operator guide has it.
-	creds := filepath.Join(t.TempDir(), "operator.creds")
-	if err := os.WriteFile(creds, []byte(inst.run("-n", "atoll-system", "exec", "atoll-cloud-0", "--",
-		"/atoll-cloud", "operator-creds", "--identity-dir=/var/lib/atoll/identity", "--name=e2e", "--ttl=1h")), 0o600); err != nil {
+	bed, err := podbed.Start(ctx, podbed.Options{Net: fleetNet, Dir: t.TempDir(), GracePeriod: grace,
+		Units:  map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}, "b": {"edge-b1"}},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if bed != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(bed.Diagnostics())
+			}
+			bed.Stop()
+		})
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	atoll := buildAtoll(ctx, t)
-	atollEnv := []string{"ATOLL_NATS_URL=nats://" + cloud.IP + ":30422", "ATOLL_NATS_CREDS=" + creds}
-	inst.atoll, inst.atollEnv = atoll, atollEnv
-	// No enrollment step: each agent proves its node with its pod's
-	// ServiceAccount token. (Those that started before atoll-cloud wrote
-	// the shared enrollment credentials restart until they are there.)
-	inst.waitPodsReady("atoll-edge", len(units))
+	t.Logf("installed, every pod Ready and atoll status SAFE, %s after the control plane's start", time.Since(begin).Round(100*time.Millisecond))
+	client := bed.Cluster.Client()
+	inst := &installation{t: t, ctx: ctx, bed: bed, client: client}
+	nodes, units, cloud := bed.Edges, bed.Unit, bed.Cloud
 	for name := range units {
 		if _, err := os.Stat(filepath.Join(nodes[name].HostPath("/var/lib/atoll"), "node.creds")); err != nil {
 			t.Errorf("%s holds no credentials of its own: %v", name, err)
 		}
 	}
-	t.Logf("every atoll-edge Ready %s after the apply", time.Since(begin).Round(100*time.Millisecond))
-	for name := range units {
-		if err := nodes[name].SetProxyAPIServer("http://127.0.0.1:9471"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	poll.Eventually(t, time.Minute, func() error {
-		out, err := runEnv(ctx, atollEnv, atoll, "status", "--exit-code")
-		if err != nil || !strings.HasPrefix(out, "SAFE") {
-			return fmt.Errorf("atoll status: %v\n%s", err, out)
-		}
-		return nil
-	})
-
 	t.Logf("atoll status:\n%s", inst.atollStatus())
 	inst.otherNodesToken(nodes["edge-a1"], "edge-b1", cloud)
 	// The leaf links run TLS: the hub's leaf port asks for it, and the
 	// agents (Ready, linked) verify it with the published CA bundle.
-	if info := leafInfo(ctx, t, cloud.IP+":30742"); !strings.Contains(info, `"tls_required":true`) {
+	if info := leafInfo(ctx, t, cloud.IP+":"+podbed.LeafNodePort); !strings.Contains(info, `"tls_required":true`) {
 		t.Errorf("the hub's leaf port does not require TLS: %s", info)
 	}
 	if _, err := client.CoreV1().ConfigMaps("atoll-system").Get(ctx, "atoll-hub-ca", metav1.GetOptions{}); err != nil {
@@ -254,7 +134,7 @@ spec:
                   labelSelector: {matchLabels: {app: web}}
         containers:
           - name: web
-            image: ` + fleet.Image("hello") + `
+            image: ` + bed.Fleet.Image("hello") + `
             ports: [{containerPort: 8080}]
             readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 8080}}
   overrides:
@@ -317,8 +197,8 @@ spec:
 			polls++
 			time.Sleep(time.Second)
 		}
-		if status := inst.atollStatus(); !strings.Contains(status, "protected: "+a1.Name) {
-			t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, status)
+		if !inst.protected(a1.Name) {
+			t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, inst.atollStatus())
 		}
 		t.Logf("agents' resident memory with the cut: %s", agentsRSS(t))
 		if got := taints(); len(got) > 0 {
@@ -345,7 +225,7 @@ spec:
 			}
 			for _, p := range pods.Items {
 				if p.Name != pod.Name && units[p.Spec.NodeName] == "a" && p.Spec.NodeName != a3.Name &&
-					!slices.ContainsFunc(webNames(web), func(n string) bool { return n == p.Name }) && podReady(&p) {
+					!slices.ContainsFunc(webNames(web), func(n string) bool { return n == p.Name }) && podbed.PodReady(&p) {
 					t.Logf("%s's pod evicted; its replacement %s Ready on %s, %s after the power cut", a3.Name, p.Name,
 						p.Spec.NodeName, time.Since(off).Round(100*time.Millisecond))
 					return nil
@@ -357,62 +237,61 @@ spec:
 			t.Error(err)
 		}
 	})
+
+	t.Run("container runtime down", func(t *testing.T) {
+		a1 := nodes["edge-a1"]
+		before, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web", FieldSelector: "spec.nodeName=" + a1.Name})
+		if err != nil || len(before.Items) == 0 {
+			t.Fatalf("web pods on %s: %v (%d)", a1.Name, err, len(before.Items))
+		}
+		a1.StopContainerd()
+		down := time.Now()
+		defer func() {
+			if err := a1.StartContainerd(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		// The kubelet reports the node not ready itself: its peers still
+		// see it answer, and Atoll leaves it to Kubernetes, which evicts
+		// its pods; the Deployment replaces them in the unit.
+		eventually(ctx, t, 2*time.Minute, func() error {
+			n, err := client.CoreV1().Nodes().Get(ctx, a1.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+				return t.Key == corev1.TaintNodeNotReady && t.Effect == corev1.TaintEffectNoExecute
+			}) {
+				return fmt.Errorf("%s: Ready=%s, taints %v; want not-ready:NoExecute", a1.Name, nodeReady(ctx, client, a1.Name), n.Spec.Taints)
+			}
+			for _, p := range before.Items {
+				got, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+				if err == nil && got.DeletionTimestamp == nil {
+					return fmt.Errorf("pod %s on %s not evicted yet", p.Name, a1.Name)
+				}
+			}
+			return inst.servedInUnit(client2, svc, "web-a-")
+		})
+		t.Logf("%s's runtime down: reported not ready, its pods evicted and served from the unit %s later",
+			a1.Name, time.Since(down).Round(100*time.Millisecond))
+		if inst.protected(a1.Name) {
+			t.Errorf("Atoll protects %s, whose kubelet reports it not ready:\n%s", a1.Name, inst.atollStatus())
+		}
+	})
 }
 
-// installation runs kubectl and checks on the installed cluster.
+// installation checks on the installed cluster.
 type installation struct {
-	t                   *testing.T
-	ctx                 context.Context
-	kubectl, kubeconfig string
-	client              kubernetes.Interface
-	// atoll is the atoll CLI, atollEnv its hub and credentials.
-	atoll    string
-	atollEnv []string
-}
-
-// runAllowFail runs kubectl for a diagnostic, within 20 s of its own
-// (the test's context may be over), and returns its output or error.
-func (i *installation) runAllowFail(args ...string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, i.kubectl, append([]string{"--kubeconfig", i.kubeconfig}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("%s\n(%v)", out, err)
-	}
-	return string(out)
-}
-
-func (i *installation) run(args ...string) string {
-	i.t.Helper()
-	cmd := exec.CommandContext(i.ctx, i.kubectl, append([]string{"--kubeconfig", i.kubeconfig}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		i.t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
-	}
-	return string(out)
+	t      *testing.T
+	ctx    context.Context
+	bed    *podbed.Bed
+	client kubernetes.Interface
 }
 
 // apply applies a manifest with kubectl.
 func (i *installation) apply(manifest string) {
 	i.t.Helper()
-	f := filepath.Join(i.t.TempDir(), "manifest.yaml")
-	if err := os.WriteFile(f, []byte(manifest), 0o600); err != nil {
-		i.t.Fatal(err)
-	}
-	i.run("apply", "--server-side", "-f", f)
-}
-
-func (i *installation) label(node string, labels map[string]string) {
-	i.t.Helper()
-	var b strings.Builder
-	for k, v := range labels {
-		fmt.Fprintf(&b, "%q:%q,", k, v)
-	}
-	patch := `{"metadata":{"labels":{` + strings.TrimSuffix(b.String(), ",") + `}}}`
-	if _, err := i.client.CoreV1().Nodes().Patch(i.ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if err := i.bed.Apply(i.ctx, manifest); err != nil {
 		i.t.Fatal(err)
 	}
 }
@@ -432,31 +311,6 @@ func eventually(ctx context.Context, t testing.TB, timeout time.Duration, check 
 	}
 }
 
-// waitPodsReady waits until n pods of atoll-system with the name label
-// app are Ready.
-func (i *installation) waitPodsReady(app string, n int) {
-	i.t.Helper()
-	i.eventually(5*time.Minute, func() error {
-		pods, err := i.client.CoreV1().Pods("atoll-system").List(i.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
-		if err != nil {
-			return err
-		}
-		ready := 0
-		var not []string
-		for _, p := range pods.Items {
-			if podReady(&p) && p.DeletionTimestamp == nil {
-				ready++
-			} else {
-				not = append(not, fmt.Sprintf("%s on %s: %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses))
-			}
-		}
-		if ready < n {
-			return fmt.Errorf("%d of %d %s pods Ready; not: %v", ready, n, app, not)
-		}
-		return nil
-	})
-}
-
 // waitWeb waits until one Ready web pod runs on each node of want (node:
 // unit) and returns them by node.
 func (i *installation) waitWeb(want map[string]string) map[string]*corev1.Pod {
@@ -469,7 +323,7 @@ func (i *installation) waitWeb(want map[string]string) map[string]*corev1.Pod {
 		}
 		byNode = map[string]*corev1.Pod{}
 		for _, p := range pods.Items {
-			if podReady(&p) {
+			if podbed.PodReady(&p) {
 				byNode[p.Spec.NodeName] = &p
 			}
 		}
@@ -503,9 +357,7 @@ func (i *installation) serviceIP(name string) string {
 
 // exec runs `hello get url` in pod.
 func (i *installation) exec(pod *corev1.Pod, url string) (string, error) {
-	cmd := exec.CommandContext(i.ctx, i.kubectl, "--kubeconfig", i.kubeconfig, "-n", pod.Namespace, "exec", pod.Name, "--", "/hello", "get", url)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return i.bed.Kubectl(i.ctx, "-n", pod.Namespace, "exec", pod.Name, "--", "/hello", "get", url)
 }
 
 // servedInUnit calls the Service at ip from pod 10 times and fails unless
@@ -591,15 +443,6 @@ func endpointReady(ctx context.Context, client kubernetes.Interface, ip string) 
 }
 
 func containsAddr(e discoveryv1.Endpoint, ip string) bool { return slices.Contains(e.Addresses, ip) }
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
 
 func webNames(web map[string]*corev1.Pod) []string {
 	var names []string
@@ -690,7 +533,7 @@ func (i *installation) cloudMetrics() string {
 		i.t.Fatal(err)
 	}
 	req, _ := http.NewRequestWithContext(i.ctx, http.MethodGet, "http://"+net.JoinHostPort(pod.Status.PodIP, "8080")+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Authorization", "Bearer "+podbed.AdminToken)
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 	if err != nil {
 		i.t.Fatal(err)
@@ -710,9 +553,39 @@ func grepLines(s, substr string) string {
 	return strings.Join(out, "\n")
 }
 
+// protected reports whether `atoll status -o json` says Atoll protects
+// node.
+func (i *installation) protected(node string) bool {
+	i.t.Helper()
+	out, err := i.bed.Atoll(i.ctx, "status", "-o", "json")
+	if err != nil {
+		i.t.Fatalf("atoll status -o json: %v\n%s", err, out)
+	}
+	var st struct {
+		Units []struct {
+			Nodes []struct {
+				Name      string `json:"name"`
+				Protected bool   `json:"protected"`
+			} `json:"nodes"`
+		} `json:"units"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		i.t.Fatalf("atoll status -o json: %v\n%s", err, out)
+	}
+	for _, u := range st.Units {
+		for _, n := range u.Nodes {
+			if n.Name == node {
+				return n.Protected
+			}
+		}
+	}
+	i.t.Fatalf("atoll status -o json has no node %s:\n%s", node, out)
+	return false
+}
+
 // atollStatus is the output of atoll status.
 func (i *installation) atollStatus() string {
-	out, err := runEnv(i.ctx, i.atollEnv, i.atoll, "status")
+	out, err := i.bed.Atoll(i.ctx, "status")
 	if err != nil {
 		return fmt.Sprintf("%s\n(%v)", out, err)
 	}
@@ -746,21 +619,4 @@ func agentsRSS(t *testing.T) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, ", ")
-}
-
-// buildAtoll builds the atoll CLI.
-func buildAtoll(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "atoll")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/atoll-edge/atoll/services/atoll").CombinedOutput(); err != nil {
-		t.Fatalf("build atoll: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func runEnv(ctx context.Context, env []string, bin string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
