@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atoll-edge/atoll/test/kubenode"
 	"github.com/atoll-edge/atoll/test/poll"
 
 	"github.com/atoll-edge/atoll/test/natstest"
@@ -165,9 +166,44 @@ func TestDemoHelp(t *testing.T) {
 }
 
 func TestDemoFlags(t *testing.T) {
-	for _, args := range [][]string{{"--units=0"}, {"--nodes=100"}, {"--interval=0s"}} {
+	for _, args := range [][]string{{"--units=0"}, {"--nodes=100"}, {"--interval=0s"},
+		{"--real-nodes", "--hub-cluster"}, {"--real-nodes", "--units=4", "--nodes=4"}} {
 		if _, err := parse(args, io.Discard); err == nil {
 			t.Errorf("parse(%v) accepted", args)
 		}
 	}
+}
+
+// TestDemoRealNodes runs `demo -- --real-nodes` in small (root): one site
+// of two real nodes and Atoll as pods come up SAFE; site-a-1's link is cut
+// and Atoll protects it while KCM has lost it; the grid's copy is ready;
+// the status page's URL is printed; the demo stops cleanly with its
+// --duration.
+func TestDemoRealNodes(t *testing.T) {
+	if err := kubenode.Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	var out natstest.Buffer
+	err := run(t.Context(), []string{"--real-nodes", "--units=1", "--nodes=2", "--interval=2s", "--cut-after=5s",
+		"--cut-for=5m", "--duration=75s", "--dir=" + dir}, &out)
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`ready in .*: atoll-cloud and every atoll-edge Ready, every node enrolled by itself, atoll status SAFE`),
+		regexp.MustCompile(`status page: +http://127\.0\.0\.1:\d+/ui/`),
+		regexp.MustCompile(`(?m)^site-a\s+hello-site-a\s+yes\s+1/1\s*$`),
+		regexp.MustCompile(`(?m)^site-a\s+site-a-1\s+Unknown\s+unreachable:NoSchedule\s`),
+		regexp.MustCompile(`(?m)^site-a\s+SAFE\s+PartialDisruption\s.*protected: site-a-1`),
+	} {
+		if !want.MatchString(s) {
+			t.Errorf("output lacks %s:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "unreachable:NoExecute") {
+		t.Errorf("the cut node got the NoExecute taint:\n%s", s)
+	}
+	checkKeptLogs(t, dir, s)
 }
