@@ -132,9 +132,9 @@ func TestRefusedCountsAsUp(t *testing.T) {
 }
 
 // TestRefusals: the prober keeps each plugin's last refusal, sorted by
-// plugin, until a check of that plugin passes, and tells its watchers
-// when a plugin becomes refused or stops being refused, not at every
-// refusal.
+// plugin, until a check of that plugin against the refusing peer passes
+// or that peer is no longer checked, and tells its watchers when a plugin
+// becomes refused or stops being refused, not at every refusal.
 func TestRefusals(t *testing.T) {
 	p := &Prober{metrics: newMetrics(nil), refused: map[string]*atollv1.ProbeRefusal{}, log: slog.New(slog.DiscardHandler)}
 	changes := p.RefusalChanges()
@@ -195,13 +195,23 @@ func TestRefusals(t *testing.T) {
 		t.Fatal("a failed check told the watchers")
 	}
 	run(healthz, "kubelet-healthz", "b", nil)
-	want("kubelet-healthz passes", refusal("another-check", "b", "401 Unauthorized"))
+	want("b accepts, c still refuses", refusal("another-check", "b", "401 Unauthorized"), refusal("kubelet-healthz", "c", "403 Forbidden"))
+	if changed() {
+		t.Fatal("a pass against a peer that did not refuse told the watchers")
+	}
+	run(healthz, "kubelet-healthz", "c", nil)
+	want("kubelet-healthz passes at c", refusal("another-check", "b", "401 Unauthorized"))
 	if !changed() {
 		t.Fatal("a refused plugin passing did not tell the watchers")
 	}
 	got := p.Refusals()
 	got[0].Peer = "mutated"
 	want("the caller's copy", refusal("another-check", "b", "401 Unauthorized"))
+	p.pruneRefused([]Target{{Name: "c"}, {Name: "d"}})
+	want("b left the unit")
+	if !changed() {
+		t.Fatal("a refusal dropped with its peer did not tell the watchers")
+	}
 }
 
 // answering is a plugin that answers err.

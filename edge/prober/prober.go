@@ -191,7 +191,8 @@ type Prober struct {
 	unfit int // the unit size last warned about as not fitting the budget
 	last  RoundStats
 	// refused holds, by plugin, the last refusal of the plugin's
-	// credentials, until a check of that plugin passes.
+	// credentials, until a check of that plugin against the refusing peer
+	// passes or that peer leaves the unit.
 	refused map[string]*atollv1.ProbeRefusal
 	// watchers are told when a plugin's credentials become refused or
 	// stop being refused.
@@ -278,6 +279,7 @@ func (p *Prober) Round(ctx context.Context) error {
 	}
 	workers, fits := p.cfg.workers(len(targets))
 	p.noteFit(view.Unit, len(targets), workers, fits)
+	p.pruneRefused(targets)
 
 	// The checks' deadline leaves the reserve for the report.
 	cctx, cancel := context.WithDeadline(ctx, start.Add(p.cfg.RoundBudget-reportReserve(p.cfg.RoundBudget)))
@@ -422,7 +424,7 @@ func (p *Prober) runPlugin(ctx context.Context, pl plugin, t Target) *atollv1.Pl
 	case err == nil:
 		pr.Ok, pr.Score = true, 100*pl.cfg.Weight
 		p.metrics.checks.WithLabelValues(pl.cfg.Name, "ok").Inc()
-		p.clearRefused(pl.cfg.Name)
+		p.clearRefused(pl.cfg.Name, t.Name)
 	case errors.As(err, &refused):
 		// Alive: it counts. The error says what to fix.
 		pr.Ok, pr.Score, pr.Error = true, 100*pl.cfg.Weight, err.Error()
@@ -453,12 +455,31 @@ func (p *Prober) noteRefused(plugin, peer string, r *Refused) {
 	}
 }
 
-// clearRefused forgets the plugin's refusal: a check of it passed.
-func (p *Prober) clearRefused(plugin string) {
+// clearRefused forgets the plugin's refusal when it was peer's: a check
+// of that peer passed. A pass against another peer leaves it (the peer
+// that refused still refuses), so that peers that accept and peers that
+// refuse the same credentials do not turn it on and off every round.
+func (p *Prober) clearRefused(plugin, peer string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.refused[plugin]; ok {
+	if r, ok := p.refused[plugin]; ok && r.GetPeer() == peer {
 		delete(p.refused, plugin)
+		p.notifyLocked()
+	}
+}
+
+// pruneRefused forgets refusals by peers that are no longer checked.
+func (p *Prober) pruneRefused(targets []Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := false
+	for plugin, r := range p.refused {
+		if !slices.ContainsFunc(targets, func(t Target) bool { return t.Name == r.GetPeer() }) {
+			delete(p.refused, plugin)
+			changed = true
+		}
+	}
+	if changed {
 		p.notifyLocked()
 	}
 }
@@ -475,7 +496,8 @@ func (p *Prober) notifyLocked() {
 }
 
 // Refusals are the last refusal of each plugin whose credentials peers
-// refuse (until a check of that plugin passes), sorted by plugin, for
+// refuse (until a check of that plugin against the refusing peer passes,
+// or that peer leaves the unit), sorted by plugin, for
 // the node's topology report.
 func (p *Prober) Refusals() []*atollv1.ProbeRefusal {
 	p.mu.Lock()
