@@ -176,8 +176,8 @@ type params struct {
 }
 
 // Module runs the reporter with the app. It reports RTTs and probe
-// refusals when the app provides a ProbeSource, and the fingerprints of the views held when it
-// provides a ViewSource.
+// refusals when the app provides a ProbeSource, and the fingerprints of
+// the views held when it provides a ViewSource.
 var Module = fx.Module("reporter",
 	fx.Provide(func(p params) (*Reporter, error) {
 		r, err := New(p.Config, p.Node, p.Link, p.Probe, p.Log)
