@@ -81,13 +81,14 @@ var (
 	fPartitioned = finding{AtRisk, "unit %s", "units %s", "partitioned"} // names say "partitioned"
 	fDead        = finding{AtRisk, "node %s unhealthy by its peers", "nodes %s unhealthy by their peers", "unhealthy by peers"}
 	fExposed     = finding{AtRisk, "node %s lost by the cloud and not protected (no peer verdict)", "nodes %s lost by the cloud and not protected (no peer verdict)", "lost, not protected"}
+	fNotReady    = finding{AtRisk, "node %s not ready by its own kubelet: left to Kubernetes", "nodes %s not ready by their own kubelets: left to Kubernetes", "not ready"}
 	fDisputed    = finding{Degraded, "node %s Ready but unhealthy by its peers", "nodes %s Ready but unhealthy by their peers", "Ready, unhealthy by peers"}
 	fUnwatched   = finding{Degraded, "node %s has no peer verdict", "nodes %s have no peer verdict", "no peer verdict"}
 	fSilent      = finding{Degraded, "unit %s: every agent cut from the hub, no peer protection", "units %s: every agent cut from the hub, no peer protection", "agents silent"}
 	fBehind      = finding{Degraded, "node %s behind on its views", "nodes %s behind on their views", "views behind"}
 	fRefused     = finding{Degraded, "node %s's kubelet probe credentials refused by %s: " + fixToken, "kubelet probe credentials of nodes %s refused by their peers: " + fixToken, "probe credentials refused"} // one also names the peer and status
 	fProtected   = finding{Safe, "1 node protected (cloud link lost, peers healthy)", "%d nodes protected (cloud link lost, peers healthy)", "protected"}
-	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fDisputed, &fSilent, &fUnwatched, &fBehind, &fRefused, &fProtected}
+	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fNotReady, &fDisputed, &fSilent, &fUnwatched, &fBehind, &fRefused, &fProtected}
 )
 
 // fixToken is what to do about refused probe credentials.
@@ -141,6 +142,10 @@ func assessUnit(u *atollv1.UnitStatus, at time.Time) *assessment {
 			continue // its views are expected to lag while it is cut
 		case !ready && n.GetVerdict() == atollv1.Verdict_VERDICT_UNHEALTHY:
 			a.add(&fDead, n.GetName())
+		case n.GetReady() == "False":
+			// The kubelet reports it (a runtime down, a full disk):
+			// Atoll never protects such a node.
+			a.add(&fNotReady, n.GetName())
 		case !ready:
 			a.add(&fExposed, n.GetName())
 		case n.GetVerdict() == atollv1.Verdict_VERDICT_UNHEALTHY:
@@ -256,7 +261,7 @@ func (a *assessment) verdict(unit string, p painter) string {
 			parts = append(parts, a.phrase(f))
 		}
 	}
-	if len(a.found[&fProtected])+len(a.found[&fDead])+len(a.found[&fExposed])+a.partitioned == 0 {
+	if len(a.found[&fProtected])+len(a.found[&fDead])+len(a.found[&fExposed])+len(a.found[&fNotReady])+a.partitioned == 0 {
 		parts = append(parts, "every node Ready")
 	}
 	if a.partitioned == 0 {
