@@ -85,23 +85,11 @@ var ErrRefused = errors.New("atoll-cloud refused")
 // with, directly or through the node's leaf link) for node's credentials:
 // it generates the node's nkey and returns it with its user JWT.
 func Bootstrap(ctx context.Context, nc *nats.Conn, node, token string) (string, nkeys.KeyPair, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return "", nil, err
-	}
-	pub, _ := kp.PublicKey()
 	subj, err := events.EnrollSubject(node)
 	if err != nil {
 		return "", nil, err
 	}
-	rep, err := request(ctx, nc, subj, "", events.EnrollRequest{Token: token, Key: pub})
-	if err != nil {
-		return "", nil, fmt.Errorf("enroll %s: %w", node, err)
-	}
-	if err := checkJWT(rep.JWT, pub); err != nil {
-		return "", nil, fmt.Errorf("enroll %s: %w", node, err)
-	}
-	return rep.JWT, kp, nil
+	return exchange(ctx, nc, node, subj, "", token)
 }
 
 // EnrollByServiceAccount exchanges the ServiceAccount token of the node's
@@ -109,20 +97,27 @@ func Bootstrap(ctx context.Context, nc *nats.Conn, node, token string) (string, 
 // enrollment credentials: it generates the node's nkey and returns it
 // with its user JWT.
 func EnrollByServiceAccount(ctx context.Context, nc *nats.Conn, node, saToken string) (string, nkeys.KeyPair, error) {
+	subj, err := events.EnrollKubernetesSubject(node)
+	if err != nil {
+		return "", nil, err
+	}
+	return exchange(ctx, nc, node, subj, events.EnrollInboxPrefix(node), saToken)
+}
+
+// exchange generates node's nkey and sends its public key with token to
+// subject (the reply under inbox, when set); it returns the issued JWT,
+// checked to be for that key, and the key.
+func exchange(ctx context.Context, nc *nats.Conn, node, subject, inbox, token string) (string, nkeys.KeyPair, error) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		return "", nil, err
 	}
 	pub, _ := kp.PublicKey()
-	subj, err := events.EnrollKubernetesSubject(node)
-	if err != nil {
-		return "", nil, err
+	rep, err := request(ctx, nc, subject, inbox, events.EnrollRequest{Token: token, Key: pub})
+	if err == nil {
+		err = checkJWT(rep.JWT, pub)
 	}
-	rep, err := request(ctx, nc, subj, events.EnrollInboxPrefix(node), events.EnrollRequest{Token: saToken, Key: pub})
 	if err != nil {
-		return "", nil, fmt.Errorf("enroll %s: %w", node, err)
-	}
-	if err := checkJWT(rep.JWT, pub); err != nil {
 		return "", nil, fmt.Errorf("enroll %s: %w", node, err)
 	}
 	return rep.JWT, kp, nil
