@@ -172,6 +172,26 @@ func (r *Rotator) Run(ctx context.Context) error {
 	}
 }
 
+// SyncUntilDone syncs until it succeeds or ctx ends (then failing with
+// the last error), backing off from 250 ms to 5 s: a first certificate
+// before whatever serves it starts.
+func (r *Rotator) SyncUntilDone(ctx context.Context) error {
+	delay := 250 * time.Millisecond
+	for {
+		err := r.Sync(ctx)
+		if err == nil {
+			return nil
+		}
+		r.log.Warn(r.cfg.Purpose+" certificates; retrying", "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s certificates: %w", r.cfg.Purpose, err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
 // Sync reads the Secret, rotates what is due (writing the Secret) and
 // serves the result.
 func (r *Rotator) Sync(ctx context.Context) error {

@@ -115,7 +115,7 @@ func newForApp(p params) (hub.LeafCertificates, error) {
 	// The hub depends on the certificates, so this hook runs before it
 	// starts: it starts with a certificate, and the edges can find the CA.
 	p.LC.Append(fx.StartHook(func(ctx context.Context) error {
-		if err := retry(ctx, log, "sync the certificates", rot.Sync); err != nil {
+		if err := rot.SyncUntilDone(ctx); err != nil {
 			return err
 		}
 		bundle, _ := rot.CABundle()

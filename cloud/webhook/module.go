@@ -82,7 +82,7 @@ func newForApp(p appParams) (*Server, error) {
 		}
 		s.UseCertificates(rot)
 		// A certificate before the server starts; then renewals.
-		p.Lifecycle.Append(fx.StartHook(func(ctx context.Context) error { return syncUntilDone(ctx, rot, s.log) }))
+		p.Lifecycle.Append(fx.StartHook(func(ctx context.Context) error { return rot.SyncUntilDone(ctx) }))
 		fxrun.Background(p.Lifecycle, p.Log, "webhook-certificates", rot.Run)
 	}
 	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
@@ -125,24 +125,6 @@ func servingHosts(reg RegistrationConfig) ([]string, error) {
 	}
 	svc := reg.Service.Name + "." + reg.Service.Namespace
 	return []string{svc + ".svc", svc, svc + ".svc.cluster.local"}, nil
-}
-
-// syncUntilDone syncs the certificates until it succeeds or ctx ends.
-func syncUntilDone(ctx context.Context, rot *certgen.Rotator, log *slog.Logger) error {
-	delay := 250 * time.Millisecond
-	for {
-		err := rot.Sync(ctx)
-		if err == nil {
-			return nil
-		}
-		log.Warn("webhook certificates; retrying", "in", delay, "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("webhook certificates: %w", err)
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
-	}
 }
 
 // registerUntilDone calls Register until it succeeds or ctx ends, backing
