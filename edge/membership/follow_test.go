@@ -30,6 +30,7 @@ type agentFixture struct {
 	edge  interface {
 		SetLeafEnabled(bool) error
 		Status() natsnode.Status
+		HubLink() natsnode.HubLink
 	}
 	m   *Membership
 	reg *prometheus.Registry
@@ -139,6 +140,28 @@ func (f *agentFixture) holds(t *testing.T, unit string, n int, timeout time.Dura
 			return poll.Errorf("agent holds unit %q with %d members, want %q with %d", v.Unit, len(v.Members), unit, n)
 		}
 		return f.m.Ready(context.Background())
+	})
+}
+
+// linkSettled waits until the leaf link to the hub has been up on the
+// same connection for settle.
+func (f *agentFixture) linkSettled(t *testing.T, settle time.Duration) {
+	t.Helper()
+	var id uint64
+	var since time.Time
+	poll.Eventually(t, 20*time.Second, func() error {
+		now := f.edge.HubLink().ID
+		switch {
+		case now == 0:
+			id = 0
+			return poll.Errorf("leaf link down")
+		case now != id:
+			id, since = now, time.Now()
+			return poll.Errorf("leaf link %d new", id)
+		case time.Since(since) < settle:
+			return poll.Errorf("leaf link %d up for %s", id, time.Since(since).Round(time.Millisecond))
+		}
+		return nil
 	})
 }
 
@@ -299,6 +322,11 @@ func TestNoConsumersInSteadyState(t *testing.T) {
 	f.assign(t, "u1")
 	f.view(t, "u1", 2)
 	f.holds(t, "u1", 2, setupWait)
+	// The unit's mesh renames the node's cluster, which replaces its
+	// leaf link; that reconnect's catch-up may come after the views are
+	// held. Steady state begins once the link has stayed the same for
+	// longer than a feed takes to notice a new one and catch up.
+	f.linkSettled(t, 2*time.Second)
 	noConsumers := func() error {
 		if n := f.consumers(t, func(context.Context, string) error { return nil }); n != 0 {
 			return poll.Errorf("%d consumers on VIEWS", n)
