@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
@@ -393,6 +394,13 @@ func (c Config) hubTLS() hubtls.Config {
 	return cfg
 }
 
+// StartTimeout bounds atoll-cloud's start. A hub cluster that starts with
+// it (a fresh install, a restart of the whole cluster) takes up to about
+// a minute to elect its JetStream leaders on a busy control plane; a
+// replica that waits for them in process is ready as soon as they are,
+// where one that exited would wait out its container's restart back-off.
+const StartTimeout = 2 * time.Minute
+
 // Options is the atoll-cloud application.
 func Options(c Config, log *slog.Logger) fx.Option {
 	c = c.resolved()
@@ -453,6 +461,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(c.Admin, c.Streams, c.Members, log),
 		fx.WithLogger(fxrun.Logger(log)),
+		fx.StartTimeout(StartTimeout),
 		admin.Module,
 		hubShape,
 		hubclient.Module,

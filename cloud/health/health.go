@@ -498,8 +498,12 @@ func (s *Service) LinkLost(ctx context.Context, voter string, at time.Time) {
 // It runs on every replica.
 func (s *Service) Run(ctx context.Context) error {
 	js := s.bus.JetStream()
-	holds, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: HoldBucket, Description: "Since when each edge unit is fully disrupted", History: 1, Replicas: s.cfg.Replicas,
+	var holds jetstream.KeyValue
+	err := eventbus.UntilSet(ctx, func(ctx context.Context) (err error) {
+		holds, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: HoldBucket, Description: "Since when each edge unit is fully disrupted", History: 1, Replicas: s.cfg.Replicas,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("health: holds bucket: %w", err)
@@ -522,9 +526,13 @@ func (s *Service) Run(ctx context.Context) error {
 
 	// Link losses first: a ballot stored before its voter's link closed
 	// must not count when the followers below deliver it.
-	links, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: LinksBucket, Description: "When each edge node's leaf link to the hub last closed", History: 1,
-		Replicas: s.cfg.Replicas, TTL: maxCutAge,
+	var links jetstream.KeyValue
+	err = eventbus.UntilSet(ctx, func(ctx context.Context) (err error) {
+		links, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: LinksBucket, Description: "When each edge node's leaf link to the hub last closed", History: 1,
+			Replicas: s.cfg.Replicas, TTL: maxCutAge,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("health: links bucket: %w", err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,10 @@ var Module = fx.Module("hubclient",
 	fx.Provide(newForApp, func(reg prometheus.Registerer) *eventbus.Metrics { return eventbus.NewMetrics(reg) }),
 )
 
+// waitNotice is how long the streams' reconciliation at start may take
+// before a WARN says what atoll-cloud waits for.
+const waitNotice = 5 * time.Second
+
 func newForApp(lc fx.Lifecycle, ep Endpoint, streams events.StreamOptions, log *slog.Logger, adm *admin.Server) (*hublink.Link, error) {
 	if err := streams.Validate(); err != nil {
 		return nil, err
@@ -56,7 +61,15 @@ func newForApp(lc fx.Lifecycle, ep Endpoint, streams events.StreamOptions, log *
 			if err := link.Start(ctx); err != nil {
 				return err
 			}
+			// A hub cluster that starts with atoll-cloud (a fresh install,
+			// the whole cluster restarted) answers JetStream requests only
+			// once its servers have elected their leaders: the
+			// reconciliation retries until then, within the start timeout.
+			waiting := time.AfterFunc(waitNotice, func() {
+				log.Warn("waiting for the hub's JetStream to create or update the streams", "after", waitNotice)
+			})
 			changes, err := eventbus.ReconcileStreams(ctx, link.JetStream(), streams)
+			waiting.Stop()
 			for _, ch := range changes {
 				if ch.Created {
 					log.Info("stream created", "stream", ch.Stream, "replicas", streams.Replicas)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/eventbus"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
@@ -135,8 +136,11 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("identity: %w", err)
 	}
 	s.js = js
-	s.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, Replicas: s.cfg.Replicas, History: 1,
-		Description: "Atoll node identities and used bootstrap tokens"})
+	err = eventbus.UntilSet(ctx, func(ctx context.Context) (err error) {
+		s.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, Replicas: s.cfg.Replicas, History: 1,
+			Description: "Atoll node identities and used bootstrap tokens"})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("identity: registry bucket: %w", err)
 	}

@@ -41,7 +41,7 @@ func ReconcileStreams(ctx context.Context, js jetstream.JetStream, o events.Stre
 	var changes []StreamChange
 	for _, want := range events.Streams(o) {
 		var ch StreamChange
-		err := retryTransient(ctx, func() error {
+		err := UntilSet(ctx, func(ctx context.Context) error {
 			var err error
 			ch, err = reconcileStream(ctx, js, want)
 			return err
@@ -175,6 +175,24 @@ func retryTransient(ctx context.Context, f func() error) error {
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// AttemptTimeout bounds one attempt of UntilSet: a JetStream API request
+// the hub never answers (one that reached a cluster while it elected its
+// leaders) is sent again instead of waiting out the caller's deadline.
+const AttemptTimeout = 5 * time.Second
+
+// UntilSet runs f, each time with a context bounded by AttemptTimeout, until
+// it succeeds, fails for good (a considered answer of the hub, or
+// ErrStreamUpdateRefused), or ctx is done; between attempts it waits 0.1 s
+// doubling up to 2 s. For what a service sets up on the hub at start: its
+// streams, its key-value buckets.
+func UntilSet(ctx context.Context, f func(ctx context.Context) error) error {
+	return retryTransient(ctx, func() error {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		defer cancel()
+		return f(actx)
+	})
 }
 
 // EnsureStreams creates every hub stream or updates it to the current

@@ -87,3 +87,31 @@ func TestReconcileStreamsRefusedUpdateFails(t *testing.T) {
 		t.Fatalf("a refused update was retried until the deadline: %v", err)
 	}
 }
+
+// TestUntilSetSendsAnUnansweredRequestAgain: an attempt that gets no
+// answer (a request a hub cluster electing its leaders dropped) ends at
+// AttemptTimeout and is made again, within the caller's deadline; a
+// considered refusal of the hub ends it at once.
+func TestUntilSetSendsAnUnansweredRequestAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*eventbus.AttemptTimeout)
+	defer cancel()
+	attempts := 0
+	begin := time.Now()
+	err := eventbus.UntilSet(ctx, func(ctx context.Context) error {
+		attempts++
+		if attempts == 1 {
+			<-ctx.Done() // never answered
+			return ctx.Err()
+		}
+		return nil
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("UntilSet: %v after %d attempts, want success at the second", err, attempts)
+	}
+	t.Logf("the second attempt succeeded %s after the first began", time.Since(begin).Round(10*time.Millisecond))
+	attempts = 0
+	refused := &jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"}
+	if err := eventbus.UntilSet(t.Context(), func(context.Context) error { attempts++; return refused }); !errors.Is(err, refused) || attempts != 1 {
+		t.Fatalf("UntilSet with a refusal: %v after %d attempts, want the refusal at once", err, attempts)
+	}
+}

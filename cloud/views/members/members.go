@@ -145,11 +145,15 @@ func New(cfg Config, b *hublink.Link, nodes corelisters.NodeLister, log *slog.Lo
 // open binds the service to the hub's JetStream and its secrets bucket.
 func (s *Service) open(ctx context.Context) error {
 	s.js = s.bus.JetStream()
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      SecretsBucket,
-		Description: "Route credentials of each edge unit",
-		History:     1,
-		Replicas:    s.cfg.Replicas,
+	var kv jetstream.KeyValue
+	err := eventbus.UntilSet(ctx, func(ctx context.Context) (err error) {
+		kv, err = s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      SecretsBucket,
+			Description: "Route credentials of each edge unit",
+			History:     1,
+			Replicas:    s.cfg.Replicas,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("members: secrets bucket: %w", err)
