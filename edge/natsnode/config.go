@@ -187,6 +187,9 @@ const (
 	credOwn       credSource = iota // the node's own (or a bare nkey)
 	credBootstrap                   // a one-time bootstrap token
 	credEnroll                      // the shared enrollment credentials
+	// credEnrollPending: the node will link with the shared enrollment
+	// credentials, which atoll-cloud has not written yet.
+	credEnrollPending
 )
 
 // credentials returns the node's nkey seed, validated, its user JWT
@@ -215,6 +218,11 @@ func (c Config) credentials() (seed, userJWT string, src credSource, err error) 
 			}
 			src = credBootstrap
 		case c.EnrollCredsFile != "":
+			if _, err := os.Stat(c.EnrollCredsFile); errors.Is(err, os.ErrNotExist) {
+				// The Secret's key appears once atoll-cloud has written it:
+				// the node starts unlinked and waits (Node.Start).
+				return "", "", credEnrollPending, nil
+			}
 			if seed, userJWT, err = readCreds(c.EnrollCredsFile); err != nil {
 				return "", "", credOwn, fmt.Errorf("natsnode: enrollment credentials (atoll-cloud writes them into the Secret atoll-edge-enroll): %w", err)
 			}

@@ -35,6 +35,9 @@ func newForApp(lc fx.Lifecycle, cfg Config, log *slog.Logger, adm *admin.Server)
 		return nil
 	})
 	adm.AddReadiness("hub-link", func(context.Context) error {
+		if n.EnrollmentPending() {
+			return errors.New("waiting for the enrollment credentials (the Secret atoll-edge-enroll, which atoll-cloud fills)")
+		}
 		if !n.Status().HubConnected {
 			return errors.New("leaf link to the hub is down")
 		}

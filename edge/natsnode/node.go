@@ -100,6 +100,9 @@ type Node struct {
 	// knows it, so nobody can route in.
 	solo string
 
+	// done is closed by Shutdown.
+	done chan struct{}
+
 	mu          sync.Mutex
 	srv         *server.Server
 	mesh        Mesh
@@ -116,6 +119,16 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	seed, userJWT, src, err := cfg.credentials()
 	if err != nil {
 		return nil, err
+	}
+	if src == credEnrollPending {
+		// A key of its own until the enrollment credentials arrive: it
+		// signs nothing anyone verifies and links nowhere.
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, fmt.Errorf("natsnode: key: %w", err)
+		}
+		b, _ := kp.Seed()
+		seed = string(b)
 	}
 	key, err := nkeys.FromSeed([]byte(seed))
 	if err != nil {
@@ -143,17 +156,20 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		agent:       agent,
 		users:       []*server.NkeyUser{{Nkey: pub}},
 		solo:        hex.EncodeToString(secret[:]),
-		leafEnabled: true,
+		leafEnabled: src != credEnrollPending,
+		done:        make(chan struct{}),
 	}
 	n.userJWT, n.src = userJWT, src
-	if userJWT != "" {
+	if userJWT != "" || src == credEnrollPending {
 		dir, err := os.MkdirTemp("", "atoll-natsnode-")
 		if err != nil {
 			return nil, fmt.Errorf("natsnode: credentials: %w", err)
 		}
 		n.creds = filepath.Join(dir, "leaf.creds")
-		if err := writeCreds(n.creds, userJWT, key); err != nil {
-			return nil, err
+		if userJWT != "" {
+			if err := writeCreds(n.creds, userJWT, key); err != nil {
+				return nil, err
+			}
 		}
 	}
 	srv, err := server.NewServer(n.options())
@@ -386,11 +402,87 @@ func (n *Node) Start(ctx context.Context) error {
 	n.routeURL = "nats-route://" + adv
 	n.mu.Unlock()
 	n.log.Info("edge server ready", "client_url", n.srv.ClientURL(), "route_url", n.routeURL)
+	if n.EnrollmentPending() {
+		go n.awaitEnrollCreds(enrollPoll)
+	}
+	return nil
+}
+
+// enrollPoll is how often a node waiting for the enrollment credentials
+// looks for them.
+const enrollPoll = time.Second
+
+// EnrollmentPending reports whether the node waits for the shared
+// enrollment credentials (Config.EnrollCredsFile) to link to the hub.
+func (n *Node) EnrollmentPending() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.src == credEnrollPending
+}
+
+// awaitEnrollCreds waits until the enrollment credentials file holds
+// credentials (the kubelet writes the Secret's key into the pod's volume
+// once atoll-cloud has filled it), then links the node to the hub with
+// them, or until Shutdown.
+func (n *Node) awaitEnrollCreds(every time.Duration) {
+	n.log.Info("waiting for the enrollment credentials (atoll-cloud writes them into the Secret atoll-edge-enroll)", "file", n.cfg.EnrollCredsFile)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var warned string
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		if _, err := os.Stat(n.cfg.EnrollCredsFile); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		err := n.linkWithEnrollCreds()
+		if err == nil {
+			n.log.Info("enrollment credentials found; linking to the hub")
+			return
+		}
+		if err.Error() != warned {
+			warned = err.Error()
+			n.log.Warn("the enrollment credentials cannot be used; waiting for others", "err", err)
+		}
+	}
+}
+
+// linkWithEnrollCreds reads the enrollment credentials and enables the
+// leaf link with them.
+func (n *Node) linkWithEnrollCreds() error {
+	seed, userJWT, err := readCreds(n.cfg.EnrollCredsFile)
+	if err != nil {
+		return err
+	}
+	key, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		return fmt.Errorf("natsnode: enrollment credentials: %w", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := writeCreds(n.creds, userJWT, key); err != nil {
+		return err
+	}
+	n.seed, n.userJWT, n.key, n.src, n.leafEnabled = seed, userJWT, key, credEnroll, true
+	if err := n.srv.ReloadOptions(n.options()); err != nil {
+		n.src, n.leafEnabled = credEnrollPending, false
+		return fmt.Errorf("natsnode: link with the enrollment credentials: %w", err)
+	}
 	return nil
 }
 
 // Shutdown stops the server, waiting at most until ctx is done.
 func (n *Node) Shutdown(ctx context.Context) error {
+	n.mu.Lock()
+	select {
+	case <-n.done:
+	default:
+		close(n.done)
+	}
+	n.mu.Unlock()
 	err := natsembed.Shutdown(ctx, n.srv)
 	if n.creds != "" {
 		_ = os.RemoveAll(filepath.Dir(n.creds))
