@@ -228,6 +228,22 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 		unitStatus[u].Revision = desired[u].Revision
 	}
 
+	// Why the units that are not ready are not: their pods say.
+	unready := false
+	for _, u := range slices.Sorted(maps.Keys(unitStatus)) {
+		us := unitStatus[u]
+		if us.Ready {
+			continue
+		}
+		unready = true
+		pods, err := unitPods(ctx, r.c, g, u, us.Child)
+		if err != nil {
+			r.log.Debug("cannot list a unit's pods", "grid", req.NamespacedName, "unit", u, "err", err)
+			continue
+		}
+		us.Problem = podProblem(pods)
+	}
+
 	// Status, written only when it changed.
 	next := st.DeepCopy()
 	next.ObservedGeneration = g.GetGeneration()
@@ -261,8 +277,18 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if p.RequeueAfter > 0 && (res.RequeueAfter == 0 || p.RequeueAfter+time.Second < res.RequeueAfter) {
 		res.RequeueAfter = p.RequeueAfter + time.Second
 	}
+	// A pod's reason changes no child: look again while a unit is not
+	// ready.
+	if unready && (res.RequeueAfter == 0 || problemRecheck < res.RequeueAfter) {
+		res.RequeueAfter = problemRecheck
+	}
 	return res, nil
 }
+
+// problemRecheck is how often a grid with a unit that is not ready is
+// reconciled again, to follow its pods' reasons (no child changes with
+// them).
+const problemRecheck = 10 * time.Second
 
 // conditions sets Ready, Progressing and InvalidSpec on next, and records
 // an Event on each transition to a bad state.
@@ -294,10 +320,20 @@ func (r *reconciler[S]) conditions(g client.Object, next *appsv1alpha1.GridStatu
 	if p.Resumed {
 		r.rec.Event(g, corev1.EventTypeNormal, "RolloutResumed", "the rollout passes the stalled units")
 	}
+	var why []string
+	for _, us := range next.Units {
+		if us.Problem != "" && len(why) < 3 {
+			why = append(why, "unit "+us.Name+": "+us.Problem)
+		}
+	}
 	if int(next.ReadyUnits) == units && len(problems) == 0 {
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AllUnitsReady", Message: fmt.Sprintf("%d/%d units ready", next.ReadyUnits, units), ObservedGeneration: gen})
 	} else {
-		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "UnitsNotReady", Message: fmt.Sprintf("%d/%d units ready", next.ReadyUnits, units), ObservedGeneration: gen})
+		msg := fmt.Sprintf("%d/%d units ready", next.ReadyUnits, units)
+		if len(why) > 0 {
+			msg += "; " + strings.Join(why, "; ")
+		}
+		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "UnitsNotReady", Message: msg, ObservedGeneration: gen})
 	}
 }
 

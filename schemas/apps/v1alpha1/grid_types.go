@@ -198,6 +198,13 @@ type UnitStatus struct {
 	// message).
 	// +optional
 	Conditions []ChildCondition `json:"conditions,omitempty"`
+	// Problem says why the unit's pods are not all ready, as their
+	// containers, the scheduler or the kubelet report it: the most common
+	// reason, how many pods give it and one message, e.g. `3/3 pods
+	// ImagePullBackOff: Back-off pulling image "reg/web:v2"`. Empty while
+	// the unit is ready or no pod gives a reason.
+	// +optional
+	Problem string `json:"problem,omitempty"`
 }
 
 // ChildCondition is a condition of a child, without its timestamps.
