@@ -479,3 +479,37 @@ func TestPodHardening(t *testing.T) {
 		})
 	}
 }
+
+// TestHubImageIsTheTestedServer: the external hub's servers run the
+// nats-server minor release every test runs (the module go.mod pins), as
+// the official image's <major>.<minor>-alpine tag.
+func TestHubImageIsTheTestedServer(t *testing.T) {
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var version string
+	for line := range strings.SplitSeq(string(mod), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/nats-io/nats-server/v2" {
+			version = f[1]
+		}
+	}
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 {
+		t.Fatalf("no nats-server version in go.mod (%q)", version)
+	}
+	want := "nats:" + parts[0] + "." + parts[1] + "-alpine"
+	for _, name := range []string{"external-nats", "ha"} {
+		hub := find(objects(t)[name], "StatefulSet", "atoll-hub")
+		if hub == nil {
+			t.Fatalf("%s: no StatefulSet atoll-hub", name)
+		}
+		containers, _, _ := unstructured.NestedSlice(hub.Object, "spec", "template", "spec", "containers")
+		if len(containers) != 1 {
+			t.Fatalf("%s: atoll-hub has %d containers", name, len(containers))
+		}
+		if got := containers[0].(map[string]any)["image"]; got != want {
+			t.Errorf("%s: atoll-hub runs %v; the tests run nats-server %s: want %s", name, got, version, want)
+		}
+	}
+}

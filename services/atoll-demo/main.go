@@ -69,7 +69,7 @@ func parse(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.dir, "dir", "", "working directory for logs and state, created if missing and kept after exit (default: a new temp dir)")
 	fs.DurationVar(&o.cutAfter, "cut-after", 20*time.Second, "cut the first node's cloud link after this long (0: never)")
 	fs.DurationVar(&o.cutFor, "cut-for", 60*time.Second, "restore the cut link after this long")
-	fs.BoolVar(&o.realNodes, "real-nodes", false, "real nodes (kubelet, containerd, kube-proxy in network namespaces; root, after `go tool task node:build os:deps`) and Atoll installed on them as pods from its images and manifests")
+	fs.BoolVar(&o.realNodes, "real-nodes", false, "real nodes (kubelet, containerd, kube-proxy in network namespaces; root, after `go tool task node:build dns:build os:deps`) and Atoll installed on them as pods from its images and manifests")
 	if err := cliflags.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(out, fs, prog+" [flags]   (stop it with Ctrl-C)")

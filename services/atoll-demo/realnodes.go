@@ -29,7 +29,7 @@ const realNodesNet = 9
 // Kubernetes sees them, `atoll status` and the grid's pods.
 func runRealNodes(ctx context.Context, o options, out io.Writer, log *slog.Logger, say func(string, ...any)) error {
 	if err := kubenode.Prerequisites(); err != nil {
-		return fmt.Errorf("--real-nodes: %w (run it as root after `go tool task node:build os:deps`)", err)
+		return fmt.Errorf("--real-nodes: %w (run it as root after `go tool task node:build dns:build os:deps`)", err)
 	}
 	units := map[string][]string{}
 	var first string

@@ -85,6 +85,9 @@ authorization:
   mode: Webhook
 resolvConf: /etc/resolv.conf
 clusterDomain: cluster.local
+{{- if .DNSIP}}
+clusterDNS: [{{.DNSIP}}]
+{{- end}}
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -157,10 +160,16 @@ func (n *Node) writeConfig() error {
 	if err != nil {
 		return err
 	}
+	var dnsIP string
+	if n.fleet.cfg.DNS {
+		if dnsIP, err = n.fleet.DNSIP(); err != nil {
+			return err
+		}
+	}
 	data := struct {
 		*Node
-		BinDir, Runc, Registry, SandboxImage, APIServer, ClusterCIDR string
-	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer, ClusterCIDR(n.fleet.cfg.Net)}
+		BinDir, Runc, Registry, SandboxImage, APIServer, ClusterCIDR, DNSIP string
+	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer, ClusterCIDR(n.fleet.cfg.Net), dnsIP}
 	for path, tmpl := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return err

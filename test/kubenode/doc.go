@@ -29,6 +29,11 @@
 // from an endpoints proxy on the node: SetProxyAPIServer) serves the
 // Services on each node.
 //
+// With Config.DNS the fleet runs the cluster DNS as kubeadm installs it:
+// CoreDNS (built by tools/dns from its pinned module) as the Deployment
+// coredns of kube-system behind the Service kube-dns at the tenth address
+// of the service range (DNSIP), which every kubelet gives its pods.
+//
 // PowerCut kills the kubelet, containerd, the shims and every container
 // of a node at once (SIGKILL); Boot drops what a reboot drops and starts
 // containerd, the kubelet and kube-proxy again on the same disk. Cut
@@ -36,7 +41,7 @@
 // in its namespace), as a link behind a NAT dies; Heal ends it.
 //
 // It needs root, ip(8), nsenter(1) and unshare(1) (util-linux), runc, and
-// the binaries of bin/ (go tool task kube:build node:build). This
+// the binaries of bin/ (go tool task kube:build node:build dns:build). This
 // machine's cgroups are v1, which kubelet v1.36 refuses unless its
 // configuration sets failCgroupV1: false: the harness sets it (a test
 // setting; production nodes run cgroup v2). The containers' oom_score_adj

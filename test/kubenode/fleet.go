@@ -31,8 +31,11 @@ type Config struct {
 	// Dir holds the nodes' disks and logs.
 	Dir string
 	// BinDir holds kubelet, containerd, containerd-shim-runc-v2 and
-	// cni/. Empty: the cluster's.
+	// cni/ (and coredns with DNS). Empty: the cluster's.
 	BinDir string
+	// DNS runs the cluster DNS (CoreDNS, see DNSIP) and points every
+	// node's pods at it.
+	DNS bool
 }
 
 // Fleet is a set of real nodes on one host bridge.
@@ -133,6 +136,12 @@ func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, 
 	if err := f.images.pushBuiltins(ctx); err != nil {
 		f.Stop()
 		return nil, err
+	}
+	if cfg.DNS {
+		if err := f.startDNS(ctx); err != nil {
+			f.Stop()
+			return nil, err
+		}
 	}
 	return f, nil
 }

@@ -135,3 +135,12 @@ func (f *Fleet) PushOCI(ctx context.Context, ref string, img v1.Image) error {
 	}
 	return f.images.write(ctx, ref, img)
 }
+
+// PushExecutable makes an image of one static executable (its entrypoint,
+// at /) and pushes it to the fleet's registry as ref (name:tag).
+func (f *Fleet) PushExecutable(ctx context.Context, ref, executable string) error {
+	if f.images == nil {
+		return errors.New("kubenode: no registry")
+	}
+	return f.images.push(ctx, ref, executable)
+}

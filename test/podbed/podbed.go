@@ -1,13 +1,21 @@
 // Package podbed installs Atoll as a user installs it, on real nodes
-// (test/kubenode): a kubetest control plane, a fleet of real nodes (one
-// cloud node labelled control-plane, the edge nodes labelled with their
-// units), Atoll's images built by deploy/images in the fleet's registry,
-// and an overlay of the user's own — deploy/overlays/embedded-hub with
-// components/hub-nodeport, the images and the edges' hub address — applied
-// with `kubectl apply --server-side -k`. The embedded hub's volume is a
-// local PersistentVolume on the cloud node. The agents enroll by
-// themselves; each edge node's kube-proxy reads its agent's endpoints
-// proxy. It serves test/integration/install and the demo's --real-nodes.
+// (test/kubenode): a kubetest control plane, a fleet of real nodes with
+// the cluster DNS (cloud nodes labelled control-plane, the edge nodes
+// labelled with their units), Atoll's images built by deploy/images in
+// the fleet's registry, and an overlay of the user's own — one of
+// deploy/overlays with components/hub-nodeport, the images and the edges'
+// hub address — applied with `kubectl apply --server-side -k`.
+//
+// Shape "embedded-hub" (the default) runs atoll-cloud on one cloud node,
+// its hub's volume a local PersistentVolume there. Shape "ha" runs the
+// external hub's three nats-server pods (nats-server built from the module
+// go.mod pins, in place of the nats image the overlay names) on two cloud
+// nodes, each with a local PersistentVolume, and two atoll-cloud replicas
+// kept on the cloud nodes by the user's overlay; the operator's Secrets
+// come from `atoll-cloud hub-trust` run beside kubectl, as the overlay's
+// header says. The agents enroll by themselves; each edge node's
+// kube-proxy reads its agent's endpoints proxy. It serves
+// test/integration/install and the demo's --real-nodes.
 package podbed
 
 import (
@@ -46,6 +54,9 @@ type Options struct {
 	Units map[string][]string
 	// GracePeriod is KCM's node monitor grace period (0: 20 s).
 	GracePeriod time.Duration
+	// Shape is the overlay of deploy/overlays installed: ShapeEmbedded
+	// (empty) or ShapeHA.
+	Shape string
 	// Logger receives progress (nil: discarded).
 	Logger *slog.Logger
 }
@@ -54,8 +65,18 @@ type Options struct {
 // atoll-admin-token).
 const AdminToken = "podbed-admin-token-0123456789"
 
-// CloudNode is the name of the node atoll-cloud runs on.
+// CloudNode is the name of the node atoll-cloud runs on (the first one,
+// with ShapeHA).
 const CloudNode = "cloud-1"
+
+// Shapes of Options.Shape: the overlays of deploy/overlays.
+const (
+	ShapeEmbedded = "embedded-hub"
+	ShapeHA       = "ha"
+)
+
+// cloudNodes are the cloud nodes of each shape.
+var cloudNodes = map[string][]string{ShapeEmbedded: {CloudNode}, ShapeHA: {CloudNode, "cloud-2"}}
 
 // Ports of components/hub-nodeport.
 const (
@@ -67,11 +88,12 @@ const (
 type Bed struct {
 	Cluster *kubetest.Cluster
 	Fleet   *kubenode.Fleet
-	// Cloud is the node atoll-cloud runs on; Edges the edge nodes by name,
-	// Unit their units.
-	Cloud *kubenode.Node
-	Edges map[string]*kubenode.Node
-	Unit  map[string]string
+	// Cloud is the node atoll-cloud runs on (the first of Clouds, the
+	// cloud nodes); Edges the edge nodes by name, Unit their units.
+	Cloud  *kubenode.Node
+	Clouds []*kubenode.Node
+	Edges  map[string]*kubenode.Node
+	Unit   map[string]string
 	// Overlay is the directory of the user's overlay that was applied.
 	Overlay string
 	// KubectlPath is kubectl's path; AtollCLI the atoll CLI's, AtollEnv
@@ -81,8 +103,9 @@ type Bed struct {
 	AtollCLI    string
 	AtollEnv    []string
 
-	opts Options
-	log  *slog.Logger
+	opts     Options
+	log      *slog.Logger
+	cloudCLI string
 }
 
 // Start installs Atoll as Options say and returns once every pod of it
@@ -91,6 +114,12 @@ type Bed struct {
 func Start(ctx context.Context, o Options) (*Bed, error) {
 	if o.GracePeriod == 0 {
 		o.GracePeriod = 20 * time.Second
+	}
+	if o.Shape == "" {
+		o.Shape = ShapeEmbedded
+	}
+	if cloudNodes[o.Shape] == nil {
+		return nil, fmt.Errorf("podbed: unknown shape %q (%s or %s)", o.Shape, ShapeEmbedded, ShapeHA)
 	}
 	log := o.Logger
 	if log == nil {
@@ -112,7 +141,7 @@ func Start(ctx context.Context, o Options) (*Bed, error) {
 		return nil, err
 	}
 	b := &Bed{Cluster: cluster, Edges: map[string]*kubenode.Node{}, Unit: map[string]string{}, KubectlPath: kubectl, opts: o, log: log}
-	if b.Fleet, err = kubenode.Start(ctx, cluster, kubenode.Config{Net: o.Net, Dir: filepath.Join(o.Dir, "nodes")}); err != nil {
+	if b.Fleet, err = kubenode.Start(ctx, cluster, kubenode.Config{Net: o.Net, Dir: filepath.Join(o.Dir, "nodes"), DNS: true}); err != nil {
 		return b, err
 	}
 	if err := b.addNodes(ctx); err != nil {
@@ -127,19 +156,50 @@ func Start(ctx context.Context, o Options) (*Bed, error) {
 			return b, err
 		}
 	}
+	if err := b.buildTools(ctx); err != nil {
+		return b, err
+	}
 	log.Info("podbed: images pushed", "registry", b.Fleet.Registry())
+	if o.Shape == ShapeHA {
+		return b, b.installHA(ctx)
+	}
 	return b, b.install(ctx)
+}
+
+// buildTools builds the programs an operator runs beside kubectl (the
+// atoll CLI, atoll-cloud for its hub-trust and operator-creds), and, for
+// ShapeHA, pushes nats-server as the image nats.
+func (b *Bed) buildTools(ctx context.Context) error {
+	bin := filepath.Join(b.opts.Dir, "bin")
+	pkgs := []string{"github.com/atoll-edge/atoll/services/atoll", "github.com/atoll-edge/atoll/services/atoll-cloud"}
+	if b.opts.Shape == ShapeHA {
+		pkgs = append(pkgs, "github.com/nats-io/nats-server/v2")
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-o", bin + "/"}, pkgs...)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("podbed: build %v: %w\n%s", pkgs, err, out)
+	}
+	b.AtollCLI, b.cloudCLI = filepath.Join(bin, "atoll"), filepath.Join(bin, "atoll-cloud")
+	if b.opts.Shape == ShapeHA {
+		return b.Fleet.PushExecutable(ctx, "nats:podbed", filepath.Join(bin, "nats-server"))
+	}
+	return nil
 }
 
 // addNodes starts the cloud node and the edge nodes, labelled.
 func (b *Bed) addNodes(ctx context.Context) error {
-	var err error
-	if b.Cloud, err = b.Fleet.Add(ctx, CloudNode); err != nil {
-		return err
+	for _, name := range cloudNodes[b.opts.Shape] {
+		n, err := b.Fleet.Add(ctx, name)
+		if err != nil {
+			return err
+		}
+		b.Clouds = append(b.Clouds, n)
+		if err := b.label(ctx, name, map[string]string{"node-role.kubernetes.io/control-plane": ""}); err != nil {
+			return err
+		}
 	}
-	if err := b.label(ctx, CloudNode, map[string]string{"node-role.kubernetes.io/control-plane": ""}); err != nil {
-		return err
-	}
+	b.Cloud = b.Clouds[0]
 	for _, unit := range slices.Sorted(maps.Keys(b.opts.Units)) {
 		for _, name := range b.opts.Units[unit] {
 			n, err := b.Fleet.Add(ctx, name)
@@ -152,7 +212,7 @@ func (b *Bed) addNodes(ctx context.Context) error {
 			}
 		}
 	}
-	b.log.Info("podbed: nodes Ready", "cloud", CloudNode, "edges", len(b.Edges))
+	b.log.Info("podbed: nodes Ready", "cloud", len(b.Clouds), "edges", len(b.Edges))
 	return nil
 }
 
@@ -166,66 +226,19 @@ func (b *Bed) label(ctx context.Context, node string, labels map[string]string) 
 	return err
 }
 
-// install applies the user's overlay and waits for Atoll to serve.
+// install applies the user's overlay of embedded-hub and waits for Atoll
+// to serve.
 func (b *Bed) install(ctx context.Context) error {
 	// The embedded hub's volume: a local PersistentVolume on the cloud
 	// node, as an administrator of a cluster without a provisioner makes.
-	store := filepath.Join(b.opts.Dir, "atoll-store")
-	if err := os.MkdirAll(store, 0o755); err != nil {
+	if err := b.localVolume(ctx, "atoll-store", "store-atoll-cloud-0", b.Cloud.Name); err != nil {
 		return err
 	}
-	if err := b.applyManifest(ctx, "pv.yaml", fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolume
-metadata: {name: atoll-store}
-spec:
-  capacity: {storage: 10Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  claimRef: {namespace: atoll-system, name: store-atoll-cloud-0}
-  local: {path: %s}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-        - matchExpressions:
-            - {key: kubernetes.io/hostname, operator: In, values: [%s]}
-`, store, CloudNode)); err != nil {
-		return err
-	}
-	// deploy/ as a user has it, and an overlay of theirs beside it.
-	if err := os.CopyFS(filepath.Join(b.opts.Dir, "deploy"), deploy.Manifests()); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("podbed: copy deploy/: %w", err)
-	}
-	b.Overlay = filepath.Join(b.opts.Dir, "my-atoll")
-	if err := os.MkdirAll(b.Overlay, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(b.Overlay, "kustomization.yaml"), fmt.Appendf(nil, `apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources: [../deploy/overlays/embedded-hub]
-components: [../deploy/components/hub-nodeport]
-images:
-  - {name: ghcr.io/atoll-edge/atoll-cloud, newName: %[1]s/atoll-cloud, newTag: podbed}
-  - {name: ghcr.io/atoll-edge/atoll-edge, newName: %[1]s/atoll-edge, newTag: podbed}
-patches:
-  - patch: |-
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata: {name: atoll-edge, namespace: atoll-system}
-      spec:
-        template:
-          spec:
-            containers:
-              - name: atoll-edge
-                env:
-                  - {name: ATOLL_HUB_URL, value: "nats-leaf://%[2]s:%[3]s"}
-`, b.Fleet.Registry(), b.Cloud.IP, LeafNodePort), 0o644); err != nil {
+	if err := b.writeOverlay(""); err != nil {
 		return err
 	}
 	begin := time.Now()
-	if _, err := b.Kubectl(ctx, "apply", "--server-side", "-k", b.Overlay); err != nil {
-		return err
-	}
-	if _, err := b.Kubectl(ctx, "-n", "atoll-system", "create", "secret", "generic", "atoll-admin-token", "--from-literal=token="+AdminToken); err != nil {
+	if err := b.apply(ctx); err != nil {
 		return err
 	}
 	if err := b.WaitPodsReady(ctx, "atoll-cloud", 1, 5*time.Minute); err != nil {
@@ -239,19 +252,189 @@ patches:
 	if err != nil {
 		return err
 	}
+	if err := b.operatorCreds(creds); err != nil {
+		return err
+	}
+	return b.edgesServing(ctx, begin)
+}
+
+// RoutePassword is the route password of ShapeHA's hub servers.
+const RoutePassword = "podbed-route-password-0123456789"
+
+// installHA applies the user's overlay of ha, makes the Secrets its
+// header asks for and waits for Atoll to serve.
+func (b *Bed) installHA(ctx context.Context) error {
+	// A volume per hub server, spread over the cloud nodes.
+	for i := range 3 {
+		node := b.Clouds[i%len(b.Clouds)].Name
+		if err := b.localVolume(ctx, fmt.Sprintf("atoll-hub-data-%d", i), fmt.Sprintf("data-atoll-hub-%d", i), node); err != nil {
+			return err
+		}
+	}
+	// The cloud services stay on the cloud nodes.
+	if err := b.writeOverlay(`  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: atoll-cloud, namespace: atoll-system}
+      spec:
+        template:
+          spec:
+            nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+`); err != nil {
+		return err
+	}
+	begin := time.Now()
+	if err := b.apply(ctx); err != nil {
+		return err
+	}
+	// The Secrets, as the overlay's header makes them.
+	identityDir := filepath.Join(b.opts.Dir, "identity")
+	trust, err := b.run(ctx, b.cloudCLI, "hub-trust", "--identity-dir", identityDir)
+	if err != nil {
+		return err
+	}
+	auth := filepath.Join(b.opts.Dir, "hub-auth")
+	if err := os.MkdirAll(auth, 0o700); err != nil {
+		return err
+	}
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("nats-route://route:%s@atoll-hub-%d.atoll-hub-cluster.atoll-system.svc:6222", RoutePassword, i))
+	}
+	cluster := fmt.Sprintf("authorization { user: route, password: %q }\nroutes: [\n  %s\n]\n", RoutePassword, strings.Join(routes, "\n  "))
+	if err := os.WriteFile(filepath.Join(auth, "trust.conf"), []byte(trust), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(auth, "cluster.conf"), []byte(cluster), 0o600); err != nil {
+		return err
+	}
+	if _, err := b.Kubectl(ctx, "-n", "atoll-system", "create", "secret", "generic", "atoll-cloud-identity", "--from-file="+identityDir); err != nil {
+		return err
+	}
+	if _, err := b.Kubectl(ctx, "-n", "atoll-system", "create", "secret", "generic", "atoll-hub-auth", "--from-file="+auth); err != nil {
+		return err
+	}
+	if err := b.WaitPodsReady(ctx, "atoll-hub", 3, 5*time.Minute); err != nil {
+		return err
+	}
+	if err := b.WaitPodsReady(ctx, "atoll-cloud", 2, 5*time.Minute); err != nil {
+		return err
+	}
+	b.log.Info("podbed: the hub's servers and atoll-cloud's replicas Ready", "after", time.Since(begin).Round(100*time.Millisecond))
+	creds, err := b.run(ctx, b.cloudCLI, "operator-creds", "--identity-dir", identityDir, "--name=podbed", "--ttl=24h")
+	if err != nil {
+		return err
+	}
+	if err := b.operatorCreds(creds); err != nil {
+		return err
+	}
+	return b.edgesServing(ctx, begin)
+}
+
+// localVolume makes the PersistentVolume name for the claim claim of
+// atoll-system: a directory of node, as an administrator of a cluster
+// without a provisioner makes one.
+func (b *Bed) localVolume(ctx context.Context, name, claim, node string) error {
+	dir := filepath.Join(b.opts.Dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return b.applyManifest(ctx, name+".yaml", fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %s}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  claimRef: {namespace: atoll-system, name: %s}
+  local: {path: %s}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: kubernetes.io/hostname, operator: In, values: [%s]}
+`, name, claim, dir, node))
+}
+
+// writeOverlay copies deploy/ as a user has it and writes their overlay
+// beside it: the shape's overlay, the hub's NodePort, the images in the
+// fleet's registry, the edges' hub address (every cloud node's NodePort)
+// and the patches given (items of patches:).
+func (b *Bed) writeOverlay(patches string) error {
+	if err := os.CopyFS(filepath.Join(b.opts.Dir, "deploy"), deploy.Manifests()); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("podbed: copy deploy/: %w", err)
+	}
+	b.Overlay = filepath.Join(b.opts.Dir, "my-atoll")
+	if err := os.MkdirAll(b.Overlay, 0o755); err != nil {
+		return err
+	}
+	var urls []string
+	for _, n := range b.Clouds {
+		urls = append(urls, "nats-leaf://"+n.IP+":"+LeafNodePort)
+	}
+	reg := b.Fleet.Registry()
+	return os.WriteFile(filepath.Join(b.Overlay, "kustomization.yaml"), fmt.Appendf(nil, `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [../deploy/overlays/%[1]s]
+components: [../deploy/components/hub-nodeport]
+images:
+  - {name: ghcr.io/atoll-edge/atoll-cloud, newName: %[2]s/atoll-cloud, newTag: podbed}
+  - {name: ghcr.io/atoll-edge/atoll-edge, newName: %[2]s/atoll-edge, newTag: podbed}
+  - {name: nats, newName: %[2]s/nats, newTag: podbed}
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: atoll-edge, namespace: atoll-system}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: atoll-edge
+                env:
+                  - {name: ATOLL_HUB_URL, value: "%[3]s"}
+%[4]s`, b.opts.Shape, reg, strings.Join(urls, ","), patches), 0o644)
+}
+
+// apply applies the user's overlay and creates the admin token's Secret.
+func (b *Bed) apply(ctx context.Context) error {
+	if _, err := b.Kubectl(ctx, "apply", "--server-side", "-k", b.Overlay); err != nil {
+		return err
+	}
+	_, err := b.Kubectl(ctx, "-n", "atoll-system", "create", "secret", "generic", "atoll-admin-token", "--from-literal=token="+AdminToken)
+	return err
+}
+
+// run runs a program and returns its standard output; an error carries
+// its standard error.
+func (b *Bed) run(ctx context.Context, prog string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, prog, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", filepath.Base(prog), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+// operatorCreds points the atoll CLI at the hub's client NodePort with
+// creds.
+func (b *Bed) operatorCreds(creds string) error {
 	credsFile := filepath.Join(b.opts.Dir, "operator.creds")
 	if err := os.WriteFile(credsFile, []byte(creds), 0o600); err != nil {
 		return err
 	}
-	b.AtollCLI = filepath.Join(b.opts.Dir, "atoll")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.AtollCLI, "github.com/atoll-edge/atoll/services/atoll").CombinedOutput(); err != nil {
-		return fmt.Errorf("podbed: build atoll: %w\n%s", err, out)
-	}
 	b.AtollEnv = []string{"ATOLL_NATS_URL=nats://" + b.Cloud.IP + ":" + ClientNodePort, "ATOLL_NATS_CREDS=" + credsFile}
+	return nil
+}
 
+// edgesServing waits for every agent, points the edge nodes' kube-proxies
+// at them and waits for `atoll status` to say SAFE.
+func (b *Bed) edgesServing(ctx context.Context, begin time.Time) error {
 	// No enrollment step: each agent proves its node with its pod's
 	// ServiceAccount token. (Those that started before atoll-cloud wrote
-	// the shared enrollment credentials restart until they are there.)
+	// the shared enrollment credentials wait until they are there.)
 	if err := b.WaitPodsReady(ctx, "atoll-edge", len(b.Edges), 5*time.Minute); err != nil {
 		return err
 	}
@@ -365,8 +548,12 @@ func (b *Bed) Diagnostics() string {
 		s, err = b.Atoll(ctx, "status", "-o", "wide")
 		section("atoll status -o wide", s, err)
 	}
-	s, err = b.Kubectl(ctx, "-n", "atoll-system", "logs", "--tail=60", "atoll-cloud-0")
-	section("atoll-cloud-0 log", s, err)
+	s, err = b.Kubectl(ctx, "-n", "atoll-system", "logs", "--tail=60", "--prefix", "-l", "app.kubernetes.io/name=atoll-cloud")
+	section("atoll-cloud logs", s, err)
+	if b.opts.Shape == ShapeHA {
+		s, err = b.Kubectl(ctx, "-n", "atoll-system", "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-hub")
+		section("atoll-hub logs", s, err)
+	}
 	s, err = b.Kubectl(ctx, "-n", "atoll-system", "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-edge")
 	section("atoll-edge logs", s, err)
 	if b.Fleet != nil {

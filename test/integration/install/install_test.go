@@ -61,6 +61,8 @@ const grace = 20 * time.Second
 //   - a DeploymentGrid's pods run on the real kubelets and answer through
 //     their ServiceGrid's Service, from a pod of the same unit, only with
 //     that unit's pods;
+//   - a DeploymentGrid whose image is missing from the registry says so
+//     in each unit's status, naming the image;
 //   - scenario 1, a node's link to the cloud silently cut while its peers
 //     reach it: KCM loses it, Atoll keeps it (no NoExecute taint in any
 //     watch event, its pod's endpoint ready at every poll) and its real
@@ -114,46 +116,51 @@ func TestAtollAsPods(t *testing.T) {
 	}
 
 	// The workload: one hello per node of unit a, one in unit b.
-	inst.apply(`apiVersion: apps.atoll.io/v1alpha1
-kind: DeploymentGrid
-metadata: {name: web, namespace: default}
-spec:
-  gridUniqKey: atoll.io/unit
-  template:
-    replicas: 3
-    selector: {matchLabels: {app: web}}
-    template:
-      metadata: {labels: {app: web}}
-      spec:
-        affinity:
-          podAntiAffinity:
-            preferredDuringSchedulingIgnoredDuringExecution:
-              - weight: 100
-                podAffinityTerm:
-                  topologyKey: kubernetes.io/hostname
-                  labelSelector: {matchLabels: {app: web}}
-        containers:
-          - name: web
-            image: ` + bed.Fleet.Image("hello") + `
-            ports: [{containerPort: 8080}]
-            readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 8080}}
+	inst.apply(webGrid(bed.Fleet.Image("hello"), 3, `
   overrides:
     - units: [b]
-      replicas: 1
----
-apiVersion: apps.atoll.io/v1alpha1
-kind: ServiceGrid
-metadata: {name: web, namespace: default}
-spec:
-  gridUniqKey: atoll.io/unit
-  template:
-    selector: {app: web}
-    ports: [{port: 80, targetPort: 8080}]
-`)
+      replicas: 1`))
 	web := inst.waitWeb(map[string]string{"edge-a1": "a", "edge-a2": "a", "edge-a3": "a", "edge-b1": "b"})
 	svc := inst.serviceIP("web-svc")
 	client2 := web["edge-a2"]
 	inst.eventually(time.Minute, func() error { return inst.servedInUnit(client2, svc, "web-a-") })
+
+	t.Run("image missing from the registry", func(t *testing.T) {
+		image := bed.Fleet.Registry() + "/not-pushed:v1"
+		inst.apply(`apiVersion: apps.atoll.io/v1alpha1
+kind: DeploymentGrid
+metadata: {name: missing, namespace: default}
+spec:
+  gridUniqKey: atoll.io/unit
+  template:
+    replicas: 1
+    selector: {matchLabels: {app: missing}}
+    template:
+      metadata: {labels: {app: missing}}
+      spec:
+        containers: [{name: app, image: ` + image + `}]
+`)
+		// The grid says, per unit, which image its pods cannot pull.
+		var out string
+		eventually(ctx, t, 2*time.Minute, func() error {
+			var err error
+			out, err = bed.Kubectl(ctx, "get", "deploymentgrid", "missing", "-o", "jsonpath={range .status.units[*]}{.name}={.problem}{\"\\n\"}{end}")
+			if err != nil {
+				return err
+			}
+			for _, unit := range []string{"a", "b"} {
+				if !strings.Contains(out, unit+"=1/1 pods ErrImagePull") && !strings.Contains(out, unit+"=1/1 pods ImagePullBackOff") ||
+					!strings.Contains(out, image) {
+					return fmt.Errorf("grid missing's units do not name the image they cannot pull:\n%s", out)
+				}
+			}
+			return nil
+		})
+		t.Logf("grid missing:\n%s", out)
+		if _, err := bed.Kubectl(ctx, "delete", "deploymentgrid", "missing"); err != nil {
+			t.Error(err)
+		}
+	})
 
 	t.Run("scenario 1: link cut, peers healthy", func(t *testing.T) {
 		a1 := nodes["edge-a1"]
@@ -174,29 +181,7 @@ spec:
 			return nil
 		})
 		t.Logf("KCM lost %s %s after the cut", a1.Name, time.Since(cut).Round(100*time.Millisecond))
-		// Past KCM's unreachable toleration, every second: the pod is
-		// there, its endpoint ready, it answers a peer and the Service
-		// answers in the unit.
-		pod := web["edge-a1"]
-		until := time.Now().Add(time.Duration(kubetest.DefaultTolerationSeconds)*time.Second + 20*time.Second)
-		polls := 0
-		for time.Now().Before(until) {
-			p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
-			if err != nil || p.DeletionTimestamp != nil {
-				t.Fatalf("%s's pod %s: %v (deleting %v)", a1.Name, pod.Name, err, p.DeletionTimestamp)
-			}
-			if err := endpointReady(ctx, client, pod.Status.PodIP); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := inst.exec(client2, "http://"+pod.Status.PodIP+":8080/"); err != nil || !strings.Contains(out, pod.Name) {
-				t.Fatalf("%s's pod from %s: %v %q", a1.Name, client2.Spec.NodeName, err, out)
-			}
-			if err := inst.servedInUnit(client2, svc, "web-a-"); err != nil {
-				t.Fatal(err)
-			}
-			polls++
-			time.Sleep(time.Second)
-		}
+		polls := inst.keptThroughCut(t, web["edge-a1"], client2, svc, "web-a-")
 		if !inst.protected(a1.Name) {
 			t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, inst.atollStatus())
 		}
@@ -278,6 +263,74 @@ spec:
 			t.Errorf("Atoll protects %s, whose kubelet reports it not ready:\n%s", a1.Name, inst.atollStatus())
 		}
 	})
+}
+
+// webGrid is the test's workload: a DeploymentGrid web of replicas hello
+// pods per unit, spread over the unit's nodes, with extra appended to its
+// spec (overrides), and its ServiceGrid web (web-svc in each unit).
+func webGrid(image string, replicas int, extra string) string {
+	return fmt.Sprintf(`apiVersion: apps.atoll.io/v1alpha1
+kind: DeploymentGrid
+metadata: {name: web, namespace: default}
+spec:
+  gridUniqKey: atoll.io/unit
+  template:
+    replicas: %d
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        affinity:
+          podAntiAffinity:
+            preferredDuringSchedulingIgnoredDuringExecution:
+              - weight: 100
+                podAffinityTerm:
+                  topologyKey: kubernetes.io/hostname
+                  labelSelector: {matchLabels: {app: web}}
+        containers:
+          - name: web
+            image: %s
+            ports: [{containerPort: 8080}]
+            readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 8080}}%s
+---
+apiVersion: apps.atoll.io/v1alpha1
+kind: ServiceGrid
+metadata: {name: web, namespace: default}
+spec:
+  gridUniqKey: atoll.io/unit
+  template:
+    selector: {app: web}
+    ports: [{port: 80, targetPort: 8080}]
+`, replicas, image, extra)
+}
+
+// keptThroughCut checks for t, every second until KCM's unreachable toleration
+// and 20 s more have passed, that pod (of a node whose link is cut) is
+// kept, its endpoint ready, that it answers client (a pod of a peer) and
+// that the Service at svc answers client from its unit (pods named
+// prefix*). It returns the number of polls.
+func (i *installation) keptThroughCut(t *testing.T, pod, client *corev1.Pod, svc, prefix string) int {
+	t.Helper()
+	until := time.Now().Add(time.Duration(kubetest.DefaultTolerationSeconds)*time.Second + 20*time.Second)
+	polls := 0
+	for time.Now().Before(until) {
+		p, err := i.client.CoreV1().Pods("default").Get(i.ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || p.DeletionTimestamp != nil {
+			t.Fatalf("%s's pod %s: %v (deleting %v)", pod.Spec.NodeName, pod.Name, err, p.DeletionTimestamp)
+		}
+		if err := endpointReady(i.ctx, i.client, pod.Status.PodIP); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := i.exec(client, "http://"+pod.Status.PodIP+":8080/"); err != nil || !strings.Contains(out, pod.Name) {
+			t.Fatalf("%s's pod from %s: %v %q", pod.Spec.NodeName, client.Spec.NodeName, err, out)
+		}
+		if err := i.servedInUnit(client, svc, prefix); err != nil {
+			t.Fatal(err)
+		}
+		polls++
+		time.Sleep(time.Second)
+	}
+	return polls
 }
 
 // installation checks on the installed cluster.

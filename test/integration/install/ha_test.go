@@ -1,0 +1,244 @@
+package install_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/atoll-edge/atoll/test/kubenode"
+	"github.com/atoll-edge/atoll/test/podbed"
+)
+
+// haNet is TestAtollAsPodsHA's kubenode fleet (bridge kn6).
+const haNet = 6
+
+// TestAtollAsPodsHA installs the ha overlay as a user does, on real
+// nodes with the cluster DNS: three nats-server pods (the hub, routed to
+// each other by their StatefulSet's DNS names, R3 streams) and two
+// atoll-cloud replicas on two cloud nodes, the Secrets made with
+// `atoll-cloud hub-trust` as the overlay's header says; unit a's three
+// edge nodes run atoll-edge, which enrolls by itself. Then:
+//   - every pod is Ready, every node holds credentials of its own, each
+//     hub server routes to the other two, `atoll status` says SAFE;
+//   - scenario 1 with Atoll's own failures on top: a node's link to the
+//     cloud silently cut, and 5 s later the atoll-cloud replica holding
+//     the leader Lease and one hub server killed with SIGKILL: no
+//     NoExecute taint in any watch event, the node's pod kept, its
+//     endpoint ready and answering at every poll past the toleration;
+//     the killed containers come back and, healed, `atoll status` says
+//     SAFE again;
+//   - the agents given a kubelet token (--kubelet-token-file, a projected
+//     ServiceAccount token) without its grant: every kubelet refuses it,
+//     `atoll status` says DEGRADED and names the fix, no node is
+//     protected; the grant (get nodes/healthz) makes it SAFE again.
+func TestAtollAsPodsHA(t *testing.T) {
+	if err := kubenode.Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	defer cancel()
+	begin := time.Now()
+	bed, err := podbed.Start(ctx, podbed.Options{Net: haNet, Dir: t.TempDir(), GracePeriod: grace, Shape: podbed.ShapeHA,
+		Units:  map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if bed != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(bed.Diagnostics())
+			}
+			bed.Stop()
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("installed (ha), every pod Ready and atoll status SAFE, %s after the control plane's start", time.Since(begin).Round(100*time.Millisecond))
+	client := bed.Cluster.Client()
+	inst := &installation{t: t, ctx: ctx, bed: bed, client: client}
+	for name, n := range bed.Edges {
+		if _, err := os.Stat(filepath.Join(n.HostPath("/var/lib/atoll"), "node.creds")); err != nil {
+			t.Errorf("%s holds no credentials of its own: %v", name, err)
+		}
+	}
+	hubs, err := client.CoreV1().Pods("atoll-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=atoll-hub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range hubs.Items {
+		if routes := hubRoutes(ctx, t, p.Status.PodIP); len(routes) != 2 {
+			t.Errorf("hub server %s on %s routes to %v, want the two others", p.Name, p.Spec.NodeName, routes)
+		}
+	}
+	t.Logf("atoll status:\n%s", inst.atollStatus())
+
+	inst.apply(webGrid(bed.Fleet.Image("hello"), 3, ""))
+	web := inst.waitWeb(map[string]string{"edge-a1": "a", "edge-a2": "a", "edge-a3": "a"})
+	svc := inst.serviceIP("web-svc")
+	client2 := web["edge-a2"]
+	inst.eventually(time.Minute, func() error { return inst.servedInUnit(client2, svc, "web-a-") })
+
+	a1 := bed.Edges["edge-a1"]
+	taints := watchNoExecute(ctx, t, client, a1.Name)
+	cutFrom := []string{kubenode.HostIP(haNet)}
+	for _, c := range bed.Clouds {
+		cutFrom = append(cutFrom, c.IP, c.PodCIDR)
+	}
+	if err := a1.Cut(cutFrom...); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	time.Sleep(5 * time.Second)
+	lease, err := client.CoordinationV1().Leases("atoll-system").Get(ctx, "atoll-cloud", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("atoll-cloud's leader Lease: %v", err)
+	}
+	leader := *lease.Spec.HolderIdentity
+	killProcess(t, "atoll-cloud", "ATOLL_LEADER_ELECTION_IDENTITY="+leader)
+	killProcess(t, "nats-server", "POD_NAME=atoll-hub-0")
+	t.Logf("%s after the cut of %s: killed atoll-cloud %s (the leader) and the hub server atoll-hub-0", time.Since(cut).Round(100*time.Millisecond), a1.Name, leader)
+	inst.eventually(grace+30*time.Second, func() error {
+		if ready := nodeReady(ctx, client, a1.Name); ready != corev1.ConditionUnknown {
+			return fmt.Errorf("node %s Ready=%s, want Unknown (KCM lost it)", a1.Name, ready)
+		}
+		return nil
+	})
+	t.Logf("KCM lost %s %s after the cut", a1.Name, time.Since(cut).Round(100*time.Millisecond))
+	polls := inst.keptThroughCut(t, web["edge-a1"], client2, svc, "web-a-")
+	if !inst.protected(a1.Name) {
+		t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, inst.atollStatus())
+	}
+	if got := taints(); len(got) > 0 {
+		t.Errorf("%s got NoExecute taints while its peers saw it healthy: %v", a1.Name, got)
+	}
+	t.Logf("%d polls over %s of the cut: pod kept, endpoint ready, answering", polls, time.Since(cut).Round(time.Second))
+	if lease, err := client.CoordinationV1().Leases("atoll-system").Get(ctx, "atoll-cloud", metav1.GetOptions{}); err == nil && lease.Spec.HolderIdentity != nil {
+		t.Logf("leader now %s", *lease.Spec.HolderIdentity)
+	}
+
+	if err := a1.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	healed := time.Now()
+	for app, n := range map[string]int{"atoll-hub": 3, "atoll-cloud": 2, "atoll-edge": 3} {
+		if err := bed.WaitPodsReady(ctx, app, n, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst.eventually(2*time.Minute, func() error {
+		out, err := bed.Atoll(ctx, "status", "--exit-code")
+		if err != nil || !strings.HasPrefix(out, "SAFE") {
+			return fmt.Errorf("atoll status: %v\n%s", err, out)
+		}
+		return nil
+	})
+	t.Logf("healed: every pod Ready and atoll status SAFE %s later", time.Since(healed).Round(100*time.Millisecond))
+
+	// A kubelet token for the probes, as an operator adds it, before its
+	// grant.
+	if _, err := bed.Kubectl(ctx, "-n", "atoll-system", "patch", "daemonset", "atoll-edge", "--type=json", "-p", `[
+  {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--kubelet-token-file=/var/run/secrets/kubelet/token"},
+  {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "kubelet-token", "mountPath": "/var/run/secrets/kubelet", "readOnly": true}},
+  {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "kubelet-token", "projected": {"defaultMode": 256, "sources": [{"serviceAccountToken": {"expirationSeconds": 3600, "path": "token"}}]}}}
+]`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bed.Kubectl(ctx, "-n", "atoll-system", "rollout", "status", "daemonset/atoll-edge", "--timeout=3m"); err != nil {
+		t.Fatal(err)
+	}
+	inst.eventually(time.Minute, func() error {
+		out, _ := bed.Atoll(ctx, "status")
+		if !strings.HasPrefix(out, "DEGRADED") || !strings.Contains(out, "kubelet probe credentials of nodes edge-a1, edge-a2, edge-a3 refused") ||
+			!strings.Contains(out, "fix --kubelet-token-file (get nodes/healthz)") {
+			return fmt.Errorf("atoll status does not name the refused kubelet token:\n%s", out)
+		}
+		return nil
+	})
+	t.Logf("the kubelet token without its grant:\n%s", inst.atollStatus())
+	for name := range bed.Edges {
+		if inst.protected(name) {
+			t.Errorf("%s protected while every node is Ready", name)
+		}
+	}
+	if err := kubenode.GrantKubeletHealthz(ctx, client, "system:serviceaccount:atoll-system:atoll-edge"); err != nil {
+		t.Fatal(err)
+	}
+	inst.eventually(time.Minute, func() error {
+		out, err := bed.Atoll(ctx, "status", "--exit-code")
+		if err != nil || !strings.HasPrefix(out, "SAFE") {
+			return fmt.Errorf("atoll status with the grant: %v\n%s", err, out)
+		}
+		return nil
+	})
+}
+
+// hubRoutes are the names of the servers the hub server at ip routes to
+// (its monitoring port's /routez).
+func hubRoutes(ctx context.Context, t *testing.T, ip string) []string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ip+":8222/routez", nil)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var rz struct {
+		Routes []struct {
+			Name string `json:"remote_name"`
+		} `json:"routes"`
+	}
+	if err := json.Unmarshal(body, &rz); err != nil {
+		t.Fatalf("routez of %s: %v: %s", ip, err, body)
+	}
+	names := map[string]bool{}
+	for _, r := range rz.Routes {
+		names[r.Name] = true
+	}
+	var out []string
+	for n := range names {
+		out = append(out, n)
+	}
+	return out
+}
+
+// killProcess kills with SIGKILL the one process of the host named comm
+// whose environment holds env (a container's process, found as any
+// process of the node's kernel is).
+func killProcess(t *testing.T, comm, env string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	var pids []int
+	for _, c := range procs {
+		if b, err := os.ReadFile(c); err != nil || strings.TrimSpace(string(b)) != comm {
+			continue
+		}
+		dir := filepath.Dir(c)
+		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		for kv := range strings.SplitSeq(string(environ), "\x00") {
+			if kv == env {
+				var pid int
+				if _, err := fmt.Sscanf(filepath.Base(dir), "%d", &pid); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("%d processes %s with %s, want one: %v", len(pids), comm, env, pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
