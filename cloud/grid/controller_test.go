@@ -87,6 +87,16 @@ func startControllers(t *testing.T, cluster *kubetest.Cluster, log *slog.Logger)
 	return running{m: m, reg: reg}
 }
 
+// client is a client of cluster with the manager's scheme (the grids').
+func (r running) client(t *testing.T, cluster *kubetest.Cluster) client.Client {
+	t.Helper()
+	c, err := client.New(cluster.RESTConfig(), client.Options{Scheme: r.m.GetScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func node(name string, labels map[string]string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 }
@@ -146,10 +156,7 @@ func TestDeploymentGridLifecycle(t *testing.T) {
 	ctx := t.Context()
 	ns := "default"
 	r := startControllers(t, cluster, log)
-	c, err := client.New(cluster.RESTConfig(), client.Options{Scheme: r.m.GetScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := r.client(t, cluster)
 	for _, n := range []*corev1.Node{
 		node("n1", map[string]string{wellknown.LabelUnit: "a"}),
 		node("n2", map[string]string{wellknown.LabelUnit: "a"}),

@@ -27,10 +27,7 @@ func TestUnitSelectorFollowsNodeUnitLabels(t *testing.T) {
 	log := natstest.Logger(t, slog.LevelWarn)
 	run := startControllers(t, cluster, log)
 	ctx := t.Context()
-	c, err := client.New(cluster.RESTConfig(), client.Options{Scheme: run.m.GetScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := run.client(t, cluster)
 	for _, u := range []string{"a", "b"} {
 		if err := c.Create(ctx, node(u+"-1", map[string]string{wellknown.LabelUnit: u})); err != nil {
 			t.Fatal(err)

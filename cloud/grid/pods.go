@@ -96,7 +96,7 @@ func podProblem(pods []corev1.Pod) string {
 	top := reasons[names[0]]
 	msg := strings.Join(strings.Fields(top.msg), " ")
 	if len(msg) > maxProblemMessage {
-		msg = msg[:maxProblemMessage] + "…"
+		msg = strings.ToValidUTF8(msg[:maxProblemMessage], "") + "…"
 	}
 	out := fmt.Sprintf("%d/%d pods %s", top.n, total, names[0])
 	if msg != "" {

@@ -28,11 +28,7 @@ func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
 	cluster := kubetest.Start(t)
 	installCRDs(t, cluster)
 	ctx := t.Context()
-	r := startControllers(t, cluster, natstest.Logger(t, slog.LevelWarn))
-	c, err := client.New(cluster.RESTConfig(), client.Options{Scheme: r.m.GetScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startControllers(t, cluster, natstest.Logger(t, slog.LevelWarn)).client(t, cluster)
 	if err := c.Create(ctx, node("n1", map[string]string{wellknown.LabelUnit: "a"})); err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func newForApp(lc fx.Lifecycle, ep Endpoint, streams events.StreamOptions, log *
 			// once its servers have elected their leaders: the
 			// reconciliation retries until then, within the start timeout.
 			waiting := time.AfterFunc(waitNotice, func() {
-				log.Warn("waiting for the hub's JetStream to create or update the streams", "after", waitNotice)
+				log.Warn("waiting for the hub's JetStream to create or update the streams", "after", waitNotice.String())
 			})
 			changes, err := eventbus.ReconcileStreams(ctx, link.JetStream(), streams)
 			waiting.Stop()

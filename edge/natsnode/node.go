@@ -466,9 +466,10 @@ func (n *Node) linkWithEnrollCreds() error {
 	if err := writeCreds(n.creds, userJWT, key); err != nil {
 		return err
 	}
+	oldSeed, oldJWT, oldKey := n.seed, n.userJWT, n.key
 	n.seed, n.userJWT, n.key, n.src, n.leafEnabled = seed, userJWT, key, credEnroll, true
 	if err := n.srv.ReloadOptions(n.options()); err != nil {
-		n.src, n.leafEnabled = credEnrollPending, false
+		n.seed, n.userJWT, n.key, n.src, n.leafEnabled = oldSeed, oldJWT, oldKey, credEnrollPending, false
 		return fmt.Errorf("natsnode: link with the enrollment credentials: %w", err)
 	}
 	return nil

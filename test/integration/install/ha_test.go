@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,29 +48,9 @@ func TestAtollAsPodsHA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	begin := time.Now()
-	bed, err := podbed.Start(ctx, podbed.Options{Net: haNet, Dir: t.TempDir(), GracePeriod: grace, Shape: podbed.ShapeHA,
-		Units:  map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}},
-		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
-	if bed != nil {
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Log(bed.Diagnostics())
-			}
-			bed.Stop()
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("installed (ha), every pod Ready and atoll status SAFE, %s after the control plane's start", time.Since(begin).Round(100*time.Millisecond))
-	client := bed.Cluster.Client()
-	inst := &installation{t: t, ctx: ctx, bed: bed, client: client}
-	for name, n := range bed.Edges {
-		if _, err := os.Stat(filepath.Join(n.HostPath("/var/lib/atoll"), "node.creds")); err != nil {
-			t.Errorf("%s holds no credentials of its own: %v", name, err)
-		}
-	}
+	inst := install(ctx, t, podbed.Options{Net: haNet, Shape: podbed.ShapeHA,
+		Units: map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}}})
+	bed, client := inst.bed, inst.client
 	hubs, err := client.CoreV1().Pods("atoll-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=atoll-hub"})
 	if err != nil {
 		t.Fatal(err)

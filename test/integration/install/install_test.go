@@ -2,6 +2,7 @@ package install_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -80,30 +81,10 @@ func TestAtollAsPods(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	begin := time.Now()
-	bed, err := podbed.Start(ctx, podbed.Options{Net: fleetNet, Dir: t.TempDir(), GracePeriod: grace,
-		Units:  map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}, "b": {"edge-b1"}},
-		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
-	if bed != nil {
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Log(bed.Diagnostics())
-			}
-			bed.Stop()
-		})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("installed, every pod Ready and atoll status SAFE, %s after the control plane's start", time.Since(begin).Round(100*time.Millisecond))
-	client := bed.Cluster.Client()
-	inst := &installation{t: t, ctx: ctx, bed: bed, client: client}
+	inst := install(ctx, t, podbed.Options{Net: fleetNet,
+		Units: map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}, "b": {"edge-b1"}}})
+	bed, client := inst.bed, inst.client
 	nodes, units, cloud := bed.Edges, bed.Unit, bed.Cloud
-	for name := range units {
-		if _, err := os.Stat(filepath.Join(nodes[name].HostPath("/var/lib/atoll"), "node.creds")); err != nil {
-			t.Errorf("%s holds no credentials of its own: %v", name, err)
-		}
-	}
 	t.Logf("atoll status:\n%s", inst.atollStatus())
 	inst.otherNodesToken(nodes["edge-a1"], "edge-b1", cloud)
 	// The leaf links run TLS: the hub's leaf port asks for it, and the
@@ -331,6 +312,36 @@ func (i *installation) keptThroughCut(t *testing.T, pod, client *corev1.Pod, svc
 		time.Sleep(time.Second)
 	}
 	return polls
+}
+
+// install installs Atoll as o says (on a fresh directory, KCM's grace
+// period grace, progress logged to t), shows the diagnostics if t fails,
+// stops it with t, and checks that every edge node holds credentials of
+// its own.
+func install(ctx context.Context, t *testing.T, o podbed.Options) *installation {
+	t.Helper()
+	begin := time.Now()
+	o.Dir, o.GracePeriod, o.Logger = t.TempDir(), grace, slog.New(slog.NewTextHandler(t.Output(), nil))
+	bed, err := podbed.Start(ctx, o)
+	if bed != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(bed.Diagnostics())
+			}
+			bed.Stop()
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("installed (%s), every pod Ready and atoll status SAFE, %s after the control plane's start",
+		cmp.Or(o.Shape, podbed.ShapeEmbedded), time.Since(begin).Round(100*time.Millisecond))
+	for name, n := range bed.Edges {
+		if _, err := os.Stat(filepath.Join(n.HostPath("/var/lib/atoll"), "node.creds")); err != nil {
+			t.Errorf("%s holds no credentials of its own: %v", name, err)
+		}
+	}
+	return &installation{t: t, ctx: ctx, bed: bed, client: bed.Cluster.Client()}
 }
 
 // installation checks on the installed cluster.
