@@ -444,9 +444,14 @@ func (b *Bed) edgesServing(ctx context.Context, begin time.Time) error {
 			return err
 		}
 	}
-	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	return b.WaitSafe(ctx, time.Minute)
+}
+
+// WaitSafe waits until `atoll status` says SAFE, at most timeout.
+func (b *Bed) WaitSafe(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return poll.Until(wait, func(ctx context.Context) error {
+	return poll.Until(ctx, func(ctx context.Context) error {
 		out, err := b.Atoll(ctx, "status", "--exit-code")
 		if err != nil || !strings.HasPrefix(out, "SAFE") {
 			return fmt.Errorf("atoll status: %v\n%s", err, out)

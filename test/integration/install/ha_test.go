@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/atoll-edge/atoll/test/kubenode"
@@ -87,13 +86,7 @@ func TestAtollAsPodsHA(t *testing.T) {
 	killProcess(t, "atoll-cloud", "ATOLL_LEADER_ELECTION_IDENTITY="+leader)
 	killProcess(t, "nats-server", "POD_NAME=atoll-hub-0")
 	t.Logf("%s after the cut of %s: killed atoll-cloud %s (the leader) and the hub server atoll-hub-0", time.Since(cut).Round(100*time.Millisecond), a1.Name, leader)
-	inst.eventually(grace+30*time.Second, func() error {
-		if ready := nodeReady(ctx, client, a1.Name); ready != corev1.ConditionUnknown {
-			return fmt.Errorf("node %s Ready=%s, want Unknown (KCM lost it)", a1.Name, ready)
-		}
-		return nil
-	})
-	t.Logf("KCM lost %s %s after the cut", a1.Name, time.Since(cut).Round(100*time.Millisecond))
+	inst.lostByKCM(t, a1.Name, cut)
 	polls := inst.keptThroughCut(t, web["edge-a1"], client2, svc, "web-a-")
 	if !inst.protected(a1.Name) {
 		t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, inst.atollStatus())
@@ -115,13 +108,9 @@ func TestAtollAsPodsHA(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	inst.eventually(2*time.Minute, func() error {
-		out, err := bed.Atoll(ctx, "status", "--exit-code")
-		if err != nil || !strings.HasPrefix(out, "SAFE") {
-			return fmt.Errorf("atoll status: %v\n%s", err, out)
-		}
-		return nil
-	})
+	if err := bed.WaitSafe(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("healed: every pod Ready and atoll status SAFE %s later", time.Since(healed).Round(100*time.Millisecond))
 
 	// A kubelet token for the probes, as an operator adds it, before its
@@ -153,13 +142,9 @@ func TestAtollAsPodsHA(t *testing.T) {
 	if err := kubenode.GrantKubeletHealthz(ctx, client, "system:serviceaccount:atoll-system:atoll-edge"); err != nil {
 		t.Fatal(err)
 	}
-	inst.eventually(time.Minute, func() error {
-		out, err := bed.Atoll(ctx, "status", "--exit-code")
-		if err != nil || !strings.HasPrefix(out, "SAFE") {
-			return fmt.Errorf("atoll status with the grant: %v\n%s", err, out)
-		}
-		return nil
-	})
+	if err := bed.WaitSafe(ctx, time.Minute); err != nil {
+		t.Fatalf("with the grant: %v", err)
+	}
 }
 
 // hubRoutes are the names of the servers the hub server at ip routes to

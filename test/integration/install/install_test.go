@@ -155,13 +155,7 @@ spec:
 			}
 		}()
 		cut := time.Now()
-		eventually(ctx, t, grace+30*time.Second, func() error {
-			if ready := nodeReady(ctx, client, a1.Name); ready != corev1.ConditionUnknown {
-				return fmt.Errorf("node %s Ready=%s, want Unknown (KCM lost it)", a1.Name, ready)
-			}
-			return nil
-		})
-		t.Logf("KCM lost %s %s after the cut", a1.Name, time.Since(cut).Round(100*time.Millisecond))
+		inst.lostByKCM(t, a1.Name, cut)
 		polls := inst.keptThroughCut(t, web["edge-a1"], client2, svc, "web-a-")
 		if !inst.protected(a1.Name) {
 			t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, inst.atollStatus())
@@ -283,6 +277,19 @@ spec:
     selector: {app: web}
     ports: [{port: 80, targetPort: 8080}]
 `, replicas, image, extra)
+}
+
+// lostByKCM waits for t until KCM has lost node (Ready Unknown), whose
+// link was cut at cut.
+func (i *installation) lostByKCM(t *testing.T, node string, cut time.Time) {
+	t.Helper()
+	eventually(i.ctx, t, grace+30*time.Second, func() error {
+		if ready := nodeReady(i.ctx, i.client, node); ready != corev1.ConditionUnknown {
+			return fmt.Errorf("node %s Ready=%s, want Unknown (KCM lost it)", node, ready)
+		}
+		return nil
+	})
+	t.Logf("KCM lost %s %s after the cut", node, time.Since(cut).Round(100*time.Millisecond))
 }
 
 // keptThroughCut checks for t, every second until KCM's unreachable toleration
