@@ -20,12 +20,61 @@ var waitingAsUsual = map[string]bool{"ContainerCreating": true, "PodInitializing
 // maxProblemMessage bounds the message a unit's problem quotes.
 const maxProblemMessage = 240
 
+// The kubelet's waiting reasons for a container in back-off.
+const (
+	reasonPullBackOff = "ImagePullBackOff"
+	reasonCrashLoop   = "CrashLoopBackOff"
+)
+
+// pullBackOff is the reason and message of the pull error behind an
+// ImagePullBackOff, which the kubelet quotes as `Back-off pulling image
+// "IMAGE": REASON: MESSAGE` (ErrImagePull, RegistryUnavailable, …): the
+// same the pull's failure itself showed.
+func pullBackOff(msg string) (reason, message string) {
+	rest, ok := strings.CutPrefix(msg, `Back-off pulling image "`)
+	if !ok {
+		return reasonPullBackOff, msg
+	}
+	_, rest, ok = strings.Cut(rest, `": `)
+	if !ok {
+		return reasonPullBackOff, msg
+	}
+	r, m, ok := strings.Cut(rest, ": ")
+	if !ok || r == "" || strings.ContainsAny(r, " \"") {
+		return reasonPullBackOff, msg
+	}
+	return r, m
+}
+
+// exited describes a container's last exit, or says fallback when the
+// kubelet does not report it.
+func exited(t *corev1.ContainerStateTerminated, fallback string) string {
+	if t == nil {
+		return fallback
+	}
+	out := fmt.Sprintf("exit code %d", t.ExitCode)
+	if t.Reason != "" {
+		out += " (" + t.Reason + ")"
+	}
+	if t.Message != "" {
+		out += ": " + t.Message
+	}
+	return out
+}
+
 // podReason is why pod is not ready, as its containers, the scheduler or
 // the kubelet say it: a container's waiting reason (an image that cannot
 // be pulled, a crash loop, a configuration error), the scheduler's
 // (Unschedulable), a failed pod's (Evicted), else the Ready condition's
 // (ContainersNotReady: a readiness probe). Empty for a ready pod, or one
 // on its way up.
+//
+// The kubelet rewrites a stuck container's state on every retry: an image
+// pull alternates between the pull's error and ImagePullBackOff, a crash
+// loop between running, terminated and CrashLoopBackOff with a growing
+// back-off. Each is given one reason and message for all of its states
+// (the pull's error; CrashLoopBackOff with the last exit), so a unit that
+// stays broken keeps one problem and its status is not rewritten.
 func podReason(p *corev1.Pod) (reason, message string) {
 	var ready *corev1.PodCondition
 	for i, c := range p.Status.Conditions {
@@ -46,7 +95,19 @@ func podReason(p *corev1.Pod) (reason, message string) {
 	}
 	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && !waitingAsUsual[w.Reason] {
+			switch w.Reason {
+			case reasonPullBackOff:
+				return pullBackOff(w.Message)
+			case reasonCrashLoop:
+				return reasonCrashLoop, exited(cs.LastTerminationState.Terminated, w.Message)
+			}
 			return w.Reason, w.Message
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return reasonCrashLoop, exited(t, "")
+		}
+		if t := cs.LastTerminationState.Terminated; !cs.Ready && cs.RestartCount > 0 && t != nil && t.ExitCode != 0 {
+			return reasonCrashLoop, exited(t, "")
 		}
 	}
 	for _, cs := range p.Status.ContainerStatuses {
@@ -62,13 +123,14 @@ func podReason(p *corev1.Pod) (reason, message string) {
 
 // podProblem summarizes why pods are not all ready: the most common
 // reason among them (ties: by name), how many of the pods give it and one
-// of their messages, e.g. `2/3 pods ImagePullBackOff: Back-off pulling
-// image "reg/web:v2"`. Empty when no pod gives a reason. Pods being
-// deleted do not count.
+// of their messages (the first pod's by name: the cache lists pods in no
+// fixed order), e.g. `2/3 pods ErrImagePull: failed to pull and unpack
+// image "reg/web:v2": not found`. Empty when no pod gives a reason. Pods
+// being deleted do not count.
 func podProblem(pods []corev1.Pod) string {
 	type seen struct {
-		n   int
-		msg string
+		n        int
+		pod, msg string // the message of the first pod by name
 	}
 	reasons := map[string]*seen{}
 	total := 0
@@ -83,7 +145,9 @@ func podProblem(pods []corev1.Pod) string {
 			continue
 		}
 		if reasons[r] == nil {
-			reasons[r] = &seen{msg: msg}
+			reasons[r] = &seen{pod: p.Name, msg: msg}
+		} else if p.Name < reasons[r].pod {
+			reasons[r].pod, reasons[r].msg = p.Name, msg
 		}
 		reasons[r].n++
 	}

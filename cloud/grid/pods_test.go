@@ -54,3 +54,55 @@ func TestPodProblem(t *testing.T) {
 		}
 	}
 }
+
+// TestPodProblemIsStableWhileStuck: every state the kubelet cycles a stuck
+// container through gives the same problem (so a unit that stays broken
+// is not rewritten at each retry), and the message quoted is the first
+// pod's by name whatever order the cache lists them in.
+func TestPodProblemIsStableWhileStuck(t *testing.T) {
+	const pullErr = `failed to pull and unpack image "reg/web:v2": failed to resolve image: reg/web:v2: not found`
+	pull := [][]corev1.Pod{
+		{waitingPod("ErrImagePull", pullErr)},
+		{waitingPod("ImagePullBackOff", `Back-off pulling image "reg/web:v2": ErrImagePull: `+pullErr)},
+	}
+	lastExit := &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
+	crashLooping := func(backOff string) corev1.Pod {
+		p := waitingPod("CrashLoopBackOff", "back-off "+backOff+" restarting failed container=web pod=web-a-1_default(0a1b)")
+		p.Status.ContainerStatuses[0].RestartCount = 3
+		p.Status.ContainerStatuses[0].LastTerminationState.Terminated = lastExit
+		return p
+	}
+	running := waitingPod("", "")
+	running.Status.Phase = corev1.PodRunning
+	running.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "web", RestartCount: 4,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}, LastTerminationState: corev1.ContainerState{Terminated: lastExit}}
+	exitedNow := waitingPod("", "")
+	exitedNow.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "web", RestartCount: 4,
+		State: corev1.ContainerState{Terminated: lastExit}}
+	crash := [][]corev1.Pod{{crashLooping("10s")}, {crashLooping("5m0s")}, {running}, {exitedNow}}
+	for name, tc := range map[string]struct {
+		states [][]corev1.Pod
+		want   string
+	}{
+		"image pull": {pull, "1/1 pods ErrImagePull: " + pullErr},
+		"crash loop": {crash, "1/1 pods CrashLoopBackOff: exit code 1 (Error)"},
+	} {
+		for i, pods := range tc.states {
+			if got := podProblem(pods); got != tc.want {
+				t.Errorf("%s, state %d: %q, want %q", name, i, got, tc.want)
+			}
+		}
+	}
+	if got, want := podProblem([]corev1.Pod{waitingPod("ImagePullBackOff", `Back-off pulling image "reg/web:v2"`)}),
+		`1/1 pods ImagePullBackOff: Back-off pulling image "reg/web:v2"`; got != want {
+		t.Errorf("a back-off that quotes no error: %q, want %q", got, want)
+	}
+
+	a, b := waitingPod("ErrImagePull", "a's message"), waitingPod("ErrImagePull", "b's message")
+	a.Name, b.Name = "web-a-1", "web-a-2"
+	for _, pods := range [][]corev1.Pod{{a, b}, {b, a}} {
+		if got, want := podProblem(pods), "2/2 pods ErrImagePull: a's message"; got != want {
+			t.Errorf("pods %s, %s: %q, want %q", pods[0].Name, pods[1].Name, got, want)
+		}
+	}
+}

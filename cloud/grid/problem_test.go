@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/atoll-edge/atoll/cloud/grid"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	"github.com/atoll-edge/atoll/test/kubetest"
@@ -22,8 +23,9 @@ import (
 // TestGridSaysWhyPodsAreNotReady: a unit whose pod cannot pull its image
 // is shown with the kubelet's reason and message in the unit's status and
 // in the grid's Ready condition, although no child changed (the pod's
-// status is written as a kubelet writes it); once the pod is ready the
-// reason is gone.
+// status is written as a kubelet writes it); while the kubelet retries the
+// pull (ImagePullBackOff quoting the same error) the grid is not written
+// at all, past a recheck; once the pod is ready the reason is gone.
 func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
 	cluster := kubetest.Start(t)
 	installCRDs(t, cluster)
@@ -79,6 +81,24 @@ func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
 		}
 		return nil
 	})
+
+	var before appsv1alpha1.DeploymentGrid
+	if err := c.Get(ctx, client.ObjectKeyFromObject(g), &before); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff",
+		Message: `Back-off pulling image "nginx:1": ErrImagePull: ` + msg}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(grid.ProblemRecheck + time.Second)
+	var after appsv1alpha1.DeploymentGrid
+	if err := c.Get(ctx, client.ObjectKeyFromObject(g), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the grid was written while its pod's pull was retried: units %+v", after.Status.Units)
+	}
 
 	pod.Status.Conditions[1] = corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
 	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
