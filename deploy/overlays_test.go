@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/cloud/hubtls"
 	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/test/kubetest"
 )
@@ -504,12 +506,131 @@ func TestHubImageIsTheTestedServer(t *testing.T) {
 		if hub == nil {
 			t.Fatalf("%s: no StatefulSet atoll-hub", name)
 		}
-		containers, _, _ := unstructured.NestedSlice(hub.Object, "spec", "template", "spec", "containers")
-		if len(containers) != 1 {
-			t.Fatalf("%s: atoll-hub has %d containers", name, len(containers))
-		}
-		if got := containers[0].(map[string]any)["image"]; got != want {
+		if got := container(t, hub, "nats")["image"]; got != want {
 			t.Errorf("%s: atoll-hub runs %v; the tests run nats-server %s: want %s", name, got, version, want)
 		}
 	}
+}
+
+// TestLeafTLSInEveryShape: every shape's leaf links run TLS with the
+// certificate atoll-cloud generates. atoll-cloud generates it and the
+// edges check it with the published CA bundle, by the certificate's name;
+// the external hub's servers serve the pair of the Secret (never its CA
+// key) from the files their nats.conf names, write the pid file the
+// reloader signals, and share their process namespace and user with it.
+func TestLeafTLSInEveryShape(t *testing.T) {
+	for name, objs := range objects(t) {
+		t.Run(name, func(t *testing.T) {
+			if find(objs, "Secret", hubtls.DefaultSecret) == nil {
+				t.Errorf("no Secret %s", hubtls.DefaultSecret)
+			}
+			_, c := atollCloud(t, objs)
+			if v, _ := flag(c, "hub-leaf-certs"); v != cloudapp.HubLeafCertsGenerate {
+				t.Errorf("atoll-cloud --hub-leaf-certs=%q, want %s", v, cloudapp.HubLeafCertsGenerate)
+			}
+			edge := container(t, find(objs, "DaemonSet", "atoll-edge"), "atoll-edge")
+			if v, _ := flag(edge, "hub-tls-server-name"); v != hubtls.DefaultHost {
+				t.Errorf("atoll-edge --hub-tls-server-name=%q, want %s", v, hubtls.DefaultHost)
+			}
+			ca, _ := flag(edge, "hub-ca-file")
+			if mountedFrom(t, find(objs, "DaemonSet", "atoll-edge"), edge, ca) != "configmap "+hubtls.DefaultCABundle+" key "+hubtls.CAKey {
+				t.Errorf("atoll-edge --hub-ca-file=%s is not the CA bundle's ConfigMap", ca)
+			}
+			hub := find(objs, "StatefulSet", "atoll-hub")
+			if hub == nil {
+				return // the embedded hub serves the certificate in process
+			}
+			cm := find(objs, "ConfigMap", "atoll-hub")
+			conf, _, _ := unstructured.NestedString(cm.Object, "data", "nats.conf")
+			nats, reloader := container(t, hub, "nats"), container(t, hub, "hub-leaf-reloader")
+			for file, key := range map[string]string{"cert_file": "tls.crt", "key_file": "tls.key"} {
+				path := confValue(conf, file)
+				if got := mountedFrom(t, hub, nats, path); got != "secret "+hubtls.DefaultSecret+" key "+key {
+					t.Errorf("nats.conf %s %q: mounted from %q, want the Secret's %s", file, path, got, key)
+				}
+			}
+			leaf, _, _ := strings.Cut(conf[strings.Index(conf, "leafnodes {"):], "\n    }")
+			if !strings.Contains(leaf, "tls {") {
+				t.Errorf("nats.conf's leafnodes block has no tls:\n%s", leaf)
+			}
+			vols, _, _ := unstructured.NestedSlice(hub.Object, "spec", "template", "spec", "volumes")
+			for _, v := range vols {
+				items, _, _ := unstructured.NestedSlice(v.(map[string]any), "secret", "items")
+				for _, it := range items {
+					if it.(map[string]any)["key"] == "ca.key" {
+						t.Error("the hub servers mount the CA's key")
+					}
+				}
+			}
+			for flagName, want := range map[string]string{"cert": confValue(conf, "cert_file"), "key": confValue(conf, "key_file"), "pid-file": confValue(conf, "pid_file")} {
+				if got, _ := flag(reloader, flagName); got != want {
+					t.Errorf("hub-leaf-reloader --%s=%q, nats.conf says %q", flagName, got, want)
+				}
+				if mountedFrom(t, hub, reloader, want) != mountedFrom(t, hub, nats, want) {
+					t.Errorf("hub-leaf-reloader does not see the server's %s", want)
+				}
+			}
+			if share, _, _ := unstructured.NestedBool(hub.Object, "spec", "template", "spec", "shareProcessNamespace"); !share {
+				t.Error("atoll-hub does not share its process namespace: the reloader cannot signal the server")
+			}
+			nu, _ := integer(nats, "securityContext", "runAsUser")
+			ru, _ := integer(reloader, "securityContext", "runAsUser")
+			if nu != ru || nu == 0 {
+				t.Errorf("nats runs as %d and hub-leaf-reloader as %d: the reloader needs the server's user", nu, ru)
+			}
+		})
+	}
+}
+
+// confValue is the value of "key: value" in a nats.conf.
+func confValue(conf, key string) string {
+	for line := range strings.SplitSeq(conf, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	return ""
+}
+
+// mountedFrom says where the file at path in container c of workload w
+// comes from (the deepest mount that holds it): "secret S key K",
+// "configmap M key K", "emptydir V", or "" when no volume mount holds it.
+func mountedFrom(t *testing.T, w *unstructured.Unstructured, c map[string]any, path string) string {
+	t.Helper()
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	vols, _, _ := unstructured.NestedSlice(w.Object, "spec", "template", "spec", "volumes")
+	var mm map[string]any
+	var rel string
+	for _, m := range mounts {
+		dir := m.(map[string]any)["mountPath"].(string)
+		if r, ok := strings.CutPrefix(path, strings.TrimSuffix(dir, "/")+"/"); ok && (mm == nil || len(r) < len(rel)) {
+			mm, rel = m.(map[string]any), r
+		}
+	}
+	if mm != nil {
+		for _, v := range vols {
+			vm := v.(map[string]any)
+			if vm["name"] != mm["name"] {
+				continue
+			}
+			if _, ok := vm["emptyDir"]; ok {
+				return "emptydir " + vm["name"].(string)
+			}
+			for kind, field := range map[string]string{"secret": "secretName", "configMap": "name"} {
+				src, ok := vm[kind].(map[string]any)
+				if !ok {
+					continue
+				}
+				key := rel
+				items, _, _ := unstructured.NestedSlice(src, "items")
+				for _, it := range items {
+					if im := it.(map[string]any); im["path"] == rel {
+						key = im["key"].(string)
+					}
+				}
+				return strings.ToLower(kind) + " " + src[field].(string) + " key " + key
+			}
+		}
+	}
+	return ""
 }

@@ -88,9 +88,11 @@ type Config struct {
 	// (kubernetes source only).
 	Console console.Config
 
-	// HubLeafCerts is where the embedded hub's leaf certificate comes
-	// from: "" (the --hub-leaf-tls-* files, or none: plain leaf links)
-	// or "generate" (cloud/hubtls; needs Kubernetes).
+	// HubLeafCerts is where the hub's leaf certificate comes from: ""
+	// (the --hub-leaf-tls-* files of the embedded hub, or none: plain
+	// leaf links) or "generate" (cloud/hubtls; needs Kubernetes). With an
+	// external hub, generate only keeps the Secret the hub servers mount
+	// and the CA bundle current.
 	HubLeafCerts string
 	// HubLeafHosts are the generated leaf certificate's names.
 	HubLeafHosts []string
@@ -100,8 +102,8 @@ type Config struct {
 	KubernetesEnrollment bool
 }
 
-// HubLeafCertsGenerate has atoll-cloud generate and rotate the embedded
-// hub's leaf certificate (Config.HubLeafCerts).
+// HubLeafCertsGenerate has atoll-cloud generate and rotate the hub's
+// leaf certificate (Config.HubLeafCerts).
 const HubLeafCertsGenerate = "generate"
 
 // Default is the production configuration.
@@ -155,8 +157,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.LeafTLS.CertFile, "hub-leaf-tls-cert", c.Hub.LeafTLS.CertFile, "embedded hub: PEM certificate (with chain) the leaf listener requires TLS with; re-read when it changes (empty: plain leaf links)")
 	fs.StringVar(&c.Hub.LeafTLS.KeyFile, "hub-leaf-tls-key", c.Hub.LeafTLS.KeyFile, "embedded hub: the leaf certificate's PEM key")
 	fs.BoolVar(&c.KubernetesEnrollment, "kubernetes-enrollment", c.KubernetesEnrollment, "enroll edge nodes by their atoll-edge pods' ServiceAccount tokens (audience "+identity.DefaultEnrollAudience+", checked with a TokenReview), linking with the shared enrollment credentials atoll-cloud keeps in the Secret "+identity.DefaultEnrollSecret+" of its namespace (kubernetes membership source)")
-	fs.StringVar(&c.HubLeafCerts, "hub-leaf-certs", c.HubLeafCerts, "embedded hub: generate (atoll-cloud generates the leaf listener's CA and certificate in the Secret "+hubtls.DefaultSecret+", rotates them and publishes the CA bundle in the ConfigMap "+hubtls.DefaultCABundle+" of its namespace, for atoll-edge --hub-ca-file), or empty (the --hub-leaf-tls-* files, or plain leaf links)")
-	fs.Var((*cliflags.List)(&c.HubLeafHosts), "hub-leaf-tls-hosts", "embedded hub: comma-separated names of the generated leaf certificate, which edges check with --hub-tls-server-name (default "+hubtls.DefaultHost+")")
+	fs.StringVar(&c.HubLeafCerts, "hub-leaf-certs", c.HubLeafCerts, "generate (atoll-cloud generates the hub leaf listener's CA and certificate in the Secret "+hubtls.DefaultSecret+", rotates them and publishes the CA bundle in the ConfigMap "+hubtls.DefaultCABundle+" of its namespace, for atoll-edge --hub-ca-file; the embedded hub serves them, external hub servers mount the Secret), or empty (the embedded hub's --hub-leaf-tls-* files, or plain leaf links)")
+	fs.Var((*cliflags.List)(&c.HubLeafHosts), "hub-leaf-tls-hosts", "comma-separated names of the generated leaf certificate, which edges check with --hub-tls-server-name (default "+hubtls.DefaultHost+")")
 	fs.StringVar(&c.Hub.StoreDir, "hub-store-dir", c.Hub.StoreDir, "JetStream storage directory")
 	fs.Int64Var(&c.Hub.MaxMemory, "hub-max-memory", c.Hub.MaxMemory, "JetStream memory limit in bytes (0: server default)")
 	fs.Int64Var(&c.Hub.MaxStore, "hub-max-store", c.Hub.MaxStore, "JetStream storage limit in bytes (0: server default)")
@@ -271,8 +273,6 @@ func (c Config) hubFlags() error {
 		{"--hub-leaf-advertise", h.LeafAdvertise != dh.LeafAdvertise},
 		{"--hub-leaf-tls-cert", h.LeafTLS.CertFile != dh.LeafTLS.CertFile},
 		{"--hub-leaf-tls-key", h.LeafTLS.KeyFile != dh.LeafTLS.KeyFile},
-		{"--hub-leaf-certs", c.HubLeafCerts != d.HubLeafCerts},
-		{"--hub-leaf-tls-hosts", len(c.HubLeafHosts) > 0},
 		{"--hub-store-dir", h.StoreDir != dh.StoreDir},
 		{"--hub-max-memory", h.MaxMemory != dh.MaxMemory},
 		{"--hub-max-store", h.MaxStore != dh.MaxStore},
@@ -317,25 +317,25 @@ func (c Config) Validate() error {
 	if err := hublink.ValidDomain(c.HubLink.Domain); err != nil {
 		return err
 	}
+	switch c.HubLeafCerts {
+	case "":
+		if len(c.HubLeafHosts) > 0 {
+			return errors.New("hub leaf certs: --hub-leaf-tls-hosts names generated certificates: add --hub-leaf-certs=generate")
+		}
+	case HubLeafCertsGenerate:
+		if c.Hub.LeafTLS.Enabled() {
+			return errors.New("hub leaf certs: generate and --hub-leaf-tls-cert/--hub-leaf-tls-key are exclusive")
+		}
+		if !c.Kubernetes() {
+			return errors.New("hub leaf certs: generate keeps the certificates in a Secret and needs the kubernetes membership source")
+		}
+		checks = append(checks, c.hubTLS())
+	default:
+		return fmt.Errorf("hub leaf certs: %q: want %s or nothing", c.HubLeafCerts, HubLeafCertsGenerate)
+	}
 	if c.EmbeddedHub() {
 		c.Hub.Domain = c.HubLink.Domain
 		checks = append(checks, c.Hub)
-		switch c.HubLeafCerts {
-		case "":
-			if len(c.HubLeafHosts) > 0 {
-				return errors.New("hub leaf certs: --hub-leaf-tls-hosts names generated certificates: add --hub-leaf-certs=generate")
-			}
-		case HubLeafCertsGenerate:
-			if c.Hub.LeafTLS.Enabled() {
-				return errors.New("hub leaf certs: generate and --hub-leaf-tls-cert/--hub-leaf-tls-key are exclusive")
-			}
-			if !c.Kubernetes() {
-				return errors.New("hub leaf certs: generate keeps the certificates in a Secret and needs the kubernetes membership source")
-			}
-			checks = append(checks, c.hubTLS())
-		default:
-			return fmt.Errorf("hub leaf certs: %q: want %s or nothing", c.HubLeafCerts, HubLeafCertsGenerate)
-		}
 	} else {
 		checks = append(checks, c.HubLink)
 	}
@@ -440,16 +440,24 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	// endpoint differs. With an external hub, atoll-cloud holds the
 	// identity keys the servers trust, and logs in with a service JWT it
 	// issues itself unless credentials are given.
+	leafCerts := fx.Options()
+	if c.HubLeafCerts == HubLeafCertsGenerate {
+		leafCerts = fx.Options(fx.Supply(c.hubTLS()), hubtls.Module)
+	}
 	hubShape := fx.Options(
 		fx.Provide(func() (*identity.Issuer, hubclient.Endpoint, error) { return externalHub(c) }),
 	)
+	if c.HubLeafCerts == HubLeafCertsGenerate {
+		// The external hub's servers start once the Secret holds their
+		// certificate (their pods mount its keys): fill it before
+		// waiting for them. A module of its own, declared before
+		// hubclient's, so that its start hook runs first.
+		hubShape = fx.Options(hubShape, leafCerts,
+			fx.Module("hub-leaf-certs", fx.Invoke(func(hub.LeafCertificates) {})))
+	}
 	if c.EmbeddedHub() {
 		c.Hub.Domain = c.HubLink.Domain
 		c.Hub.IdentityDir = c.IdentityDir
-		leafCerts := fx.Options()
-		if c.HubLeafCerts == HubLeafCertsGenerate {
-			leafCerts = fx.Options(fx.Supply(c.hubTLS()), hubtls.Module)
-		}
 		hubShape = fx.Options(
 			fx.Supply(c.Hub),
 			leafCerts,

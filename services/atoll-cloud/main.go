@@ -2,7 +2,9 @@
 // and the cloud services that turn edge events into Kubernetes writes.
 // `atoll-cloud hub-trust` prints the configuration an external hub's
 // servers need to trust its identity keys; `atoll-cloud operator-creds`
-// issues an operator's credentials with them.
+// issues an operator's credentials with them; `atoll-cloud
+// hub-leaf-reloader` runs beside an external hub server and makes it
+// reload the generated leaf certificate when it changes.
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/cloud/hubtls"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/fxrun"
@@ -43,6 +46,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(args) > 0 && args[0] == "operator-creds" {
 		return operatorCreds(args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "hub-leaf-reloader" {
+		return hubLeafReloader(ctx, args[1:], stdout, stderr)
 	}
 	cfg := cloudapp.Default()
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
@@ -143,4 +149,33 @@ func operatorCreds(args []string, stdout io.Writer) error {
 	}
 	_, err = stdout.Write(creds)
 	return err
+}
+
+// hubLeafReloader signals an external hub server (SIGHUP, by its pid
+// file) whenever its leaf certificate files change, until ctx is done.
+func hubLeafReloader(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(prog+" hub-leaf-reloader", flag.ContinueOnError)
+	r := hubtls.Reloader{}
+	fs.StringVar(&r.CertFile, "cert", "/etc/nats/leaf-tls/tls.crt", "the server's leaf certificate (a key of the Secret "+hubtls.DefaultSecret+")")
+	fs.StringVar(&r.KeyFile, "key", "/etc/nats/leaf-tls/tls.key", "the certificate's key")
+	fs.StringVar(&r.PIDFile, "pid-file", "/var/run/nats/nats.pid", "the server's pid_file")
+	fs.DurationVar(&r.Interval, "interval", 10*time.Second, "how often the files are read")
+	if err := cliflags.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			cliflags.PrintUsage(stdout, fs, prog+" hub-leaf-reloader [--cert F] [--key F] [--pid-file F] [--interval D]")
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return cliflags.Usagef("hub-leaf-reloader: unexpected argument %q", fs.Arg(0))
+	}
+	if err := r.Validate(); err != nil {
+		return cliflags.Usage(err)
+	}
+	log, err := logging.New(logging.Default(), stderr)
+	if err != nil {
+		return err
+	}
+	r.Log = log.With("component", "hub-leaf-reloader")
+	return r.Run(ctx)
 }

@@ -1,10 +1,15 @@
 package install_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +20,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/atoll-edge/atoll/cloud/hubtls"
 	"github.com/atoll-edge/atoll/test/kubenode"
 	"github.com/atoll-edge/atoll/test/podbed"
 )
@@ -29,7 +35,10 @@ const haNet = 6
 // `atoll-cloud hub-trust` as the overlay's header says; unit a's three
 // edge nodes run atoll-edge, which enrolls by itself. Then:
 //   - every pod is Ready, every node holds credentials of its own, each
-//     hub server routes to the other two, `atoll status` says SAFE;
+//     hub server routes to the other two and requires TLS on its leaf
+//     listener with the certificate atoll-cloud generated (verified with
+//     the CA bundle it published, under the edges' name), `atoll status`
+//     says SAFE;
 //   - scenario 1 with Atoll's own failures on top: a node's link to the
 //     cloud silently cut, and 5 s later the atoll-cloud replica holding
 //     the leader Lease and one hub server killed with SIGKILL: no
@@ -40,7 +49,13 @@ const haNet = 6
 //   - the agents given a kubelet token (--kubelet-token-file, a projected
 //     ServiceAccount token) without its grant: every kubelet refuses it,
 //     `atoll status` says DEGRADED and names the fix, no node is
-//     protected; the grant (get nodes/healthz) makes it SAFE again.
+//     protected; the grant (get nodes/healthz) makes it SAFE again;
+//   - the leaf CA replaced at once as the operator guide says (the
+//     Secret's data removed): atoll-cloud writes a new CA and certificate,
+//     every hub server serves the new one (the kubelet updates the mounted
+//     files, hub-leaf-reloader signals the server), and after a hub
+//     server is killed its edges link again, verifying it with the new
+//     bundle: SAFE.
 func TestAtollAsPodsHA(t *testing.T) {
 	if err := kubenode.Prerequisites(); err != nil {
 		t.Skip(err)
@@ -54,9 +69,13 @@ func TestAtollAsPodsHA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bundle := leafCABundle(ctx, t, inst)
 	for _, p := range hubs.Items {
 		if routes := hubRoutes(ctx, t, p.Status.PodIP); len(routes) != 2 {
 			t.Errorf("hub server %s on %s routes to %v, want the two others", p.Name, p.Spec.NodeName, routes)
+		}
+		if err := leafServes(p.Status.PodIP, bundle); err != nil {
+			t.Errorf("hub server %s: %v", p.Name, err)
 		}
 	}
 	t.Logf("atoll status:\n%s", inst.atollStatus())
@@ -145,6 +164,71 @@ func TestAtollAsPodsHA(t *testing.T) {
 	if err := bed.WaitSafe(ctx, time.Minute); err != nil {
 		t.Fatalf("with the grant: %v", err)
 	}
+
+	// A new leaf CA at once (docs/operator-guide.md): atoll-cloud checks
+	// its certificates every minute.
+	if _, err := bed.Kubectl(ctx, "-n", "atoll-system", "patch", "secret", "atoll-hub-leaf-certs", "--type=json",
+		"-p", `[{"op": "remove", "path": "/data"}]`); err != nil {
+		t.Fatal(err)
+	}
+	replaced := time.Now()
+	var fresh []byte
+	inst.eventually(3*time.Minute, func() error {
+		fresh = leafCABundle(ctx, t, inst)
+		if string(fresh) == string(bundle) {
+			return errors.New("the CA bundle is unchanged")
+		}
+		for _, p := range hubs.Items {
+			if err := leafServes(p.Status.PodIP, fresh); err != nil {
+				return fmt.Errorf("hub server %s: %w", p.Name, err)
+			}
+			if leafServes(p.Status.PodIP, bundle) == nil {
+				return fmt.Errorf("hub server %s still serves a certificate of the old CA", p.Name)
+			}
+		}
+		return nil
+	})
+	t.Logf("new leaf CA: every hub server serves its certificate %s after the Secret was emptied", time.Since(replaced).Round(100*time.Millisecond))
+	killProcess(t, "nats-server", "POD_NAME=atoll-hub-1")
+	if err := bed.WaitPodsReady(ctx, "atoll-hub", 3, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := bed.WaitSafe(ctx, 2*time.Minute); err != nil {
+		t.Fatalf("after atoll-hub-1 was killed under the new CA: %v", err)
+	}
+}
+
+// leafCABundle is the CA bundle atoll-cloud publishes for the edges.
+func leafCABundle(ctx context.Context, t *testing.T, inst *installation) []byte {
+	t.Helper()
+	cm, err := inst.client.CoreV1().ConfigMaps("atoll-system").Get(ctx, hubtls.DefaultCABundle, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(cm.Data[hubtls.CAKey])
+}
+
+// leafServes checks that the leaf listener at ip requires TLS and serves a
+// certificate bundle verifies under the name the edges check.
+func leafServes(ip string, bundle []byte) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(bundle) {
+		return errors.New("the CA bundle holds no certificate")
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "7422"), 3*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	info, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, `"tls_required":true`) {
+		return fmt.Errorf("leaf listener does not require TLS: %s", info)
+	}
+	return tls.Client(c, &tls.Config{RootCAs: roots, ServerName: hubtls.DefaultHost, MinVersion: tls.VersionTLS12}).Handshake()
 }
 
 // hubRoutes are the names of the servers the hub server at ip routes to
