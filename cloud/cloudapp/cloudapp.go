@@ -4,6 +4,7 @@
 package cloudapp
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/cloud/console"
@@ -70,7 +73,12 @@ type Config struct {
 	// <hub store dir>/identity); with an external hub they must exist
 	// (the servers are configured to trust them) and it is required.
 	IdentityDir string
-	Identity    identity.Config
+	// IdentitySecretName is the Secret of atoll-cloud's namespace that keeps
+	// the embedded hub's identity (cloud/identity.SyncSecret): filled from
+	// IdentityDir on the first start, restored into it when the volume is
+	// new (kubernetes source).
+	IdentitySecretName string
+	Identity           identity.Config
 
 	// Tunnel is the tunnel server (CONNECT listener and port forwards).
 	Tunnel tunnel.Config
@@ -169,6 +177,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.Cluster.User, "hub-cluster-user", c.Hub.Cluster.User, "embedded hub: user that authenticates routes")
 	fs.StringVar(&c.Hub.Cluster.Password, "hub-cluster-password", c.Hub.Cluster.Password, "embedded hub: password that authenticates routes")
 	fs.StringVar(&c.IdentityDir, "identity-dir", c.IdentityDir, "directory of the NATS identity keys (operator, accounts): created by the embedded hub on first start (default <hub-store-dir>/identity); required with --hub-url")
+	fs.StringVar(&c.IdentitySecretName, "identity-secret-name", c.IdentitySecretName, "embedded hub: a Secret of atoll-cloud's namespace, created empty, that keeps the identity of --identity-dir: filled on the first start, restored from when the directory is empty (a new volume); a directory holding other keys than the Secret is refused (empty: the directory only)")
 	fs.DurationVar(&c.Identity.EdgeTTL, "edge-creds-ttl", c.Identity.EdgeTTL, "lifetime of an edge node's credentials; nodes renew them before they expire (0: no expiry)")
 	fs.DurationVar(&c.Identity.MaxTokenTTL, "max-bootstrap-ttl", c.Identity.MaxTokenTTL, "longest lifetime of a bootstrap token (atoll node enroll --ttl)")
 	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
@@ -358,6 +367,16 @@ func (c Config) Validate() error {
 	if c.IdentityDir == "" && !c.EmbeddedHub() {
 		return errors.New("hub url: an external hub needs --identity-dir, the keys its servers trust")
 	}
+	if c.IdentitySecretName != "" {
+		switch {
+		case !c.EmbeddedHub():
+			return errors.New("identity secret: --identity-secret-name keeps the embedded hub's identity; with --hub-url mount the Secret at --identity-dir")
+		case !c.Kubernetes():
+			return errors.New("identity secret: --identity-secret-name needs the kubernetes membership source")
+		case validation.IsDNS1123Subdomain(c.IdentitySecretName) != nil:
+			return fmt.Errorf("identity secret: %q is not a Secret name: %s", c.IdentitySecretName, strings.Join(validation.IsDNS1123Subdomain(c.IdentitySecretName), "; "))
+		}
+	}
 	return nil
 }
 
@@ -458,8 +477,18 @@ func Options(c Config, log *slog.Logger) fx.Option {
 	if c.EmbeddedHub() {
 		c.Hub.Domain = c.HubLink.Domain
 		c.Hub.IdentityDir = c.IdentityDir
+		hubConfig := fx.Supply(c.Hub)
+		if c.IdentitySecretName != "" {
+			// The identity is in place before the hub loads it.
+			hubConfig = fx.Provide(func(client kubernetes.Interface, log *slog.Logger) (hub.Config, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+				defer cancel()
+				ref := types.NamespacedName{Namespace: c.Manager.LeaderElectionNamespace, Name: c.IdentitySecretName}
+				return c.Hub, identity.SyncSecret(ctx, client, ref, c.Hub.IdentityPath(), log.With("component", "identity"))
+			})
+		}
 		hubShape = fx.Options(
-			fx.Supply(c.Hub),
+			hubConfig,
 			leafCerts,
 			hub.Module,
 			fx.Provide(func(h *hub.Hub) hubclient.Endpoint { return h }),

@@ -192,8 +192,8 @@ type LeafCertificates interface {
 	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
-// identityDir is IdentityDir or its default.
-func (c Config) identityDir() string {
+// IdentityPath is IdentityDir or its default.
+func (c Config) IdentityPath() string {
 	if c.IdentityDir != "" {
 		return c.IdentityDir
 	}

@@ -71,7 +71,7 @@ func New(cfg Config, log *slog.Logger) (*Hub, error) {
 	if cfg.Trust != nil {
 		h.trust = *cfg.Trust
 	} else {
-		keys, trust, err := identity.Setup(cfg.identityDir())
+		keys, trust, err := identity.Setup(cfg.IdentityPath())
 		if err != nil {
 			return nil, fmt.Errorf("hub: %w", err)
 		}

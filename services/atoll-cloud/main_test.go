@@ -72,6 +72,9 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{[]string{"--hub-leaf-certs=generate", "--hub-leaf-tls-cert=c.pem", "--hub-leaf-tls-key=k.pem"}, "generate and --hub-leaf-tls-cert/--hub-leaf-tls-key are exclusive"},
 		{[]string{"--hub-leaf-certs=generate", "--membership-source=declared"}, "needs the kubernetes membership source"},
 		{[]string{"--hub-leaf-tls-hosts=hub.example"}, "add --hub-leaf-certs=generate"},
+		{[]string{"--hub-url=nats://hub:4222", "--identity-dir=id", "--identity-secret-name=atoll-cloud-identity"}, "with --hub-url mount the Secret at --identity-dir"},
+		{[]string{"--identity-secret-name=atoll-cloud-identity", "--membership-source=declared"}, "--identity-secret-name needs the kubernetes membership source"},
+		{[]string{"--identity-secret-name=Identity_Keys"}, `"Identity_Keys" is not a Secret name`},
 		{[]string{"--hub-url=nats://hub:4222", "--hub-leaf-tls-cert=c.pem", "--hub-leaf-tls-key=k.pem"}, "--hub-leaf-tls-cert configures the embedded hub"},
 		{[]string{"--hub-url=nats://hub:4222", "--identity-dir=id", "--hub-leaf-certs=generate", "--membership-source=declared"}, "generate keeps the certificates in a Secret"},
 	}
