@@ -586,9 +586,10 @@ func (s *Service) handleRenew(r micro.Request) (any, error) {
 		return nil, badRequest("renew: %w", err)
 	}
 	rec, ok := s.Record(node)
+	if !ok {
+		return s.reregister(node, req.Key)
+	}
 	switch {
-	case !ok:
-		return nil, fmt.Errorf("renew: %w: %s", ErrUnknownNode, node)
 	case rec.Revoked || rec.Suspended:
 		return nil, badRequest("renew %s: the node's credentials are revoked", node)
 	case rec.Key != req.Key:
@@ -607,6 +608,42 @@ func (s *Service) handleRenew(r micro.Request) (any, error) {
 		return nil, err
 	}
 	s.metrics.renewed.Inc()
+	return EnrollReply{Node: node, JWT: userJWT}, nil
+}
+
+// reregister answers the renewal of a node the registry does not know,
+// whose credentials the hub still accepts: the registry was lost (a new
+// hub volume, a deleted bucket). Only node's own credentials can ask on
+// its renew subject, so its key is recorded again, unless the account
+// revokes it, and its credentials renewed; without that, its unit view
+// carries no key for it and its peers drop its reports until its
+// credentials expire. A node the topology does not assign (its Node
+// deleted, or never a member) is refused as before.
+func (s *Service) reregister(node, key string) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), gateTimeout)
+	defer cancel()
+	unit, assigned := s.assignedUnit(ctx, node)
+	if !assigned {
+		return nil, fmt.Errorf("renew: %w: %s", ErrUnknownNode, node)
+	}
+	if !nkeys.IsValidPublicUserKey(key) {
+		return nil, badRequest("renew %s: %q is not a user key", node, key)
+	}
+	if s.revoker != nil {
+		revoked, err := s.revoker.Revoked(ctx, key, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		if revoked {
+			return nil, badRequest("renew %s: the node's credentials are revoked", node)
+		}
+	}
+	userJWT, err := s.IssueEdge(ctx, node, unit, key)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.reregistered.Inc()
+	s.log.Warn("identity registry: a node it did not know renewed its credentials; key recorded again (was the registry lost?)", "node", node, "unit", unit, "key", key)
 	return EnrollReply{Node: node, JWT: userJWT}, nil
 }
 
@@ -663,8 +700,8 @@ func decodeStrict(data []byte, v any) error { return events.DecodeJSON(data, 64<
 
 // Metrics of the identity service.
 type Metrics struct {
-	issued, revoked, renewed prometheus.Counter
-	refused                  *prometheus.CounterVec
+	issued, revoked, renewed, reregistered prometheus.Counter
+	refused                                *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (nil: unregistered).
@@ -673,10 +710,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		issued:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "edge_credentials_issued_total", Help: "Edge credentials issued (enrollments and renewals)."}),
 		revoked: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "nodes_revoked_total", Help: "Nodes revoked."}),
 		renewed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "edge_credentials_renewed_total", Help: "Edge credentials renewed."}),
+		reregistered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "nodes_reregistered_total",
+			Help: "Nodes the registry did not know that renewed valid credentials, whose keys were recorded again (a lost registry)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "requests_refused_total", Help: "Identity requests refused as malformed or not allowed, by endpoint."}, []string{"endpoint"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.issued, m.revoked, m.renewed, m.refused)
+		reg.MustRegister(m.issued, m.revoked, m.renewed, m.reregistered, m.refused)
 	}
 	return m
 }

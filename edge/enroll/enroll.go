@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -180,9 +181,31 @@ func (c Config) Validate() error {
 }
 
 // due reports whether credentials c need renewing: past RenewAt of their
-// lifetime, or scoped to another unit than the node's.
+// lifetime, scoped to another unit than the node's, or not the key the
+// node's unit view lists for it.
 func (e *Enroller) due(c *jwt.UserClaims) bool {
-	return e.expiring(c) || e.unitDue(c)
+	return e.expiring(c) || e.unitDue(c) || e.keyDue(c)
+}
+
+// keyDue: the node's unit view has listed it without the key of
+// credentials c, or with another, for longer than the node's keyWait
+// (asked again at most every keyRenewPause). The cloud has lost its
+// registry: a renewal records the key again, and until then the node's
+// peers drop its reports. keyWait, random below keyRenewPause, spreads
+// the nodes of a fleet that all saw their keys go at once, and lets the
+// cloud publish a key it has just recorded.
+func (e *Enroller) keyDue(c *jwt.UserClaims) bool {
+	if e.listedKey == nil {
+		return false
+	}
+	if key, listed := e.listedKey(); !listed || key == c.Subject {
+		e.keyMissing = time.Time{}
+		return false
+	}
+	if e.keyMissing.IsZero() {
+		e.keyMissing = time.Now()
+	}
+	return time.Since(e.keyMissing) >= e.keyWait && time.Since(e.lastRenew) >= keyRenewPause
 }
 
 // expiring: past RenewAt of the credentials' lifetime.
@@ -226,9 +249,24 @@ type Enroller struct {
 	log  *slog.Logger
 	// unit is the node's assigned unit and whether it has an assignment;
 	// nil: not followed.
-	unit      func() (string, bool)
-	lastRenew time.Time
+	unit func() (string, bool)
+	// listedKey is the key the node's unit view lists for it and whether
+	// it lists the node; nil: not followed.
+	listedKey  func() (string, bool)
+	keyMissing time.Time     // since when the view lists no key, or another
+	keyWait    time.Duration // how long keyMissing lasts before a renewal
+	lastRenew  time.Time
 }
+
+// keyRenewPause spaces renewals driven by a unit view that lists no key,
+// or another, for the node: the cloud publishes the view again once it
+// has recorded the key.
+const keyRenewPause = 30 * time.Second
+
+// FollowListedKey makes the enroller renew the credentials when the
+// node's unit view lists another key for it, or none: the key is then
+// recorded again in the cloud's registry.
+func (e *Enroller) FollowListedKey(key func() (string, bool)) { e.listedKey = key }
 
 // unitRenewPause spaces renewals driven by a unit change, for a cloud that
 // has not published the new assignment yet.
@@ -245,7 +283,8 @@ func New(cfg Config, node *natsnode.Node, link *hublink.Link, log *slog.Logger) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Enroller{cfg: cfg, node: node, link: link, log: log.With("component", "enroll")}, nil
+	return &Enroller{cfg: cfg, node: node, link: link, log: log.With("component", "enroll"),
+		keyWait: rand.N(keyRenewPause)}, nil
 }
 
 // Run enrolls (when bootstrapping) and renews until ctx is done.
@@ -319,7 +358,7 @@ func (e *Enroller) step(ctx context.Context) error {
 	if !e.due(c) {
 		return nil
 	}
-	expiring := e.expiring(c)
+	expiring, keyed := e.expiring(c), !e.keyMissing.IsZero()
 	e.lastRenew = time.Now()
 	fresh, err := Renew(ctx, nc, name, e.node.PublicKey())
 	if err != nil {
@@ -327,8 +366,11 @@ func (e *Enroller) step(ctx context.Context) error {
 	}
 	if fc, err := jwt.DecodeUserClaims(fresh); err == nil && !expiring && unitOf(fc) == unitOf(c) {
 		// The cloud does not see the unit change yet (or sees another
-		// one): keep the link as it is rather than bounce it for the
-		// same permissions.
+		// one), or renewed to record the key again: keep the link as it
+		// is rather than bounce it for the same permissions.
+		if keyed {
+			e.log.Info("credentials renewed: the cloud records the node's key again")
+		}
 		return nil
 	}
 	if err := e.node.SetUserJWT(fresh); err != nil {

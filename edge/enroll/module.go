@@ -25,6 +25,7 @@ func newForApp(lc fx.Lifecycle, cfg Config, node *natsnode.Node, link *hublink.L
 		return nil, err
 	}
 	e.FollowUnit(mem.Assigned)
+	e.FollowListedKey(mem.ListedKey)
 	fxrun.Background(lc, log, "enroll", e.Run)
 	return e, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
 )
@@ -406,4 +407,76 @@ func TestConcurrentRevocations(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRenewUnknownNode: the registry does not know a node whose
+// credentials the hub accepts (it was lost). Its renewal records its key
+// again once the topology assigns it (not before: a node the cloud does
+// not assign is refused as unknown), and a revoked key stays refused.
+func TestRenewUnknownNode(t *testing.T) {
+	f := start(t, "embedded", identity.DefaultConfig())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	js, err := jetstream.NewWithDomain(f.cloud, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eventbus.EnsureStreams(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	unrecorded := func(node string) (*natsnode.Node, *nats.Conn) {
+		t.Helper()
+		kp, _ := nkeys.CreateUser()
+		seed, _ := kp.Seed()
+		pub, _ := kp.PublicKey()
+		userJWT, err := f.issuer.Edge(node, "u1", pub, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := natstest.Edge(t, f, node, natstest.EdgeOptions{Seed: string(seed), UserJWT: userJWT})
+		linked(t, true, n, 20*time.Second)
+		agent, err := n.Connect("agent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(agent.Close)
+		return n, agent
+	}
+	assign := func(node string) {
+		t.Helper()
+		subj, _ := events.AssignmentSubject(node)
+		if _, err := events.PublishDurable(ctx, js, subj, &atollv1.NodeAssignment{Node: node, Unit: "u1"}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	n, agent := unrecorded("lost")
+	if _, err := enroll.Renew(ctx, agent, "lost", n.PublicKey()); err == nil || !strings.Contains(err.Error(), "no credentials issued to node") {
+		t.Fatalf("renewal of an unassigned unknown node: %v, want it refused as unknown", err)
+	}
+	assign("lost")
+	fresh, err := enroll.Renew(ctx, agent, "lost", n.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := jwt.DecodeUserClaims(fresh); err != nil || c.Subject != n.PublicKey() {
+		t.Fatalf("renewed credentials for %v (%v), want the node's key", c, err)
+	}
+	if key, ok := f.ids.NodeKey("lost"); !ok || key != n.PublicKey() {
+		t.Fatalf("registry key %q (%v), want %s", key, ok, n.PublicKey())
+	}
+
+	r, _ := unrecorded("revoked")
+	assign("revoked")
+	if err := f.ids.Revoker().Revoke(ctx, r.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	// The revocation closes the node's link: ask as the cloud's service
+	// connection, which may publish on any node's subjects.
+	if _, err := enroll.Renew(ctx, f.cloud, "revoked", r.PublicKey()); err == nil || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("renewal of a revoked key: %v, want it refused as revoked", err)
+	}
+	if _, ok := f.ids.NodeKey("revoked"); ok {
+		t.Fatal("a revoked key is in the registry")
+	}
 }
