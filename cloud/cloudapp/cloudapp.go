@@ -74,9 +74,10 @@ type Config struct {
 	// (the servers are configured to trust them) and it is required.
 	IdentityDir string
 	// IdentitySecretName is the Secret of atoll-cloud's namespace that keeps
-	// the embedded hub's identity (cloud/identity.SyncSecret): filled from
+	// the embedded hub's identity (cloud/identity.SyncSecret: filled from
 	// IdentityDir on the first start, restored into it when the volume is
-	// new (kubernetes source).
+	// new) and the registry's revocations (identity.SecretDurable)
+	// (kubernetes source).
 	IdentitySecretName string
 	Identity           identity.Config
 
@@ -177,7 +178,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hub.Cluster.User, "hub-cluster-user", c.Hub.Cluster.User, "embedded hub: user that authenticates routes")
 	fs.StringVar(&c.Hub.Cluster.Password, "hub-cluster-password", c.Hub.Cluster.Password, "embedded hub: password that authenticates routes")
 	fs.StringVar(&c.IdentityDir, "identity-dir", c.IdentityDir, "directory of the NATS identity keys (operator, accounts): created by the embedded hub on first start (default <hub-store-dir>/identity); required with --hub-url")
-	fs.StringVar(&c.IdentitySecretName, "identity-secret-name", c.IdentitySecretName, "embedded hub: a Secret of atoll-cloud's namespace, created empty, that keeps the identity of --identity-dir: filled on the first start, restored from when the directory is empty (a new volume); a directory holding other keys than the Secret is refused (empty: the directory only)")
+	fs.StringVar(&c.IdentitySecretName, "identity-secret-name", c.IdentitySecretName, "embedded hub: a Secret of atoll-cloud's namespace, created empty, that keeps the identity of --identity-dir and the registry's revocations: filled on the first start, restored from when the directory or the hub's store is new (a new volume); a directory holding other keys than the Secret is refused (empty: the directory and the store only)")
 	fs.DurationVar(&c.Identity.EdgeTTL, "edge-creds-ttl", c.Identity.EdgeTTL, "lifetime of an edge node's credentials; nodes renew them before they expire (0: no expiry)")
 	fs.DurationVar(&c.Identity.MaxTokenTTL, "max-bootstrap-ttl", c.Identity.MaxTokenTTL, "longest lifetime of a bootstrap token (atoll node enroll --ttl)")
 	fs.IntVar(&c.Streams.Replicas, "stream-replicas", c.Streams.Replicas, "replicas of the hub streams (1, or 3 for a hub cluster)")
@@ -404,6 +405,19 @@ func kubernetesEnrollment(c Config) fx.Option {
 	})
 }
 
+// durableRegistry keeps the identity registry's revocations in the
+// identity Secret, beside the keys, when atoll-cloud keeps them there
+// (--identity-secret-name): a new hub volume keeps them too.
+func durableRegistry(c Config) fx.Option {
+	if c.IdentitySecretName == "" {
+		return fx.Options()
+	}
+	return fx.Provide(func(client kubernetes.Interface) identity.Durable {
+		return identity.SecretDurable{Client: client,
+			Ref: types.NamespacedName{Namespace: c.Manager.LeaderElectionNamespace, Name: c.IdentitySecretName}}
+	})
+}
+
 // hubTLS is the configuration of the generated leaf certificate.
 func (c Config) hubTLS() hubtls.Config {
 	cfg := hubtls.DefaultConfig(c.Manager.LeaderElectionNamespace)
@@ -505,6 +519,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 		fx.Supply(c.Identity),
 		identity.Module,
 		kubernetesEnrollment(c),
+		durableRegistry(c),
 		// Deleting a Node revokes its edge's credentials until it is back.
 		fx.Provide(func(s *identity.Service) members.EdgeGate { return s }),
 		// Unit views carry the keys of the nodes' credentials, for peers

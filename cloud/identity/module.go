@@ -16,7 +16,8 @@ import (
 
 // Module runs the identity service with the app. It needs a Config, an
 // *Issuer (the keys), the hub Endpoint and the *hublink.Link; a
-// *Kubernetes in the app turns on Kubernetes enrollment.
+// *Kubernetes in the app turns on Kubernetes enrollment, a Durable keeps
+// the registry's revocations outside the hub.
 var Module = fx.Module("identity",
 	fx.Provide(newForApp),
 	fx.Invoke(func(*Service) {}),
@@ -34,6 +35,9 @@ type params struct {
 	// Kubernetes, when the app provides it, turns on enrollment by the
 	// pods' ServiceAccount tokens.
 	Kubernetes *Kubernetes `optional:"true"`
+	// Durable, when the app provides it, keeps the registry's
+	// revocations outside the hub (KeepDurable).
+	Durable Durable `optional:"true"`
 }
 
 func newForApp(p params) (*Service, error) {
@@ -43,6 +47,9 @@ func newForApp(p params) (*Service, error) {
 	}
 	if p.Kubernetes != nil {
 		s.EnrollKubernetes(p.Kubernetes)
+	}
+	if p.Durable != nil {
+		s.KeepDurable(p.Durable)
 	}
 	p.Lifecycle.Append(fx.Hook{
 		// The link is connected by now: its start hook ran first.

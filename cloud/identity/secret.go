@@ -3,6 +3,7 @@ package identity
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,4 +152,73 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// Durable keeps what of the registry must outlive the hub's store (a new
+// volume of the embedded hub): the revocation list, which also spends the
+// bootstrap tokens, and the records of revoked and suspended nodes,
+// without which a suspension could not be lifted. Nodes' keys need no
+// keeping: a node the registry does not know records its key again when
+// it renews (Service.reregister).
+type Durable interface {
+	// Load returns the last snapshot saved (empty when none).
+	Load(ctx context.Context) (Snapshot, error)
+	// Save keeps s, writing nothing when it is what is kept already.
+	Save(ctx context.Context, s Snapshot) error
+}
+
+// Snapshot is the durable part of the registry.
+type Snapshot struct {
+	Revocations jwt.RevocationList `json:"revocations,omitempty"`
+	// Records are the revoked and suspended nodes', by node.
+	Records []Record `json:"records,omitempty"`
+}
+
+// RegistryFileName is the key of the Secret that holds a Snapshot.
+const RegistryFileName = "registry.json"
+
+// SecretDurable keeps the snapshot in the key registry.json of the
+// Secret ref, beside the identity keys (SyncSecret).
+type SecretDurable struct {
+	Client kubernetes.Interface
+	Ref    types.NamespacedName
+}
+
+// Load implements Durable.
+func (d SecretDurable) Load(ctx context.Context) (Snapshot, error) {
+	secret, err := d.Client.CoreV1().Secrets(d.Ref.Namespace).Get(ctx, d.Ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("identity registry: Secret %s: %w", d.Ref, err)
+	}
+	var s Snapshot
+	if data := secret.Data[RegistryFileName]; len(data) > 0 {
+		if err := json.Unmarshal(data, &s); err != nil {
+			return Snapshot{}, fmt.Errorf("identity registry: Secret %s key %s: %w", d.Ref, RegistryFileName, err)
+		}
+	}
+	return s, nil
+}
+
+// Save implements Durable (an update conditional on the version read).
+func (d SecretDurable) Save(ctx context.Context, s Snapshot) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	secret, err := d.Client.CoreV1().Secrets(d.Ref.Namespace).Get(ctx, d.Ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("identity registry: Secret %s: %w", d.Ref, err)
+	}
+	if bytes.Equal(secret.Data[RegistryFileName], data) {
+		return nil
+	}
+	secret = secret.DeepCopy()
+	if secret.Data == nil {
+		secret.Data = map[string][]byte{}
+	}
+	secret.Data[RegistryFileName] = data
+	if _, err := d.Client.CoreV1().Secrets(d.Ref.Namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("identity registry: Secret %s: %w", d.Ref, err)
+	}
+	return nil
 }

@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -120,4 +122,53 @@ func TestSyncSecret(t *testing.T) {
 	}
 	half := emptySecret("half", map[string][]byte{identity.KeysFileName: stored.Data[identity.KeysFileName]})
 	mustFail(half, t.TempDir(), "holds only some of")
+}
+
+// TestSecretDurable keeps the registry's durable part in the identity
+// Secret on a real apiserver: nothing kept reads as empty, a snapshot
+// reads back as saved beside the keys (which stay), and saving it again
+// writes nothing.
+func TestSecretDurable(t *testing.T) {
+	cluster := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	client := cluster.Client()
+	if err := cluster.CreateNamespace(ctx, "atoll-system"); err != nil {
+		t.Fatal(err)
+	}
+	secrets := client.CoreV1().Secrets("atoll-system")
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "atoll-cloud-identity"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ref := types.NamespacedName{Namespace: "atoll-system", Name: "atoll-cloud-identity"}
+	if err := identity.SyncSecret(ctx, client, ref, t.TempDir(), natstest.Logger(t, slog.LevelWarn)); err != nil {
+		t.Fatal(err)
+	}
+	d := identity.SecretDurable{Client: client, Ref: ref}
+	if s, err := d.Load(ctx); err != nil || len(s.Revocations) > 0 || len(s.Records) > 0 {
+		t.Fatalf("nothing kept: %+v, %v", s, err)
+	}
+	want := identity.Snapshot{Revocations: jwt.RevocationList{"UKEY": 1700000000},
+		Records: []identity.Record{{Node: "a", Key: "UKEY", Unit: "u1", Revoked: true, Issued: time.Unix(1700000000, 0).UTC()}}}
+	if err := d.Save(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := secrets.Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(saved.Data[identity.KeysFileName]) == 0 {
+		t.Fatal("saving the registry dropped the keys")
+	}
+	got, err := d.Load(ctx)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("read back %+v (%v), want %+v", got, err, want)
+	}
+	if err := d.Save(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	again, err := secrets.Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil || again.ResourceVersion != saved.ResourceVersion {
+		t.Fatalf("saving the same snapshot wrote the Secret (%v)", err)
+	}
 }

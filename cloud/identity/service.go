@@ -96,6 +96,11 @@ type Service struct {
 	svc micro.Service
 	// kube enrolls nodes by their pods' ServiceAccount tokens (nil: off).
 	kube *Kubernetes
+	// durable keeps the registry's durable part outside the hub (nil:
+	// off); dirty asks keepDurable to save it again.
+	durable     Durable
+	dirty       chan struct{}
+	durableDone chan struct{}
 
 	mu       sync.RWMutex
 	nodes    map[string]Record
@@ -125,6 +130,11 @@ func NewService(cfg Config, issuer *Issuer, nc, sys *nats.Conn, log *slog.Logger
 // EnrollKubernetes turns on Kubernetes enrollment (see Kubernetes). Call
 // it before Start.
 func (s *Service) EnrollKubernetes(k *Kubernetes) { s.kube = k }
+
+// KeepDurable keeps the registry's revocations and the records of revoked
+// and suspended nodes in d, and restores them into a registry that lost
+// them (see Durable). Call it before Start.
+func (s *Service) KeepDurable(d Durable) { s.durable = d }
 
 // Revoker is the service's revoker.
 func (s *Service) Revoker() *Revoker { return s.revoker }
@@ -156,8 +166,21 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.apply(e)
 	}
+	if s.durable != nil {
+		if err := s.restoreDurable(ctx); err != nil {
+			return err
+		}
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s.stop, s.done = cancel, make(chan struct{})
+	if s.durable != nil {
+		s.dirty, s.durableDone = make(chan struct{}, 1), make(chan struct{})
+		s.markDirty()
+		go func() {
+			defer close(s.durableDone)
+			s.keepDurable(wctx)
+		}()
+	}
 	revs, err := s.kv.Watch(ctx, revocationsKey, jetstream.UpdatesOnly())
 	if err != nil {
 		return fmt.Errorf("identity: watch revocations: %w", err)
@@ -183,6 +206,7 @@ func (s *Service) Start(ctx context.Context) error {
 				}
 				continue
 			case <-revs.Updates():
+				s.markDirty()
 			case <-sync.C:
 			}
 			sctx, cancel := context.WithTimeout(wctx, gateTimeout)
@@ -226,6 +250,9 @@ func (s *Service) Stop() error {
 	if s.stop != nil {
 		s.stop()
 		<-s.done
+		if s.durableDone != nil {
+			<-s.durableDone
+		}
 	}
 	var err error
 	if s.svc != nil {
@@ -238,6 +265,7 @@ func (s *Service) Stop() error {
 }
 
 func (s *Service) apply(e jetstream.KeyValueEntry) {
+	defer s.markDirty()
 	node := events.Name(strings.TrimPrefix(e.Key(), "node."))
 	if e.Operation() != jetstream.KeyValuePut {
 		s.set(node, Record{}, false)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 
+	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/enroll"
 	"github.com/atoll-edge/atoll/edge/natsnode"
@@ -46,9 +48,6 @@ func (f fabric) LeafURLs() []string { return f.leafURLs }
 
 func start(t *testing.T, shape string, cfg identity.Config) fabric {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	log := natstest.Logger(t, slog.LevelWarn)
 	var f fabric
 	switch shape {
 	case "embedded":
@@ -59,6 +58,16 @@ func start(t *testing.T, shape string, cfg identity.Config) fabric {
 		f.issuer, f.leafURLs, f.client = c.Issuer(), c.LeafURLs(), c.ClientConfig()
 		cfg.Replicas = 3
 	}
+	return f.serve(t, cfg, nil)
+}
+
+// serve starts the identity service on f's hub, keeping its durable part
+// in d (nil: none).
+func (f fabric) serve(t *testing.T, cfg identity.Config, d identity.Durable) fabric {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	log := natstest.Logger(t, slog.LevelWarn)
 	var err error
 	if f.cloud, err = f.client.Dialer("cloud", log)(ctx); err != nil {
 		t.Fatal(err)
@@ -71,6 +80,9 @@ func start(t *testing.T, shape string, cfg identity.Config) fabric {
 	t.Cleanup(sys.Close)
 	if f.ids, err = identity.NewService(cfg, f.issuer, f.cloud, sys, log, nil); err != nil {
 		t.Fatal(err)
+	}
+	if d != nil {
+		f.ids.KeepDurable(d)
 	}
 	poll.Eventually(t, 30*time.Second, func() error { return f.ids.Start(ctx) })
 	t.Cleanup(func() { _ = f.ids.Stop() })
@@ -479,4 +491,93 @@ func TestRenewUnknownNode(t *testing.T) {
 	if _, ok := f.ids.NodeKey("revoked"); ok {
 		t.Fatal("a revoked key is in the registry")
 	}
+}
+
+// memoryDurable keeps the registry's durable part in memory.
+type memoryDurable struct {
+	mu   sync.Mutex
+	snap identity.Snapshot
+}
+
+func (m *memoryDurable) Load(context.Context) (identity.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap, nil
+}
+
+func (m *memoryDurable) Save(_ context.Context, s identity.Snapshot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap = s
+	return nil
+}
+
+func (m *memoryDurable) get() identity.Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap
+}
+
+// TestRegistryOutlivesTheStore: the embedded hub restarts on a new store
+// with the same identity keys (a new volume, the keys from their Secret).
+// The revocations and the records of the revoked and suspended nodes,
+// kept outside the hub, are put back before the service answers: the
+// revoked node cannot link to the new hub, its bootstrap token's user
+// stays spent, and the suspended node links again once resumed; a node
+// in good standing links with its credentials (its key recorded again at
+// its next renewal: TestRenewUnknownNode).
+func TestRegistryOutlivesTheStore(t *testing.T) {
+	ids := t.TempDir()
+	withIdentity := func(c *hub.Config) { c.IdentityDir = ids }
+	first := natstest.Hub(t, withIdentity)
+	keep := &memoryDurable{}
+	f := fabric{issuer: first.Issuer(), leafURLs: first.LeafURLs(), client: first.ClientConfig()}.serve(t, identity.DefaultConfig(), keep)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	creds := map[string]natstest.EdgeOptions{}
+	for _, node := range []string{"revoked", "suspended", "good"} {
+		kp, _ := nkeys.CreateUser()
+		seed, _ := kp.Seed()
+		pub, _ := kp.PublicKey()
+		userJWT, err := f.ids.IssueEdge(ctx, node, "u1", pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		creds[node] = natstest.EdgeOptions{Seed: string(seed), UserJWT: userJWT}
+	}
+	if _, err := f.ids.Revoke(ctx, "revoked"); err != nil {
+		t.Fatal(err)
+	}
+	f.ids.Suspend("suspended")
+	poll.Eventually(t, 10*time.Second, func() error {
+		snap := keep.get()
+		if len(snap.Records) != 2 || len(snap.Revocations) != 2 {
+			return fmt.Errorf("kept %d records and %d revocations, want 2 and 2", len(snap.Records), len(snap.Revocations))
+		}
+		return nil
+	})
+	if err := f.ids.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	second := natstest.Hub(t, withIdentity)
+	g := fabric{issuer: second.Issuer(), leafURLs: second.LeafURLs(), client: second.ClientConfig()}.serve(t, identity.DefaultConfig(), keep)
+	if r, ok := g.ids.Record("revoked"); !ok || !r.Revoked {
+		t.Fatalf("the revoked node's record: %+v (%v)", r, ok)
+	}
+	if r, ok := g.ids.Record("suspended"); !ok || !r.Suspended {
+		t.Fatalf("the suspended node's record: %+v (%v)", r, ok)
+	}
+	good := natstest.Edge(t, g, "good", creds["good"])
+	revoked := natstest.Edge(t, g, "revoked", creds["revoked"])
+	suspended := natstest.Edge(t, g, "suspended", creds["suspended"])
+	linked(t, true, good, 20*time.Second)
+	staysOff(t, revoked, 3*time.Second)
+	staysOff(t, suspended, time.Second)
+	g.ids.Resume("suspended")
+	linked(t, true, suspended, 20*time.Second)
+	staysOff(t, revoked, time.Second)
 }
