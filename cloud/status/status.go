@@ -70,10 +70,17 @@ type Views interface {
 	ProbeRefusals(node string) []*atollv1.ProbeRefusal
 }
 
+// Keys tells whether the cloud holds a valid identity key for a node's
+// agent (*identity.Service implements it).
+type Keys interface {
+	NodeKey(node string) (string, bool)
+}
+
 // Responder answers status requests.
 type Responder struct {
 	health  Health
 	views   Views   // nil: every node's views read "unknown", no refusal
+	keys    Keys    // nil: no node reads as without a key
 	tunnels Tunnels // nil: this replica relays no session
 	gather  time.Duration
 	nodes   corelisters.NodeLister
@@ -112,6 +119,10 @@ func (r *Responder) SetGather(d time.Duration) { r.gather = d }
 // SetViews has node statuses name the views each agent is behind on and
 // the probe credentials its peers refuse. Call it before Start.
 func (r *Responder) SetViews(v Views) { r.views = v }
+
+// SetKeys has node statuses say which reporting agents the cloud holds no
+// key for. Call it before Start.
+func (r *Responder) SetKeys(k Keys) { r.keys = k }
 
 // Start adds the micro service with its status endpoint on nc and returns
 // once the server has its subscriptions.
@@ -303,6 +314,7 @@ func (r *Responder) Status(unit string) (*atollv1.ClusterStatus, error) {
 
 func (r *Responder) nodeStatus(n *corev1.Node) *atollv1.NodeStatus {
 	j := r.health.Tally(n.Name)
+	behind := r.viewsBehind(n.Name)
 	return &atollv1.NodeStatus{
 		Name:           n.Name,
 		Ready:          string(health.ReadyStatus(n)),
@@ -316,9 +328,21 @@ func (r *Responder) nodeStatus(n *corev1.Node) *atollv1.NodeStatus {
 		VerdictSince:   timestamp(j.Since),
 		LastVote:       timestamp(j.LastVote),
 		Protected:      r.health.Protected(n.Name),
-		ViewsBehind:    r.viewsBehind(n.Name),
+		ViewsBehind:    behind,
 		ProbeRefusals:  r.probeRefusals(n.Name),
+		NoKey:          r.noKey(n.Name, behind),
 	}
+}
+
+// noKey: node's agent reports (its views are known) and the cloud holds
+// no valid key for it. A node without an agent, or whose agent has not
+// reported, is not said to lack one.
+func (r *Responder) noKey(node, behind string) bool {
+	if r.keys == nil || behind == "unknown" {
+		return false
+	}
+	_, ok := r.keys.NodeKey(node)
+	return !ok
 }
 
 func (r *Responder) viewsBehind(node string) string {

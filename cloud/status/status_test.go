@@ -137,7 +137,7 @@ var (
 		{Name: "c", Ready: "Unknown", Verdict: atollv1.Verdict_VERDICT_NONE, ViewsBehind: "unknown"},
 	}}
 	u2 = &atollv1.UnitStatus{Unit: "u2", State: "FullDisruption", HoldUntil: timestamppb.New(hold), Nodes: []*atollv1.NodeStatus{
-		{Name: "d", Ready: "Unknown", Protected: true, ViewsBehind: "assignment, unit view"},
+		{Name: "d", Ready: "Unknown", Protected: true, ViewsBehind: "assignment, unit view", NoKey: true},
 	}}
 )
 
@@ -152,8 +152,15 @@ func newResponder(t *testing.T) *status.Responder {
 		behind:   map[string]string{"b": "unit view", "c": "unknown", "d": "assignment, unit view"},
 		refusals: map[string][]*atollv1.ProbeRefusal{"a": {refusal}},
 	})
+	// No key for c (whose agent has not reported: not said) and d.
+	r.SetKeys(keys{"a": "UA", "b": "UB"})
 	return r
 }
+
+// keys are the identity service's valid keys by node.
+type keys map[string]string
+
+func (k keys) NodeKey(node string) (string, bool) { key, ok := k[node]; return key, ok }
 
 // refusal: a's agent reports b refusing its kubelet token.
 var refusal = &atollv1.ProbeRefusal{Plugin: "kubelet-healthz", Peer: "b", Status: "401 Unauthorized"}

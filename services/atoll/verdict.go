@@ -87,8 +87,9 @@ var (
 	fSilent      = finding{Degraded, "unit %s: every agent cut from the hub, no peer protection", "units %s: every agent cut from the hub, no peer protection", "agents silent"}
 	fBehind      = finding{Degraded, "node %s behind on its views", "nodes %s behind on their views", "views behind"}
 	fRefused     = finding{Degraded, "node %s's kubelet probe credentials refused by %s: " + fixToken, "kubelet probe credentials of nodes %s refused by their peers: " + fixToken, "probe credentials refused"} // one also names the peer and status
+	fNoKey       = finding{Degraded, "node %s has no key recorded by the cloud: its peers drop its reports", "nodes %s have no key recorded by the cloud: their peers drop their reports", "no key"}
 	fProtected   = finding{Safe, "1 node protected (cloud link lost, peers healthy)", "%d nodes protected (cloud link lost, peers healthy)", "protected"}
-	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fNotReady, &fDisputed, &fSilent, &fUnwatched, &fBehind, &fRefused, &fProtected}
+	findings     = []*finding{&fPartitioned, &fDead, &fExposed, &fNotReady, &fDisputed, &fSilent, &fUnwatched, &fBehind, &fRefused, &fNoKey, &fProtected}
 )
 
 // fixToken is what to do about refused probe credentials.
@@ -159,6 +160,9 @@ func assessUnit(u *atollv1.UnitStatus, at time.Time) *assessment {
 		if r := tokenRefusal(n, u); r != nil {
 			a.add(&fRefused, n.GetName())
 			a.refusedAt(n.GetName(), r.GetPeer()+" ("+r.GetStatus()+")")
+		}
+		if n.GetNoKey() {
+			a.add(&fNoKey, n.GetName())
 		}
 	}
 	return a

@@ -257,6 +257,11 @@ type NodeStatus struct {
 	// configuration error of the agent's kubelet token; empty when none
 	// is refused or the agent has not reported.
 	ProbeRefusals []*ProbeRefusal `protobuf:"bytes,22,rep,name=probe_refusals,json=probeRefusals,proto3" json:"probe_refusals,omitempty"`
+	// The node's agent reports, but the cloud holds no valid identity key
+	// for it (not recorded again yet after the registry was lost, revoked,
+	// suspended): its unit view lists none, and its peers drop its probe
+	// reports.
+	NoKey         bool `protobuf:"varint,23,opt,name=no_key,json=noKey,proto3" json:"no_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -396,6 +401,13 @@ func (x *NodeStatus) GetProbeRefusals() []*ProbeRefusal {
 	return nil
 }
 
+func (x *NodeStatus) GetNoKey() bool {
+	if x != nil {
+		return x.NoKey
+	}
+	return false
+}
+
 // TunnelSessionsRequest asks every atoll-cloud replica for the tunnel
 // sessions it holds. Subject: atoll.cloud.tunnels (core NATS request,
 // no queue group: every replica answers with a TunnelSessions); the
@@ -509,7 +521,7 @@ const file_atoll_v1_status_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x129\n" +
 	"\n" +
 	"hold_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12*\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\xcd\x04\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x14.atoll.v1.NodeStatusR\x05nodes\"\xe4\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -527,7 +539,8 @@ const file_atoll_v1_status_proto_rawDesc = "" +
 	"\tprotected\x18\f \x01(\bR\tprotected\x12!\n" +
 	"\fviews_behind\x18\x14 \x01(\tR\vviewsBehind\x12'\n" +
 	"\x0ftunnel_sessions\x18\x15 \x01(\rR\x0etunnelSessions\x12=\n" +
-	"\x0eprobe_refusals\x18\x16 \x03(\v2\x16.atoll.v1.ProbeRefusalR\rprobeRefusals\"\x17\n" +
+	"\x0eprobe_refusals\x18\x16 \x03(\v2\x16.atoll.v1.ProbeRefusalR\rprobeRefusals\x12\x15\n" +
+	"\x06no_key\x18\x17 \x01(\bR\x05noKey\"\x17\n" +
 	"\x15TunnelSessionsRequest\"\x9f\x01\n" +
 	"\x0eTunnelSessions\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x129\n" +
