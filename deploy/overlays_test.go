@@ -634,3 +634,42 @@ func mountedFrom(t *testing.T, w *unstructured.Unstructured, c map[string]any, p
 	}
 	return ""
 }
+
+// TestHubVolumeComponent: the embedded hub keeps its store in an
+// emptyDir by default (no PersistentVolumeClaim: it schedules on a
+// cluster without a StorageClass); components/hub-volume puts it on a
+// claim of the same name instead, mounted where the container mounts it,
+// and changes nothing in the overlays that have no such store.
+func TestHubVolumeComponent(t *testing.T) {
+	all := objects(t)
+	store := func(objs []*unstructured.Unstructured) (emptyDir, claim bool) {
+		sts := find(objs, "StatefulSet", "atoll-cloud")
+		vols, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "volumes")
+		for _, v := range vols {
+			if m := v.(map[string]any); m["name"] == "store" {
+				_, emptyDir = m["emptyDir"]
+			}
+		}
+		claims, _, _ := unstructured.NestedSlice(sts.Object, "spec", "volumeClaimTemplates")
+		for _, c := range claims {
+			if n, _, _ := unstructured.NestedString(c.(map[string]any), "metadata", "name"); n == "store" {
+				claim = true
+			}
+		}
+		if mountedFrom(t, sts, container(t, sts, "atoll-cloud"), "/var/lib/atoll/hub/x") == "" && !claim {
+			t.Error("atoll-cloud mounts no store at /var/lib/atoll")
+		}
+		return emptyDir, claim
+	}
+	if e, c := store(all["embedded-hub"]); !e || c {
+		t.Errorf("embedded-hub: store in an emptyDir %v, on a claim %v; want the emptyDir only", e, c)
+	}
+	if e, c := store(all["embedded-hub+hub-volume"]); e || !c {
+		t.Errorf("embedded-hub+hub-volume: store in an emptyDir %v, on a claim %v; want the claim only", e, c)
+	}
+	for _, name := range []string{"external-nats", "ha"} {
+		if !reflect.DeepEqual(all[name], all[name+"+hub-volume"]) {
+			t.Errorf("components/hub-volume changes %s", name)
+		}
+	}
+}

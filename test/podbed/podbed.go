@@ -7,7 +7,7 @@
 // hub address — applied with `kubectl apply --server-side -k`.
 //
 // Shape "embedded-hub" (the default) runs atoll-cloud on one cloud node,
-// its hub's volume a local PersistentVolume there. Shape "ha" runs the
+// its hub's store in the pod (the overlay needs no volume). Shape "ha" runs the
 // external hub's three nats-server pods (nats-server built from the module
 // go.mod pins, in place of the nats image the overlay names) on two cloud
 // nodes, each with a local PersistentVolume, and two atoll-cloud replicas
@@ -229,11 +229,7 @@ func (b *Bed) label(ctx context.Context, node string, labels map[string]string) 
 // install applies the user's overlay of embedded-hub and waits for Atoll
 // to serve.
 func (b *Bed) install(ctx context.Context) error {
-	// The embedded hub's volume: a local PersistentVolume on the cloud
-	// node, as an administrator of a cluster without a provisioner makes.
-	if err := b.localVolume(ctx, "atoll-store", "store-atoll-cloud-0", b.Cloud.Name); err != nil {
-		return err
-	}
+	// The default shape: no volume to provide.
 	if err := b.writeOverlay(""); err != nil {
 		return err
 	}

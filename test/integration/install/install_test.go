@@ -48,8 +48,9 @@ const grace = 20 * time.Second
 // built by deploy/images in the fleet's registry, the embedded-hub overlay
 // with the hub-nodeport component applied with `kubectl apply
 // --server-side -k` (leaf links over TLS with atoll-cloud's generated
-// certificate), the hub's volume a local PersistentVolume (the
-// cluster has no provisioner). A control-plane node runs atoll-cloud;
+// certificate), the hub's store in the pod (no volume: the cluster has
+// no provisioner, and the default shape needs none). A control-plane node
+// runs atoll-cloud;
 // units a (three nodes) and b (one) run atoll-edge, which enrolls by
 // itself (its pod's ServiceAccount token); `atoll status` runs with an
 // operator's credentials issued by `atoll-cloud operator-creds` through
@@ -64,6 +65,10 @@ const grace = 20 * time.Second
 //     that unit's pods;
 //   - a DeploymentGrid whose image is missing from the registry says so
 //     in each unit's status, naming the image;
+//   - atoll-cloud's pod deleted: the new one starts on a new store, with
+//     the identity keys from their Secret (the operator's and the nodes'
+//     credentials still work), every agent gets its key recorded again,
+//     and `atoll status` says SAFE; the scenarios below run on that store;
 //   - scenario 1, a node's link to the cloud silently cut while its peers
 //     reach it: KCM loses it, Atoll keeps it (no NoExecute taint in any
 //     watch event, its pod's endpoint ready at every poll) and its real
@@ -141,6 +146,30 @@ spec:
 		if _, err := bed.Kubectl(ctx, "delete", "deploymentgrid", "missing"); err != nil {
 			t.Error(err)
 		}
+	})
+
+	t.Run("a new atoll-cloud pod: a new store", func(t *testing.T) {
+		if _, err := bed.Kubectl(ctx, "-n", "atoll-system", "delete", "pod", "atoll-cloud-0", "--wait=true"); err != nil {
+			t.Fatal(err)
+		}
+		deleted := time.Now()
+		if err := bed.WaitPodsReady(ctx, "atoll-cloud", 1, 3*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		ready := time.Since(deleted)
+		want := fmt.Sprintf("atoll_identity_nodes_reregistered_total %d", len(nodes))
+		inst.eventually(2*time.Minute, func() error {
+			if m := inst.cloudMetrics(); !strings.Contains(m, want) {
+				return fmt.Errorf("want %s: %s", want, grepLines(m, "atoll_identity_nodes_reregistered_total"))
+			}
+			return nil
+		})
+		if err := bed.WaitSafe(ctx, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		safe := time.Since(deleted)
+		t.Logf("new atoll-cloud pod Ready %s and SAFE %s after the old one was deleted; every node's key recorded again",
+			ready.Round(100*time.Millisecond), safe.Round(100*time.Millisecond))
 	})
 
 	t.Run("scenario 1: link cut, peers healthy", func(t *testing.T) {
