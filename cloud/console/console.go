@@ -112,6 +112,10 @@ func New(cfg Config, h Health, nodes corelisters.NodeLister, grids client.Reader
 // agent reports. Call it before Run.
 func (c *Console) SetAgents(a Agents) { c.b.agents = a }
 
+// SetKeys has each node whose agent reports (SetAgents) show whether the
+// cloud holds no key for it. Call it before Run.
+func (c *Console) SetKeys(k Keys) { c.b.keys = k }
+
 // Run rebuilds the model every Interval and gathers the tunnel sessions
 // every TunnelsEvery until ctx is done; then it ends the event streams
 // (Close), so the admin server's graceful shutdown does not wait for

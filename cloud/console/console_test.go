@@ -91,10 +91,23 @@ func (f *fakeHealth) set(fn func(*fakeHealth)) {
 
 type fakeTunnels map[string]uint32
 
-// fakeAgents are the probe refusals each node's agent reports.
+// fakeAgents are the probe refusals each node's agent reports; the nodes
+// it names are those whose agents report.
 type fakeAgents map[string][]*atollv1.ProbeRefusal
 
 func (a fakeAgents) ProbeRefusals(node string) []*atollv1.ProbeRefusal { return a[node] }
+
+func (a fakeAgents) ViewsBehind(node string) string {
+	if _, ok := a[node]; ok {
+		return ""
+	}
+	return "unknown"
+}
+
+// fakeKeys are the nodes' valid identity keys.
+type fakeKeys map[string]string
+
+func (k fakeKeys) NodeKey(node string) (string, bool) { key, ok := k[node]; return key, ok }
 
 func (t fakeTunnels) GatherTunnels() (map[string]uint32, uint32, bool) { return t, 2, true }
 
@@ -176,6 +189,7 @@ func TestModel(t *testing.T) {
 	c := newConsole(t, h, l, testConfig(), nil)
 	c.sessions.Store(&map[string]uint32{"a": 3})
 	c.SetAgents(fakeAgents{"a": {{Plugin: "kubelet-healthz", Peer: "c", Status: "401 Unauthorized"}}})
+	c.SetKeys(fakeKeys{"b": "UB"}) // a reports without a key; the others do not report
 	if err := c.Update(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -210,9 +224,12 @@ func TestModel(t *testing.T) {
 	if want := []ProbeRefusal{{Plugin: "kubelet-healthz", Peer: "c", Status: "401 Unauthorized"}}; !slices.Equal(a.ProbeRefusals, want) {
 		t.Fatalf("a's probe refusals %+v, want %+v", a.ProbeRefusals, want)
 	}
+	if !a.NoKey {
+		t.Fatal("a reports without a key recorded, and does not show it")
+	}
 	for _, n := range units[0].Nodes[1:] {
-		if n.ProbeRefusals != nil {
-			t.Fatalf("%s's probe refusals %+v, want none", n.Name, n.ProbeRefusals)
+		if n.ProbeRefusals != nil || n.NoKey {
+			t.Fatalf("%s's probe refusals %+v or no key %v, want none", n.Name, n.ProbeRefusals, n.NoKey)
 		}
 	}
 	b := units[0].Nodes[1]

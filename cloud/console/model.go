@@ -37,9 +37,17 @@ type Tunnels interface {
 
 // Agents tells what each node's agent reports
 // (*members.Service implements it): the refusals of its probe
-// credentials by its peers.
+// credentials by its peers, and which views it holds behind ("unknown"
+// while it has not reported).
 type Agents interface {
 	ProbeRefusals(node string) []*atollv1.ProbeRefusal
+	ViewsBehind(node string) string
+}
+
+// Keys tells whether the cloud holds a valid identity key for a node's
+// agent (*identity.Service implements it).
+type Keys interface {
+	NodeKey(node string) (string, bool)
 }
 
 // Node states, the colour of a node's cell (data-state).
@@ -97,6 +105,9 @@ type Node struct {
 	// configuration error; none while the token is accepted or the agent
 	// sends none.
 	ProbeRefusals []ProbeRefusal `json:"probeRefusals,omitempty"`
+	// NoKey: the node's agent reports, but the cloud holds no valid
+	// identity key for it, so its peers drop its probe reports.
+	NoKey bool `json:"noKey,omitempty"`
 }
 
 // ProbeRefusal is a peer refusing the credentials of one of a node's
@@ -166,6 +177,7 @@ type builder struct {
 	nodes  corelisters.NodeLister
 	grids  client.Reader // nil: no grid controllers
 	agents Agents        // nil: no refusals shown
+	keys   Keys          // nil: no node shown without a key
 	rule   units.Rule
 }
 
@@ -244,6 +256,10 @@ func (b *builder) node(n *corev1.Node, tunnels uint32) Node {
 		for _, r := range b.agents.ProbeRefusals(n.Name) {
 			out.ProbeRefusals = append(out.ProbeRefusals, ProbeRefusal{Plugin: r.GetPlugin(), Peer: r.GetPeer(), Status: r.GetStatus()})
 		}
+		if b.keys != nil && b.agents.ViewsBehind(n.Name) != "unknown" {
+			_, ok := b.keys.NodeKey(n.Name)
+			out.NoKey = !ok
+		}
 	}
 	return out
 }
@@ -257,7 +273,7 @@ func sameUnit(a, b Unit) bool {
 
 func sameNode(a, b Node) bool {
 	return a.Name == b.Name && a.State == b.State && a.Ready == b.Ready && a.Verdict == b.Verdict &&
-		a.Protected == b.Protected && a.Link == b.Link && a.Tunnels == b.Tunnels &&
+		a.Protected == b.Protected && a.Link == b.Link && a.Tunnels == b.Tunnels && a.NoKey == b.NoKey &&
 		slices.Equal(a.ProbeRefusals, b.ProbeRefusals) &&
 		slices.EqualFunc(a.Votes, b.Votes, func(x, y Vote) bool {
 			return x.Voter == y.Voter && x.Verdict == y.Verdict && x.Made.Equal(y.Made) && x.Stored.Equal(y.Stored)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/grid"
 	"github.com/atoll-edge/atoll/cloud/health"
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/manager"
 	"github.com/atoll-edge/atoll/cloud/status"
 	"github.com/atoll-edge/atoll/cloud/views/members"
@@ -35,6 +36,7 @@ type params struct {
 	Grids     *grid.Controllers `optional:"true"` // nil: the grid controllers do not run
 	Status    *status.Responder `optional:"true"` // gathers the replicas' tunnel sessions
 	Members   *members.Service  `optional:"true"` // the agents' refused probe credentials
+	Identity  *identity.Service `optional:"true"` // the agents the cloud holds no key for
 }
 
 func newForApp(p params) (*Console, error) {
@@ -55,6 +57,9 @@ func newForApp(p params) (*Console, error) {
 	}
 	if p.Members != nil {
 		c.SetAgents(p.Members)
+	}
+	if p.Identity != nil {
+		c.SetKeys(p.Identity)
 	}
 	p.Health.OnProtectiveWrite(c.Wrote)
 	p.Admin.Handle("/ui/", c.Handler())

@@ -149,6 +149,10 @@
         `refused by ${r.peer} (${r.status})`).join(", ") + ": fix atoll-edge's --kubelet-token-file (get nodes/healthz)");
       t.lastChild.dataset.testid = "probe-credentials";
     }
+    if (n.noKey) { // the registry lost it, or the node is revoked
+      row("Identity key", "none recorded by the cloud: its peers drop its reports (recorded again at its next renewal, unless revoked)");
+      t.lastChild.dataset.testid = "no-key";
+    }
     detailEl.append(t);
     detailEl.append(el("h2", {}, "Votes"));
     if (!n.votes || !n.votes.length) { detailEl.append(el("p", { class: "muted" }, "No fresh vote.")); return; }
