@@ -32,7 +32,7 @@ import (
 // random loopback ports, no routes) with the trust.conf of `atoll-cloud
 // hub-trust` as the manifest's header describes: the servers trust the
 // identity keys of issuer.
-func externalHub(t *testing.T, trust identity.Trust) *server.Server {
+func externalHub(t *testing.T, trust identity.Trust) (*server.Server, natstest.TLSFiles) {
 	t.Helper()
 	raw, err := os.ReadFile("../../../deploy/overlays/external-nats/hub-external.yaml")
 	if err != nil {
@@ -50,8 +50,13 @@ func externalHub(t *testing.T, trust identity.Trust) *server.Server {
 	if err := os.MkdirAll(auth, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// The pod's mounts, here: the leaf certificate atoll-cloud generates
+	// (a test CA's), the pid file's emptyDir.
+	leafTLS := natstest.NewTLS(t, dir, "leaf")
+	conf := strings.NewReplacer("/etc/nats/leaf-tls/tls.crt", leafTLS.CertFile, "/etc/nats/leaf-tls/tls.key", leafTLS.KeyFile,
+		"/var/run/nats/", dir+"/").Replace(cm.Data["nats.conf"])
 	files := map[string]string{
-		filepath.Join(dir, "nats.conf"):   cm.Data["nats.conf"],
+		filepath.Join(dir, "nats.conf"):   conf,
 		filepath.Join(auth, "trust.conf"): trust.ServerConfig(filepath.Join(dir, "data", "jwt")),
 		filepath.Join(auth, "cluster.conf"): `authorization { user: route, password: "pw" }
 routes: [nats-route://route:pw@127.0.0.1:1]
@@ -73,6 +78,9 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 	if !opts.LeafNode.IsolateLeafnodeInterest {
 		t.Fatal("nats.conf: leafnodes do not isolate_leafnode_interest (the hub's memory grows with leafs²)")
 	}
+	if opts.LeafNode.TLSConfig == nil {
+		t.Fatal("nats.conf: the leaf listener does not require TLS")
+	}
 	// One server on loopback: no cluster, random ports, a temp store.
 	opts.Cluster, opts.Routes = server.ClusterOpts{}, nil
 	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
@@ -89,14 +97,15 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	return srv
+	return srv, leafTLS
 }
 
 // TestExternalHubManifest: the hub of
 // deploy/overlays/external-nats/hub-external.yaml, stock
 // nats-server trusting atoll-cloud's identity keys, takes atoll-cloud (a
 // service JWT it issued itself, streams reconciled in domain hub) and an
-// edge node's leaf link, whose credentials cannot be used as a plain
+// edge node's leaf link over TLS (the leaf listener's certificate files
+// as the pods mount them), whose credentials cannot be used as a plain
 // client; the edge publishes into the hub's streams.
 func TestExternalHubManifest(t *testing.T) {
 	keys, trust, err := identity.Setup(t.TempDir())
@@ -104,7 +113,7 @@ func TestExternalHubManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	issuer := identity.NewIssuer(keys, hublink.DefaultDomain)
-	srv := externalHub(t, trust)
+	srv, leafTLS := externalHub(t, trust)
 	log := natstest.Logger(t, slog.LevelWarn)
 
 	cloudKey, _ := nkeys.CreateUser()
@@ -141,6 +150,7 @@ func TestExternalHubManifest(t *testing.T) {
 	ncfg.NodeName = "e1"
 	ncfg.ClientPort, ncfg.RoutePort, ncfg.RouteHost = -1, -1, "127.0.0.1"
 	ncfg.Seed, ncfg.UserJWT = string(edgeSeed), edgeJWT
+	ncfg.HubCAFile, ncfg.HubServerName = leafTLS.CAFile, "localhost"
 	varz, err := srv.Varz(nil)
 	if err != nil {
 		t.Fatal(err)
