@@ -1,6 +1,7 @@
 package grid_test
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -82,10 +83,23 @@ func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
 		return nil
 	})
 
+	// The rollout settles first (its unit moves to updating): a grid not
+	// written over a whole recheck.
 	var before appsv1alpha1.DeploymentGrid
-	if err := c.Get(ctx, client.ObjectKeyFromObject(g), &before); err != nil {
-		t.Fatal(err)
-	}
+	poll.Eventually(t, time.Minute, func() error {
+		var first appsv1alpha1.DeploymentGrid
+		if err := c.Get(ctx, client.ObjectKeyFromObject(g), &first); err != nil {
+			return err
+		}
+		time.Sleep(grid.ProblemRecheck + time.Second)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(g), &before); err != nil {
+			return err
+		}
+		if before.ResourceVersion != first.ResourceVersion {
+			return errors.New("the grid is still changing")
+		}
+		return nil
+	})
 	pod.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff",
 		Message: `Back-off pulling image "nginx:1": ErrImagePull: ` + msg}
 	if err := c.Status().Update(ctx, pod); err != nil {
@@ -97,7 +111,7 @@ func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	if after.ResourceVersion != before.ResourceVersion {
-		t.Errorf("the grid was written while its pod's pull was retried: units %+v", after.Status.Units)
+		t.Errorf("the grid was written while its pod's pull was retried:\nbefore %+v\nafter  %+v", before.Status, after.Status)
 	}
 
 	pod.Status.Conditions[1] = corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
