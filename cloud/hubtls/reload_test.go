@@ -2,7 +2,6 @@ package hubtls_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -69,7 +67,7 @@ leafnodes {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(server, "--config", conf)
-	var serverLog lockedBuffer
+	var serverLog natstest.Buffer
 	cmd.Stdout, cmd.Stderr = &serverLog, &serverLog
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -79,7 +77,7 @@ leafnodes {
 		_ = cmd.Wait()
 	})
 
-	var logs lockedBuffer
+	var logs natstest.Buffer
 	r := hubtls.Reloader{CertFile: cert, KeyFile: key, PIDFile: pidFile, Interval: 50 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -150,22 +148,4 @@ func leafCertificate(addr string) (string, error) {
 		return "", err
 	}
 	return tc.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers and readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -14,11 +14,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 )
+
+// atollSystem starts a real apiserver with the namespace atoll-system.
+func atollSystem(t *testing.T) (context.Context, kubernetes.Interface) {
+	t.Helper()
+	cluster := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	if err := cluster.CreateNamespace(ctx, "atoll-system"); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cluster.Client()
+}
 
 // TestSyncSecret keeps the embedded hub's identity in a Secret on a real
 // apiserver: the first start makes the keys and stores them; a new,
@@ -27,13 +40,7 @@ import (
 // retry cannot mend fails at once, naming it: no Secret, half an
 // identity in it, a volume holding other keys.
 func TestSyncSecret(t *testing.T) {
-	cluster := kubetest.Start(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	client := cluster.Client()
-	if err := cluster.CreateNamespace(ctx, "atoll-system"); err != nil {
-		t.Fatal(err)
-	}
+	ctx, client := atollSystem(t)
 	secrets := client.CoreV1().Secrets("atoll-system")
 	log := natstest.Logger(t, slog.LevelInfo)
 	ref := types.NamespacedName{Namespace: "atoll-system", Name: "atoll-cloud-identity"}
@@ -129,13 +136,7 @@ func TestSyncSecret(t *testing.T) {
 // reads back as saved beside the keys (which stay), and saving it again
 // writes nothing.
 func TestSecretDurable(t *testing.T) {
-	cluster := kubetest.Start(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	client := cluster.Client()
-	if err := cluster.CreateNamespace(ctx, "atoll-system"); err != nil {
-		t.Fatal(err)
-	}
+	ctx, client := atollSystem(t)
 	secrets := client.CoreV1().Secrets("atoll-system")
 	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "atoll-cloud-identity"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
