@@ -62,7 +62,7 @@ func parse(args []string, out io.Writer) (options, error) {
 	fs := flag.NewFlagSet("atoll-demo", flag.ContinueOnError)
 	fs.IntVar(&o.units, "units", 2, "number of simulated edge sites (NodeUnits)")
 	fs.IntVar(&o.nodes, "nodes", 3, "nodes per site")
-	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until interrupted)")
+	fs.DurationVar(&o.duration, "duration", 0, "stop this long after everything is ready, whatever the start took (0: run until interrupted)")
 	fs.DurationVar(&o.interval, "interval", 3*time.Second, "status table refresh period")
 	fs.IntVar(&o.hubPort, "hub-port", 4222, "embedded hub's client port on 127.0.0.1 (0: random)")
 	fs.BoolVar(&o.cluster, "hub-cluster", false, "run the hub as a cluster of three servers that atoll-cloud dials by URL (default: embedded in atoll-cloud)")
@@ -109,18 +109,22 @@ func workDir(dir string) (string, error) {
 	return filepath.Abs(dir)
 }
 
-// run runs the demo until ctx is done (Ctrl-C, SIGTERM or --duration),
-// then stops everything it started. Stopping that way is no error. Logs
-// and state stay in the working directory.
+// untilDone is ctx, ended --duration from now when it is set: the demo's
+// story runs that long once it is ready, however long the start took.
+func (o options) untilDone(ctx context.Context) (context.Context, context.CancelFunc) {
+	if o.duration > 0 {
+		return context.WithTimeout(ctx, o.duration)
+	}
+	return context.WithCancel(ctx)
+}
+
+// run runs the demo until ctx is done (Ctrl-C, SIGTERM) or --duration
+// after it is ready, then stops everything it started. Stopping that way
+// is no error. Logs and state stay in the working directory.
 func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	o, err := parse(args, out)
 	if err != nil {
 		return err
-	}
-	if o.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.duration)
-		defer cancel()
 	}
 	if o.dir, err = workDir(o.dir); err != nil {
 		return err
@@ -161,6 +165,8 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		bed.Stop()
 	}()
 	say("ready in %v; kubeconfig: %s", time.Since(start).Round(100*time.Millisecond), bed.Cluster.KubeconfigPath())
+	ctx, cancel := o.untilDone(ctx)
+	defer cancel()
 	say("  status page:    http://%s/ui/", bed.Admin.Addr())
 	login := fmt.Sprintf("ATOLL_NATS_URL=%s ATOLL_NATS_CREDS=%s", bed.HubURL(), bed.OperatorCreds)
 	say("  watch events:   %s go run ./services/atoll events tail", login)

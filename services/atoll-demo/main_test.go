@@ -186,7 +186,7 @@ func TestDemoRealNodes(t *testing.T) {
 	dir := t.TempDir()
 	var out natstest.Buffer
 	err := run(t.Context(), []string{"--real-nodes", "--units=1", "--nodes=2", "--interval=2s", "--cut-after=5s",
-		"--cut-for=5m", "--duration=75s", "--dir=" + dir}, &out)
+		"--cut-for=5m", "--duration=40s", "--dir=" + dir}, &out)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}

@@ -60,6 +60,8 @@ func runRealNodes(ctx context.Context, o options, out io.Writer, log *slog.Logge
 		return err
 	}
 	say("ready in %v: atoll-cloud and every atoll-edge Ready, every node enrolled by itself, atoll status SAFE", time.Since(start).Round(100*time.Millisecond))
+	ctx, cancel := o.untilDone(ctx)
+	defer cancel()
 	say("  kubeconfig:     %s   (kubectl --kubeconfig … get pods -A -o wide)", bed.Cluster.KubeconfigPath())
 	say("  your overlay:   %s", bed.Overlay)
 	if url, err := portForward(ctx, bed, o); err != nil {
