@@ -99,6 +99,9 @@ func (s *Service) restoreDurable(ctx context.Context) error {
 		if snap, err = s.durable.Load(ctx); err == nil {
 			break
 		}
+		if errors.Is(err, ErrCorruptSnapshot) {
+			return err
+		}
 		s.log.Warn("identity registry: cannot read the revocations kept outside the hub; retrying", "in", delay, "err", err)
 		select {
 		case <-ctx.Done():

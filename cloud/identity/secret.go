@@ -174,6 +174,10 @@ type Snapshot struct {
 	Records []Record `json:"records,omitempty"`
 }
 
+// ErrCorruptSnapshot is a kept snapshot that does not decode: no retry
+// mends it, and going on would forget its revocations.
+var ErrCorruptSnapshot = errors.New("identity registry: the kept revocations do not decode")
+
 // RegistryFileName is the key of the Secret that holds a Snapshot.
 const RegistryFileName = "registry.json"
 
@@ -193,7 +197,8 @@ func (d SecretDurable) Load(ctx context.Context) (Snapshot, error) {
 	var s Snapshot
 	if data := secret.Data[RegistryFileName]; len(data) > 0 {
 		if err := json.Unmarshal(data, &s); err != nil {
-			return Snapshot{}, fmt.Errorf("identity registry: Secret %s key %s: %w", d.Ref, RegistryFileName, err)
+			return Snapshot{}, fmt.Errorf("%w: Secret %s key %s: %w (restore it from a backup, or remove the key and revoke again every node revoked before)",
+				ErrCorruptSnapshot, d.Ref, RegistryFileName, err)
 		}
 	}
 	return s, nil

@@ -2,6 +2,7 @@ package identity_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -171,5 +172,13 @@ func TestSecretDurable(t *testing.T) {
 	again, err := secrets.Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil || again.ResourceVersion != saved.ResourceVersion {
 		t.Fatalf("saving the same snapshot wrote the Secret (%v)", err)
+	}
+	// Garbage in the key: a permanent error naming it.
+	again.Data[identity.RegistryFileName] = []byte("{not json")
+	if _, err := secrets.Update(ctx, again, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Load(ctx); !errors.Is(err, identity.ErrCorruptSnapshot) || !strings.Contains(err.Error(), "key registry.json") {
+		t.Fatalf("a corrupt snapshot: %v, want ErrCorruptSnapshot naming the key", err)
 	}
 }
