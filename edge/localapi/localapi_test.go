@@ -1,0 +1,390 @@
+package localapi
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/atoll-edge/atoll/internal/logging"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/poll"
+)
+
+const kubeletUA = "kubelet/v1.36.3 (linux/amd64) kubernetes/test"
+
+// localAPI runs a local API endpoint for the node whose credentials are
+// in pki, keeping its cache in dir, until the returned stop is called
+// (or the test ends).
+func localAPI(t *testing.T, apiserver, caFile, pki, dir string) (*Server, func()) {
+	t.Helper()
+	cfg := Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.APIServer, cfg.CAFile, cfg.Dir = apiserver, caFile, dir
+	cfg.CertFile, cfg.KeyFile = filepath.Join(pki, "node.crt"), filepath.Join(pki, "node.key")
+	cfg.Timeout, cfg.ProbeInterval, cfg.FlushInterval = time.Second, 200*time.Millisecond, 100*time.Millisecond
+	log, err := logging.New(logging.Config{Level: "debug", Format: "text"}, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("local API stopped: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return s, stop
+}
+
+// clientOf is a client of the local API endpoint as component ua.
+func clientOf(t *testing.T, s *Server, ua string) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + s.Addr(), UserAgent: ua,
+		ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// nodeCredentials writes a client certificate of system:node:<name>.
+func nodeCredentials(t *testing.T, cluster *kubetest.Cluster, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key, err := cluster.IssueClientCert("system:node:"+name, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range map[string][]byte{"node.crt": cert, "node.key": key} {
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// blackhole is kube-apiserver's address on a dead link: connections are
+// accepted and never answered.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "https://" + l.Addr().String()
+}
+
+func boundPod(name, node string, volumes ...corev1.Volume) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "app", Volumes: volumes,
+			Containers: []corev1.Container{{Name: "c", Image: "example/app"}}}}
+}
+
+func secretVolume(name string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}}
+}
+
+// podInformer is the kubelet's view of its pods: a list and watch of the
+// pods bound to node.
+func podInformer(t *testing.T, c kubernetes.Interface, node string) (cache.SharedIndexInformer, func()) {
+	t.Helper()
+	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}))
+	inf := f.Core().V1().Pods().Informer()
+	stop := make(chan struct{})
+	f.Start(stop)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		close(stop)
+		t.Fatal("the pod informer did not sync through the local API")
+	}
+	return inf, func() { close(stop); f.Shutdown() }
+}
+
+func podNames(inf cache.SharedIndexInformer) []string {
+	var names []string
+	for _, o := range inf.GetStore().List() {
+		names = append(names, o.(*corev1.Pod).Name)
+	}
+	return names
+}
+
+// TestNodeReadsOutliveTheLink runs the node's components against a real
+// kube-apiserver through the local API endpoint, then starts the
+// endpoint again on the same disk with kube-apiserver unreachable (a
+// reboot with the link down): what the node read is answered, as it
+// was; what it did not read, writes, and another component's reads are
+// refused with 503; a damaged record is dropped and named.
+func TestNodeReadsOutliveTheLink(t *testing.T) {
+	cluster := kubetest.Start(t)
+	admin := cluster.Client()
+	ctx := t.Context()
+	if err := cluster.CreateNamespace(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}))
+	must(admin.CoreV1().ServiceAccounts("app").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}))
+	for _, s := range []string{"mine", "theirs", "rotated"} {
+		must(admin.CoreV1().Secrets("app").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s},
+			StringData: map[string]string{"k": s}}, metav1.CreateOptions{}))
+	}
+	p1, err := admin.CoreV1().Pods("app").Create(ctx, boundPod("p1", "n1", secretVolume("mine"), secretVolume("rotated")), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(admin.CoreV1().Pods("app").Create(ctx, boundPod("p2", "n2", secretVolume("theirs")), metav1.CreateOptions{}))
+
+	pki, dir := nodeCredentials(t, cluster, "n1"), t.TempDir()
+	s, stop := localAPI(t, cluster.APIServerURL(), cluster.CAFile(), pki, dir)
+	kubelet := clientOf(t, s, kubeletUA)
+	poll.Eventually(t, 10*time.Second, func() error {
+		_, err := kubelet.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		return err
+	})
+	inf, stopInformer := podInformer(t, kubelet, "n1")
+	// A pod bound while the watch runs reaches the kept list.
+	must(admin.CoreV1().Pods("app").Create(ctx, boundPod("p3", "n1"), metav1.CreateOptions{}))
+	poll.Eventually(t, 10*time.Second, func() error {
+		if got := podNames(inf); len(got) != 2 {
+			return errors.New("the informer holds " + strings.Join(got, ","))
+		}
+		return nil
+	})
+	lastRV := inf.LastSyncResourceVersion()
+	stopInformer()
+	for _, name := range []string{"mine", "rotated"} {
+		must(kubelet.CoreV1().Secrets("app").Get(ctx, name, metav1.GetOptions{}))
+	}
+	if _, err := kubelet.CoreV1().Secrets("app").Get(ctx, "theirs", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("another node's Secret through the local API: %v, want Forbidden (the Node authorizer decides)", err)
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: new(int64(3600)),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: "p1", UID: p1.UID}}}
+	issued, err := kubelet.CoreV1().ServiceAccounts("app").CreateToken(ctx, "app", tr, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	// A record cut short (a power cut on a file system that lost it).
+	damaged := s.cache.file(recID("kubelet", "/api/v1/namespaces/app/secrets/rotated"))
+	b, err := os.ReadFile(damaged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(damaged, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	off, _ := localAPI(t, blackhole(t), cluster.CAFile(), pki, dir)
+	if got := testutil.ToFloat64(off.m.corrupt); got != 1 {
+		t.Errorf("damaged records counted: %v, want 1", got)
+	}
+	kubelet = clientOf(t, off, kubeletUA)
+	pods, err := kubelet.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 2 || pods.ResourceVersion != lastRV {
+		t.Errorf("offline list: %d pods at %s, want 2 at %s (the kept list, as the watch left it)", len(pods.Items), pods.ResourceVersion, lastRV)
+	}
+	inf, stopInformer = podInformer(t, kubelet, "n1")
+	defer stopInformer()
+	if got := podNames(inf); len(got) != 2 {
+		t.Errorf("offline informer: %v, want p1 and p3", got)
+	}
+	if _, err := kubelet.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Errorf("offline get of the node: %v", err)
+	}
+	if sec, err := kubelet.CoreV1().Secrets("app").Get(ctx, "mine", metav1.GetOptions{}); err != nil || string(sec.Data["k"]) != "mine" {
+		t.Errorf("offline get of a Secret the node read: %v", err)
+	}
+	for _, name := range []string{"theirs", "rotated"} {
+		_, err := kubelet.CoreV1().Secrets("app").Get(ctx, name, metav1.GetOptions{})
+		if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "holds no answer") {
+			t.Errorf("offline get of Secret %s (never read, or damaged): %v, want 503 naming the cache", name, err)
+		}
+	}
+	again, err := kubelet.CoreV1().ServiceAccounts("app").CreateToken(ctx, "app", tr, metav1.CreateOptions{})
+	if err != nil || again.Status.Token != issued.Status.Token {
+		t.Errorf("offline token request: %v; the same token: %v", err, err == nil && again.Status.Token == issued.Status.Token)
+	}
+	pod := pods.Items[0].DeepCopy()
+	pod.Status.Phase = corev1.PodRunning
+	if _, err := kubelet.CoreV1().Pods("app").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); !apierrors.IsServiceUnavailable(err) ||
+		!strings.Contains(err.Error(), "retry once kube-apiserver is reachable") {
+		t.Errorf("offline write: %v, want 503 saying it was not sent", err)
+	}
+	kubeProxy := clientOf(t, off, "kube-proxy/v1.36.3")
+	if _, err := kubeProxy.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=n1"}); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("another component's offline list of the kubelet's pods: %v, want 503", err)
+	}
+}
+
+// TestSlowAPIServerAndBack pauses kube-apiserver under a running local
+// API endpoint: a kept read is answered from the cache once the
+// apiserver is slower than the timeout, watches are held, and when it
+// answers again the held watches end and the components watch
+// kube-apiserver again, seeing what changed.
+func TestSlowAPIServerAndBack(t *testing.T) {
+	cluster := kubetest.Start(t)
+	admin := cluster.Client()
+	ctx := t.Context()
+	if err := cluster.CreateNamespace(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ServiceAccounts("app").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Pods("app").Create(ctx, boundPod("p1", "n1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := localAPI(t, cluster.APIServerURL(), cluster.CAFile(), nodeCredentials(t, cluster, "n1"), t.TempDir())
+	kubelet := clientOf(t, s, kubeletUA)
+	poll.Eventually(t, 10*time.Second, func() error {
+		_, err := kubelet.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		return err
+	})
+	inf, stopInformer := podInformer(t, kubelet, "n1")
+	defer stopInformer()
+
+	resume, err := cluster.PauseAPIServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := true
+	defer func() {
+		if paused {
+			_ = resume()
+		}
+	}()
+	if _, err := kubelet.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Errorf("a kept read while kube-apiserver hangs: %v, want the cache's answer", err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if testutil.ToFloat64(s.m.heldWatches) < 1 {
+			return errors.New("the pod watch is not held by the cache yet")
+		}
+		return nil
+	})
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	paused = false
+	if _, err := admin.CoreV1().Pods("app").Create(ctx, boundPod("p2", "n1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if got := podNames(inf); len(got) != 2 {
+			return errors.New("the informer holds " + strings.Join(got, ","))
+		}
+		return nil
+	})
+	if got := testutil.ToFloat64(s.m.transitions.WithLabelValues("online")); got != 2 {
+		t.Errorf("back online %v times, want 2 (start, resume)", got)
+	}
+}
+
+func TestRequestShapes(t *testing.T) {
+	tests := []struct {
+		method, target, ua string
+		verb, key, comp    string
+	}{
+		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&resourceVersion=0&limit=500", kubeletUA, verbRead, "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "kubelet"},
+		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&watch=true&resourceVersion=7&timeoutSeconds=300", kubeletUA, verbWatch, "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "kubelet"},
+		{"GET", "/api/v1/watch/namespaces/app/configmaps?fieldSelector=metadata.name%3Dx", "kube-proxy/v1", verbWatch, "/api/v1/namespaces/app/configmaps?fieldSelector=metadata.name%3Dx", "kube-proxy"},
+		{"GET", "/apis/storage.k8s.io/v1/watch/csinodes", "", verbWatch, "/apis/storage.k8s.io/v1/csinodes", "unknown"},
+		{"GET", "/api/v1/nodes/n1?resourceVersion=0", "../../etc", verbRead, "/api/v1/nodes/n1", "unknown"},
+		{"POST", "/api/v1/namespaces/app/serviceaccounts/app/token", kubeletUA, verbToken, "/api/v1/namespaces/app/serviceaccounts/app/token", "kubelet"},
+		{"POST", "/api/v1/namespaces/app/pods", kubeletUA, verbWrite, "/api/v1/namespaces/app/pods", "kubelet"},
+		{"PATCH", "/api/v1/nodes/n1/status", "Kubelet Thing/2", verbWrite, "/api/v1/nodes/n1/status", "kubelet"},
+	}
+	for _, tt := range tests {
+		r, err := http.NewRequest(tt.method, "http://local"+tt.target, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("User-Agent", tt.ua)
+		if v, k, c := classify(r), keyOf(r), component(r); v != tt.verb || k != tt.key || c != tt.comp {
+			t.Errorf("%s %s (%q): %s %s %s, want %s %s %s", tt.method, tt.target, tt.ua, v, k, c, tt.verb, tt.key, tt.comp)
+		}
+	}
+}
+
+func TestWithKind(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"metadata":{"name":"a"}}`: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}`,
+		`{}`:                        `{"apiVersion":"v1","kind":"Pod"}`,
+		` { } `:                     `{"apiVersion":"v1","kind":"Pod"}`,
+	} {
+		if got := string(withKind([]byte(strings.TrimSpace(in)), "Pod", "v1")); got != want {
+			t.Errorf("withKind(%s) = %s, want %s", in, got, want)
+		}
+	}
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{{"5", "7", true}, {"7", "7", false}, {"0", "7", false}, {"", "7", false}, {"9", "7", false}} {
+		if got := olderThan(tt.a, tt.b); got != tt.want {
+			t.Errorf("olderThan(%q, %q) = %v", tt.a, tt.b, got)
+		}
+	}
+}
