@@ -27,7 +27,7 @@ func BenchmarkNodeBoot(b *testing.B) {
 		b.Skip(err)
 	}
 	cluster := kubetest.Start(b, kubenode.ClusterOptions(4)...)
-	fleet := kubenode.StartForTest(b, cluster, 4)
+	fleet := kubenode.StartForTest(b, cluster, kubenode.Config{Net: 4})
 	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
 	defer cancel()
 	client := cluster.Client()

@@ -102,10 +102,17 @@ syncFrequency: 10s
 serializeImagePulls: false
 `))
 
+	// kubeconfig is the kubelet's: the apiserver with the node's
+	// credentials, or the node's local API endpoint, which holds them.
 	kubeconfig = template.Must(template.New("kubeconfig").Parse(`apiVersion: v1
 kind: Config
+{{- if .LocalAPI}}
+clusters: [{name: kubenode, cluster: {server: "http://{{.LocalAPI}}"}}]
+users: [{name: node, user: {}}]
+{{- else}}
 clusters: [{name: kubenode, cluster: {server: "{{.APIServer}}", certificate-authority: "{{.Disk}}/pki/ca.crt"}}]
 users: [{name: node, user: {client-certificate: "{{.Disk}}/pki/node.crt", client-key: "{{.Disk}}/pki/node.key"}}]
+{{- end}}
 contexts: [{name: kubenode, context: {cluster: kubenode, user: node}}]
 current-context: kubenode
 `))
@@ -168,8 +175,11 @@ func (n *Node) writeConfig() error {
 	}
 	data := struct {
 		*Node
-		BinDir, Runc, Registry, SandboxImage, APIServer, ClusterCIDR, DNSIP string
-	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer, ClusterCIDR(n.fleet.cfg.Net), dnsIP}
+		BinDir, Runc, Registry, SandboxImage, APIServer, ClusterCIDR, DNSIP, LocalAPI string
+	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer, ClusterCIDR(n.fleet.cfg.Net), dnsIP, ""}
+	if n.fleet.cfg.LocalAPI {
+		data.LocalAPI = LocalAPIAddr
+	}
 	for path, tmpl := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return err

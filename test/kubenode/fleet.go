@@ -36,7 +36,20 @@ type Config struct {
 	// DNS runs the cluster DNS (CoreDNS, see DNSIP) and points every
 	// node's pods at it.
 	DNS bool
+	// LocalAPI runs Atoll's local API endpoint on every node (`atoll-edge
+	// local-api`, built by Start, started before the kubelet as a systemd
+	// unit would be) and points the node's kubelet at it
+	// (LocalAPIAddr): the kubelet reaches kube-apiserver only through it.
+	LocalAPI bool
 }
+
+// LocalAPIAddr is where a node's local API endpoint listens (on the
+// node's own loopback) with Config.LocalAPI; its metrics are at
+// LocalAPIAdminAddr.
+const (
+	LocalAPIAddr      = "127.0.0.1:10261"
+	LocalAPIAdminAddr = "127.0.0.1:10262"
+)
 
 // Fleet is a set of real nodes on one host bridge.
 type Fleet struct {
@@ -46,6 +59,7 @@ type Fleet struct {
 	apiServer string
 	registry  string
 	images    *imageRegistry
+	atollEdge string // the atoll-edge executable, with Config.LocalAPI
 
 	mu    sync.Mutex
 	nodes []*Node
@@ -143,18 +157,37 @@ func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, 
 			return nil, err
 		}
 	}
+	if cfg.LocalAPI {
+		if err := f.buildAtollEdge(ctx); err != nil {
+			f.Stop()
+			return nil, err
+		}
+	}
 	return f, nil
 }
 
-// StartForTest is Start for a test: it skips the test when the machine
-// cannot run real nodes, fails it on any other error, and stops the
-// fleet with the test.
-func StartForTest(t testing.TB, cluster *kubetest.Cluster, net int) *Fleet {
+// buildAtollEdge builds atoll-edge into the fleet's directory.
+func (f *Fleet) buildAtollEdge(ctx context.Context) error {
+	f.atollEdge = filepath.Join(f.cfg.Dir, "bin", "atoll-edge")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", f.atollEdge, "github.com/atoll-edge/atoll/services/atoll-edge")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubenode: build atoll-edge: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// StartForTest is Start for a test (cfg.Dir empty: a directory of the
+// test's): it skips the test when the machine cannot run real nodes,
+// fails it on any other error, and stops the fleet with the test.
+func StartForTest(t testing.TB, cluster *kubetest.Cluster, cfg Config) *Fleet {
 	t.Helper()
 	if err := Prerequisites(); err != nil {
 		t.Skip(err)
 	}
-	f, err := Start(t.Context(), cluster, Config{Net: net, Dir: t.TempDir()})
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	f, err := Start(t.Context(), cluster, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,16 +202,16 @@ func StartForTest(t testing.TB, cluster *kubetest.Cluster, net int) *Fleet {
 	return f
 }
 
-// StartWithNode starts, for test t, a control plane for fleet net
+// StartWithNode starts, for test t, a control plane for fleet cfg.Net
 // (ClusterOptions), the fleet, and one node named name, Ready. It skips t
 // where real nodes cannot run.
-func StartWithNode(t testing.TB, net int, name string) (*kubetest.Cluster, *Fleet, *Node) {
+func StartWithNode(t testing.TB, cfg Config, name string) (*kubetest.Cluster, *Fleet, *Node) {
 	t.Helper()
 	if err := Prerequisites(); err != nil {
 		t.Skip(err)
 	}
-	cluster := kubetest.Start(t, ClusterOptions(net)...)
-	fleet := StartForTest(t, cluster, net)
+	cluster := kubetest.Start(t, ClusterOptions(cfg.Net)...)
+	fleet := StartForTest(t, cluster, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	node, err := fleet.Add(ctx, name)

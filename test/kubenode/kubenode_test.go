@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +38,7 @@ import (
 // containers SIGKILLed) and a boot on the same disk, the pod runs and
 // answers again.
 func TestRealNode(t *testing.T) {
-	cluster, fleet, node := kubenode.StartWithNode(t, 1, "edge-1")
+	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 1, LocalAPI: true}, "edge-1")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	client := cluster.Client()
@@ -44,13 +46,30 @@ func TestRealNode(t *testing.T) {
 	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {
 		t.Fatal(err)
 	}
+	// Its volumes are what a pod that starts offline needs from the
+	// local API: a ConfigMap, a Secret and the projected
+	// service-account token every pod gets.
+	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Data: map[string]string{"greeting": "hello"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		StringData: map[string]string{"password": "hello"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default", Labels: map[string]string{"app": "hello"}},
 		Spec: corev1.PodSpec{
 			NodeName: node.Name,
+			Volumes: []corev1.Volume{
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "hello"}}}},
+				{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "hello"}}},
+			},
 			Containers: []corev1.Container{{
 				Name: "hello", Image: fleet.Image("hello"),
-				Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "secret", MountPath: "/secret"}},
+				Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
 				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
 					HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}},
 			}},
@@ -154,7 +173,69 @@ func TestRealNode(t *testing.T) {
 		again := waitServing(ctx, t, client, node, first.Status.ContainerStatuses[0].RestartCount+1)
 		t.Logf("after the boot: pod Ready again at %s in %s, restarts %d", again.Status.PodIP,
 			time.Since(begin).Round(10*time.Millisecond), again.Status.ContainerStatuses[0].RestartCount)
+		first = again
 	})
+
+	// The node reboots while its link to the control plane is down: the
+	// kubelet gets its pod, the pod's ConfigMap, Secret and token from the
+	// local API endpoint's cache and starts it; once the link is back its
+	// status reaches the apiserver.
+	t.Run("power cut and boot offline", func(t *testing.T) {
+		if err := node.Cut(kubenode.HostIP(1)); err != nil {
+			t.Fatal(err)
+		}
+		node.PowerCut()
+		begin := time.Now()
+		if err := node.Boot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var at string
+		poll.Eventually(t, 2*time.Minute, func() error {
+			var err error
+			at, err = servingOnNode(ctx, node)
+			return err
+		})
+		t.Logf("offline boot: pod serving at %s in %s", at, time.Since(begin).Round(10*time.Millisecond))
+		metrics, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+kubenode.LocalAPIAdminAddr+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			`atoll_localapi_requests_total{answer="cache",component="kubelet",verb="token"}`,
+			`atoll_localapi_requests_total{answer="cache",component="kubelet",verb="watch"}`,
+			`atoll_localapi_apiserver_reachable 0`,
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("the local API's metrics lack %s", want)
+			}
+		}
+		if err := node.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		again := waitServing(ctx, t, client, node, first.Status.ContainerStatuses[0].RestartCount+1)
+		if again.Status.PodIP != at {
+			t.Errorf("the apiserver has the pod at %s, the node serves it at %s", again.Status.PodIP, at)
+		}
+	})
+}
+
+// servingOnNode finds, from inside the node, the address its pod hello
+// answers at: one of the node's pod network allocations.
+func servingOnNode(ctx context.Context, node *kubenode.Node) (string, error) {
+	ips, err := os.ReadDir(filepath.Join(node.Disk, "cni", "ipam", "kubenode"))
+	if err != nil {
+		return "", err
+	}
+	for _, f := range ips {
+		if net.ParseIP(f.Name()) == nil {
+			continue
+		}
+		out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "1", "http://"+net.JoinHostPort(f.Name(), "8080")+"/")
+		if err == nil && strings.HasPrefix(out, "hello from hello") {
+			return f.Name(), nil
+		}
+	}
+	return "", errors.New("pod hello answers at none of the node's pod addresses")
 }
 
 // waitServing waits until pod hello is Ready (with at least minRestarts

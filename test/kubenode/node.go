@@ -46,6 +46,7 @@ type Node struct {
 	mountNS string
 
 	mu         sync.Mutex
+	localAPI   *process
 	containerd *process
 	kubelet    *process
 	kubeProxy  *process
@@ -161,7 +162,7 @@ func (n *Node) create(others []*Node) error {
 func (n *Node) Boot(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.kubelet != nil || n.containerd != nil || n.kubeProxy != nil {
+	if n.kubelet != nil || n.containerd != nil || n.kubeProxy != nil || n.localAPI != nil {
 		return fmt.Errorf("kubenode: %s is running", n.Name)
 	}
 	n.dropMounts()
@@ -175,6 +176,9 @@ func (n *Node) Boot(ctx context.Context) error {
 		return err
 	}
 	if err := n.cgroups(); err != nil {
+		return err
+	}
+	if err := n.startLocalAPI(); err != nil {
 		return err
 	}
 	if err := n.startContainerd(ctx); err != nil {
@@ -193,6 +197,23 @@ func (n *Node) Boot(ctx context.Context) error {
 		return err
 	}
 	return n.startKubeProxy()
+}
+
+// startLocalAPI runs the node's local API endpoint with the node's
+// credentials, its cache under /var/lib/atoll (the node's disk), when the
+// fleet has one.
+func (n *Node) startLocalAPI() error {
+	if !n.fleet.cfg.LocalAPI {
+		return nil
+	}
+	pki := filepath.Join(n.Disk, "pki")
+	var err error
+	n.localAPI, err = n.start("local-api", n.fleet.atollEdge, "local-api",
+		"--listen="+LocalAPIAddr, "--admin-addr="+LocalAPIAdminAddr,
+		"--apiserver="+n.fleet.apiServer, "--ca-file="+filepath.Join(pki, "ca.crt"),
+		"--client-cert="+filepath.Join(pki, "node.crt"), "--client-key="+filepath.Join(pki, "node.key"),
+		"--dir=/var/lib/atoll/local-api", "--log-format=text")
+	return err
 }
 
 // startContainerd runs containerd and waits until it answers.
@@ -440,12 +461,12 @@ func (n *Node) cgroups() error {
 func (n *Node) PowerCut() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, p := range []*process{n.kubelet, n.containerd, n.kubeProxy} {
+	for _, p := range []*process{n.kubelet, n.containerd, n.kubeProxy, n.localAPI} {
 		if p != nil {
 			p.kill()
 		}
 	}
-	n.kubelet, n.containerd, n.kubeProxy = nil, nil, nil
+	n.kubelet, n.containerd, n.kubeProxy, n.localAPI = nil, nil, nil, nil
 	for _, pid := range n.shims() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -537,9 +558,9 @@ func removeCgroupTree(root string) {
 }
 
 // LogTails returns the last n lines of the node's containerd and kubelet
-// logs.
+// logs, and its local API endpoint's.
 func (n *Node) LogTails(lines int) string {
-	return n.logTail("containerd", lines) + n.logTail("kubelet", lines)
+	return n.logTail("containerd", lines) + n.logTail("kubelet", lines) + n.logTail("local-api", lines)
 }
 
 func (n *Node) logTail(name string, lines int) string {

@@ -20,7 +20,7 @@ import (
 // a real node (containerd pulls it, runc starts it as the images' non-root
 // user): the binary answers --help and the pod succeeds.
 func TestImagesRunOnRealNode(t *testing.T) {
-	cluster, fleet, node := kubenode.StartWithNode(t, 3, "edge-1")
+	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 3}, "edge-1")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {

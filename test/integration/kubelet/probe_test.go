@@ -34,7 +34,7 @@ import (
 //   - powered off (kubelet, containerd and its containers SIGKILLed),
 //     both checks fail: the peer is abnormal.
 func TestProbeRealKubelet(t *testing.T) {
-	cluster, _, node := kubenode.StartWithNode(t, 2, "edge-1")
+	cluster, _, node := kubenode.StartWithNode(t, kubenode.Config{Net: 2}, "edge-1")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	target := prober.Target{Name: node.Name, IP: node.IP}
