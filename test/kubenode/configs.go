@@ -41,7 +41,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
       Root = '{{.Run}}/runc'
       SystemdCgroup = false
     [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ['{{.BinDir}}/cni']
+      bin_dirs = ['{{.BinDir}}/cni'{{if .AtollCNI}}, '{{.AtollCNI}}'{{end}}]
       conf_dir = '{{.Disk}}/cni/net.d'
 `))
 
@@ -50,10 +50,18 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.tracing.processor
   capabilities = ["pull", "resolve"]
 `))
 
+	// cniConfig is a bridge with host-local addresses, or with
+	// KeepPodIPs atoll-ipam over host-local (its snapshot in
+	// /var/lib/cni/atoll-ipam, on the node's disk).
 	cniConfig = template.Must(template.New("cni").Parse(`{"cniVersion": "1.0.0", "name": "kubenode", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "{{.PodCIDR}}"}]], "routes": [{"dst": "0.0.0.0/0"}],
-            "dataDir": "{{.Disk}}/cni/ipam"}},
+{{- if .AtollCNI}}
+   "ipam": {"type": "atoll-ipam", "delegate":
+{{- else}}
+   "ipam":
+{{- end}}
+           {"type": "host-local", "ranges": [[{"subnet": "{{.PodCIDR}}"}]], "routes": [{"dst": "0.0.0.0/0"}],
+            "dataDir": "{{.Disk}}/cni/ipam"}{{if .AtollCNI}}}{{end}}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 `))
 
@@ -175,10 +183,13 @@ func (n *Node) writeConfig() error {
 	}
 	data := struct {
 		*Node
-		BinDir, Runc, Registry, SandboxImage, APIServer, ClusterCIDR, DNSIP, LocalAPI string
-	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer, ClusterCIDR(n.fleet.cfg.Net), dnsIP, ""}
+		BinDir, Runc, Registry, SandboxImage, APIServer, ClusterCIDR, DNSIP, LocalAPI, AtollCNI string
+	}{n, n.fleet.cfg.BinDir, n.fleet.runc, n.fleet.registry, n.fleet.SandboxImage(), n.fleet.apiServer, ClusterCIDR(n.fleet.cfg.Net), dnsIP, "", ""}
 	if n.fleet.cfg.LocalAPI {
 		data.LocalAPI = LocalAPIAddr
+	}
+	if n.fleet.cfg.KeepPodIPs {
+		data.AtollCNI = filepath.Join(n.fleet.atollBin, "cni")
 	}
 	for path, tmpl := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

@@ -41,6 +41,10 @@ type Config struct {
 	// unit would be) and points the node's kubelet at it
 	// (LocalAPIAddr): the kubelet reaches kube-apiserver only through it.
 	LocalAPI bool
+	// KeepPodIPs makes Atoll's CNI IPAM plugin (atoll-ipam, built by
+	// Start, over host-local) the nodes' IPAM: a pod whose sandbox is
+	// created again after a power cut keeps its address.
+	KeepPodIPs bool
 }
 
 // LocalAPIAddr is where a node's local API endpoint listens (on the
@@ -59,7 +63,7 @@ type Fleet struct {
 	apiServer string
 	registry  string
 	images    *imageRegistry
-	atollEdge string // the atoll-edge executable, with Config.LocalAPI
+	atollBin  string // atoll-edge, and cni/atoll-ipam, as the Config asks
 
 	mu    sync.Mutex
 	nodes []*Node
@@ -157,21 +161,30 @@ func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, 
 			return nil, err
 		}
 	}
-	if cfg.LocalAPI {
-		if err := f.buildAtollEdge(ctx); err != nil {
-			f.Stop()
-			return nil, err
-		}
+	if err := f.buildAtoll(ctx); err != nil {
+		f.Stop()
+		return nil, err
 	}
 	return f, nil
 }
 
-// buildAtollEdge builds atoll-edge into the fleet's directory.
-func (f *Fleet) buildAtollEdge(ctx context.Context) error {
-	f.atollEdge = filepath.Join(f.cfg.Dir, "bin", "atoll-edge")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", f.atollEdge, "github.com/atoll-edge/atoll/services/atoll-edge")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("kubenode: build atoll-edge: %w\n%s", err, out)
+// buildAtoll builds the Atoll programs the nodes run into the fleet's
+// directory: atoll-edge for LocalAPI, cni/atoll-ipam for KeepPodIPs.
+func (f *Fleet) buildAtoll(ctx context.Context) error {
+	f.atollBin = filepath.Join(f.cfg.Dir, "bin")
+	builds := map[string]bool{"atoll-edge": f.cfg.LocalAPI, "atoll-ipam": f.cfg.KeepPodIPs}
+	for prog, want := range builds {
+		if !want {
+			continue
+		}
+		out := filepath.Join(f.atollBin, prog)
+		if prog == "atoll-ipam" {
+			out = filepath.Join(f.atollBin, "cni", prog)
+		}
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/atoll-edge/atoll/services/"+prog)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubenode: build %s: %w\n%s", prog, err, b)
+		}
 	}
 	return nil
 }

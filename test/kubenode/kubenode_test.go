@@ -38,7 +38,7 @@ import (
 // containers SIGKILLed) and a boot on the same disk, the pod runs and
 // answers again.
 func TestRealNode(t *testing.T) {
-	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 1, LocalAPI: true}, "edge-1")
+	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 1, LocalAPI: true, KeepPodIPs: true}, "edge-1")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	client := cluster.Client()
@@ -173,6 +173,9 @@ func TestRealNode(t *testing.T) {
 		again := waitServing(ctx, t, client, node, first.Status.ContainerStatuses[0].RestartCount+1)
 		t.Logf("after the boot: pod Ready again at %s in %s, restarts %d", again.Status.PodIP,
 			time.Since(begin).Round(10*time.Millisecond), again.Status.ContainerStatuses[0].RestartCount)
+		if again.Status.PodIP != first.Status.PodIP {
+			t.Errorf("the pod came back at %s, want its address %s (atoll-ipam)", again.Status.PodIP, first.Status.PodIP)
+		}
 		first = again
 	})
 
@@ -196,6 +199,9 @@ func TestRealNode(t *testing.T) {
 			return err
 		})
 		t.Logf("offline boot: pod serving at %s in %s", at, time.Since(begin).Round(10*time.Millisecond))
+		if at != first.Status.PodIP {
+			t.Errorf("the pod came back at %s, want its address %s: the EndpointSlices the unit serves name it", at, first.Status.PodIP)
+		}
 		metrics, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+kubenode.LocalAPIAdminAddr+"/metrics")
 		if err != nil {
 			t.Fatal(err)

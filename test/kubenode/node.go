@@ -208,7 +208,7 @@ func (n *Node) startLocalAPI() error {
 	}
 	pki := filepath.Join(n.Disk, "pki")
 	var err error
-	n.localAPI, err = n.start("local-api", n.fleet.atollEdge, "local-api",
+	n.localAPI, err = n.start("local-api", filepath.Join(n.fleet.atollBin, "atoll-edge"), "local-api",
 		"--listen="+LocalAPIAddr, "--admin-addr="+LocalAPIAdminAddr,
 		"--apiserver="+n.fleet.apiServer, "--ca-file="+filepath.Join(pki, "ca.crt"),
 		"--client-cert="+filepath.Join(pki, "node.crt"), "--client-key="+filepath.Join(pki, "node.key"),
@@ -474,13 +474,37 @@ func (n *Node) PowerCut() {
 	for range 50 {
 		pids := n.cgroupPids()
 		if len(pids) == 0 {
-			return
+			break
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	n.dropLinks()
+}
+
+// dropLinks removes what a reboot takes from the node's network: every
+// interface but its uplink (the pods' bridge and veths) and the
+// neighbour cache. A pod's network namespace can outlive its processes
+// here (the kernel holds it while a closed connection's FIN is still
+// retransmitted), and with it an interface with the pod's address.
+func (n *Node) dropLinks() {
+	out, err := exec.Command("ip", "-n", n.netns, "-o", "link", "show").Output()
+	if err != nil {
+		return
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		if name != "lo" && name != "eth0" {
+			_ = ip("-n", n.netns, "link", "del", name)
+		}
+	}
+	_ = ip("-n", n.netns, "neigh", "flush", "all")
 }
 
 // shims are the pids of the runc shims serving this node's containerd.
