@@ -40,7 +40,15 @@ type record struct {
 	Body json.RawMessage `json:"body,omitempty"`
 	// Expires is when a token stops being valid.
 	Expires time.Time `json:"expires,omitzero"`
+	// Used is when a component last asked for it (to within
+	// usedResolution); a record unused for the cache's retention is
+	// dropped.
+	Used time.Time `json:"used,omitzero"`
 }
+
+// usedResolution is how stale a record's Used may get before a use
+// writes it again: uses cost no write in between.
+const usedResolution = time.Hour
 
 // meta is what the cache reads of an object.
 type meta struct {
@@ -67,9 +75,11 @@ func (m meta) key() string {
 // written by Flush). A record that does not load is named in the log,
 // removed and fetched again when the component next reads it online.
 type Cache struct {
-	dir string
-	log *slog.Logger
-	m   *metrics
+	dir    string
+	retain time.Duration
+	log    *slog.Logger
+	m      *metrics
+	now    func() time.Time
 
 	mu    sync.Mutex
 	recs  map[string]*record // by component "\x00" key
@@ -87,12 +97,13 @@ func (c *Cache) file(id string) string {
 	return filepath.Join(c.dir, component, hex.EncodeToString(sum[:12])+".json")
 }
 
-// OpenCache loads the records kept in dir.
-func OpenCache(dir string, log *slog.Logger, m *metrics) (*Cache, error) {
+// OpenCache loads the records kept in dir; a record no component asks for
+// in retain is dropped.
+func OpenCache(dir string, retain time.Duration, log *slog.Logger, m *metrics) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local API cache: %w", err)
 	}
-	c := &Cache{dir: dir, log: log, m: m, recs: map[string]*record{}, dirty: map[string]bool{}}
+	c := &Cache{dir: dir, retain: retain, log: log, m: m, now: time.Now, recs: map[string]*record{}, dirty: map[string]bool{}}
 	// A write cut short by a power cut leaves its temporary file.
 	if tmps, err := filepath.Glob(filepath.Join(dir, "*", ".tmp-*")); err == nil {
 		for _, f := range tmps {
@@ -114,6 +125,9 @@ func OpenCache(dir string, log *slog.Logger, m *metrics) (*Cache, error) {
 			m.corrupt.Inc()
 			_ = os.Remove(f)
 			continue
+		}
+		if r.Used.IsZero() {
+			r.Used = c.now()
 		}
 		c.recs[recID(component, r.Key)] = r
 	}
@@ -148,9 +162,18 @@ func readRecord(f string) (*record, error) {
 
 func (c *Cache) set(component, key string, r *record) {
 	id := recID(component, key)
+	r.Used = c.now()
 	c.recs[id] = r
 	c.dirty[id] = true
 	c.m.records.Set(float64(len(c.recs)))
+}
+
+// touch records a use of r (c.mu held).
+func (c *Cache) touch(id string, r *record) {
+	if now := c.now(); now.Sub(r.Used) > usedResolution {
+		r.Used = now
+		c.dirty[id] = true
+	}
 }
 
 // PutList keeps a list kube-apiserver answered. A list it cannot read,
@@ -273,6 +296,7 @@ func (c *Cache) Apply(component, key string, ev Event) bool {
 	default:
 		return true
 	}
+	c.touch(id, r)
 	if m.Metadata.ResourceVersion != "" {
 		r.RV = m.Metadata.ResourceVersion
 	}
@@ -285,10 +309,12 @@ func (c *Cache) Apply(component, key string, ev Event) bool {
 func (c *Cache) List(component, key string) (apiVersion, kind, rv string, items []json.RawMessage, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.recs[recID(component, key)]
+	id := recID(component, key)
+	r, ok := c.recs[id]
 	if !ok || r.Type != recList {
 		return "", "", "", nil, false
 	}
+	c.touch(id, r)
 	for _, k := range slices.Sorted(maps.Keys(r.Items)) {
 		items = append(items, r.Items[k])
 	}
@@ -307,10 +333,12 @@ func (c *Cache) Has(component, key string) bool {
 func (c *Cache) Object(component, key string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.recs[recID(component, key)]
+	id := recID(component, key)
+	r, ok := c.recs[id]
 	if !ok || r.Type != recObject {
 		return nil, false
 	}
+	c.touch(id, r)
 	return r.Body, true
 }
 
@@ -319,18 +347,28 @@ func (c *Cache) Object(component, key string) ([]byte, bool) {
 func (c *Cache) Token(component, key string, now time.Time) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.recs[recID(component, key)]
+	id := recID(component, key)
+	r, ok := c.recs[id]
 	if !ok || r.Type != recToken || !now.Before(r.Expires) {
 		return nil, false
 	}
+	c.touch(id, r)
 	return r.Body, true
 }
 
-// Flush writes the records changed since the last flush. A record that
-// cannot be written (a full disk) stays in memory and is tried again at
-// the next flush.
+// Flush drops the records unused for the retention and writes the
+// records changed since the last flush. A record that cannot be written
+// (a full disk) stays in memory and is tried again at the next flush.
 func (c *Cache) Flush() error {
 	c.mu.Lock()
+	for id, r := range c.recs {
+		if c.retain > 0 && c.now().Sub(r.Used) > c.retain {
+			delete(c.recs, id)
+			c.dirty[id] = true
+			c.m.expired.Inc()
+		}
+	}
+	c.m.records.Set(float64(len(c.recs)))
 	type write struct {
 		file string
 		data []byte // nil: remove

@@ -33,6 +33,9 @@ type Config struct {
 	ProbeInterval time.Duration
 	// FlushInterval is how often changed cache records are written.
 	FlushInterval time.Duration
+	// Retain drops a record no component asked for in this long (0:
+	// never): the objects of pods long gone.
+	Retain time.Duration
 }
 
 // Default is the configuration of a node that runs YurtHub's port.
@@ -43,6 +46,7 @@ func Default() Config {
 		Timeout:       5 * time.Second,
 		ProbeInterval: 2 * time.Second,
 		FlushInterval: time.Second,
+		Retain:        7 * 24 * time.Hour,
 	}
 }
 
@@ -57,6 +61,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "a probe or cached read that kube-apiserver does not answer in this time is answered from the cache")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "how often kube-apiserver's /readyz is probed")
 	fs.DurationVar(&c.FlushInterval, "flush-interval", c.FlushInterval, "how often changed cache records are written to --dir")
+	fs.DurationVar(&c.Retain, "retain", c.Retain, "a cached answer no component asked for in this long is dropped (0: kept for ever)")
 }
 
 // Validate names the first bad field.
@@ -80,6 +85,8 @@ func (c Config) Validate() error {
 		return errors.New("local API: needs the node's client certificate and key (--client-cert, --client-key)")
 	case c.Dir == "":
 		return errors.New("local API: needs --dir")
+	case c.Retain < 0:
+		return fmt.Errorf("local API: retain %s: want 0 (for ever) or more", c.Retain)
 	case c.Timeout <= 0 || c.ProbeInterval <= 0 || c.FlushInterval <= 0:
 		return fmt.Errorf("local API: timeout %s, probe interval %s, flush interval %s: each must be more than 0", c.Timeout, c.ProbeInterval, c.FlushInterval)
 	}

@@ -33,7 +33,7 @@ const kubeletUA = "kubelet/v1.36.3 (linux/amd64) kubernetes/test"
 // localAPI runs a local API endpoint for the node whose credentials are
 // in pki, keeping its cache in dir, until the returned stop is called
 // (or the test ends).
-func localAPI(t *testing.T, apiserver, caFile, pki, dir string) (*Server, func()) {
+func localAPI(t testing.TB, apiserver, caFile, pki, dir string) (*Server, func()) {
 	t.Helper()
 	cfg := Default()
 	cfg.Listen = "127.0.0.1:0"
@@ -67,7 +67,7 @@ func localAPI(t *testing.T, apiserver, caFile, pki, dir string) (*Server, func()
 }
 
 // clientOf is a client of the local API endpoint as component ua.
-func clientOf(t *testing.T, s *Server, ua string) kubernetes.Interface {
+func clientOf(t testing.TB, s *Server, ua string) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + s.Addr(), UserAgent: ua,
 		ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}, Timeout: 20 * time.Second})
@@ -78,7 +78,7 @@ func clientOf(t *testing.T, s *Server, ua string) kubernetes.Interface {
 }
 
 // nodeCredentials writes a client certificate of system:node:<name>.
-func nodeCredentials(t *testing.T, cluster *kubetest.Cluster, name string) string {
+func nodeCredentials(t testing.TB, cluster *kubetest.Cluster, name string) string {
 	t.Helper()
 	dir := t.TempDir()
 	cert, key, err := cluster.IssueClientCert("system:node:"+name, "system:nodes")
@@ -386,5 +386,53 @@ func TestWithKind(t *testing.T) {
 		if got := olderThan(tt.a, tt.b); got != tt.want {
 			t.Errorf("olderThan(%q, %q) = %v", tt.a, tt.b, got)
 		}
+	}
+}
+
+// TestRetention: a record a component keeps asking for stays; one nobody
+// asked for in the retention is dropped, from memory and disk; a use
+// within the hour costs no write.
+func TestRetention(t *testing.T) {
+	dir := t.TempDir()
+	m := newMetrics(prometheus.NewRegistry())
+	log, _ := logging.New(logging.Config{Level: "error", Format: "text"}, t.Output())
+	c, err := OpenCache(dir, 7*24*time.Hour, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	c.PutObject("kubelet", "/api/v1/nodes/n1", []byte(`{"kind":"Node"}`))
+	c.PutObject("kubelet", "/api/v1/namespaces/app/secrets/gone", []byte(`{"kind":"Secret"}`))
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	writes := testutil.ToFloat64(m.writes)
+	now = now.Add(30 * time.Minute)
+	c.Object("kubelet", "/api/v1/nodes/n1")
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.writes); got != writes {
+		t.Errorf("a use within the hour wrote %v records", got-writes)
+	}
+	for range 8 {
+		now = now.Add(24 * time.Hour)
+		c.Object("kubelet", "/api/v1/nodes/n1")
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := c.Object("kubelet", "/api/v1/nodes/n1"); !ok {
+		t.Error("a record asked for every day was dropped")
+	}
+	if _, ok := c.Object("kubelet", "/api/v1/namespaces/app/secrets/gone"); ok {
+		t.Error("a record nobody asked for in 8 days is kept")
+	}
+	if _, err := os.Stat(c.file(recID("kubelet", "/api/v1/namespaces/app/secrets/gone"))); !os.IsNotExist(err) {
+		t.Errorf("the dropped record's file: %v, want it removed", err)
+	}
+	if got := testutil.ToFloat64(m.expired); got != 1 {
+		t.Errorf("expired records counted: %v, want 1", got)
 	}
 }

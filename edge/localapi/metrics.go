@@ -12,6 +12,7 @@ type metrics struct {
 	writtenBytes prometheus.Counter
 	writeErrors  prometheus.Counter
 	heldWatches  prometheus.Gauge
+	expired      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,7 +53,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "localapi", Name: "held_watches",
 			Help: "Watches answered from the cache, held open until kube-apiserver is reachable again.",
 		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "localapi", Name: "cache_records_expired_total",
+			Help: "Records dropped because no component asked for them for the retention (--retain).",
+		}),
 	}
-	reg.MustRegister(m.requests, m.online, m.transitions, m.records, m.corrupt, m.writes, m.writtenBytes, m.writeErrors, m.heldWatches)
+	reg.MustRegister(m.requests, m.online, m.transitions, m.records, m.corrupt, m.writes, m.writtenBytes, m.writeErrors, m.heldWatches, m.expired)
 	return m
 }

@@ -86,7 +86,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Server, erro
 		return nil, err
 	}
 	m := newMetrics(reg)
-	cache, err := OpenCache(cfg.Dir, log, m)
+	cache, err := OpenCache(cfg.Dir, cfg.Retain, log, m)
 	if err != nil {
 		return nil, err
 	}

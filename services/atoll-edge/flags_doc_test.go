@@ -28,3 +28,19 @@ func TestFlagsDoc(t *testing.T) {
 		t.Fatalf("%s: the %s flags differ from the code; run `go tool task docs:gen` and commit", path, prog)
 	}
 }
+
+// TestLocalAPIFlagsDoc: the atoll-edge local-api block of
+// docs/reference/flags.md is what its flags render.
+func TestLocalAPIFlagsDoc(t *testing.T) {
+	fs, _, _, _ := localAPIFlags()
+	const path = "../../docs/reference/flags.md"
+	name := prog + " local-api"
+	begin, end := "<!-- flags:"+name+":begin (generated: go tool task docs:gen) -->", "<!-- flags:"+name+":end -->"
+	stale, err := docs.SyncBlock(path, begin, end, cliflags.Markdown(fs), *update)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale {
+		t.Fatalf("%s: the %s flags differ from the code; run `go tool task docs:gen` and commit", path, name)
+	}
+}

@@ -67,9 +67,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fxrun.Run(ctx, edgeapp.Options(cfg, log))
 }
 
-// localAPI runs the node's local API endpoint until ctx is done.
-func localAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const usage = prog + " local-api --apiserver https://HOST:6443 --ca-file F --client-cert F --client-key F [flags]"
+// localAPIFlags are the flags of `atoll-edge local-api`, bound to the
+// configurations they set.
+func localAPIFlags() (*flag.FlagSet, *localapi.Config, *admin.Config, *logging.Config) {
 	fs := flag.NewFlagSet(prog+" local-api", flag.ContinueOnError)
 	cfg := localapi.Default()
 	cfg.RegisterFlags(fs)
@@ -78,6 +78,13 @@ func localAPI(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logCfg := logging.Default()
 	fs.StringVar(&logCfg.Level, "log-level", logCfg.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&logCfg.Format, "log-format", logCfg.Format, "log format: json or text")
+	return fs, &cfg, &adminCfg, &logCfg
+}
+
+// localAPI runs the node's local API endpoint until ctx is done.
+func localAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const usage = prog + " local-api --apiserver https://HOST:6443 --ca-file F --client-cert F --client-key F [flags]"
+	fs, cfg, adminCfg, logCfg := localAPIFlags()
 	if err := cliflags.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			cliflags.PrintUsage(stdout, fs, usage)
@@ -90,16 +97,16 @@ func localAPI(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := cfg.Validate(); err != nil {
 		return cliflags.Usage(err)
 	}
-	log, err := logging.New(logCfg, stderr)
+	log, err := logging.New(*logCfg, stderr)
 	if err != nil {
 		return cliflags.Usage(err)
 	}
 	log = log.With("component", "local-api")
-	adm, err := admin.New(adminCfg, log)
+	adm, err := admin.New(*adminCfg, log)
 	if err != nil {
 		return cliflags.Usage(err)
 	}
-	srv, err := localapi.New(cfg, adm.Registerer(), log)
+	srv, err := localapi.New(*cfg, adm.Registerer(), log)
 	if err != nil {
 		return err
 	}

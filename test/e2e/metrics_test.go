@@ -2,7 +2,15 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
 	"flag"
+	"math/big"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,6 +27,7 @@ import (
 
 	"github.com/atoll-edge/atoll/docs"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
+	"github.com/atoll-edge/atoll/edge/localapi"
 	"github.com/atoll-edge/atoll/internal/admin"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/testbed"
@@ -120,10 +129,49 @@ func edgeAdmin(t *testing.T) *admin.Server {
 	return adm
 }
 
+// localAPIAdmin starts `atoll-edge local-api`'s endpoint on an admin
+// server (kube-apiserver need not answer for the registrations) and
+// returns the admin server.
+func localAPIAdmin(t *testing.T) *admin.Server {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "system:node:edge-1"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := localapi.Default()
+	cfg.Listen, cfg.APIServer, cfg.Dir = "127.0.0.1:0", "https://127.0.0.1:1", t.TempDir()
+	cfg.CertFile, cfg.KeyFile = filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
+	if err := errors.Join(
+		os.WriteFile(cfg.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600),
+		os.WriteFile(cfg.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600),
+	); err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, natstest.Logger(t, slog.LevelError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := localapi.New(cfg, adm.Registerer(), natstest.Logger(t, slog.LevelError)); err != nil {
+		t.Fatal(err)
+	}
+	return adm
+}
+
 // TestMetricsTable: docs/reference/metrics.md lists exactly the atoll_* metrics
 // that atoll-cloud (Kubernetes membership, grid controllers, object views
-// and host records on, as deploy/ runs it) and atoll-edge (proxy and
-// hosts file on) register, with their labels and services.
+// and host records on, as deploy/ runs it), atoll-edge (proxy and hosts
+// file on) and `atoll-edge local-api` register, with their labels and
+// services.
 func TestMetricsTable(t *testing.T) {
 	table, err := docs.Metrics()
 	if err != nil {
@@ -131,6 +179,7 @@ func TestMetricsTable(t *testing.T) {
 	}
 	got := map[string][]registered{}
 	atollMetrics(t, edgeAdmin(t), "atoll-edge", got)
+	atollMetrics(t, localAPIAdmin(t), "atoll-edge local-api", got)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -172,7 +221,7 @@ func TestMetricsTable(t *testing.T) {
 	}
 	for name := range table {
 		if _, ok := got[name]; !ok {
-			t.Errorf("docs/reference/metrics.md lists %s, which neither service registers", name)
+			t.Errorf("docs/reference/metrics.md lists %s, which no service registers", name)
 		}
 	}
 }
