@@ -209,6 +209,10 @@ func TestNodeReadsOutliveTheLink(t *testing.T) {
 	for _, name := range []string{"mine", "rotated"} {
 		must(kubelet.CoreV1().Secrets("app").Get(ctx, name, metav1.GetOptions{}))
 	}
+	// A reflector's list when it cannot stream one: resourceVersion=0,
+	// limit=500, answered whole.
+	mineList := metav1.ListOptions{FieldSelector: "metadata.name=mine", ResourceVersion: "0", Limit: 500}
+	must(kubelet.CoreV1().Secrets("app").List(ctx, mineList))
 	if _, err := kubelet.CoreV1().Secrets("app").Get(ctx, "theirs", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("another node's Secret through the local API: %v, want Forbidden (the Node authorizer decides)", err)
 	}
@@ -253,6 +257,9 @@ func TestNodeReadsOutliveTheLink(t *testing.T) {
 	}
 	if sec, err := kubelet.CoreV1().Secrets("app").Get(ctx, "mine", metav1.GetOptions{}); err != nil || string(sec.Data["k"]) != "mine" {
 		t.Errorf("offline get of a Secret the node read: %v", err)
+	}
+	if l, err := kubelet.CoreV1().Secrets("app").List(ctx, mineList); err != nil || len(l.Items) != 1 || l.Continue != "" {
+		t.Errorf("offline paged list of a Secret the node listed: %v", err)
 	}
 	for _, name := range []string{"theirs", "rotated"} {
 		_, err := kubelet.CoreV1().Secrets("app").Get(ctx, name, metav1.GetOptions{})

@@ -633,11 +633,13 @@ func keyOf(r *http.Request) string {
 }
 
 // cacheableRead reports a read whose answer is kept and can be answered
-// from the cache: not a page of a list, not a table or other
-// transformation.
+// from the cache: not a table or other transformation, nor a page after
+// the first. A first page (limit) is kept when it is the whole list (no
+// continue in the answer: client-go's reflectors list with limit=500 and
+// kube-apiserver ignores it when it serves from its watch cache), and
+// answered whole from the cache, as kube-apiserver may answer one.
 func cacheableRead(r *http.Request) bool {
-	q := r.URL.Query()
-	return q.Get("continue") == "" && q.Get("limit") == "" && !strings.Contains(r.Header.Get("Accept"), "as=")
+	return r.URL.Query().Get("continue") == "" && !strings.Contains(r.Header.Get("Accept"), "as=")
 }
 
 func isJSON(h http.Header) bool {
