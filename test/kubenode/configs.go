@@ -176,7 +176,10 @@ func (n *Node) writeConfig() error {
 		return err
 	}
 	var dnsIP string
-	if n.fleet.cfg.DNS {
+	switch {
+	case n.fleet.cfg.NodeDNS != nil && n.fleet.cfg.NodeDNS(n.Name):
+		dnsIP = n.IP
+	case n.fleet.cfg.DNS:
 		if dnsIP, err = n.fleet.DNSIP(); err != nil {
 			return err
 		}

@@ -45,6 +45,11 @@ type Config struct {
 	// Start, over host-local) the nodes' IPAM: a pod whose sandbox is
 	// created again after a power cut keeps its address.
 	KeepPodIPs bool
+	// NodeDNS, when set, names the nodes whose kubelet gives pods the
+	// node's own address as their nameserver (a DNS server on the node
+	// listens there, deploy/components/node-dns) instead of the cluster
+	// DNS Service.
+	NodeDNS func(node string) bool
 }
 
 // LocalAPIAddr is where a node's local API endpoint listens (on the

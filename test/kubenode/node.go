@@ -595,3 +595,53 @@ func (n *Node) logTail(name string, lines int) string {
 	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return fmt.Sprintf("--- %s: last lines of %s ---\n%s\n", n.Name, name, strings.Join(all[max(0, len(all)-lines):], "\n"))
 }
+
+// ExecInPod runs args in a container of pod podUID on the node (the first
+// process of the pod that is not its sandbox's pause), in that
+// container's mount, network, UTS and IPC namespaces and root, as
+// `kubectl exec` would, but without the apiserver: it works while the
+// node is cut off. It returns the combined output.
+func (n *Node) ExecInPod(ctx context.Context, podUID string, args ...string) (string, error) {
+	pid := n.podProcess(podUID)
+	if pid == 0 {
+		return "", fmt.Errorf("kubenode: %s: no running container of pod %s", n.Name, podUID)
+	}
+	out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(pid),
+		"--mount", "--net", "--uts", "--ipc", "--root", "--wd", "--"}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubenode: %s: in pod %s: %s: %w: %s", n.Name, podUID, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// PodRunning reports whether a container of pod podUID runs on the node
+// (a process of the pod other than its sandbox's pause).
+func (n *Node) PodRunning(podUID string) bool { return n.podProcess(podUID) != 0 }
+
+// podProcess is the pid of a process of a container of pod podUID, or 0.
+func (n *Node) podProcess(podUID string) int {
+	pid := 0
+	hierarchies := cgroupHierarchies()
+	if len(hierarchies) == 0 {
+		return 0
+	}
+	_ = filepath.WalkDir(filepath.Join(hierarchies[0], n.CgroupRoot), func(path string, d os.DirEntry, err error) error {
+		if err != nil || pid != 0 || d.IsDir() || d.Name() != "cgroup.procs" || !strings.Contains(path, "pod"+podUID) {
+			return nil //nolint:nilerr // a cgroup removed while walking
+		}
+		b, _ := os.ReadFile(path)
+		for f := range strings.FieldsSeq(string(b)) {
+			p, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+			if argv0, _, _ := strings.Cut(string(cmd), "\x00"); argv0 != "" && filepath.Base(argv0) != "pause" {
+				pid = p
+				return filepath.SkipAll
+			}
+		}
+		return nil
+	})
+	return pid
+}

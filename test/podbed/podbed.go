@@ -57,6 +57,13 @@ type Options struct {
 	// Shape is the overlay of deploy/overlays installed: ShapeEmbedded
 	// (empty) or ShapeHA.
 	Shape string
+	// Autonomy sets the edge nodes up to reboot while their site is cut
+	// off (docs/autonomy.md): each node runs the local API endpoint
+	// before its kubelet and atoll-ipam as its pods' IPAM
+	// (kubenode.Config.LocalAPI, KeepPodIPs), and the overlay adds
+	// components/node-dns, which the edge nodes' kubelets give pods as
+	// their nameserver.
+	Autonomy bool
 	// Logger receives progress (nil: discarded).
 	Logger *slog.Logger
 }
@@ -141,7 +148,19 @@ func Start(ctx context.Context, o Options) (*Bed, error) {
 		return nil, err
 	}
 	b := &Bed{Cluster: cluster, Edges: map[string]*kubenode.Node{}, Unit: map[string]string{}, KubectlPath: kubectl, opts: o, log: log}
-	if b.Fleet, err = kubenode.Start(ctx, cluster, kubenode.Config{Net: o.Net, Dir: filepath.Join(o.Dir, "nodes"), DNS: true}); err != nil {
+	fleet := kubenode.Config{Net: o.Net, Dir: filepath.Join(o.Dir, "nodes"), DNS: true}
+	if o.Autonomy {
+		fleet.LocalAPI, fleet.KeepPodIPs = true, true
+		fleet.NodeDNS = func(node string) bool {
+			for _, names := range o.Units {
+				if slices.Contains(names, node) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	if b.Fleet, err = kubenode.Start(ctx, cluster, fleet); err != nil {
 		return b, err
 	}
 	if err := b.addNodes(ctx); err != nil {
@@ -369,15 +388,23 @@ func (b *Bed) writeOverlay(patches string) error {
 		urls = append(urls, "nats-leaf://"+n.IP+":"+LeafNodePort)
 	}
 	reg := b.Fleet.Registry()
+	components, images := "../deploy/components/hub-nodeport", ""
+	if b.opts.Autonomy {
+		// CoreDNS as tools/dns builds it, pushed by the fleet.
+		components += ", ../deploy/components/node-dns"
+		ref := b.Fleet.Image("coredns")
+		i := strings.LastIndex(ref, ":")
+		images = fmt.Sprintf("  - {name: coredns/coredns, newName: %s, newTag: %s}\n", ref[:i], ref[i+1:])
+	}
 	return os.WriteFile(filepath.Join(b.Overlay, "kustomization.yaml"), fmt.Appendf(nil, `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [../deploy/overlays/%[1]s]
-components: [../deploy/components/hub-nodeport]
+components: [%[5]s]
 images:
   - {name: ghcr.io/atoll-edge/atoll-cloud, newName: %[2]s/atoll-cloud, newTag: podbed}
   - {name: ghcr.io/atoll-edge/atoll-edge, newName: %[2]s/atoll-edge, newTag: podbed}
   - {name: nats, newName: %[2]s/nats, newTag: podbed}
-patches:
+%[6]spatches:
   - patch: |-
       apiVersion: apps/v1
       kind: DaemonSet
@@ -389,7 +416,7 @@ patches:
               - name: atoll-edge
                 env:
                   - {name: ATOLL_HUB_URL, value: "%[3]s"}
-%[4]s`, b.opts.Shape, reg, strings.Join(urls, ","), patches), 0o644)
+%[4]s`, b.opts.Shape, reg, strings.Join(urls, ","), patches, components, images), 0o644)
 }
 
 // apply applies the user's overlay and creates the admin token's Secret.
@@ -435,6 +462,11 @@ func (b *Bed) edgesServing(ctx context.Context, begin time.Time) error {
 		return err
 	}
 	b.log.Info("podbed: every atoll-edge Ready", "after", time.Since(begin).Round(100*time.Millisecond))
+	if b.opts.Autonomy {
+		if err := b.WaitPodsReady(ctx, "atoll-node-dns", len(b.Edges), 3*time.Minute); err != nil {
+			return err
+		}
+	}
 	for _, n := range b.Edges {
 		if err := n.SetProxyAPIServer("http://127.0.0.1:9471"); err != nil {
 			return err

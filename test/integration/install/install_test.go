@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -73,6 +74,13 @@ const grace = 20 * time.Second
 //     reach it: KCM loses it, Atoll keeps it (no NoExecute taint in any
 //     watch event, its pod's endpoint ready at every poll) and its real
 //     pod keeps answering its peers;
+//   - unit a cut off from the cloud and every node of it powered off and
+//     booted while cut (each node runs the local API endpoint before its
+//     kubelet, atoll-ipam as its pods' IPAM and the node DNS): every pod
+//     of the unit runs again at the address it had, a web pod reaches the
+//     unit's Service by its DNS name and its ClusterIP, answered in the
+//     unit; back online, nothing was evicted or tainted NoExecute, every
+//     pod is Ready at its address, and none restarts again;
 //   - scenario 2, a node powered off: its peers see it dead, KCM taints
 //     it, its pod is evicted (deleted; the object stays Terminating, as
 //     on any dead node) and the Deployment's replacement runs in the same
@@ -86,7 +94,7 @@ func TestAtollAsPods(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	inst := install(ctx, t, podbed.Options{Net: fleetNet,
+	inst := install(ctx, t, podbed.Options{Net: fleetNet, Autonomy: true,
 		Units: map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}, "b": {"edge-b1"}}})
 	bed, client := inst.bed, inst.client
 	nodes, units, cloud := bed.Edges, bed.Unit, bed.Cloud
@@ -189,11 +197,15 @@ spec:
 		if !inst.protected(a1.Name) {
 			t.Errorf("atoll status does not show %s protected:\n%s", a1.Name, inst.atollStatus())
 		}
-		t.Logf("agents' resident memory with the cut: %s", agentsRSS(t))
+		t.Logf("agents' (and local API endpoints') resident memory with the cut: %s", agentsRSS(t))
 		if got := taints(); len(got) > 0 {
 			t.Errorf("%s got NoExecute taints while its peers saw it healthy: %v", a1.Name, got)
 		}
 		t.Logf("%d polls over %s of the cut: pod kept, endpoint ready, answering", polls, time.Since(cut).Round(time.Second))
+	})
+
+	t.Run("unit cut off and rebooted", func(t *testing.T) {
+		inst.cutOffAndRebooted(t, "a", client2, svc)
 	})
 
 	t.Run("scenario 2: node dead", func(t *testing.T) {
@@ -710,6 +722,10 @@ func agentsRSS(t *testing.T) string {
 				node = v
 			}
 		}
+		// The nodes' local API endpoints are atoll-edge too.
+		if cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline")); strings.Contains(string(cmd), "\x00local-api\x00") {
+			node = "local-api"
+		}
 		status, _ := os.ReadFile(filepath.Join(dir, "status"))
 		for line := range strings.SplitSeq(string(status), "\n") {
 			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
@@ -719,4 +735,189 @@ func agentsRSS(t *testing.T) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, ", ")
+}
+
+// cutOffAndRebooted cuts every node of unit from the cloud, powers them
+// off and boots them while cut, and checks that the unit comes back by
+// itself: every pod that ran on its nodes runs again at its address (its
+// own containers seen on the node), and client (a pod of the unit)
+// reaches the Service web-svc at svc by name and by address, answered by
+// the unit's pods; then heals the cut and checks that nothing was
+// evicted or tainted and that the apiserver has every pod Ready at its
+// address, with no restart after that.
+func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *corev1.Pod, svc string) {
+	t.Helper()
+	ctx, cloud := i.ctx, i.bed.Cloud
+	var members []*kubenode.Node
+	for name, n := range i.bed.Edges {
+		if i.bed.Unit[name] == unit {
+			members = append(members, n)
+		}
+	}
+	// From a settled unit: every node Ready, nothing lost or protected
+	// (a scenario before may have just healed).
+	eventually(ctx, t, 2*time.Minute, func() error {
+		for _, n := range members {
+			if r := nodeReady(ctx, i.client, n.Name); r != corev1.ConditionTrue {
+				return fmt.Errorf("node %s Ready=%s", n.Name, r)
+			}
+		}
+		return nil
+	})
+	if err := i.bed.WaitSafe(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]corev1.Pod{} // by UID
+	var taints []func() []string
+	for _, n := range members {
+		pods, err := i.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				before[string(p.UID)] = p
+			}
+		}
+		taints = append(taints, watchNoExecute(ctx, t, i.client, n.Name))
+	}
+	for _, n := range members {
+		if err := n.Cut(kubenode.HostIP(fleetNet), cloud.IP, cloud.PodCIDR); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healed := false
+	heal := func() {
+		if healed {
+			return
+		}
+		healed = true
+		for _, n := range members {
+			if err := n.Heal(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer heal()
+	for _, n := range members {
+		n.PowerCut()
+	}
+	off := time.Now()
+	for _, n := range members {
+		if err := n.Boot(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeOf := map[string]*kubenode.Node{}
+	for _, n := range members {
+		nodeOf[n.Name] = n
+	}
+	// Every pod runs again, seen on its node; the web pods answer at
+	// their addresses.
+	wait, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := poll.Until(wait, func(context.Context) error {
+		var errs []error
+		for uid, p := range before {
+			n := nodeOf[p.Spec.NodeName]
+			if !n.PodRunning(uid) {
+				errs = append(errs, fmt.Errorf("pod %s/%s does not run on %s", p.Namespace, p.Name, n.Name))
+				continue
+			}
+			if p.Labels["app"] != "web" {
+				continue
+			}
+			if out, err := n.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/"); err != nil ||
+				!strings.HasPrefix(out, "hello from "+p.Name) {
+				errs = append(errs, fmt.Errorf("pod %s at its address %s: %v %q", p.Name, p.Status.PodIP, err, out))
+			}
+		}
+		return errors.Join(errs...)
+	}); err != nil {
+		for _, n := range members {
+			t.Logf("%s", n.LogTails(60))
+		}
+		t.Fatal(err)
+	}
+	t.Logf("unit %s cut off and rebooted: its %d pods run again at their addresses %s after the power cut",
+		unit, len(before), time.Since(off).Round(100*time.Millisecond))
+	// A pod of the unit reaches the unit's Service by name and address.
+	n := nodeOf[client.Spec.NodeName]
+	for _, url := range []string{"http://web-svc.default.svc.cluster.local/", "http://web-svc/", "http://" + svc + "/"} {
+		eventually(ctx, t, time.Minute, func() error {
+			out, err := n.ExecInPod(ctx, string(client.UID), "/hello", "get", url)
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(out, "hello from web-"+unit+"-") {
+				return fmt.Errorf("%s from %s answered %q, not a pod of unit %s", url, client.Name, out, unit)
+			}
+			return nil
+		})
+	}
+	t.Logf("while cut off: %s reaches web-svc by name and ClusterIP, %s after the power cut", client.Name, time.Since(off).Round(100*time.Millisecond))
+
+	heal()
+	back := time.Now()
+	restarts := map[string]int32{}
+	eventually(ctx, t, 2*time.Minute, func() error {
+		for uid, was := range before {
+			p, err := i.client.CoreV1().Pods(was.Namespace).Get(ctx, was.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("pod %s/%s: %w", was.Namespace, was.Name, err)
+			}
+			switch {
+			case string(p.UID) != uid || p.DeletionTimestamp != nil:
+				return fmt.Errorf("pod %s/%s was evicted or replaced", was.Namespace, was.Name)
+			case !podbed.PodReady(p):
+				return fmt.Errorf("pod %s/%s on %s not Ready yet", p.Namespace, p.Name, p.Spec.NodeName)
+			case p.Status.PodIP != was.Status.PodIP:
+				return fmt.Errorf("pod %s/%s at %s, was at %s", p.Namespace, p.Name, p.Status.PodIP, was.Status.PodIP)
+			}
+			// The status the kubelet reports after the reboot: each
+			// container restarted once more.
+			var r, before int32
+			for _, c := range p.Status.ContainerStatuses {
+				r += c.RestartCount
+			}
+			for _, c := range was.Status.ContainerStatuses {
+				before += c.RestartCount + 1
+			}
+			if r < before {
+				return fmt.Errorf("pod %s/%s: %d restarts, the status from before the reboot (want %d)", p.Namespace, p.Name, r, before)
+			}
+			restarts[uid] = r
+		}
+		for _, m := range members {
+			if r := nodeReady(ctx, i.client, m.Name); r != corev1.ConditionTrue {
+				return fmt.Errorf("node %s Ready=%s", m.Name, r)
+			}
+		}
+		return nil
+	})
+	t.Logf("link back: the apiserver has every pod of unit %s Ready at its address, its reboot counted, %s later", unit, time.Since(back).Round(100*time.Millisecond))
+	for j, m := range members {
+		if got := taints[j](); len(got) > 0 {
+			t.Errorf("%s got NoExecute taints while its unit was cut off: %v", m.Name, got)
+		}
+	}
+	// No restart once the link is back: the pods run on as they came
+	// back (an observation window, not a wait for a condition).
+	time.Sleep(10 * time.Second)
+	for uid, was := range before {
+		p, err := i.client.CoreV1().Pods(was.Namespace).Get(ctx, was.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r int32
+		for _, c := range p.Status.ContainerStatuses {
+			r += c.RestartCount
+		}
+		if r != restarts[uid] {
+			t.Errorf("pod %s/%s restarted after the link came back (%d restarts, %d when it was Ready)", p.Namespace, p.Name, r, restarts[uid])
+		}
+	}
+	if err := i.servedInUnit(client, svc, "web-"+unit+"-"); err != nil {
+		t.Error(err)
+	}
 }
