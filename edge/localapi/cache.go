@@ -84,8 +84,9 @@ type Cache struct {
 	mu    sync.Mutex
 	recs  map[string]*record // by component "\x00" key
 	dirty map[string]bool
-	// failing is the last write error, logged once until a write works.
-	failing string
+	// failing is set from a flush that could not write until one that
+	// wrote everything: the failure is logged once.
+	failing bool
 }
 
 func recID(component, key string) string { return component + "\x00" + key }
@@ -409,14 +410,14 @@ func (c *Cache) Flush() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case err != nil && c.failing != err.Error():
-		c.failing = err.Error()
+	case err != nil && !c.failing:
+		c.failing = true
 		c.m.writeErrors.Inc()
-		c.log.Error("local API cache: cannot write; kept in memory and tried again", "err", err)
+		c.log.Error("local API cache: cannot write; kept in memory and tried again at each flush", "records", len(errs), "err", errs[0])
 	case err != nil:
 		c.m.writeErrors.Inc()
-	case c.failing != "":
-		c.failing = ""
+	case c.failing:
+		c.failing = false
 		c.log.Info("local API cache: writing again")
 	}
 	return err

@@ -3,9 +3,11 @@ package localapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -441,5 +443,66 @@ func TestRetention(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.expired); got != 1 {
 		t.Errorf("expired records counted: %v, want 1", got)
+	}
+}
+
+// TestDiskFull fills the cache's file system (a 64 KiB tmpfs; needs
+// root): the records that do not fit stay in memory and are answered,
+// the failure is logged once and counted, and they are written once
+// there is room again.
+func TestDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	m := newMetrics(prometheus.NewRegistry())
+	var logs strings.Builder
+	log, _ := logging.New(logging.Config{Level: "info", Format: "text"}, &logs)
+	c, err := OpenCache(dir, 0, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := `{"kind":"Secret","data":{"k":"` + strings.Repeat("x", 8<<10) + `"}}`
+	for i := range 16 {
+		c.PutObject("kubelet", fmt.Sprintf("/api/v1/namespaces/app/secrets/s%d", i), []byte(big))
+	}
+	for range 3 {
+		if err := c.Flush(); err == nil {
+			t.Fatal("16 records of 8 KiB fit in 64 KiB")
+		}
+	}
+	if got := testutil.ToFloat64(m.writeErrors); got != 3 {
+		t.Errorf("failed flushes counted: %v, want 3", got)
+	}
+	if n := strings.Count(logs.String(), "cannot write"); n != 1 {
+		t.Errorf("the failure was logged %d times, want once:\n%s", n, logs.String())
+	}
+	for i := range 16 {
+		if _, ok := c.Object("kubelet", fmt.Sprintf("/api/v1/namespaces/app/secrets/s%d", i)); !ok {
+			t.Errorf("record s%d lost from memory", i)
+		}
+	}
+	// Room again (the file system grows): everything is written.
+	if out, err := exec.Command("mount", "-o", "remount,size=1m", dir).CombinedOutput(); err != nil {
+		t.Fatalf("grow the tmpfs: %v: %s", err, out)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("flush with room: %v", err)
+	}
+	if !strings.Contains(logs.String(), "writing again") {
+		t.Errorf("the recovery was not logged:\n%s", logs.String())
+	}
+	again, err := OpenCache(dir, 0, log, newMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		if _, ok := again.Object("kubelet", fmt.Sprintf("/api/v1/namespaces/app/secrets/s%d", i)); !ok {
+			t.Errorf("record s%d not on disk after the recovery", i)
+		}
 	}
 }
