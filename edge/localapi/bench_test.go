@@ -17,8 +17,8 @@ import (
 // request of the node's components (go tool task bench:autonomy): the
 // kubelet's GET of its own Node (protobuf), sent straight to a real
 // kube-apiserver with the node's credentials and through the endpoint
-// online, alternately; it reports each path's median and 99th percentile
-// and the median's difference.
+// online, alternately (no client-side rate limit on either); it reports
+// each path's median and 99th percentile and the median's difference.
 func BenchmarkRequestOverhead(b *testing.B) {
 	cluster := kubetest.Start(b)
 	ctx := b.Context()
@@ -30,7 +30,7 @@ func BenchmarkRequestOverhead(b *testing.B) {
 	through := clientOf(b, s, kubeletUA)
 	rc := cluster.RESTConfig()
 	rc.CertFile, rc.KeyFile, rc.CertData, rc.KeyData = pki+"/node.crt", pki+"/node.key", nil, nil
-	rc.ContentType, rc.UserAgent = "application/vnd.kubernetes.protobuf", kubeletUA
+	rc.ContentType, rc.UserAgent, rc.QPS = "application/vnd.kubernetes.protobuf", kubeletUA, -1
 	direct, err := kubernetes.NewForConfig(rest.CopyConfig(rc))
 	if err != nil {
 		b.Fatal(err)

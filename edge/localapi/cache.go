@@ -288,18 +288,20 @@ func (c *Cache) Apply(component, key string, ev Event) bool {
 	if !ok || r.Type != recList {
 		return false
 	}
+	c.touch(id, r)
+	if m.Metadata.ResourceVersion != "" {
+		r.RV = m.Metadata.ResourceVersion
+	}
 	switch ev.Type {
 	case "ADDED", "MODIFIED":
 		r.Items[m.key()] = bytes.Clone(ev.Object)
 	case "DELETED":
 		delete(r.Items, m.key())
-	case "BOOKMARK":
 	default:
+		// A bookmark moves the resource version alone: kept in memory,
+		// written with the next change (a list on disk at an older
+		// version is still the list as it was then).
 		return true
-	}
-	c.touch(id, r)
-	if m.Metadata.ResourceVersion != "" {
-		r.RV = m.Metadata.ResourceVersion
 	}
 	c.dirty[id] = true
 	return true

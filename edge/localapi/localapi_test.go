@@ -71,7 +71,7 @@ func localAPI(t testing.TB, apiserver, caFile, pki, dir string) (*Server, func()
 // clientOf is a client of the local API endpoint as component ua.
 func clientOf(t testing.TB, s *Server, ua string) kubernetes.Interface {
 	t.Helper()
-	c, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + s.Addr(), UserAgent: ua,
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + s.Addr(), UserAgent: ua, QPS: -1,
 		ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}, Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -504,5 +504,42 @@ func TestDiskFull(t *testing.T) {
 		if _, ok := again.Object("kubelet", fmt.Sprintf("/api/v1/namespaces/app/secrets/s%d", i)); !ok {
 			t.Errorf("record s%d not on disk after the recovery", i)
 		}
+	}
+}
+
+// TestBookmarksWriteNothing: the bookmarks kube-apiserver sends every
+// watch about once a minute move the kept list's resource version
+// without a write; a change writes it, at its version.
+func TestBookmarksWriteNothing(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry())
+	log, _ := logging.New(logging.Config{Level: "error", Format: "text"}, t.Output())
+	c, err := OpenCache(t.TempDir(), 0, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "/api/v1/namespaces/app/secrets?fieldSelector=metadata.name%3Ds"
+	c.PutList("kubelet", key, []byte(`{"kind":"SecretList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[]}`))
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	written := testutil.ToFloat64(m.writes)
+	for rv := 11; rv < 20; rv++ {
+		c.Apply("kubelet", key, Event{Type: "BOOKMARK", Object: []byte(fmt.Sprintf(`{"kind":"Secret","apiVersion":"v1","metadata":{"resourceVersion":"%d"}}`, rv))})
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(m.writes) - written; got != 0 {
+		t.Errorf("bookmarks wrote %v records", got)
+	}
+	if _, _, rv, _, _ := c.List("kubelet", key); rv != "19" {
+		t.Errorf("list at %s after the bookmarks, want 19", rv)
+	}
+	c.Apply("kubelet", key, Event{Type: "ADDED", Object: []byte(`{"kind":"Secret","apiVersion":"v1","metadata":{"namespace":"app","name":"s","resourceVersion":"20"}}`)})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.writes) - written; got != 1 {
+		t.Errorf("a change wrote %v records, want 1", got)
 	}
 }

@@ -78,6 +78,8 @@ type Server struct {
 	since   time.Time
 	back    chan struct{} // closed when kube-apiserver is reachable again
 	closing chan struct{} // closed when the server stops
+	probed  chan struct{} // closed once the first probe has answered
+	once    sync.Once
 }
 
 // New loads the cache and listens on cfg.Listen; Run serves.
@@ -94,7 +96,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Server, erro
 	base.Path, base.RawQuery = "", ""
 	s := &Server{cfg: cfg, log: log, cache: cache, m: m, base: base,
 		certs: clientCert{certFile: cfg.CertFile, keyFile: cfg.KeyFile},
-		since: time.Now(), back: make(chan struct{}), closing: make(chan struct{})}
+		since: time.Now(), back: make(chan struct{}), closing: make(chan struct{}), probed: make(chan struct{})}
 	if _, err := s.certs.get(nil); err != nil {
 		return nil, fmt.Errorf("local API: client credentials: %w", err)
 	}
@@ -181,6 +183,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // probe asks kube-apiserver's /readyz.
 func (s *Server) probe(ctx context.Context) {
+	defer s.once.Do(func() { close(s.probed) })
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base.JoinPath("/readyz").String(), nil)
@@ -234,6 +237,23 @@ func (s *Server) state() (online bool, since time.Time, back <-chan struct{}) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	comp, verb := component(r), classify(r)
 	online, _, _ := s.state()
+	// Until the first probe answers, what the cache holds is answered
+	// from it (a node booting with the link down starts at once; online,
+	// held watches end at the probe and go to kube-apiserver), and the
+	// rest waits for the probe.
+	select {
+	case <-s.probed:
+	default:
+		kept := (verb == verbRead || verb == verbWatch) && cacheableRead(r) && s.cache.Has(comp, keyOf(r))
+		if !kept {
+			select {
+			case <-s.probed:
+			case <-r.Context().Done():
+				return
+			}
+			online, _, _ = s.state()
+		}
+	}
 	switch {
 	case verb == verbWrite && online:
 		s.m.requests.WithLabelValues(comp, verb, "apiserver").Inc()

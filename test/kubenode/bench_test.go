@@ -2,12 +2,18 @@ package kubenode_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/test/kubenode"
@@ -86,4 +92,166 @@ func podReady(ctx context.Context, b *testing.B, client kubernetes.Interface, re
 	}); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkOfflineReboot measures a node rebooting with and without its
+// link to the control plane (go tool task bench:autonomy): a real node
+// whose kubelet reaches the apiserver only through the local API endpoint
+// and whose pods get their addresses from atoll-ipam, running 20 pods
+// (each with a ConfigMap, a Secret and the projected token). Each
+// iteration cuts the power and boots the node online, to every pod
+// answering at its address from the node (online-boot-s), then the same
+// with the node cut from the control plane (offline-boot-s), then heals
+// and waits until the apiserver has every pod Ready at its address again
+// (heal-ready-s). After the loop: the local API endpoint's resident
+// memory (local-api-rss-MiB) and the records it wrote in a quiet minute
+// online (quiet-writes/min; the harness's kubelet reports its Node every
+// 10 s).
+func BenchmarkOfflineReboot(b *testing.B) {
+	if err := kubenode.Prerequisites(); err != nil {
+		b.Skip(err)
+	}
+	const pods = 20
+	cluster := kubetest.Start(b, kubenode.ClusterOptions(4)...)
+	fleet := kubenode.StartForTest(b, cluster, kubenode.Config{Net: 4, LocalAPI: true, KeepPodIPs: true})
+	ctx, cancel := context.WithTimeout(b.Context(), 20*time.Minute)
+	defer cancel()
+	client := cluster.Client()
+	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {
+		b.Fatal(err)
+	}
+	node, err := fleet.Add(ctx, "edge-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range pods {
+		name := fmt.Sprintf("hello-%02d", i)
+		if err := errors.Join(
+			create(ctx, client.CoreV1().ConfigMaps("default").Create, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": name}}),
+			create(ctx, client.CoreV1().Secrets("default").Create, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{"k": name}}),
+			create(ctx, client.CoreV1().Pods("default").Create, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "hello"}},
+				Spec: corev1.PodSpec{NodeName: node.Name,
+					Volumes: []corev1.Volume{
+						{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}},
+						{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}}},
+					Containers: []corev1.Container{{Name: "hello", Image: fleet.Image("hello"),
+						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "secret", MountPath: "/secret"}},
+						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}}}}}}),
+		); err != nil {
+			b.Fatal(err)
+		}
+	}
+	addrs := allReady(ctx, b, client, pods)
+	serving := func() {
+		b.Helper()
+		if err := poll.Until(ctx, func(ctx context.Context) error {
+			for name, ip := range addrs {
+				out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "1", "http://"+net.JoinHostPort(ip, "8080")+"/")
+				if err != nil || !strings.HasPrefix(out, "hello from "+name) {
+					return fmt.Errorf("pod %s at %s: %v %q", name, ip, err, out)
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatalf("%v\n%s", err, node.LogTails(20))
+		}
+	}
+	var online, offline, heal time.Duration
+	for b.Loop() {
+		node.PowerCut()
+		begin := time.Now()
+		if err := node.Boot(ctx); err != nil {
+			b.Fatal(err)
+		}
+		serving()
+		online += time.Since(begin)
+		allReady(ctx, b, client, pods)
+
+		if err := node.Cut(kubenode.HostIP(4)); err != nil {
+			b.Fatal(err)
+		}
+		node.PowerCut()
+		begin = time.Now()
+		if err := node.Boot(ctx); err != nil {
+			b.Fatal(err)
+		}
+		serving()
+		offline += time.Since(begin)
+		if err := node.Heal(); err != nil {
+			b.Fatal(err)
+		}
+		begin = time.Now()
+		if got := allReady(ctx, b, client, pods); !maps.Equal(got, addrs) {
+			b.Fatalf("pods at %v after the offline reboot, were at %v", got, addrs)
+		}
+		heal += time.Since(begin)
+	}
+	writes := func() float64 {
+		b.Helper()
+		return localAPIMetric(ctx, b, node, "atoll_localapi_cache_writes_total")
+	}
+	before := writes()
+	time.Sleep(time.Minute) // the quiet window measured
+	quiet := writes() - before
+	rss := localAPIMetric(ctx, b, node, "process_resident_memory_bytes")
+	b.ReportMetric(online.Seconds()/float64(b.N), "online-boot-s")
+	b.ReportMetric(offline.Seconds()/float64(b.N), "offline-boot-s")
+	b.ReportMetric(heal.Seconds()/float64(b.N), "heal-ready-s")
+	b.ReportMetric(rss/(1<<20), "local-api-rss-MiB")
+	b.ReportMetric(quiet, "quiet-writes/min")
+}
+
+func create[T any](ctx context.Context, f func(context.Context, T, metav1.CreateOptions) (T, error), obj T) error {
+	_, err := f(ctx, obj, metav1.CreateOptions{})
+	return err
+}
+
+// allReady waits until n pods app=hello are Ready and returns their
+// addresses by name.
+func allReady(ctx context.Context, b *testing.B, client kubernetes.Interface, n int) map[string]string {
+	b.Helper()
+	var addrs map[string]string
+	if err := poll.Until(ctx, func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
+		if err != nil {
+			return err
+		}
+		addrs = map[string]string{}
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					addrs[p.Name] = p.Status.PodIP
+				}
+			}
+		}
+		if len(addrs) < n {
+			return fmt.Errorf("%d of %d pods Ready", len(addrs), n)
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return addrs
+}
+
+// localAPIMetric reads one unlabelled metric of the node's local API
+// endpoint.
+func localAPIMetric(ctx context.Context, b *testing.B, node *kubenode.Node, name string) float64 {
+	b.Helper()
+	out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+kubenode.LocalAPIAdminAddr+"/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(out, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return f
+		}
+	}
+	b.Fatalf("the local API endpoint exports no %s", name)
+	return 0
 }
