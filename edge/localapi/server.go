@@ -241,14 +241,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// from it (a node booting with the link down starts at once; online,
 	// held watches end at the probe and go to kube-apiserver), and the
 	// rest waits for the probe.
-	select {
-	case <-s.probed:
-	default:
+	if !s.wasProbed() && verb != verbToken { // token waits once it knows its key
 		kept := (verb == verbRead || verb == verbWatch) && cacheableRead(r) && s.cache.Has(comp, keyOf(r))
 		if !kept {
-			select {
-			case <-s.probed:
-			case <-r.Context().Done():
+			if !s.waitProbe(r.Context()) {
 				return
 			}
 			online, _, _ = s.state()
@@ -270,6 +266,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.read(w, r, comp)
 	default:
 		s.readCache(w, r, comp)
+	}
+}
+
+// wasProbed reports whether the first probe has answered.
+func (s *Server) wasProbed() bool {
+	select {
+	case <-s.probed:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitProbe waits for the first probe's answer; false if ctx ends first.
+func (s *Server) waitProbe(ctx context.Context) bool {
+	select {
+	case <-s.probed:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -489,6 +505,16 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request, comp string, onli
 	}
 	sum := sha256.Sum256(body)
 	key := r.URL.Path + "#" + hex.EncodeToString(sum[:])
+	if !s.wasProbed() {
+		// Before the first probe: the kept token, or the probe's answer.
+		if s.keptToken(w, comp, key) {
+			return
+		}
+		if !s.waitProbe(r.Context()) {
+			return
+		}
+		online, _, _ = s.state()
+	}
 	if online {
 		resp, err := s.do(r.Context(), r, body, true)
 		if err == nil {
@@ -504,14 +530,23 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request, comp string, onli
 		}
 		s.unreachable(err)
 	}
-	if kept, ok := s.cache.Token(comp, key, time.Now()); ok {
-		s.m.requests.WithLabelValues(comp, verbToken, "cache").Inc()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(kept)
+	if s.keptToken(w, comp, key) {
 		return
 	}
 	s.refuse(w, r, comp, verbToken, "no valid token was issued for this request before")
+}
+
+// keptToken answers with the token kept under key, if it is valid.
+func (s *Server) keptToken(w http.ResponseWriter, comp, key string) bool {
+	kept, ok := s.cache.Token(comp, key, time.Now())
+	if !ok {
+		return false
+	}
+	s.m.requests.WithLabelValues(comp, verbToken, "cache").Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(kept)
+	return true
 }
 
 // open sends r (with body, when not nil) to kube-apiserver, asking for

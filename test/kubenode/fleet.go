@@ -221,14 +221,14 @@ func StartForTest(t testing.TB, cluster *kubetest.Cluster, cfg Config) *Fleet {
 }
 
 // StartWithNode starts, for test t, a control plane for fleet cfg.Net
-// (ClusterOptions), the fleet, and one node named name, Ready. It skips t
-// where real nodes cannot run.
-func StartWithNode(t testing.TB, cfg Config, name string) (*kubetest.Cluster, *Fleet, *Node) {
+// (ClusterOptions, then opts), the fleet, and one node named name, Ready.
+// It skips t where real nodes cannot run.
+func StartWithNode(t testing.TB, cfg Config, name string, opts ...kubetest.Option) (*kubetest.Cluster, *Fleet, *Node) {
 	t.Helper()
 	if err := Prerequisites(); err != nil {
 		t.Skip(err)
 	}
-	cluster := kubetest.Start(t, ClusterOptions(cfg.Net)...)
+	cluster := kubetest.Start(t, append(ClusterOptions(cfg.Net), opts...)...)
 	fleet := StartForTest(t, cluster, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

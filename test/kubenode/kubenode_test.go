@@ -38,7 +38,11 @@ import (
 // containers SIGKILLed) and a boot on the same disk, the pod runs and
 // answers again.
 func TestRealNode(t *testing.T) {
-	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 1, LocalAPI: true, KeepPodIPs: true}, "edge-1")
+	// Kubernetes' default tolerations (300 s): a node cut off below is
+	// not Atoll-protected here, and the test's 10 s would evict its pod
+	// while it reboots offline.
+	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 1, LocalAPI: true, KeepPodIPs: true}, "edge-1",
+		kubetest.WithTolerationSeconds(300, 300))
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	client := cluster.Client()
