@@ -112,7 +112,9 @@ func BenchmarkOfflineReboot(b *testing.B) {
 		b.Skip(err)
 	}
 	const pods = 20
-	cluster := kubetest.Start(b, kubenode.ClusterOptions(4)...)
+	// Kubernetes' default tolerations: the test default (10 s) would
+	// evict the pods of the node cut off (nothing protects it here).
+	cluster := kubetest.Start(b, append(kubenode.ClusterOptions(4), kubetest.WithTolerationSeconds(300, 300))...)
 	fleet := kubenode.StartForTest(b, cluster, kubenode.Config{Net: 4, LocalAPI: true, KeepPodIPs: true})
 	ctx, cancel := context.WithTimeout(b.Context(), 20*time.Minute)
 	defer cancel()
