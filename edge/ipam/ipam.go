@@ -36,6 +36,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/atoll-edge/atoll/internal/atomicfile"
 )
 
 // DefaultDataDir holds the snapshots when the configuration names none.
@@ -339,22 +341,7 @@ func (s *snapshot) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := s.file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.file)
-	}
-	return err
+	return atomicfile.Write(s.file, b, 0o600)
 }
 
 func (s *snapshot) close() { s.lock.Close() }

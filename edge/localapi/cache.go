@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/atoll-edge/atoll/internal/atomicfile"
 )
 
 // What a record keeps: the items of a list (updated by the watches of
@@ -106,7 +108,7 @@ func OpenCache(dir string, retain time.Duration, log *slog.Logger, m *metrics) (
 	}
 	c := &Cache{dir: dir, retain: retain, log: log, m: m, now: time.Now, recs: map[string]*record{}, dirty: map[string]bool{}}
 	// A write cut short by a power cut leaves its temporary file.
-	if tmps, err := filepath.Glob(filepath.Join(dir, "*", ".tmp-*")); err == nil {
+	if tmps, err := filepath.Glob(filepath.Join(dir, "*", atomicfile.TempPrefix+"*")); err == nil {
 		for _, f := range tmps {
 			_ = os.Remove(f)
 		}
@@ -398,7 +400,7 @@ func (c *Cache) Flush() error {
 				err = nil
 			}
 		} else {
-			err = writeFile(w.file, w.data)
+			err = atomicfile.Write(w.file, w.data, 0o600)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -435,36 +437,4 @@ func (c *Cache) redirty(file string) {
 			return
 		}
 	}
-}
-
-// writeFile replaces file with data durably: a power cut leaves the old
-// record or the new one, never a part.
-func writeFile(file string, data []byte) error {
-	dir := filepath.Dir(file)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), file)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", file, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }

@@ -2,16 +2,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
 	"flag"
 	"log/slog"
-	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -133,30 +125,10 @@ func edgeAdmin(t *testing.T) *admin.Server {
 // server (kube-apiserver need not answer for the registrations) and
 // returns the admin server.
 func localAPIAdmin(t *testing.T) *admin.Server {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "system:node:edge-1"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
+	creds := natstest.NewTLS(t, t.TempDir(), "node") // any loadable key pair
 	cfg := localapi.Default()
 	cfg.Listen, cfg.APIServer, cfg.Dir = "127.0.0.1:0", "https://127.0.0.1:1", t.TempDir()
-	cfg.CertFile, cfg.KeyFile = filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
-	if err := errors.Join(
-		os.WriteFile(cfg.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600),
-		os.WriteFile(cfg.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600),
-	); err != nil {
-		t.Fatal(err)
-	}
+	cfg.CertFile, cfg.KeyFile = creds.CertFile, creds.KeyFile
 	adm, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, natstest.Logger(t, slog.LevelError))
 	if err != nil {
 		t.Fatal(err)
