@@ -79,7 +79,7 @@ const grace = 20 * time.Second
 //     kubelet, atoll-ipam as its pods' IPAM and the node DNS): every pod
 //     of the unit runs again at the address it had, a web pod reaches the
 //     unit's Service by its DNS name and its ClusterIP, answered in the
-//     unit; back online, nothing was evicted or tainted NoExecute, every
+//     unit; back online, nothing was evicted or tainted unreachable, every
 //     pod is Ready at its address, and none restarts again;
 //   - scenario 2, a node powered off: its peers see it dead, KCM taints
 //     it, its pod is evicted (deleted; the object stays Terminating, as
@@ -896,9 +896,22 @@ func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *core
 		return nil
 	})
 	t.Logf("link back: the apiserver has every pod of unit %s Ready at its address, its reboot counted, %s later", unit, time.Since(back).Round(100*time.Millisecond))
+	// The cloud never treated the unit as lost: no unreachable taint. A
+	// kubelet that reports its node not ready just after its boot gets
+	// Kubernetes' not-ready taint until it reports Ready (Atoll leaves a
+	// node's own report to Kubernetes); it is logged, and nothing was
+	// evicted (above).
 	for j, m := range members {
-		if got := taints[j](); len(got) > 0 {
-			t.Errorf("%s got NoExecute taints while its unit was cut off: %v", m.Name, got)
+		var notReady []string
+		for _, taint := range taints[j]() {
+			if strings.HasPrefix(taint, corev1.TaintNodeUnreachable) {
+				t.Errorf("%s got %s while its unit was cut off", m.Name, taint)
+			} else {
+				notReady = append(notReady, taint)
+			}
+		}
+		if len(notReady) > 0 {
+			t.Logf("%s reported itself not ready after its boot: %v", m.Name, notReady)
 		}
 	}
 	// No restart once the link is back: the pods run on as they came
