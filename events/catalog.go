@@ -198,6 +198,20 @@ var (
 		Producer:  "the relaying peer's agent (`in`) or the node's agent (`out`)", Consumer: "the other agent (core, over the unit's routes); never sent to the hub",
 		Example: []string{"site-a", "edge-2", "edge-1", "s1", string(ToEdge)},
 	}
+	// APIServerDialFamily: a node's request for a connection to
+	// kube-apiserver through the hub (edge/tunnel, a node's local API
+	// endpoint with --apiserver-via=hub); the answering replica opens a
+	// TunnelFamily session to the node and relays it to kube-apiserver.
+	APIServerDialFamily = &Family{
+		Name: "apiserver dial", Pattern: Root + ".tunnel.<node>.apiserver",
+		Transport: TransportRequest,
+		Message:   &atollv1.APIServerDial{}, Reply: &atollv1.APIServerDialed{},
+		Identity: map[string]string{"node": "node"},
+		Service:  TunnelService, Endpoint: "apiserver",
+		MsgID:    "none",
+		Producer: "the node's tunnel agent, for each connection of its local API endpoint", Consumer: "one atoll-cloud replica with `--tunnel-apiserver` (queue group `" + TunnelService + "`)",
+		Example: []string{"edge-1"},
+	}
 	StatusFamily = &Family{
 		Name: "status", Pattern: StatusSubject,
 		Transport: TransportRequest,
@@ -221,7 +235,7 @@ var catalog = []*Family{
 	ProbeFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
 	RepublishedAssignmentFamily, RepublishedUnitViewFamily, RepublishedHostsFamily, RepublishedObjectViewFamily,
-	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, StatusFamily, TunnelsFamily,
+	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, APIServerDialFamily, StatusFamily, TunnelsFamily,
 }
 
 // republished is view family f as the hub republishes it: the same

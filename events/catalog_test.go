@@ -155,6 +155,7 @@ func TestWildcardConstants(t *testing.T) {
 		{events.ViewRepublishSubjects, events.RepublishedAssignmentFamily},
 		{events.TunnelSubjects, events.TunnelFamily},
 		{events.TunnelSubjects, events.TunnelRelayFamily},
+		{events.TunnelSubjects, events.APIServerDialFamily},
 		{events.UnitRelaySubjects, events.UnitRelayFamily},
 	}
 	for _, tt := range tests {

@@ -17,14 +17,22 @@ import (
 // group of the same name, so one of them answers each request.
 const CloudService = "atoll-cloud"
 
+// TunnelService is the nats micro service of atoll-cloud's connections
+// from nodes to kube-apiserver (APIServerDialFamily): each replica started
+// with --tunnel-apiserver is an instance, in the queue group of the same
+// name.
+const TunnelService = "atoll-tunnel"
+
 // CloudServiceVersion is the micro version of CloudService: bump it when
 // an endpoint's request or reply changes incompatibly.
 const CloudServiceVersion = "1.0.0"
 
 // Service error codes of Atoll endpoints (the Nats-Service-Error-Code header).
 const (
-	CodeBadRequest = 400
-	CodeInternal   = 500
+	CodeBadRequest  = 400
+	CodeTooMany     = 429
+	CodeInternal    = 500
+	CodeUnavailable = 503
 )
 
 // ServiceError is the typed error of a micro endpoint: the

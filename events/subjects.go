@@ -289,6 +289,21 @@ func ParseTunnelSubject(subject string) (node, session string, dir TunnelDir, er
 	return t[0], t[1], TunnelDir(t[2]), nil
 }
 
+// APIServerDialSubject is where node asks for a connection to
+// kube-apiserver (APIServerDialFamily).
+func APIServerDialSubject(node string) (string, error) {
+	return APIServerDialFamily.Subject(node)
+}
+
+// ParseAPIServerDialSubject returns the node of an apiserver dial subject.
+func ParseAPIServerDialSubject(subject string) (node string, err error) {
+	t, err := APIServerDialFamily.Parse(subject)
+	if err != nil {
+		return "", err
+	}
+	return t[0], nil
+}
+
 // TunnelRelaySubject carries, between the cloud and the relaying peer,
 // the frames of node's session relayed through peer, in direction dir.
 func TunnelRelaySubject(peer, node, session string, dir TunnelDir) (string, error) {

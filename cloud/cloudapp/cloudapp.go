@@ -223,6 +223,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tunnel.ConnectTLS.KeyFile, "tunnel-connect-tls-key", c.Tunnel.ConnectTLS.KeyFile, "PEM key of --tunnel-connect-tls-cert")
 	fs.StringVar(&c.Tunnel.ConnectTLS.ClientCAFile, "tunnel-connect-client-ca", c.Tunnel.ConnectTLS.ClientCAFile, "PEM CA bundle the CONNECT clients' certificates (kube-apiserver's egress tlsConfig.clientCert) must chain to; a TCP listener off loopback requires it with the certificate and key")
 	fs.Var((*forwardList)(&c.Tunnel.Forwards), "tunnel-forward", "comma-separated TCP port forwards listen=node/host:port through the tunnel")
+	fs.StringVar(&c.Tunnel.APIServer, "tunnel-apiserver", c.Tunnel.APIServer, "kube-apiserver's host:port, which nodes whose local API endpoint runs with --apiserver-via=hub reach through this replica (TLS end to end: the replica relays bytes); empty: none")
+	fs.IntVar(&c.Tunnel.APIServerPerNode, "tunnel-apiserver-per-node", c.Tunnel.APIServerPerNode, "most connections to kube-apiserver this replica relays for one node")
 	fs.DurationVar(&c.Tunnel.DialTimeout, "tunnel-dial-timeout", c.Tunnel.DialTimeout, "longest wait for a node's agent to reach a tunnel target")
 	fs.BoolVar(&c.Tunnel.Relay, "tunnel-relay", c.Tunnel.Relay, "relay a node's tunnel sessions through a unit peer while its own leaf link is down or silent")
 	fs.DurationVar(&c.Tunnel.RelayAfter, "tunnel-relay-after", c.Tunnel.RelayAfter, "silence from a node after which a tunnel session tries its next path (direct, then each unit peer)")

@@ -147,8 +147,8 @@ func TestEdgePermissions(t *testing.T) {
 			// Publishing: what a sends in its own name reaches the hub,
 			// what it sends in b's name does not.
 			atHub := collect(t, cloud, "atoll.>")
-			own := []string{"atoll.health.ballot.u1.a", "atoll.topo.node.a", "atoll.tunnel.a.relay.b.s1.out"}
-			forged := []string{"atoll.health.probe.u1.b", "atoll.topo.node.b",
+			own := []string{"atoll.health.ballot.u1.a", "atoll.topo.node.a", "atoll.tunnel.a.relay.b.s1.out", "atoll.tunnel.a.apiserver"}
+			forged := []string{"atoll.health.probe.u1.b", "atoll.topo.node.b", "atoll.tunnel.b.apiserver",
 				"atoll.health.probe.u2.a", "atoll.tunnel.b.s1.out", "atoll.view.u1.unit._.u1",
 				// Relaying: only in its own namespace, and never the unit legs.
 				"atoll.tunnel.b.relay.a.s1.out", "atoll.tunnel.a.relay.b.s1.in", "atoll.relay.u1.a.b.s1.out", "atoll.relay.u1.b.a.s1.in",

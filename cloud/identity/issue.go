@@ -162,7 +162,7 @@ func (i *Issuer) Bootstrap(node, unit, pub string, ttl time.Duration) (string, e
 // connection, seen from the node (publish: what it sends to the hub;
 // subscribe: what the hub sends it). It publishes only in its own name:
 // its probe reports, its votes, its topology updates, its tunnel frames
-// to the cloud, and the JetStream API requests its consumers need on the
+// to the cloud, its requests for a connection to kube-apiserver, and the JetStream API requests its consumers need on the
 // VIEWS stream, filtered to its assignment and its unit's views. It hears
 // its unit's probe reports and votes, its assignment, its unit's views,
 // its tunnel frames from the cloud and its own inbox.
@@ -198,6 +198,9 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		{events.BallotFamily, withUnit(map[string]string{"voter": node}), true},
 		{events.TopologyFamily, self, true},
 		{events.TunnelFamily, map[string]string{"node": node, "dir": string(events.ToCloud)}, true},
+		// Connections of its local API endpoint to kube-apiserver
+		// (--apiserver-via=hub), answered on its inbox.
+		{events.APIServerDialFamily, self, true},
 		{events.AssignmentFamily, self, false},
 		{events.TunnelFamily, map[string]string{"node": node, "dir": string(events.ToEdge)}, false},
 		// Relaying a unit peer's sessions (internal/tunnelproto): in its own

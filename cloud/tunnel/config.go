@@ -47,13 +47,20 @@ type Config struct {
 	Relay bool
 	// RelayAfter is the silence that moves a session to its next path.
 	RelayAfter time.Duration
+	// APIServer is kube-apiserver's "host:port": nodes whose local API
+	// endpoint runs with --apiserver-via=hub reach it through this
+	// replica (APIServerDial); empty: this replica relays none.
+	APIServer string
+	// APIServerPerNode bounds the connections to kube-apiserver this
+	// replica relays for one node.
+	APIServerPerNode int
 	// Session tunes the session protocol.
 	Session tunnelproto.Config
 }
 
 // DefaultConfig serves nothing until an address or forward is set.
 func DefaultConfig() Config {
-	return Config{DialTimeout: 15 * time.Second, Relay: true, RelayAfter: time.Second}
+	return Config{DialTimeout: 15 * time.Second, Relay: true, RelayAfter: time.Second, APIServerPerNode: 16}
 }
 
 // Validate names the bad field.
@@ -82,6 +89,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("tunnel: Forwards[%d].Target %q: %w", i, f.Target, err)
 		}
 	}
+	if c.APIServer != "" {
+		if _, _, err := net.SplitHostPort(c.APIServer); err != nil {
+			return fmt.Errorf("tunnel: APIServer %q: want host:port: %w", c.APIServer, err)
+		}
+		if c.APIServerPerNode <= 0 {
+			return fmt.Errorf("tunnel: APIServerPerNode %d not positive", c.APIServerPerNode)
+		}
+	}
 	if c.Relay && c.RelayAfter <= 0 {
 		return fmt.Errorf("tunnel: RelayAfter %s not positive", c.RelayAfter)
 	}
@@ -92,4 +107,6 @@ func (c Config) Validate() error {
 }
 
 // Enabled reports whether the server has anything to serve.
-func (c Config) Enabled() bool { return c.ConnectAddr != "" || len(c.Forwards) > 0 }
+func (c Config) Enabled() bool {
+	return c.ConnectAddr != "" || len(c.Forwards) > 0 || c.APIServer != ""
+}

@@ -20,6 +20,7 @@ type Metrics struct {
 	relayedN prometheus.Counter
 	switches *prometheus.CounterVec
 	rframes  *prometheus.CounterVec
+	api      *prometheus.CounterVec
 }
 
 // NewMetrics registers the server's metrics on reg.
@@ -34,7 +35,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.relayedN = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "relayed_sessions_total", Help: "Sessions that went through a unit peer of their node (its own leaf link down or silent)."})
 	m.switches = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "path_switches_total", Help: "Sessions moved to another path, by where to (peer, direct)."}, []string{"to"})
 	m.rframes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "relay_frames_total", Help: "Tunnel frames through a relaying unit peer, by direction (to_edge, from_edge)."}, []string{"dir"})
-	reg.MustRegister(m.sessions, m.opens, m.ended, m.bytes, m.resent, m.relayedN, m.switches, m.rframes)
+	m.api = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "apiserver_connections_total", Help: "Nodes' requests for a connection to kube-apiserver (--apiserver-via=hub), by result (ok; bad_request; over_limit: the node holds --tunnel-apiserver-per-node; apiserver_unreachable; session_failed: the node's agent did not take the session; unanswered: the agent stopped waiting)."}, []string{"result"})
+	reg.MustRegister(m.sessions, m.opens, m.ended, m.bytes, m.resent, m.relayedN, m.switches, m.rframes, m.api)
 	return m
 }
 
@@ -110,4 +112,10 @@ func (m *Metrics) done(st tunnelproto.Stats, err error) {
 	m.bytes.WithLabelValues("to_edge").Add(float64(st.BytesSent))
 	m.bytes.WithLabelValues("from_edge").Add(float64(st.BytesReceived))
 	m.resent.Add(float64(st.FramesResent))
+}
+
+func (m *Metrics) apiServer(result string) {
+	if m != nil {
+		m.api.WithLabelValues(result).Inc()
+	}
 }

@@ -53,7 +53,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners []net.Listener
 	http      *http.Server
-	conns     map[net.Conn]struct{}
+	apiServer *apiServerRelay // nil: no --tunnel-apiserver
 	wg        sync.WaitGroup
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -64,7 +64,7 @@ func New(cfg Config, res Resolver, m *Metrics, log *slog.Logger) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, res: res, log: log, metrics: m, conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, res: res, log: log, metrics: m}
 	if cfg.ConnectTLS.Enabled() {
 		var err error
 		if s.tls, err = tlsreload.New(tlsreload.Files(cfg.ConnectTLS), names, tls.RequireAndVerifyClientCert, log); err != nil {
@@ -141,6 +141,12 @@ func (s *Server) Start(nc *nats.Conn) error {
 			}
 		}()
 	}
+	if s.cfg.APIServer != "" {
+		if err := s.startAPIServer(nc); err != nil {
+			s.closeListeners()
+			return err
+		}
+	}
 	for _, f := range s.cfg.Forwards {
 		ln, err := listen(f.Listen)
 		if err != nil {
@@ -166,19 +172,15 @@ func (s *Server) Addrs() []net.Addr {
 	return out
 }
 
-func (s *Server) track(c net.Conn, on bool) bool {
+// hold counts one more connection being served, for Stop to wait for
+// (s.wg.Done when it ends); false once the server is stopping.
+func (s *Server) hold() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if on {
-		if s.ctx.Err() != nil {
-			return false
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1) // relays of hijacked CONNECTs run outside the listener goroutines
-	} else {
-		delete(s.conns, c)
-		s.wg.Done()
+	if s.ctx.Err() != nil {
+		return false
 	}
+	s.wg.Add(1)
 	return true
 }
 
@@ -258,12 +260,12 @@ func (s *Server) forward(ln net.Listener, f Forward) {
 }
 
 func (s *Server) relay(c net.Conn, tc net.Conn) {
-	if !s.track(c, true) {
+	if !s.hold() {
 		c.Close()
 		tc.Close()
 		return
 	}
-	defer s.track(c, false)
+	defer s.wg.Done()
 	if a, ok := tc.RemoteAddr().(tunnelproto.Addr); ok {
 		s.byNode.add(a.Node, 1)
 		defer s.byNode.add(a.Node, -1)
@@ -287,6 +289,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		_ = s.http.Close()
 	}
 	s.closeListeners()
+	s.apiServer.stop()
 	s.mu.Lock()
 	s.cancel()
 	s.mu.Unlock()

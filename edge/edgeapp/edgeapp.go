@@ -135,6 +135,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tunnel.Kubelet, "tunnel-kubelet", c.Tunnel.Kubelet, "local address of the kubelet the tunnel reaches (always allowed; the cloud's requested port selects it)")
 	fs.Var((*cliflags.List)(&c.Tunnel.Allow), "tunnel-allow", "comma-separated further local host:port targets the tunnel may reach, selected by port")
 	fs.BoolVar(&c.Tunnel.Relay, "tunnel-relay", c.Tunnel.Relay, "relay the tunnel sessions of unit peers whose own leaf link is down (only to members of this node's unit)")
+	fs.StringVar(&c.Tunnel.APIServerListen, "tunnel-apiserver-listen", c.Tunnel.APIServerListen, "loopback host:port whose connections reach kube-apiserver through the hub (the local API endpoint's --apiserver-via=hub); empty: none")
 	fs.DurationVar(&c.Tunnel.Session.LinkTimeout, "tunnel-link-timeout", c.Tunnel.Session.LinkTimeout, "a tunnel session survives a loss of the link shorter than this (0: 10s)")
 }
 

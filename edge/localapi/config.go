@@ -23,6 +23,13 @@ type Config struct {
 	// kubelet's: system:node:<name>); read again when they change, as
 	// the kubelet rotates them. They may name the same file.
 	CertFile, KeyFile string
+	// Via is how kube-apiserver is reached: "direct" (dial the host of
+	// APIServer) or "hub" (every connection through atoll-edge's
+	// forward at HubForward, over the node's leaf link; TLS still runs
+	// from here to kube-apiserver, verified against APIServer's host).
+	Via string
+	// HubForward is atoll-edge's --tunnel-apiserver-listen, for Via "hub".
+	HubForward string
 	// Dir keeps what each component read, one directory per component.
 	Dir string
 	// Timeout bounds a probe of kube-apiserver and a read the cache can
@@ -42,6 +49,8 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Listen:        "127.0.0.1:10261",
+		Via:           ViaDirect,
+		HubForward:    "127.0.0.1:10263",
 		Dir:           "/var/lib/atoll/local-api",
 		Timeout:       5 * time.Second,
 		ProbeInterval: 2 * time.Second,
@@ -54,6 +63,8 @@ func Default() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "loopback host:port the node's components reach the API at (their kubeconfig's server: http://HOST:PORT)")
 	fs.StringVar(&c.APIServer, "apiserver", c.APIServer, "kube-apiserver's URL, e.g. https://10.0.0.1:6443")
+	fs.StringVar(&c.Via, "apiserver-via", c.Via, "how kube-apiserver is reached: direct, or hub (through atoll-edge's --tunnel-apiserver-listen and the node's leaf link; TLS end to end)")
+	fs.StringVar(&c.HubForward, "hub-forward", c.HubForward, "atoll-edge's --tunnel-apiserver-listen, with --apiserver-via=hub")
 	fs.StringVar(&c.CAFile, "ca-file", c.CAFile, "PEM CA bundle that verifies kube-apiserver")
 	fs.StringVar(&c.CertFile, "client-cert", c.CertFile, "the node's client certificate (the kubelet's, e.g. /var/lib/kubelet/pki/kubelet-client-current.pem); re-read when it changes")
 	fs.StringVar(&c.KeyFile, "client-key", c.KeyFile, "the key of --client-cert (may be the same file)")
@@ -66,11 +77,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
-	host, _, err := net.SplitHostPort(c.Listen)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("local API: listen %q: %w", c.Listen, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !loopback(c.Listen) {
 		return fmt.Errorf("local API: listen %q is not a loopback address: it serves the node's credentials to whoever reaches it", c.Listen)
 	}
 	u, err := url.Parse(c.APIServer)
@@ -83,6 +93,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("local API: apiserver %q: want https://HOST:PORT", c.APIServer)
 	case c.CertFile == "" || c.KeyFile == "":
 		return errors.New("local API: needs the node's client certificate and key (--client-cert, --client-key)")
+	case c.Via != ViaDirect && c.Via != ViaHub:
+		return fmt.Errorf("local API: apiserver-via %q: want %s or %s", c.Via, ViaDirect, ViaHub)
+	case c.Via == ViaHub && !loopback(c.HubForward):
+		return fmt.Errorf("local API: hub-forward %q: want atoll-edge's loopback --tunnel-apiserver-listen (host:port)", c.HubForward)
 	case c.Dir == "":
 		return errors.New("local API: needs --dir")
 	case c.Retain < 0:
@@ -99,4 +113,20 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// The ways to kube-apiserver (Config.Via).
+const (
+	ViaDirect = "direct"
+	ViaHub    = "hub"
+)
+
+// loopback reports whether hostport is a loopback "host:port".
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }

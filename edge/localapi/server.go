@@ -111,8 +111,17 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Server, erro
 			return nil, fmt.Errorf("local API: %s holds no PEM certificate", cfg.CAFile)
 		}
 	}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+	dial := dialer.DialContext
+	if cfg.Via == ViaHub {
+		// Every connection goes through atoll-edge, whatever the URL's
+		// host: the TLS handshake still names and verifies that host.
+		dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, cfg.HubForward)
+		}
+	}
 	transport := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: cfg.Timeout,
 		ForceAttemptHTTP2:   true,

@@ -32,10 +32,13 @@ type Agent struct {
 	// allow maps a port the cloud may ask for to the local address dialled.
 	allow map[int]string
 	ln    *tunnelproto.Listener
-	relay *tunnelproto.Relay
-	units Units
-	wg    sync.WaitGroup
-	dial  func(ctx context.Context, addr string) (net.Conn, error)
+	// apiServer forwards the node's connections to kube-apiserver
+	// through the hub (Config.APIServerListen); nil: none.
+	apiServer *apiServerForward
+	relay     *tunnelproto.Relay
+	units     Units
+	wg        sync.WaitGroup
+	dial      func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Units is the agent's view of its unit (edge/membership).
@@ -117,11 +120,28 @@ func (a *Agent) Start(nc *nats.Conn) error {
 		a.relay = r
 		a.metrics.relaySessions(r.Sessions)
 	}
+	if a.cfg.APIServerListen != "" {
+		if err := a.startAPIServerForward(nc); err != nil {
+			_ = ln.Close()
+			if a.relay != nil {
+				_ = a.relay.Close()
+			}
+			return err
+		}
+	}
 	return nil
 }
 
-// Run accepts sessions until ctx ends.
+// Run accepts sessions (and, with Config.APIServerListen, connections to
+// forward to kube-apiserver) until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.apiServer != nil {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.apiServer.serve(ctx)
+		}()
+	}
 	for {
 		r, err := a.ln.Accept(ctx)
 		if err != nil {
@@ -129,6 +149,13 @@ func (a *Agent) Run(ctx context.Context) error {
 				return nil
 			}
 			return err
+		}
+		if token, ok := apiServerToken(r.Target); ok {
+			if a.apiServer == nil || !a.apiServer.take(token, r) {
+				a.metrics.refused()
+				r.Refuse(fmt.Sprintf("no connection to kube-apiserver waits on node %s for this session", a.node))
+			}
+			continue
 		}
 		addr, err := a.Target(r.Target)
 		if err != nil {
@@ -168,6 +195,9 @@ func (a *Agent) Stop(ctx context.Context) error {
 		return nil
 	}
 	err := a.ln.Close()
+	if a.apiServer != nil {
+		_ = a.apiServer.ln.Close()
+	}
 	if a.relay != nil {
 		err = errors.Join(err, a.relay.Close())
 	}

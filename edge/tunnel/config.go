@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/atoll-edge/atoll/internal/tunnelproto"
 )
@@ -23,13 +24,19 @@ type Config struct {
 	// own leaf link is down (the cloud asks; the agent checks the node is
 	// a member of its unit).
 	Relay bool
+	// APIServerListen is a loopback "host:port" whose connections go to
+	// kube-apiserver through the hub (the local API endpoint's
+	// --apiserver-via=hub); empty: none.
+	APIServerListen string
+	// APIServerTimeout bounds getting one such connection from the cloud.
+	APIServerTimeout time.Duration
 	// Session tunes the session protocol.
 	Session tunnelproto.Config
 }
 
 // DefaultConfig allows the kubelet on loopback only.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Kubelet: "127.0.0.1:10250", Backlog: 4096, Relay: true}
+	return Config{Enabled: true, Kubelet: "127.0.0.1:10250", Backlog: 4096, Relay: true, APIServerTimeout: 10 * time.Second}
 }
 
 // Validate names the bad field.
@@ -40,6 +47,18 @@ func (c Config) Validate() error {
 	for _, a := range append([]string{c.Kubelet}, c.Allow...) {
 		if _, _, err := splitPort(a); err != nil {
 			return fmt.Errorf("tunnel: allowed target %q: %w", a, err)
+		}
+	}
+	if c.APIServerListen != "" {
+		host, _, err := net.SplitHostPort(c.APIServerListen)
+		if err != nil {
+			return fmt.Errorf("tunnel: apiserver listener %q: %w", c.APIServerListen, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("tunnel: apiserver listener %q is not a loopback address: whoever reaches it reaches kube-apiserver from inside the cloud", c.APIServerListen)
+		}
+		if c.APIServerTimeout <= 0 {
+			return fmt.Errorf("tunnel: APIServerTimeout %s not positive", c.APIServerTimeout)
 		}
 	}
 	if c.Backlog <= 0 {

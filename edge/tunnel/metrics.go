@@ -1,6 +1,8 @@
 package tunnel
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-edge/atoll/events"
@@ -18,6 +20,7 @@ type Metrics struct {
 	dialFailures prometheus.Counter
 	relayFrames  *prometheus.CounterVec
 	relayRefusal prometheus.Counter
+	apiServerN   *prometheus.CounterVec
 	reg          prometheus.Registerer
 }
 
@@ -33,8 +36,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.relayFrames = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "relay_frames_total", Help: "Tunnel frames of unit peers' sessions relayed by this agent (to_peer: from the cloud to the peer, to_cloud: back), and of this node's own sessions that arrived through a peer (from_peer)."}, []string{"dir"})
 	m.relayRefusal = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "relay_refused_total", Help: "Relay requests refused: the node is not a member of this node's unit (or is this node)."})
+	m.apiServerN = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_agent", Name: "apiserver_connections_total", Help: "Connections to kube-apiserver through the hub (--tunnel-apiserver-listen), by result (ok; no_relay: no atoll-cloud replica has --tunnel-apiserver; failed)."}, []string{"result"})
 	m.reg = reg
-	reg.MustRegister(m.sessions, m.ended, m.bytes, m.resent, m.refusedTotal, m.dialFailures, m.relayFrames, m.relayRefusal)
+	reg.MustRegister(m.sessions, m.ended, m.bytes, m.resent, m.refusedTotal, m.dialFailures, m.relayFrames, m.relayRefusal, m.apiServerN)
 	return m
 }
 
@@ -100,4 +104,18 @@ func (m *Metrics) done(st tunnelproto.Stats, err error) {
 	m.bytes.WithLabelValues("in").Add(float64(st.BytesReceived))
 	m.bytes.WithLabelValues("out").Add(float64(st.BytesSent))
 	m.resent.Add(float64(st.FramesResent))
+}
+
+func (m *Metrics) apiServer(err error) {
+	if m == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		m.apiServerN.WithLabelValues("ok").Inc()
+	case errors.Is(err, errNoRelay):
+		m.apiServerN.WithLabelValues("no_relay").Inc()
+	default:
+		m.apiServerN.WithLabelValues("failed").Inc()
+	}
 }

@@ -16,6 +16,12 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
+// APIServerTarget prefixes the target of a session that carries a node's
+// connection to kube-apiserver (events.APIServerDialFamily):
+// "kube-apiserver/<token>", the token of the node's request. It is no
+// "host:port", so an agent never takes it for a local target.
+const APIServerTarget = "kube-apiserver/"
+
 // NewSessionID is a random session token.
 func NewSessionID() string {
 	var b [12]byte

@@ -223,6 +223,125 @@ func (x *TunnelFrame) GetOffset() uint64 {
 	return 0
 }
 
+// APIServerDial asks atoll-cloud for a connection from the node to
+// kube-apiserver, for the node's local API endpoint with
+// --apiserver-via=hub. Subject: atoll.tunnel.<node>.apiserver.
+//
+// One replica answers: it dials kube-apiserver, opens a tunnel session to
+// the node's agent with target "kube-apiserver/<token>" (the agent accepts
+// it only while a connection of its own waits for that token) and relays
+// the session to kube-apiserver byte for byte. TLS runs end to end between
+// the node and kube-apiserver: the replica never holds the node's
+// credentials.
+type APIServerDial struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node asking: the subject's node.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Names the session the agent waits for (random, per connection).
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *APIServerDial) Reset() {
+	*x = APIServerDial{}
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *APIServerDial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*APIServerDial) ProtoMessage() {}
+
+func (x *APIServerDial) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use APIServerDial.ProtoReflect.Descriptor instead.
+func (*APIServerDial) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_tunnel_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *APIServerDial) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *APIServerDial) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+// APIServerDialed answers an APIServerDial once the session is established.
+type APIServerDialed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tunnel session that carries the connection.
+	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The kube-apiserver address the replica dialled.
+	Apiserver     string `protobuf:"bytes,2,opt,name=apiserver,proto3" json:"apiserver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *APIServerDialed) Reset() {
+	*x = APIServerDialed{}
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *APIServerDialed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*APIServerDialed) ProtoMessage() {}
+
+func (x *APIServerDialed) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use APIServerDialed.ProtoReflect.Descriptor instead.
+func (*APIServerDialed) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_tunnel_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *APIServerDialed) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *APIServerDialed) GetApiserver() string {
+	if x != nil {
+		return x.Apiserver
+	}
+	return ""
+}
+
 var File_atoll_v1_tunnel_proto protoreflect.FileDescriptor
 
 const file_atoll_v1_tunnel_proto_rawDesc = "" +
@@ -239,7 +358,13 @@ const file_atoll_v1_tunnel_proto_rawDesc = "" +
 	"\x03ack\x18\b \x01(\x04R\x03ack\x12\x14\n" +
 	"\x05limit\x18\t \x01(\x04R\x05limit\x12\x16\n" +
 	"\x06offset\x18\n" +
-	" \x01(\x04R\x06offset*\x94\x01\n" +
+	" \x01(\x04R\x06offset\"9\n" +
+	"\rAPIServerDial\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"I\n" +
+	"\x0fAPIServerDialed\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x1c\n" +
+	"\tapiserver\x18\x02 \x01(\tR\tapiserver*\x94\x01\n" +
 	"\tFrameKind\x12\x1a\n" +
 	"\x16FRAME_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fFRAME_KIND_OPEN\x10\x01\x12\x13\n" +
@@ -261,10 +386,12 @@ func file_atoll_v1_tunnel_proto_rawDescGZIP() []byte {
 }
 
 var file_atoll_v1_tunnel_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_atoll_v1_tunnel_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_atoll_v1_tunnel_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_atoll_v1_tunnel_proto_goTypes = []any{
-	(FrameKind)(0),      // 0: atoll.v1.FrameKind
-	(*TunnelFrame)(nil), // 1: atoll.v1.TunnelFrame
+	(FrameKind)(0),          // 0: atoll.v1.FrameKind
+	(*TunnelFrame)(nil),     // 1: atoll.v1.TunnelFrame
+	(*APIServerDial)(nil),   // 2: atoll.v1.APIServerDial
+	(*APIServerDialed)(nil), // 3: atoll.v1.APIServerDialed
 }
 var file_atoll_v1_tunnel_proto_depIdxs = []int32{
 	0, // 0: atoll.v1.TunnelFrame.kind:type_name -> atoll.v1.FrameKind
@@ -286,7 +413,7 @@ func file_atoll_v1_tunnel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_tunnel_proto_rawDesc), len(file_atoll_v1_tunnel_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   1,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

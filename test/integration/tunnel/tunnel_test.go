@@ -118,6 +118,10 @@ type rigOptions struct {
 	allow []string
 	// session changes both ends' session configuration.
 	session func(*tunnelproto.Config)
+	// apiserver is the kube-apiserver both replicas relay nodes'
+	// connections to (tunnel.Config.APIServer), and has the agent
+	// forward them (on r.agent.APIServerAddr()).
+	apiserver string
 }
 
 // overTCP makes an in-process Connect dial url over TCP instead.
@@ -152,6 +156,9 @@ func setupRig(t testing.TB, o rigOptions) *rig {
 	acfg.Kubelet = r.kubelet
 	r.hello = helloServer(t)
 	acfg.Allow = append([]string{r.hello}, o.allow...)
+	if o.apiserver != "" {
+		acfg.APIServerListen = "127.0.0.1:0"
+	}
 	if o.session != nil {
 		o.session(&acfg.Session)
 	}
@@ -183,6 +190,7 @@ func setupRig(t testing.TB, o rigOptions) *rig {
 		}
 		cfg := tunnel.DefaultConfig()
 		cfg.ConnectAddr = "127.0.0.1:0"
+		cfg.APIServer = o.apiserver
 		if i == 0 && o.first != nil {
 			o.first(&cfg)
 		}
