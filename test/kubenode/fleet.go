@@ -50,6 +50,18 @@ type Config struct {
 	// listens there, deploy/components/node-dns) instead of the cluster
 	// DNS Service.
 	NodeDNS func(node string) bool
+	// HostAgent, when set, runs on each node an atoll-edge agent (built
+	// by Start) with the arguments it returns, as a host service: started
+	// at boot before the local API endpoint, killed by a power cut. Its
+	// log is the node's "atoll-edge".
+	HostAgent func(n *Node) []string
+	// LocalAPIViaHub has each node's local API endpoint reach
+	// kube-apiserver through its HostAgent's forward (HubForwardAddr:
+	// `--apiserver-via=hub`), and drops whatever the node's own programs
+	// send to kube-apiserver directly: the hub is their only way to it.
+	// kube-proxy reads the local API endpoint (as the node; grant it
+	// system:node-proxier).
+	LocalAPIViaHub bool
 }
 
 // LocalAPIAddr is where a node's local API endpoint listens (on the
@@ -58,6 +70,9 @@ type Config struct {
 const (
 	LocalAPIAddr      = "127.0.0.1:10261"
 	LocalAPIAdminAddr = "127.0.0.1:10262"
+	// HubForwardAddr is the host agent's --tunnel-apiserver-listen with
+	// Config.LocalAPIViaHub.
+	HubForwardAddr = "127.0.0.1:10263"
 )
 
 // Fleet is a set of real nodes on one host bridge.
@@ -177,7 +192,7 @@ func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, 
 // directory: atoll-edge for LocalAPI, cni/atoll-ipam for KeepPodIPs.
 func (f *Fleet) buildAtoll(ctx context.Context) error {
 	f.atollBin = filepath.Join(f.cfg.Dir, "bin")
-	builds := map[string]bool{"atoll-edge": f.cfg.LocalAPI, "atoll-ipam": f.cfg.KeepPodIPs}
+	builds := map[string]bool{"atoll-edge": f.cfg.LocalAPI || f.cfg.HostAgent != nil, "atoll-ipam": f.cfg.KeepPodIPs}
 	for prog, want := range builds {
 		if !want {
 			continue

@@ -47,63 +47,10 @@ func TestRealNode(t *testing.T) {
 	defer cancel()
 	client := cluster.Client()
 
-	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
-	// Its volumes are what a pod that starts offline needs from the
-	// local API: a ConfigMap, a Secret and the projected
-	// service-account token every pod gets.
-	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hello"},
-		Data: map[string]string{"greeting": "hello"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hello"},
-		StringData: map[string]string{"password": "hello"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default", Labels: map[string]string{"app": "hello"}},
-		Spec: corev1.PodSpec{
-			NodeName: node.Name,
-			Volumes: []corev1.Volume{
-				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: corev1.LocalObjectReference{Name: "hello"}}}},
-				{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "hello"}}},
-			},
-			Containers: []corev1.Container{{
-				Name: "hello", Image: fleet.Image("hello"),
-				VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "secret", MountPath: "/secret"}},
-				Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
-				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
-					HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}},
-			}},
-		},
-	}
-	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	first := waitServing(ctx, t, client, node)
+	first := startHello(ctx, t, cluster, fleet, node)
 	t.Logf("pod hello Ready at %s", first.Status.PodIP)
 
-	t.Run("service through kube-proxy", func(t *testing.T) {
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
-			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "hello"},
-				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
-		svc, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		poll.Eventually(t, time.Minute, func() error {
-			out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+svc.Spec.ClusterIP+"/")
-			if err != nil {
-				return err
-			}
-			if !strings.HasPrefix(out, "hello from hello") {
-				return fmt.Errorf("ClusterIP %s answered %q", svc.Spec.ClusterIP, out)
-			}
-			return nil
-		})
-	})
+	t.Run("service through kube-proxy", func(t *testing.T) { helloService(ctx, t, cluster.Client(), node) })
 
 	t.Run("silent cut", func(t *testing.T) {
 		if err := node.Cut(kubenode.HostIP(1)); err != nil {
@@ -187,46 +134,120 @@ func TestRealNode(t *testing.T) {
 	// kubelet gets its pod, the pod's ConfigMap, Secret and token from the
 	// local API endpoint's cache and starts it; once the link is back its
 	// status reaches the apiserver.
-	t.Run("power cut and boot offline", func(t *testing.T) {
-		if err := node.Cut(kubenode.HostIP(1)); err != nil {
-			t.Fatal(err)
-		}
-		node.PowerCut()
-		begin := time.Now()
-		if err := node.Boot(ctx); err != nil {
-			t.Fatal(err)
-		}
-		var at string
-		poll.Eventually(t, 2*time.Minute, func() error {
-			var err error
-			at, err = servingOnNode(ctx, node)
-			return err
-		})
-		t.Logf("offline boot: pod serving at %s in %s", at, time.Since(begin).Round(10*time.Millisecond))
-		if at != first.Status.PodIP {
-			t.Errorf("the pod came back at %s, want its address %s: the EndpointSlices the unit serves name it", at, first.Status.PodIP)
-		}
-		metrics, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+kubenode.LocalAPIAdminAddr+"/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{
-			`atoll_localapi_requests_total{answer="cache",component="kubelet",verb="token"}`,
-			`atoll_localapi_requests_total{answer="cache",component="kubelet",verb="watch"}`,
-			`atoll_localapi_apiserver_reachable 0`,
-		} {
-			if !strings.Contains(metrics, want) {
-				t.Errorf("the local API's metrics lack %s", want)
-			}
-		}
-		if err := node.Heal(); err != nil {
-			t.Fatal(err)
-		}
-		again := waitServing(ctx, t, client, node, first.Status.ContainerStatuses[0].RestartCount+1)
-		if again.Status.PodIP != at {
-			t.Errorf("the apiserver has the pod at %s, the node serves it at %s", again.Status.PodIP, at)
-		}
+	t.Run("power cut and boot offline", func(t *testing.T) { bootOffline(ctx, t, cluster, node, first) })
+}
+
+// bootOffline cuts node from the control plane (and the hub: everything
+// at the fleet's host address), power-cuts it and boots it: pod hello
+// (first, as the apiserver had it) serves again at its address, started
+// from the local API's cache; once the link is back its status reaches
+// the apiserver.
+func bootOffline(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, node *kubenode.Node, first *corev1.Pod) {
+	t.Helper()
+	client := cluster.Client()
+	if err := node.Cut(node.HostIP()); err != nil {
+		t.Fatal(err)
+	}
+	node.PowerCut()
+	begin := time.Now()
+	if err := node.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var at string
+	poll.Eventually(t, 2*time.Minute, func() error {
+		var err error
+		at, err = servingOnNode(ctx, node)
+		return err
 	})
+	t.Logf("offline boot: pod serving at %s in %s", at, time.Since(begin).Round(10*time.Millisecond))
+	if at != first.Status.PodIP {
+		t.Errorf("the pod came back at %s, want its address %s: the EndpointSlices the unit serves name it", at, first.Status.PodIP)
+	}
+	metrics, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+kubenode.LocalAPIAdminAddr+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`atoll_localapi_requests_total{answer="cache",component="kubelet",verb="token"}`,
+		`atoll_localapi_requests_total{answer="cache",component="kubelet",verb="watch"}`,
+		`atoll_localapi_apiserver_reachable 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("the local API's metrics lack %s", want)
+		}
+	}
+	if err := node.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	again := waitServing(ctx, t, client, node, first.Status.ContainerStatuses[0].RestartCount+1)
+	if again.Status.PodIP != at {
+		t.Errorf("the apiserver has the pod at %s, the node serves it at %s", again.Status.PodIP, at)
+	}
+}
+
+// helloService puts Service hello in front of pod hello and waits until
+// the node reaches the pod at its ClusterIP, through kube-proxy.
+func helloService(ctx context.Context, t *testing.T, client kubernetes.Interface, node *kubenode.Node) {
+	t.Helper()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "hello"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	svc, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, time.Minute, func() error {
+		out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+svc.Spec.ClusterIP+"/")
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(out, "hello from hello") {
+			return fmt.Errorf("ClusterIP %s answered %q", svc.Spec.ClusterIP, out)
+		}
+		return nil
+	})
+}
+
+// startHello runs pod hello on node, with what a pod that starts offline
+// needs from the local API: a ConfigMap, a Secret and the projected
+// service-account token every pod gets; it returns the pod once it is
+// Ready and answers.
+func startHello(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, fleet *kubenode.Fleet, node *kubenode.Node) *corev1.Pod {
+	t.Helper()
+	client := cluster.Client()
+	if err := cluster.WaitForServiceAccount(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Data: map[string]string{"greeting": "hello"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		StringData: map[string]string{"password": "hello"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default", Labels: map[string]string{"app": "hello"}},
+		Spec: corev1.PodSpec{
+			NodeName: node.Name,
+			Volumes: []corev1.Volume{
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "hello"}}}},
+				{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "hello"}}},
+			},
+			Containers: []corev1.Container{{
+				Name: "hello", Image: fleet.Image("hello"),
+				VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "secret", MountPath: "/secret"}},
+				Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}},
+			}},
+		},
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return waitServing(ctx, t, client, node)
 }
 
 // servingOnNode finds, from inside the node, the address its pod hello

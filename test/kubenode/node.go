@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,7 @@ type Node struct {
 
 	mu         sync.Mutex
 	localAPI   *process
+	agent      *process
 	containerd *process
 	kubelet    *process
 	kubeProxy  *process
@@ -91,6 +93,10 @@ func newNode(f *Fleet, name string, i int) *Node {
 var hostPaths = []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers",
 	// atoll-edge's state (its DaemonSet's hostPath).
 	"/var/lib/atoll"}
+
+// HostIP is the host's address on the node's bridge (HostIP of its
+// fleet's net): where the node reaches the control plane.
+func (n *Node) HostIP() string { return HostIP(n.fleet.cfg.Net) }
 
 // HostPath is the directory of the node's disk that the node's programs
 // see at p, one of the paths each node has of its own (/var/lib/kubelet,
@@ -144,6 +150,11 @@ func (n *Node) create(others []*Node) error {
 	if out, err := exec.Command("ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
 		return fmt.Errorf("kubenode: %s: forwarding: %w: %s", n.Name, err, out)
 	}
+	if n.fleet.cfg.LocalAPIViaHub {
+		if err := n.hubOnly(); err != nil {
+			return err
+		}
+	}
 	for _, o := range others {
 		if err := ipAll(
 			[]string{"-n", n.netns, "route", "replace", o.PodCIDR, "via", o.IP},
@@ -162,7 +173,7 @@ func (n *Node) create(others []*Node) error {
 func (n *Node) Boot(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.kubelet != nil || n.containerd != nil || n.kubeProxy != nil || n.localAPI != nil {
+	if n.kubelet != nil || n.containerd != nil || n.kubeProxy != nil || n.localAPI != nil || n.agent != nil {
 		return fmt.Errorf("kubenode: %s is running", n.Name)
 	}
 	n.dropMounts()
@@ -177,6 +188,12 @@ func (n *Node) Boot(ctx context.Context) error {
 	}
 	if err := n.cgroups(); err != nil {
 		return err
+	}
+	if hostAgent := n.fleet.cfg.HostAgent; hostAgent != nil {
+		var err error
+		if n.agent, err = n.start("atoll-edge", filepath.Join(n.fleet.atollBin, "atoll-edge"), hostAgent(n)...); err != nil {
+			return err
+		}
 	}
 	if err := n.startLocalAPI(); err != nil {
 		return err
@@ -207,12 +224,16 @@ func (n *Node) startLocalAPI() error {
 		return nil
 	}
 	pki := filepath.Join(n.Disk, "pki")
+	args := []string{"local-api",
+		"--listen=" + LocalAPIAddr, "--admin-addr=" + LocalAPIAdminAddr,
+		"--apiserver=" + n.fleet.apiServer, "--ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--client-cert=" + filepath.Join(pki, "node.crt"), "--client-key=" + filepath.Join(pki, "node.key"),
+		"--dir=/var/lib/atoll/local-api", "--log-format=text"}
+	if n.fleet.cfg.LocalAPIViaHub {
+		args = append(args, "--apiserver-via=hub", "--hub-forward="+HubForwardAddr)
+	}
 	var err error
-	n.localAPI, err = n.start("local-api", filepath.Join(n.fleet.atollBin, "atoll-edge"), "local-api",
-		"--listen="+LocalAPIAddr, "--admin-addr="+LocalAPIAdminAddr,
-		"--apiserver="+n.fleet.apiServer, "--ca-file="+filepath.Join(pki, "ca.crt"),
-		"--client-cert="+filepath.Join(pki, "node.crt"), "--client-key="+filepath.Join(pki, "node.key"),
-		"--dir=/var/lib/atoll/local-api", "--log-format=text")
+	n.localAPI, err = n.start("local-api", filepath.Join(n.fleet.atollBin, "atoll-edge"), args...)
 	return err
 }
 
@@ -307,6 +328,30 @@ func (n *Node) Cut(addrs ...string) error {
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("kubenode: %s: cut: %w: %s", n.Name, err, out)
+	}
+	return nil
+}
+
+// hubOnly drops what the node's own programs send to kube-apiserver
+// (not its pods': they are forwarded, and reach it through the
+// kubernetes Service), and points kube-proxy at the local API endpoint.
+func (n *Node) hubOnly() error {
+	u, err := url.Parse(n.fleet.apiServer)
+	if err != nil {
+		return err
+	}
+	rules := fmt.Sprintf(`table inet kubenode-hub-only {
+	chain out { type filter hook output priority -200; ip daddr %s tcp dport %s drop; }
+}
+`, u.Hostname(), u.Port())
+	cmd := exec.Command("ip", "netns", "exec", n.netns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubenode: %s: no direct way to kube-apiserver: %w: %s", n.Name, err, out)
+	}
+	if n.ProxyAPIServer == "" {
+		n.ProxyAPIServer = "http://" + LocalAPIAddr
+		return n.writeConfig()
 	}
 	return nil
 }
@@ -461,12 +506,12 @@ func (n *Node) cgroups() error {
 func (n *Node) PowerCut() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, p := range []*process{n.kubelet, n.containerd, n.kubeProxy, n.localAPI} {
+	for _, p := range []*process{n.kubelet, n.containerd, n.kubeProxy, n.localAPI, n.agent} {
 		if p != nil {
 			p.kill()
 		}
 	}
-	n.kubelet, n.containerd, n.kubeProxy, n.localAPI = nil, nil, nil, nil
+	n.kubelet, n.containerd, n.kubeProxy, n.localAPI, n.agent = nil, nil, nil, nil, nil
 	for _, pid := range n.shims() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -582,9 +627,9 @@ func removeCgroupTree(root string) {
 }
 
 // LogTails returns the last n lines of the node's containerd and kubelet
-// logs, and its local API endpoint's.
+// logs, and its local API endpoint's and host agent's.
 func (n *Node) LogTails(lines int) string {
-	return n.logTail("containerd", lines) + n.logTail("kubelet", lines) + n.logTail("local-api", lines)
+	return n.logTail("containerd", lines) + n.logTail("kubelet", lines) + n.logTail("local-api", lines) + n.logTail("atoll-edge", lines)
 }
 
 func (n *Node) logTail(name string, lines int) string {

@@ -1,0 +1,138 @@
+package kubenode_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/cloud/identity"
+	"github.com/atoll-edge/atoll/cloud/tunnel"
+	"github.com/atoll-edge/atoll/test/kubenode"
+	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/natstest"
+)
+
+// TestRealNodeThroughTheHub runs a real node whose only way to
+// kube-apiserver is its leaf link to the hub: its atoll-edge agent (a host
+// service, the real binary) forwards the local API endpoint's connections
+// (--apiserver-via=hub) to a tunnel server replica, which relays them to
+// kube-apiserver; the node's own packets to kube-apiserver are dropped.
+// The node registers and runs a pod with a ConfigMap, a Secret and a
+// projected token, kube-proxy serves its Service, and after a power cut
+// with the site cut off (hub included) the pod serves again at its
+// address and the node reports it once the link is back.
+func TestRealNodeThroughTheHub(t *testing.T) {
+	const netN = 7
+	if err := kubenode.Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	h := natstest.Hub(t, func(c *hub.Config) { c.Host = "0.0.0.0" }) // the nodes reach it on the bridge
+	leafURL := "nats-leaf://" + net.JoinHostPort(kubenode.HostIP(netN), h.LeafURL().Port())
+	cluster := kubetest.Start(t, append(kubenode.ClusterOptions(netN), kubetest.WithTolerationSeconds(300, 300))...)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+
+	// A tunnel replica, as in atoll-cloud with --tunnel-apiserver.
+	nc, err := h.Connect("tunnel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tunnel.DefaultConfig()
+	cfg.APIServer = strings.TrimPrefix(cluster.APIServerURL(), "https://")
+	reg := prometheus.NewRegistry()
+	srv, err := tunnel.New(cfg, tunnel.Names{}, tunnel.NewMetrics(reg), natstest.Logger(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()); nc.Close() })
+
+	// kube-proxy reads Services and EndpointSlices as the node, through
+	// the local API endpoint.
+	client := cluster.Client()
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodes-proxier"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	credsDir := t.TempDir()
+	var credsMu sync.Mutex
+	creds := map[string]string{}
+	fleet := kubenode.StartForTest(t, cluster, kubenode.Config{Net: netN, LocalAPI: true, KeepPodIPs: true, LocalAPIViaHub: true,
+		HostAgent: func(n *kubenode.Node) []string {
+			credsMu.Lock()
+			defer credsMu.Unlock()
+			if creds[n.Name] == "" {
+				dir := filepath.Join(credsDir, n.Name)
+				path, err := "", os.MkdirAll(dir, 0o700)
+				if err == nil {
+					path, err = natstest.WriteCreds(dir, h.Issuer(), func(i *identity.Issuer, pub string) (string, error) {
+						return h.IssueEdge(n.Name, "", pub)
+					})
+				}
+				if err != nil {
+					t.Errorf("credentials of %s: %v", n.Name, err)
+				}
+				creds[n.Name] = path
+			}
+			return []string{"--node-name=" + n.Name, "--hub-url=" + leafURL, "--hub-domain=" + h.Domain(),
+				"--creds-file=" + creds[n.Name], "--internal-ip=" + n.IP, "--route-host=" + n.IP,
+				"--state-dir=/var/lib/atoll", "--tunnel-apiserver-listen=" + kubenode.HubForwardAddr, "--log-format=text"}
+		}})
+	node, err := fleet.Add(ctx, "edge-1")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, node.LogTails(30))
+	}
+
+	// The node's way to kube-apiserver is the hub's: a direct one is
+	// dropped, and the replica relayed its connections.
+	apiHost := net.JoinHostPort(node.HostIP(), cluster.APIServerURL()[strings.LastIndex(cluster.APIServerURL(), ":")+1:])
+	if out, err := node.Exec(ctx, "curl", "-sSk", "--max-time", "2", "https://"+apiHost+"/readyz"); err == nil {
+		t.Fatalf("the node reached kube-apiserver directly: %s", out)
+	}
+	if n := counterValue(t, reg, "atoll_tunnel_server_apiserver_connections_total", "ok"); n < 1 {
+		t.Fatalf("the replica relayed %v connections to kube-apiserver", n)
+	}
+
+	first := startHello(ctx, t, cluster, fleet, node)
+	t.Logf("pod hello Ready at %s, the node reaching kube-apiserver through the hub only", first.Status.PodIP)
+	t.Run("service through kube-proxy", func(t *testing.T) { helloService(ctx, t, client, node) })
+	t.Run("power cut and boot offline", func(t *testing.T) { bootOffline(ctx, t, cluster, node, first) })
+}
+
+// counterValue is the value of counter name with label result.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
