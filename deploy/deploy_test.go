@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -271,10 +272,18 @@ func TestOnlyAtollCloudHoldsAToken(t *testing.T) {
 			for _, v := range volumes {
 				sources, _, _ := unstructured.NestedSlice(v.(map[string]any), "projected", "sources")
 				for _, src := range sources {
-					if aud, ok, _ := unstructured.NestedString(src.(map[string]any), "serviceAccountToken", "audience"); ok && aud != "atoll" {
+					aud, ok, _ := unstructured.NestedString(src.(map[string]any), "serviceAccountToken", "audience")
+					if ok && aud != "atoll" {
 						t.Errorf("%s: %s %s mounts a token for audience %q, want only \"atoll\"", name, o.GetKind(), o.GetName(), aud)
 					} else if _, isToken, _ := unstructured.NestedMap(src.(map[string]any), "serviceAccountToken"); isToken && !ok {
 						t.Errorf("%s: %s %s mounts a token for the apiserver's audience", name, o.GetKind(), o.GetName())
+					}
+					// A node rebooted while cut off starts the pod with the
+					// token its local API endpoint kept; the kubelet renews
+					// a token daily, so a week's has 6 days left at any cut.
+					exp, _, _ := unstructured.NestedFieldNoCopy(src.(map[string]any), "serviceAccountToken", "expirationSeconds")
+					if secs, _ := strconv.ParseFloat(fmt.Sprint(exp), 64); ok && secs < 7*24*3600 {
+						t.Errorf("%s: %s %s asks its %q token for %v s: a node rebooted offline cannot start it after that, want a week", name, o.GetKind(), o.GetName(), aud, exp)
 					}
 				}
 			}
