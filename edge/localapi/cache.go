@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -234,8 +235,16 @@ func (c *Cache) PutObject(component, key string, body []byte) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r, ok := c.recs[recID(component, key)]; ok && bytes.Equal(r.Body, body) {
-		return
+	id := recID(component, key)
+	if r, ok := c.recs[id]; ok && r.Type == recObject {
+		if bytes.Equal(r.Body, body) {
+			return
+		}
+		if heartbeatOnly(r.Body, body) {
+			r.Body = bytes.Clone(body) // written with the next real change
+			c.touch(id, r)
+			return
+		}
 	}
 	c.set(component, key, &record{Key: key, Type: recObject, Body: bytes.Clone(body)})
 }
@@ -296,7 +305,11 @@ func (c *Cache) Apply(component, key string, ev Event) bool {
 	}
 	switch ev.Type {
 	case "ADDED", "MODIFIED":
+		old, had := r.Items[m.key()]
 		r.Items[m.key()] = bytes.Clone(ev.Object)
+		if had && heartbeatOnly(old, ev.Object) {
+			return true // kept in memory, written with the next real change
+		}
 	case "DELETED":
 		delete(r.Items, m.key())
 	default:
@@ -375,12 +388,14 @@ func (c *Cache) Flush() error {
 	}
 	c.m.records.Set(float64(len(c.recs)))
 	type write struct {
-		file string
-		data []byte // nil: remove
+		file                string
+		component, resource string
+		data                []byte // nil: remove
 	}
 	var writes []write
 	for id := range c.dirty {
-		w := write{file: c.file(id)}
+		component, key, _ := strings.Cut(id, "\x00")
+		w := write{file: c.file(id), component: component, resource: resourceOf(key)}
 		if r, ok := c.recs[id]; ok {
 			var err error
 			if w.data, err = json.Marshal(r); err != nil {
@@ -407,7 +422,7 @@ func (c *Cache) Flush() error {
 			c.redirty(w.file)
 			continue
 		}
-		c.m.writes.Inc()
+		c.m.writes.WithLabelValues(w.component, w.resource).Inc()
 		c.m.writtenBytes.Add(float64(len(w.data)))
 	}
 	err := errors.Join(errs...)
@@ -437,4 +452,67 @@ func (c *Cache) redirty(file string) {
 			return
 		}
 	}
+}
+
+// resourceOf is the resource (and subresource) a record's key reads:
+// "/api/v1/namespaces/default/pods?…" is "pods",
+// "/api/v1/namespaces/default/serviceaccounts/default/token#…" is
+// "serviceaccounts/token".
+func resourceOf(key string) string {
+	p, _, _ := strings.Cut(key, "?")
+	p, _, _ = strings.Cut(p, "#")
+	seg := strings.Split(strings.Trim(p, "/"), "/")
+	switch {
+	case len(seg) >= 2 && seg[0] == "api":
+		seg = seg[2:]
+	case len(seg) >= 3 && seg[0] == "apis":
+		seg = seg[3:]
+	default:
+		return "other"
+	}
+	if len(seg) >= 3 && seg[0] == "namespaces" {
+		seg = seg[2:]
+	}
+	switch len(seg) {
+	case 0:
+		return "other"
+	case 1, 2:
+		return seg[0]
+	default:
+		return seg[0] + "/" + seg[2]
+	}
+}
+
+// heartbeatOnly reports whether object b differs from a only in what a
+// status report renews each time though nothing changed: the resource
+// version, managedFields and the conditions' lastHeartbeatTime (the
+// kubelet's Node, every nodeStatusReportFrequency). Such a change is kept
+// in memory and reaches the disk with the next real one, so a quiet node
+// writes nothing; after a power cut the Node shows an older heartbeat,
+// which no component acts on offline.
+func heartbeatOnly(a, b []byte) bool {
+	if !bytes.Contains(b, []byte(`"lastHeartbeatTime"`)) {
+		return false
+	}
+	var x, y map[string]any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(withoutHeartbeat(x), withoutHeartbeat(y))
+}
+
+func withoutHeartbeat(o map[string]any) map[string]any {
+	if md, ok := o["metadata"].(map[string]any); ok {
+		delete(md, "resourceVersion")
+		delete(md, "managedFields")
+	}
+	if st, ok := o["status"].(map[string]any); ok {
+		conds, _ := st["conditions"].([]any)
+		for _, c := range conds {
+			if cm, ok := c.(map[string]any); ok {
+				delete(cm, "lastHeartbeatTime")
+			}
+		}
+	}
+	return o
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -416,13 +417,13 @@ func TestRetention(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	writes := testutil.ToFloat64(m.writes)
+	writes := written(m)
 	now = now.Add(30 * time.Minute)
 	c.Object("kubelet", "/api/v1/nodes/n1")
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.writes); got != writes {
+	if got := written(m); got != writes {
 		t.Errorf("a use within the hour wrote %v records", got-writes)
 	}
 	for range 8 {
@@ -522,14 +523,14 @@ func TestBookmarksWriteNothing(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	written := testutil.ToFloat64(m.writes)
+	before := written(m)
 	for rv := 11; rv < 20; rv++ {
 		c.Apply("kubelet", key, Event{Type: "BOOKMARK", Object: []byte(fmt.Sprintf(`{"kind":"Secret","apiVersion":"v1","metadata":{"resourceVersion":"%d"}}`, rv))})
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := testutil.ToFloat64(m.writes) - written; got != 0 {
+	if got := written(m) - before; got != 0 {
 		t.Errorf("bookmarks wrote %v records", got)
 	}
 	if _, _, rv, _, _ := c.List("kubelet", key); rv != "19" {
@@ -539,7 +540,105 @@ func TestBookmarksWriteNothing(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.writes) - written; got != 1 {
+	if got := written(m) - before; got != 1 {
 		t.Errorf("a change wrote %v records, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.writes.WithLabelValues("kubelet", "secrets")); got != 2 {
+		t.Errorf("writes of the kubelet's secrets counted %v, want 2 (the list, the change)", got)
+	}
+}
+
+// written is every record write the cache counted.
+func written(m *metrics) float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { m.writes.Collect(ch); close(ch) }()
+	sum := 0.0
+	for c := range ch {
+		var pb dto.Metric
+		if err := c.Write(&pb); err == nil {
+			sum += pb.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func TestResourceOf(t *testing.T) {
+	for key, want := range map[string]string{
+		"/api/v1/nodes?fieldSelector=metadata.name%3Dedge-1":            "nodes",
+		"/api/v1/nodes/edge-1":                                          "nodes",
+		"/api/v1/namespaces/default/pods":                               "pods",
+		"/api/v1/namespaces/default/configmaps/hello":                   "configmaps",
+		"/api/v1/namespaces/default/serviceaccounts/default/token#ab12": "serviceaccounts/token",
+		"/api/v1/namespaces":                                            "namespaces",
+		"/api/v1/namespaces/default":                                    "namespaces",
+		"/apis/storage.k8s.io/v1/csidrivers":                            "csidrivers",
+		"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices":   "endpointslices",
+		"/version": "other",
+	} {
+		if got := resourceOf(key); got != want {
+			t.Errorf("resourceOf(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// TestHeartbeatsWriteNothing: the kubelet's Node changing only in its
+// heartbeat (resource version, managedFields, conditions'
+// lastHeartbeatTime) is kept in memory and written with the next real
+// change; a cache opened again on the same disk has the Node as last
+// written.
+func TestHeartbeatsWriteNothing(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry())
+	log, _ := logging.New(logging.Config{Level: "error", Format: "text"}, t.Output())
+	dir := t.TempDir()
+	c, err := OpenCache(dir, 0, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(rv, beat, label string) []byte {
+		return []byte(fmt.Sprintf(`{"kind":"Node","apiVersion":"v1","metadata":{"name":"edge-1","resourceVersion":%q,"labels":{"l":%q},
+			"managedFields":[{"manager":"kubelet","time":%q}]},"status":{"conditions":[{"type":"Ready","status":"True","lastHeartbeatTime":%q,"lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`, rv, label, beat, beat))
+	}
+	const list, object = "/api/v1/nodes?fieldSelector=metadata.name%3Dedge-1", "/api/v1/nodes/edge-1"
+	c.PutList("kubelet", list, []byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[`+string(node("10", "2026-01-01T00:00:00Z", "a"))+`]}`))
+	c.PutObject("kubelet", object, node("10", "2026-01-01T00:00:00Z", "a"))
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := written(m)
+	for i := 1; i <= 5; i++ {
+		rv, beat := fmt.Sprint(10+i), fmt.Sprintf("2026-01-01T00:00:%02dZ", 10*i)
+		c.Apply("kubelet", list, Event{Type: "MODIFIED", Object: node(rv, beat, "a")})
+		c.PutObject("kubelet", object, node(rv, beat, "a"))
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := written(m) - before; got != 0 {
+		t.Errorf("heartbeats wrote %v records", got)
+	}
+	if body, ok := c.Object("kubelet", object); !ok || !strings.Contains(string(body), `"resourceVersion":"15"`) {
+		t.Errorf("the Node in memory is not the last one read: %s", body)
+	}
+	if _, _, rv, _, _ := c.List("kubelet", list); rv != "15" {
+		t.Errorf("list at %s, want 15", rv)
+	}
+
+	// A power cut now: the disk has the Node as first written.
+	again, err := OpenCache(dir, 0, log, newMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, ok := again.Object("kubelet", object); !ok || !strings.Contains(string(body), `"resourceVersion":"10"`) {
+		t.Errorf("the Node on disk: %s", body)
+	}
+
+	// A real change (a label) is written, with the heartbeats before it.
+	c.Apply("kubelet", list, Event{Type: "MODIFIED", Object: node("16", "2026-01-01T00:01:00Z", "b")})
+	c.PutObject("kubelet", object, node("16", "2026-01-01T00:01:00Z", "b"))
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := written(m) - before; got != 2 {
+		t.Errorf("a label change wrote %v records, want 2 (the list, the object)", got)
 	}
 }

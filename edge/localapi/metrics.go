@@ -8,7 +8,7 @@ type metrics struct {
 	transitions  *prometheus.CounterVec
 	records      prometheus.Gauge
 	corrupt      prometheus.Counter
-	writes       prometheus.Counter
+	writes       *prometheus.CounterVec
 	writtenBytes prometheus.Counter
 	writeErrors  prometheus.Counter
 	heldWatches  prometheus.Gauge
@@ -37,10 +37,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "localapi", Name: "cache_records_corrupt_total",
 			Help: "Records on disk that did not load at start (removed, fetched again online).",
 		}),
-		writes: prometheus.NewCounter(prometheus.CounterOpts{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "localapi", Name: "cache_writes_total",
-			Help: "Records written to disk.",
-		}),
+			Help: "Records written to disk (or removed), by component and resource (nodes, pods, serviceaccounts/token, …).",
+		}, []string{"component", "resource"}),
 		writtenBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "localapi", Name: "cache_written_bytes_total",
 			Help: "Bytes of the records written to disk.",
