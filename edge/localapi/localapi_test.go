@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,12 +288,35 @@ func TestNodeReadsOutliveTheLink(t *testing.T) {
 	}
 }
 
-// TestSlowAPIServerAndBack pauses kube-apiserver under a running local
-// API endpoint: a kept read is answered from the cache once the
-// apiserver is slower than the timeout, watches are held, and when it
-// answers again the held watches end and the components watch
-// kube-apiserver again, seeing what changed.
+// TestSlowAPIServerAndBack makes kube-apiserver slow under a running
+// local API endpoint, two ways: paused (SIGSTOP: it answers nothing) and
+// answering every byte 3 s late (a delaying proxy in front of it, the
+// endpoint's timeout 1 s). A kept read is answered from the cache once
+// the apiserver is slower than the timeout, a write is refused as not
+// sent, watches are held; when it answers in time again the held watches
+// end and the components watch kube-apiserver again, seeing what changed.
 func TestSlowAPIServerAndBack(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		slow func(t *testing.T, cluster *kubetest.Cluster, link *delayLink) (resume func() error)
+	}{
+		{"paused", func(t *testing.T, cluster *kubetest.Cluster, _ *delayLink) func() error {
+			resume, err := cluster.PauseAPIServer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resume
+		}},
+		{"answering late", func(_ *testing.T, _ *kubetest.Cluster, link *delayLink) func() error {
+			link.delay.Store(int64(3 * time.Second))
+			return func() error { link.delay.Store(0); return nil }
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { slowAPIServerAndBack(t, tt.slow) })
+	}
+}
+
+func slowAPIServerAndBack(t *testing.T, slow func(*testing.T, *kubetest.Cluster, *delayLink) func() error) {
 	cluster := kubetest.Start(t)
 	admin := cluster.Client()
 	ctx := t.Context()
@@ -307,7 +332,8 @@ func TestSlowAPIServerAndBack(t *testing.T) {
 	if _, err := admin.CoreV1().Pods("app").Create(ctx, boundPod("p1", "n1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := localAPI(t, cluster.APIServerURL(), cluster.CAFile(), nodeCredentials(t, cluster, "n1"), t.TempDir())
+	link := newDelayLink(t, strings.TrimPrefix(cluster.APIServerURL(), "https://"))
+	s, _ := localAPI(t, "https://"+link.addr, cluster.CAFile(), nodeCredentials(t, cluster, "n1"), t.TempDir())
 	kubelet := clientOf(t, s, kubeletUA)
 	poll.Eventually(t, 10*time.Second, func() error {
 		_, err := kubelet.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
@@ -316,29 +342,33 @@ func TestSlowAPIServerAndBack(t *testing.T) {
 	inf, stopInformer := podInformer(t, kubelet, "n1")
 	defer stopInformer()
 
-	resume, err := cluster.PauseAPIServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	paused := true
+	resume := slow(t, cluster, link)
+	resumed := false
 	defer func() {
-		if paused {
+		if !resumed {
 			_ = resume()
 		}
 	}()
 	if _, err := kubelet.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
-		t.Errorf("a kept read while kube-apiserver hangs: %v, want the cache's answer", err)
+		t.Errorf("a kept read while kube-apiserver is slow: %v, want the cache's answer", err)
 	}
 	poll.Eventually(t, 10*time.Second, func() error {
 		if testutil.ToFloat64(s.m.heldWatches) < 1 {
 			return errors.New("the pod watch is not held by the cache yet")
 		}
+		if testutil.ToFloat64(s.m.online) != 0 {
+			return errors.New("kube-apiserver still counts as reachable")
+		}
 		return nil
 	})
+	_, err := kubelet.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("a write while kube-apiserver is slow: %v, want 503 (not sent)", err)
+	}
 	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
-	paused = false
+	resumed = true
 	if _, err := admin.CoreV1().Pods("app").Create(ctx, boundPod("p2", "n1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -351,6 +381,71 @@ func TestSlowAPIServerAndBack(t *testing.T) {
 	if got := testutil.ToFloat64(s.m.transitions.WithLabelValues("online")); got != 2 {
 		t.Errorf("back online %v times, want 2 (start, resume)", got)
 	}
+}
+
+// delayLink is a TCP proxy to kube-apiserver that holds every chunk it
+// passes for delay: a slow link that still answers.
+type delayLink struct {
+	addr  string
+	delay atomic.Int64 // nanoseconds
+}
+
+func newDelayLink(t *testing.T, target string) *delayLink {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &delayLink{addr: l.Addr().String()}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		defer dst.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				time.Sleep(time.Duration(d.delay.Load()))
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(up, c)
+			go pipe(c, up)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return d
 }
 
 func TestRequestShapes(t *testing.T) {
