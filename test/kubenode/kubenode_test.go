@@ -134,7 +134,81 @@ func TestRealNode(t *testing.T) {
 	// kubelet gets its pod, the pod's ConfigMap, Secret and token from the
 	// local API endpoint's cache and starts it; once the link is back its
 	// status reaches the apiserver.
-	t.Run("power cut and boot offline", func(t *testing.T) { bootOffline(ctx, t, cluster, node, first) })
+	t.Run("power cut and boot offline", func(t *testing.T) { first = bootOffline(ctx, t, cluster, node, first) })
+
+	// The same while the link comes and goes: the local API endpoint
+	// turns online and offline under the booting kubelet.
+	t.Run("power cut and boot while the link flaps", func(t *testing.T) { bootFlapping(ctx, t, cluster, node, first) })
+}
+
+// bootFlapping power-cuts node and boots it while its link to the control
+// plane flaps (cut and healed every 700 ms, for 10 s after the pod serves
+// again): pod hello serves again at its address, and once the link holds
+// the apiserver has it Ready there, restarted once more.
+func bootFlapping(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, node *kubenode.Node, first *corev1.Pod) {
+	t.Helper()
+	node.PowerCut()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	flaps := 0
+	go func() {
+		defer close(stopped)
+		for {
+			var err error
+			if flaps%2 == 0 {
+				err = node.Cut(node.HostIP())
+			} else {
+				err = node.Heal()
+			}
+			if err != nil {
+				t.Errorf("flap: %v", err)
+				return
+			}
+			flaps++
+			select {
+			case <-stop:
+				return
+			case <-time.After(700 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-stopped
+	}()
+	if err := node.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var at string
+	poll.Eventually(t, 2*time.Minute, func() error {
+		var err error
+		at, err = servingOnNode(ctx, node)
+		return err
+	})
+	if at != first.Status.PodIP {
+		t.Errorf("the pod came back at %s, want its address %s", at, first.Status.PodIP)
+	}
+	time.Sleep(10 * time.Second) // flapping on under the running pod
+	close(stop)
+	<-stopped
+	if err := node.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("link flapped %d times; pod serving at %s", flaps, at)
+	again := waitServing(ctx, t, cluster.Client(), node, first.Status.ContainerStatuses[0].RestartCount+1)
+	if again.Status.PodIP != first.Status.PodIP {
+		t.Errorf("the apiserver has the pod at %s, want %s", again.Status.PodIP, first.Status.PodIP)
+	}
+	metrics, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+kubenode.LocalAPIAdminAddr+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(metrics, `atoll_localapi_transitions_total{to="offline"}`) {
+		t.Errorf("the local API endpoint never went offline under the flapping link:\n%s", metrics)
+	}
 }
 
 // bootOffline cuts node from the control plane (and the hub: everything
@@ -142,7 +216,7 @@ func TestRealNode(t *testing.T) {
 // (first, as the apiserver had it) serves again at its address, started
 // from the local API's cache; once the link is back its status reaches
 // the apiserver.
-func bootOffline(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, node *kubenode.Node, first *corev1.Pod) {
+func bootOffline(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, node *kubenode.Node, first *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	client := cluster.Client()
 	if err := node.Cut(node.HostIP()); err != nil {
@@ -183,6 +257,7 @@ func bootOffline(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, n
 	if again.Status.PodIP != at {
 		t.Errorf("the apiserver has the pod at %s, the node serves it at %s", again.Status.PodIP, at)
 	}
+	return again
 }
 
 // helloService puts Service hello in front of pod hello and waits until

@@ -112,7 +112,7 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 	first := startHello(ctx, t, cluster, fleet, node)
 	t.Logf("pod hello Ready at %s, the node reaching kube-apiserver through the hub only", first.Status.PodIP)
 	t.Run("service through kube-proxy", func(t *testing.T) { helloService(ctx, t, client, node) })
-	t.Run("power cut and boot offline", func(t *testing.T) { bootOffline(ctx, t, cluster, node, first) })
+	t.Run("power cut and boot offline", func(t *testing.T) { _ = bootOffline(ctx, t, cluster, node, first) })
 }
 
 // counterValue is the value of counter name with label result.
