@@ -27,7 +27,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "sessions", Help: "Live tunnel sessions this replica relays."}, nil),
-		opens:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "session_opens_total", Help: "Session opens, by result (ok; refused: the agent refused the target or could not dial it; unknown_node; timeout)."}, []string{"result"}),
+		opens:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "session_opens_total", Help: "Session opens, by result (ok; refused: the agent refused the target or could not dial it; unknown_node; unreachable: the node's link is down and no unit peer can relay; timeout)."}, []string{"result"}),
 		ended:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "sessions_ended_total", Help: "Sessions ended, by result (ok, error)."}, []string{"result"}),
 		bytes:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "bytes_total", Help: "Stream bytes relayed, by direction (to_edge, from_edge)."}, []string{"dir"}),
 		resent:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "tunnel_server", Name: "frames_resent_total", Help: "Tunnel frames resent for want of an acknowledgement."}),
@@ -78,6 +78,12 @@ func (m *Metrics) opened() {
 func (m *Metrics) closed() {
 	if m != nil {
 		m.sessions.WithLabelValues().Dec()
+	}
+}
+
+func (m *Metrics) unreachable() {
+	if m != nil {
+		m.opens.WithLabelValues("unreachable").Inc()
 	}
 }
 

@@ -80,8 +80,18 @@ func New(cfg Config, res Resolver, m *Metrics, log *slog.Logger) (*Server, error
 // down (links may be nil); call it before Start.
 func (s *Server) SetRelay(peers Peers, links LinkState) { s.peers, s.links = peers, links }
 
+// ErrUnreachable is Dial's error when the hub reported the node's leaf
+// link closed and no peer of its unit has a link to relay through: a
+// session cannot start, and Dial says so at once instead of after
+// DialTimeout.
+var ErrUnreachable = errors.New("unreachable")
+
 // Dial opens a session to target on node (for other cloud components).
 func (s *Server) Dial(ctx context.Context, node, target string) (net.Conn, error) {
+	if s.links != nil && s.links.Down(node) && !s.relayable(node) {
+		s.metrics.unreachable()
+		return nil, fmt.Errorf("tunnel dial %s %s: %w: the node's link to the hub is down and no unit peer is linked to relay", node, target, ErrUnreachable)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
 	c, err := s.dialer.Dial(ctx, node, target)
@@ -91,6 +101,20 @@ func (s *Server) Dial(ctx context.Context, node, target string) (net.Conn, error
 	}
 	s.metrics.opened()
 	return c, nil
+}
+
+// relayable reports whether a peer of node's unit whose own link is not
+// known down may relay its sessions.
+func (s *Server) relayable(node string) bool {
+	if !s.cfg.Relay || s.peers == nil {
+		return false
+	}
+	for _, p := range s.peers.Peers(node) {
+		if !s.links.Down(p) {
+			return true
+		}
+	}
+	return false
 }
 
 func listen(addr string) (net.Listener, error) {
@@ -205,7 +229,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	c, err := s.Dial(r.Context(), node, net.JoinHostPort(host, port))
 	if err != nil {
 		s.log.Warn("tunnel session refused", "node", node, "target", r.Host, "err", err)
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		status := http.StatusBadGateway
+		if errors.Is(err, ErrUnreachable) {
+			status = http.StatusServiceUnavailable
+		}
+		http.Error(w, err.Error(), status)
 		return
 	}
 	hj, ok := w.(http.Hijacker)

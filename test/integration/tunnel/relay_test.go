@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -253,6 +254,30 @@ func TestConnectRelayed(t *testing.T) {
 	if v := counterVec(t, agentRegs["n2"], "atoll_tunnel_agent_relay_refused_total", "", ""); v != 1 {
 		t.Fatalf("n2 counted %v refusals, want 1", v)
 	}
+
+	// n2's link down too: nothing can carry a session to n1, and a
+	// CONNECT says so at once (503) instead of waiting for the dial
+	// timeout.
+	proxies["n2"].Cut()
+	poll.Eventually(t, 30*time.Second, func() error {
+		if !links.Down("n2") {
+			return fmt.Errorf("n2's link not known down")
+		}
+		return nil
+	})
+	if c, code, body := r.connect(t, 0, "n1:"+port); c != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "no unit peer is linked to relay") {
+		t.Fatalf("CONNECT to n1 with its unit cut off: %d %q, want 503 at once", code, body)
+	}
+	if v := counterVec(t, reg, "atoll_tunnel_server_session_opens_total", "result", "unreachable"); v != 1 {
+		t.Errorf("unreachable opens counted %v, want 1", v)
+	}
+	proxies["n2"].Restore()
+	poll.Eventually(t, 30*time.Second, func() error {
+		if links.Down("n2") || !nodes[1].Status().HubConnected {
+			return fmt.Errorf("n2's link not back")
+		}
+		return nil
+	})
 
 	// The link is back: a new session stays direct.
 	proxies["n1"].Restore()
