@@ -259,6 +259,9 @@ type bufferedConn struct {
 
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
+// NetConn is the connection under the buffer (tunnelproto.Break resets it).
+func (b *bufferedConn) NetConn() net.Conn { return b.Conn }
+
 // CloseWrite passes a half-close to the TCP connection.
 func (b *bufferedConn) CloseWrite() error {
 	if cw, ok := b.Conn.(interface{ CloseWrite() error }); ok {
@@ -302,6 +305,11 @@ func (s *Server) relay(c net.Conn, tc net.Conn) {
 	defer stop()
 	tunnelproto.Pipe(c, tc)
 	s.metrics.closed()
+	if err := tc.(*tunnelproto.Conn).Err(); err != nil {
+		// The client saw a reset (tunnelproto.Pipe), not an end.
+		a, _ := tc.RemoteAddr().(tunnelproto.Addr)
+		s.log.Warn("tunnel session failed", "node", a.Node, "target", a.Target, "session", tc.(*tunnelproto.Conn).Session(), "err", err)
+	}
 }
 
 func (s *Server) closeListeners() {

@@ -187,6 +187,10 @@ func (a *Agent) serve(ctx context.Context, r *tunnelproto.Request, addr string) 
 	stop := context.AfterFunc(ctx, func() { tc.Abort("agent shutting down"); _ = c.Close() })
 	defer stop()
 	tunnelproto.Pipe(tc, c)
+	if err := tc.Err(); err != nil {
+		// The target saw a reset (tunnelproto.Pipe), not an end.
+		a.log.Warn("tunnel session failed", "target", addr, "session", tc.Session(), "err", err)
+	}
 }
 
 // Stop refuses new sessions, aborts live ones and waits for their relays.
