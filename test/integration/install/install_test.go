@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -205,7 +206,31 @@ spec:
 	})
 
 	t.Run("unit cut off and rebooted", func(t *testing.T) {
-		inst.cutOffAndRebooted(t, "a", client2, svc)
+		// A StatefulSetGrid too: its pod in unit a answers at its
+		// unit-local name (db-0.db-svc…, atoll-edge's hosts file).
+		inst.apply(dbGrid(bed.Fleet.Image("hello")))
+		inst.eventually(3*time.Minute, func() error {
+			pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+			if err != nil {
+				return err
+			}
+			ready := 0
+			for _, p := range pods.Items {
+				if podbed.PodReady(&p) {
+					ready++
+				}
+			}
+			if ready != 2 {
+				return fmt.Errorf("%d of 2 db pods Ready (one per unit)", ready)
+			}
+			return nil
+		})
+		inst.cutOffAndRebooted(t, "a", client2, map[string]string{
+			"http://web-svc.default.svc.cluster.local/": "hello from web-a-",
+			"http://web-svc/":     "hello from web-a-",
+			"http://" + svc + "/": "hello from web-a-",
+			"http://db-0.db-svc.default.svc.cluster.local:8080/": "hello from db-a-0",
+		})
 	})
 
 	t.Run("scenario 2: node dead", func(t *testing.T) {
@@ -318,6 +343,40 @@ spec:
     selector: {app: web}
     ports: [{port: 80, targetPort: 8080}]
 `, replicas, image, extra)
+}
+
+// dbGrid is a StatefulSetGrid db of one hello pod per unit, with its
+// headless ServiceGrid db (db-svc in each unit): in each unit
+// db-0.db-svc.default.svc.cluster.local names the unit's pod db-<unit>-0.
+func dbGrid(image string) string {
+	return fmt.Sprintf(`apiVersion: apps.atoll.io/v1alpha1
+kind: StatefulSetGrid
+metadata: {name: db, namespace: default}
+spec:
+  gridUniqKey: atoll.io/unit
+  template:
+    serviceName: db-svc
+    replicas: 1
+    selector: {matchLabels: {app: db}}
+    template:
+      metadata: {labels: {app: db}}
+      spec:
+        containers:
+          - name: db
+            image: %s
+            ports: [{containerPort: 8080}]
+            readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 8080}}
+---
+apiVersion: apps.atoll.io/v1alpha1
+kind: ServiceGrid
+metadata: {name: db, namespace: default}
+spec:
+  gridUniqKey: atoll.io/unit
+  template:
+    clusterIP: None
+    selector: {app: db}
+    ports: [{port: 8080}]
+`, image)
 }
 
 // lostByKCM waits for t until KCM has lost node (Ready Unknown), whose
@@ -745,7 +804,7 @@ func agentsRSS(t *testing.T) string {
 // the unit's pods; then heals the cut and checks that nothing was
 // evicted or tainted and that the apiserver has every pod Ready at its
 // address, with no restart after that.
-func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *corev1.Pod, svc string) {
+func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *corev1.Pod, urls map[string]string) {
 	t.Helper()
 	ctx, cloud := i.ctx, i.bed.Cloud
 	var members []*kubenode.Node
@@ -841,21 +900,22 @@ func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *core
 	}
 	t.Logf("unit %s cut off and rebooted: its %d pods run again at their addresses %s after the power cut",
 		unit, len(before), time.Since(off).Round(100*time.Millisecond))
-	// A pod of the unit reaches the unit's Service by name and address.
+	// A pod of the unit reaches the unit's Services by name and address.
 	n := nodeOf[client.Spec.NodeName]
-	for _, url := range []string{"http://web-svc.default.svc.cluster.local/", "http://web-svc/", "http://" + svc + "/"} {
+	for _, url := range slices.Sorted(maps.Keys(urls)) {
 		eventually(ctx, t, time.Minute, func() error {
 			out, err := n.ExecInPod(ctx, string(client.UID), "/hello", "get", url)
 			if err != nil {
 				return err
 			}
-			if !strings.HasPrefix(out, "hello from web-"+unit+"-") {
-				return fmt.Errorf("%s from %s answered %q, not a pod of unit %s", url, client.Name, out, unit)
+			if !strings.HasPrefix(out, urls[url]) {
+				return fmt.Errorf("%s from %s answered %q, want %s… (a pod of unit %s)", url, client.Name, out, urls[url], unit)
 			}
 			return nil
 		})
 	}
-	t.Logf("while cut off: %s reaches web-svc by name and ClusterIP, %s after the power cut", client.Name, time.Since(off).Round(100*time.Millisecond))
+	t.Logf("while cut off: %s reaches %d Service URLs of unit %s by name and ClusterIP, %s after the power cut",
+		client.Name, len(urls), unit, time.Since(off).Round(100*time.Millisecond))
 
 	heal()
 	back := time.Now()
@@ -930,7 +990,11 @@ func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *core
 			t.Errorf("pod %s/%s restarted after the link came back (%d restarts, %d when it was Ready)", p.Namespace, p.Name, r, restarts[uid])
 		}
 	}
-	if err := i.servedInUnit(client, svc, "web-"+unit+"-"); err != nil {
-		t.Error(err)
+	for url, want := range urls {
+		if ip, ok := strings.CutPrefix(url, "http://"); ok && net.ParseIP(strings.TrimSuffix(ip, "/")) != nil {
+			if err := i.servedInUnit(client, strings.TrimSuffix(ip, "/"), strings.TrimPrefix(want, "hello from ")); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 }
