@@ -25,7 +25,7 @@ import (
 // wantComponents the components of deploy/components.
 var (
 	wantOverlays   = []string{"embedded-hub", "external-nats", "ha"}
-	wantComponents = []string{"hub-nodeport", "hub-volume", "node-dns", "tunnel-mtls"}
+	wantComponents = []string{"apiserver-via-hub", "hub-nodeport", "hub-volume", "node-dns", "tunnel-mtls"}
 )
 
 // renderAll renders every overlay, alone ("ha") and with each component

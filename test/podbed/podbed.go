@@ -62,7 +62,7 @@ type Options struct {
 	// before its kubelet and atoll-ipam as its pods' IPAM
 	// (kubenode.Config.LocalAPI, KeepPodIPs), and the overlay adds
 	// components/node-dns, which the edge nodes' kubelets give pods as
-	// their nameserver.
+	// their nameserver, and components/apiserver-via-hub.
 	Autonomy bool
 	// Logger receives progress (nil: discarded).
 	Logger *slog.Logger
@@ -391,7 +391,7 @@ func (b *Bed) writeOverlay(patches string) error {
 	components, images := "../deploy/components/hub-nodeport", ""
 	if b.opts.Autonomy {
 		// CoreDNS as tools/dns builds it, pushed by the fleet.
-		components += ", ../deploy/components/node-dns"
+		components += ", ../deploy/components/node-dns, ../deploy/components/apiserver-via-hub"
 		ref := b.Fleet.Image("coredns")
 		i := strings.LastIndex(ref, ":")
 		images = fmt.Sprintf("  - {name: coredns/coredns, newName: %s, newTag: %s}\n", ref[:i], ref[i+1:])

@@ -100,6 +100,14 @@ func TestAtollAsPods(t *testing.T) {
 	bed, client := inst.bed, inst.client
 	nodes, units, cloud := bed.Edges, bed.Unit, bed.Cloud
 	t.Logf("atoll status:\n%s", inst.atollStatus())
+	// components/apiserver-via-hub: the kubelet expanded the kubernetes
+	// Service's address into atoll-cloud's --tunnel-apiserver.
+	if k, err := client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if logs, err := bed.Kubectl(ctx, "-n", "atoll-system", "logs", "atoll-cloud-0"); err != nil ||
+		!strings.Contains(logs, "relaying nodes' connections to kube-apiserver") || !strings.Contains(logs, net.JoinHostPort(k.Spec.ClusterIP, "443")) {
+		t.Errorf("atoll-cloud does not relay nodes' connections to kube-apiserver at %s: %v\n%s", net.JoinHostPort(k.Spec.ClusterIP, "443"), err, grepLines(logs, "kube-apiserver"))
+	}
 	inst.otherNodesToken(nodes["edge-a1"], "edge-b1", cloud)
 	// The leaf links run TLS: the hub's leaf port asks for it, and the
 	// agents (Ready, linked) verify it with the published CA bundle.
