@@ -129,7 +129,8 @@ func (r *apiServerRelay) serve(req micro.Request, node, token string) {
 		err = req.Respond(out.Data, micro.WithHeaders(micro.Headers(out.Header)))
 	}
 	if err != nil {
-		// The agent gave up waiting; its end of the session goes with it.
+		// No way to answer (the hub connection is gone): the agent's
+		// wait ends, and its end of the session with it.
 		api.Close()
 		tc.Close()
 		s.metrics.closed()

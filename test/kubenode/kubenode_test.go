@@ -179,15 +179,7 @@ func bootFlapping(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, 
 		}
 		<-stopped
 	}()
-	if err := node.Boot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var at string
-	poll.Eventually(t, 2*time.Minute, func() error {
-		var err error
-		at, err = servingOnNode(ctx, node)
-		return err
-	})
+	at := bootServing(ctx, t, node)
 	if at != first.Status.PodIP {
 		t.Errorf("the pod came back at %s, want its address %s", at, first.Status.PodIP)
 	}
@@ -224,15 +216,7 @@ func bootOffline(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, n
 	}
 	node.PowerCut()
 	begin := time.Now()
-	if err := node.Boot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var at string
-	poll.Eventually(t, 2*time.Minute, func() error {
-		var err error
-		at, err = servingOnNode(ctx, node)
-		return err
-	})
+	at := bootServing(ctx, t, node)
 	t.Logf("offline boot: pod serving at %s in %s", at, time.Since(begin).Round(10*time.Millisecond))
 	if at != first.Status.PodIP {
 		t.Errorf("the pod came back at %s, want its address %s: the EndpointSlices the unit serves name it", at, first.Status.PodIP)
@@ -323,6 +307,22 @@ func startHello(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, fl
 		t.Fatal(err)
 	}
 	return waitServing(ctx, t, client, node)
+}
+
+// bootServing boots node and returns the address its pod hello answers
+// at, from inside the node, once it does.
+func bootServing(ctx context.Context, t *testing.T, node *kubenode.Node) string {
+	t.Helper()
+	if err := node.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var at string
+	poll.Eventually(t, 2*time.Minute, func() error {
+		var err error
+		at, err = servingOnNode(ctx, node)
+		return err
+	})
+	return at
 }
 
 // servingOnNode finds, from inside the node, the address its pod hello
