@@ -142,9 +142,11 @@ func TestRealNode(t *testing.T) {
 }
 
 // bootFlapping power-cuts node and boots it while its link to the control
-// plane flaps (cut and healed every 700 ms, for 10 s after the pod serves
-// again): pod hello serves again at its address, and once the link holds
-// the apiserver has it Ready there, restarted once more.
+// plane flaps (cut for 6 s, longer than the local API endpoint's probe
+// timeout, then up for 4 s, two of its probe intervals, over and over
+// until 20 s after the pod serves again): pod hello serves again at its
+// address, the endpoint goes online and offline under it, and once the
+// link holds the apiserver has the pod Ready there, restarted once more.
 func bootFlapping(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, node *kubenode.Node, first *corev1.Pod) {
 	t.Helper()
 	node.PowerCut()
@@ -164,10 +166,14 @@ func bootFlapping(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, 
 				return
 			}
 			flaps++
+			wait := 4 * time.Second // up
+			if flaps%2 == 1 {
+				wait = 6 * time.Second // cut
+			}
 			select {
 			case <-stop:
 				return
-			case <-time.After(700 * time.Millisecond):
+			case <-time.After(wait):
 			}
 		}
 	}()
@@ -183,7 +189,7 @@ func bootFlapping(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, 
 	if at != first.Status.PodIP {
 		t.Errorf("the pod came back at %s, want its address %s", at, first.Status.PodIP)
 	}
-	time.Sleep(10 * time.Second) // flapping on under the running pod
+	time.Sleep(20 * time.Second) // flapping on under the running pod
 	close(stop)
 	<-stopped
 	if err := node.Heal(); err != nil {
@@ -198,8 +204,10 @@ func bootFlapping(ctx context.Context, t *testing.T, cluster *kubetest.Cluster, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(metrics, `atoll_localapi_transitions_total{to="offline"}`) {
-		t.Errorf("the local API endpoint never went offline under the flapping link:\n%s", metrics)
+	for _, to := range []string{"online", "offline"} {
+		if !strings.Contains(metrics, `atoll_localapi_transitions_total{to="`+to+`"}`) {
+			t.Errorf("the local API endpoint never went %s under the flapping link:\n%s", to, grepLines(metrics, "atoll_localapi_"))
+		}
 	}
 }
 
@@ -427,4 +435,15 @@ func kubeletGet(t *testing.T, cluster *kubetest.Cluster, url string, cert *tls.C
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
