@@ -100,6 +100,14 @@ func (r *viewsHub) publishTo(t *testing.T, unit string, objs ...objectview.Objec
 
 type staticUnit string
 
+// setNode makes the views published next carry n's labels in their
+// topology, without publishing n (the cloud's Node view that comes late).
+func (r *viewsHub) setNode(n *corev1.Node) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nodes[n.Name] = n
+}
+
 func (u staticUnit) Unit() string           { return string(u) }
 func (staticUnit) Changes() <-chan struct{} { return nil }
 

@@ -16,15 +16,21 @@ type Selector struct {
 	topo       objectview.EndpointTopology
 }
 
-// Choose picks, for a Service with keys, the first key under which an
-// endpoint sits on a node sharing the host's value (topo: the labels of
-// the nodes of all the Service's endpoints, as their views carry them);
-// "*" reached means every endpoint; no key yielding any means none. A
-// host without a key yields nothing under it.
-func Choose(keys []string, host map[string]string, topo objectview.EndpointTopology) Selector {
+// Choose picks, for a Service with keys, the first key under which a
+// ready endpoint sits on a node sharing the host's value (topo: the
+// labels of the nodes of all the Service's endpoints; ready: the nodes
+// with at least one ready endpoint). A key whose near endpoints are all
+// not ready does not count: the next key is tried, and "*" reached means
+// every endpoint, so the ready ones of other units serve. When no key
+// has a ready endpoint and none is "*", the first key with any near
+// endpoint is chosen (its endpoints, none ready: the Service refuses as
+// it would unfiltered); no key with any means none. A host without a key
+// yields nothing under it.
+func Choose(keys []string, host map[string]string, topo objectview.EndpointTopology, ready map[string]bool) Selector {
 	if len(keys) == 0 {
 		return Selector{all: true}
 	}
+	var first Selector // the first key with a near endpoint, ready or not
 	for _, k := range keys {
 		if k == objectview.AnyKey {
 			return Selector{all: true}
@@ -33,13 +39,48 @@ func Choose(keys []string, host map[string]string, topo objectview.EndpointTopol
 		if !ok {
 			continue
 		}
-		for _, l := range topo {
+		near := false
+		for n, l := range topo {
 			if v, ok := l[k]; ok && v == hv {
-				return Selector{key: k, value: hv, topo: topo}
+				if ready[n] {
+					return Selector{key: k, value: hv, topo: topo}
+				}
+				near = true
+			}
+		}
+		if near && first.key == "" {
+			first = Selector{key: k, value: hv, topo: topo}
+		}
+	}
+	return first
+}
+
+// ReadySlices are the nodes with at least one ready endpoint in slices
+// (an endpoint whose ready condition is unset counts as ready, as the
+// API says).
+func ReadySlices(slices ...*discoveryv1.EndpointSlice) map[string]bool {
+	ready := map[string]bool{}
+	for _, sl := range slices {
+		for _, ep := range sl.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				ready[*ep.NodeName] = true
 			}
 		}
 	}
-	return Selector{} // none
+	return ready
+}
+
+// ReadyEndpoints are the nodes with at least one ready address in ep.
+func ReadyEndpoints(ep *corev1.Endpoints) map[string]bool {
+	ready := map[string]bool{}
+	for _, ss := range ep.Subsets {
+		for _, a := range ss.Addresses {
+			if a.NodeName != nil {
+				ready[*a.NodeName] = true
+			}
+		}
+	}
+	return ready
 }
 
 // Keep reports whether the endpoint on node is served.

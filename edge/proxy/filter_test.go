@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -144,6 +145,7 @@ func TestFilter(t *testing.T) {
 		keys     string
 		headless bool
 		eps      []string
+		notReady []string // nodes whose endpoints are not ready
 		want     []string
 	}{
 		{name: "host in A sees only A's endpoints", host: "a1", keys: zone, eps: []string{"a1", "a2", "b1"}, want: []string{"a1", "a2"}},
@@ -158,14 +160,44 @@ func TestFilter(t *testing.T) {
 		{name: "host without the key falls back to star", host: "x1", keys: zone + ",*", eps: []string{"a1"}, want: []string{"a1"}},
 		{name: "endpoint on an unknown node is dropped", host: "a1", keys: zone, eps: []string{"a1", "ghost"}, want: []string{"a1"}},
 		{name: "keys with spaces", host: "b1", keys: " zone , region ", eps: []string{"a1", "b1"}, want: []string{"b1"}},
+		// Fallback: a key counts only with a ready endpoint near.
+		{name: "some near ready: only the near ones", host: "a1", keys: zone + ",*", eps: []string{"a1", "a2", "b1"}, notReady: []string{"a1"}, want: []string{"a1", "a2"}},
+		{name: "none near ready: star serves every endpoint", host: "a1", keys: zone + ",*", eps: []string{"a1", "a2", "b1"}, notReady: []string{"a1", "a2"}, want: []string{"a1", "a2", "b1"}},
+		{name: "none near ready: the next key with a ready one", host: "a1", keys: zone + ",region", eps: []string{"a1", "b1"}, notReady: []string{"a1"}, want: []string{"a1", "b1"}},
+		{name: "none near ready, no star: the near ones, not ready", host: "a1", keys: zone, eps: []string{"a1", "b1"}, notReady: []string{"a1"}, want: []string{"a1"}},
+		{name: "none ready anywhere, star: every endpoint", host: "a1", keys: zone + ",*", eps: []string{"a1", "b1"}, notReady: []string{"a1", "b1"}, want: []string{"a1", "b1"}},
+		{name: "none ready under any key: the first key's", host: "a1", keys: zone + ",region", eps: []string{"a1", "b1"}, notReady: []string{"a1", "b1"}, want: []string{"a1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := NewStore(tt.host, 100, nil)
 			feed(t, s, nodes...)
-			feed(t, s, testService("web", tt.keys, tt.headless), testSlice("web-1", "web", tt.eps...))
+			sl := testSlice("web-1", "web", tt.eps...)
+			ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Subsets: []corev1.EndpointSubset{{}}}
+			for i, e := range sl.Endpoints {
+				a := corev1.EndpointAddress{IP: e.Addresses[0], NodeName: e.NodeName}
+				if slices.Contains(tt.notReady, *e.NodeName) {
+					sl.Endpoints[i].Conditions.Ready = ptr.To(false)
+					ep.Subsets[0].NotReadyAddresses = append(ep.Subsets[0].NotReadyAddresses, a)
+				} else {
+					ep.Subsets[0].Addresses = append(ep.Subsets[0].Addresses, a)
+				}
+			}
+			feed(t, s, testService("web", tt.keys, tt.headless), sl, ep)
 			if got := servedNodes(t, s, "web-1"); !slices.Equal(got, tt.want) {
 				t.Fatalf("served endpoints on %v, want %v", got, tt.want)
+			}
+			// Endpoints the same.
+			o, _ := s.Get(objectview.KindEndpoints, "default", "web")
+			var got []string
+			for _, ss := range o.(*corev1.Endpoints).Subsets {
+				for _, a := range append(ss.Addresses, ss.NotReadyAddresses...) {
+					got = append(got, *a.NodeName)
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("Endpoints serve addresses on %v, want %v", got, tt.want)
 			}
 		})
 	}
@@ -271,4 +303,95 @@ func kindOf(o objectview.Object) string {
 		return objectview.KindEndpointSlices
 	}
 	return objectview.KindEndpoints
+}
+
+// TestRelabelEitherOrder: the cloud publishes a relabelled Node (the
+// unit's space) and the endpoints' views with their new topology (the
+// shared space) as separate messages, in either order, one of them
+// late, or moves the host to another unit (its Node leaves the unit's
+// space, the proxy reads the new unit's). The proxy judges its unit's
+// nodes by their Nodes, so what it serves changes once, when the host's
+// Node arrives, never through a wrong or empty list in between.
+func TestRelabelEitherOrder(t *testing.T) {
+	withTopo := func(sl *discoveryv1.EndpointSlice, topo string) *atollv1.ObjectView {
+		sl.SetAnnotations(map[string]string{wellknown.EndpointTopologyAnnotation: topo})
+		return view(t, objectview.KindEndpointSlices, sl)
+	}
+	// web has endpoints on the host h, its unit peer a1 and the far b1;
+	// solo only on h.
+	web := func(hz string) *atollv1.ObjectView {
+		return withTopo(testSlice("web-1", "web", "h", "a1", "b1"), fmt.Sprintf(`{"h":{"zone":%q},"a1":{"zone":"A"},"b1":{"zone":"B"}}`, hz))
+	}
+	solo := func(hz string) *atollv1.ObjectView {
+		return withTopo(testSlice("solo-1", "solo", "h"), fmt.Sprintf(`{"h":{"zone":%q}}`, hz))
+	}
+	node := func(name, z string) *atollv1.ObjectView {
+		return view(t, objectview.KindNodes, testNode(name, map[string]string{zone: z}))
+	}
+	for _, order := range []string{"node first", "slices first", "moved to another unit"} {
+		t.Run(order, func(t *testing.T) {
+			s := NewStore("h", 100, nil)
+			apply := func(sp Space, vs ...*atollv1.ObjectView) {
+				t.Helper()
+				for _, v := range vs {
+					if err := s.Apply(sp, v, s.Seq()+1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			apply(UnitSpace, node("h", "A"), node("a1", "A"))
+			apply(SharedSpace, view(t, objectview.KindServices, testService("web", zone, false)),
+				view(t, objectview.KindServices, testService("solo", zone, false)), web("A"), solo("A"))
+			if got := servedNodes(t, s, "web-1"); fmt.Sprint(got) != "[a1 h]" {
+				t.Fatalf("web-1 serves %v in zone A", got)
+			}
+			_, _, ch, stop, err := s.Watch(objectview.KindEndpointSlices, match{}, s.Rev(), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			once := func(step string) {
+				t.Helper()
+				evs := collect(ch)
+				if len(evs) != 1 || evs[0].Type != watch.Modified || evs[0].Obj.GetName() != "web-1" {
+					t.Fatalf("%s: events %v, want one MODIFIED of web-1", step, eventNames(evs))
+				}
+				if got := servedNodes(t, s, "web-1"); fmt.Sprint(got) != "[b1 h]" {
+					t.Fatalf("%s: web-1 serves %v in zone B", step, got)
+				}
+			}
+			none := func(step string) {
+				t.Helper()
+				if evs := collect(ch); len(evs) != 0 {
+					t.Fatalf("%s: events %v, want none", step, eventNames(evs))
+				}
+			}
+			switch order {
+			case "node first":
+				apply(UnitSpace, node("h", "B"))
+				once("the Node")
+				apply(SharedSpace, web("B"), solo("B"))
+				none("the slices after it")
+			case "slices first":
+				apply(SharedSpace, web("B"), solo("B"))
+				none("the slices")
+				apply(UnitSpace, node("h", "B"))
+				once("the Node after them")
+			case "moved to another unit":
+				apply(UnitSpace, &atollv1.ObjectView{Kind: objectview.KindNodes, Name: "h", Deleted: true})
+				none("the Node leaving the old unit")
+				s.Reset("u2")
+				s.BeginReload(UnitSpace)
+				none("the new unit")
+				apply(UnitSpace, node("h", "B"), node("b2", "B"))
+				once("the Node in the new unit")
+				s.EndReload(UnitSpace, 1)
+				apply(SharedSpace, web("B"), solo("B"))
+				none("the old unit's Nodes gone, the slices")
+			}
+			if got := servedNodes(t, s, "solo-1"); fmt.Sprint(got) != "[h]" {
+				t.Fatalf("solo-1 serves %v", got)
+			}
+		})
+	}
 }

@@ -240,6 +240,12 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 	if err != nil {
 		return err
 	}
+	if p.store.SeqOf(sp) == 0 && !p.store.Reloading(sp) && p.store.Holds(sp) {
+		// Read from the start while holding views (a new unit, or a
+		// restart in the middle of reading it): what the read does not
+		// bring again goes at its end, not before.
+		p.store.BeginReload(sp)
+	}
 	var created time.Time
 	if c := p.store.StreamCreated(sp); c != 0 {
 		created = time.Unix(0, c)

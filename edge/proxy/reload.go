@@ -15,7 +15,8 @@ import (
 // as usual (equal content emits nothing), EndReload once the last one is
 // in, which deletes the objects of that space the new stream no longer
 // has. Until then the cursor keeps the old creation time, so a restart in
-// the middle reloads again.
+// the middle reloads again. A space read from its start while the store
+// holds views of it (the unit changed: Reset) is reloaded the same way.
 
 // StreamCreated is the creation time (Unix nanoseconds) of the VIEWS
 // stream the cursor of sp is of, 0 when unknown.
@@ -33,6 +34,18 @@ func (s *Store) SetStreamCreated(sp Space, created int64) {
 		s.cur[sp].created = created
 		s.notify()
 	}
+}
+
+// Holds tells whether the store holds any object of space sp.
+func (s *Store) Holds(sp Space) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, objs := range s.layers[sp].objs {
+		if len(objs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Reloading tells whether a reload of sp is under way.

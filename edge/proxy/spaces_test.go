@@ -63,22 +63,33 @@ func TestSpaces(t *testing.T) {
 	if n, ok := s.Get(objectview.KindNodes, "", "a1"); ok {
 		t.Fatalf("a1 served as %v after its tombstone", n)
 	}
-	// A new unit: its space is read from its start; the shared one stays.
+	// A new unit: its space is read from its start (a reload, as the
+	// follower does it), the old unit's Nodes served until that read
+	// ends; the shared space stays.
 	apply(UnitSpace, view(t, objectview.KindNodes, full), 6)
+	collect(ch)
 	s.Reset("u2")
-	if _, ok := s.Get(objectview.KindNodes, "", "a1"); ok {
-		t.Fatal("after a new unit the old unit's a1 is served")
+	if _, ok := s.Get(objectview.KindNodes, "", "a1"); !ok {
+		t.Fatal("right after a new unit the old unit's a1 is not served")
 	}
 	if _, ok := s.Get(objectview.KindServices, "default", "web"); !ok {
 		t.Fatal("after a new unit the shared space's Service is not served")
 	}
-	if s.SeqOf(UnitSpace) != 0 || s.SeqOf(SharedSpace) != 4 {
-		t.Fatalf("after a new unit: cursors unit %d shared %d", s.SeqOf(UnitSpace), s.SeqOf(SharedSpace))
+	if s.SeqOf(UnitSpace) != 0 || s.SeqOf(SharedSpace) != 4 || !s.Holds(UnitSpace) {
+		t.Fatalf("after a new unit: cursors unit %d shared %d, holds %v", s.SeqOf(UnitSpace), s.SeqOf(SharedSpace), s.Holds(UnitSpace))
+	}
+	s.BeginReload(UnitSpace)
+	apply(UnitSpace, view(t, objectview.KindNodes, testNode("c1", map[string]string{zone: "C"})), 7)
+	if gone := s.EndReload(UnitSpace, 1); gone != 1 {
+		t.Fatalf("the new unit's read deleted %d objects, want 1 (a1)", gone)
+	}
+	if got := eventNames(collect(ch)); fmt.Sprint(got) != fmt.Sprint([]string{string(watch.Added) + " c1", string(watch.Deleted) + " a1"}) {
+		t.Fatalf("events %v, want c1 ADDED, then a1 DELETED", got)
 	}
 	// Views of the shared kinds in the unit's space (the old layout) only
 	// advance its cursor.
-	apply(UnitSpace, view(t, objectview.KindServices, testService("api", "", false)), 7)
-	if _, ok := s.Get(objectview.KindServices, "default", "api"); ok || s.SeqOf(UnitSpace) != 7 {
+	apply(UnitSpace, view(t, objectview.KindServices, testService("api", "", false)), 8)
+	if _, ok := s.Get(objectview.KindServices, "default", "api"); ok || s.SeqOf(UnitSpace) != 8 {
 		t.Fatalf("a Service in the unit's space was served (or its cursor not advanced: %d)", s.SeqOf(UnitSpace))
 	}
 }

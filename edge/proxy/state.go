@@ -64,19 +64,16 @@ type saver struct {
 // Unit is the unit whose views the store holds ("" before any).
 func (s *Store) Unit() string { s.mu.RLock(); defer s.mu.RUnlock(); return s.unit }
 
-// Reset empties the unit's space for unit: the old unit's Nodes go
-// (watchers see them deleted), and the new unit's space is read from its
-// start. The shared
-// space is the same for every unit and stays. The revision keeps growing.
+// Reset makes the unit's space unit's, to be read from its start. The
+// old unit's Nodes stay until that read ends (the follower reloads a
+// space whose cursor is at its start while it holds views: reload.go),
+// so the host keeps serving what it served until the new unit's views
+// replace them, instead of nothing in between. The shared space is the
+// same for every unit and stays. The revision keeps growing.
 func (s *Store) Reset(unit string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unit = unit
-	for _, kind := range objectview.Kinds {
-		for _, k := range slices.Sorted(mapKeys(s.layers[UnitSpace].objs[kind])) {
-			s.put(UnitSpace, kind, k, nil, nil)
-		}
-	}
 	s.cur[UnitSpace] = cursor{}
 	s.dirty.full = true
 	s.notify()
@@ -317,6 +314,9 @@ func (s *Store) Restore(st *atollv1.ProxyState) error {
 		for _, sp := range []Space{SharedSpace, UnitSpace} { // the unit's Nodes win
 			maps.Copy(s.raw[kind], layers[sp].objs[kind])
 		}
+	}
+	if n, ok := s.raw[objectview.KindNodes][s.host]; ok {
+		s.hostLast = n.GetLabels()
 	}
 	s.bySvc = map[string]map[string]struct{}{}
 	for k, o := range s.raw[objectview.KindEndpointSlices] {

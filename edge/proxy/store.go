@@ -107,6 +107,7 @@ type Store struct {
 	raw        map[string]map[string]objectview.Object // the union of the layers
 	served     map[string]map[string]*entry
 	bySvc      map[string]map[string]struct{} // namespace/service → keys of its raw slices
+	hostLast   map[string]string              // the labels of the host's Node last held
 	tombstones int
 	watchers   map[*watcher]struct{}
 	changed    chan struct{} // closed and replaced at every change (persistence)
@@ -252,6 +253,9 @@ func (s *Store) apply(kind, k string, obj objectview.Object) {
 	if kind == objectview.KindEndpointSlices {
 		s.indexSlice(k, old, obj)
 	}
+	if kind == objectview.KindNodes && k == s.host && obj != nil {
+		s.hostLast = obj.GetLabels()
+	}
 	switch kind {
 	case objectview.KindServices:
 		s.recompute(kind, k)
@@ -333,12 +337,15 @@ func (s *Store) indexSlice(k string, old, obj objectview.Object) {
 	}
 }
 
-// hostLabels are the labels of the host's Node (its unit's space).
+// hostLabels are the labels of the host's Node (its unit's space). A
+// host whose Node left the space (it moved to another unit, whose space
+// the proxy reads next) keeps its last labels: serving nothing in
+// between would be a lie.
 func (s *Store) hostLabels() map[string]string {
 	if n, ok := s.raw[objectview.KindNodes][s.host]; ok {
 		return n.GetLabels()
 	}
-	return nil
+	return s.hostLast
 }
 
 // servedOf derives the served object of kind at k from the raw objects
@@ -363,10 +370,12 @@ func (s *Store) servedOf(kind, k string) objectview.Object {
 		// Every slice of the Service: the key chosen is the first with
 		// an endpoint near the host in any of them.
 		topo := objectview.EndpointTopology{}
+		var all []*discoveryv1.EndpointSlice
 		for _, sk := range s.slicesOf(sl.Namespace, sl.Labels[discoveryv1.LabelServiceName]) {
 			maps.Copy(topo, s.topologyOf(s.raw[kind][sk], keys))
+			all = append(all, s.raw[kind][sk].(*discoveryv1.EndpointSlice))
 		}
-		served = Choose(keys, s.hostLabels(), topo).FilterSlice(sl)
+		served = Choose(keys, s.hostLabels(), topo, ReadySlices(all...)).FilterSlice(sl)
 	case objectview.KindEndpoints:
 		ep := raw.(*corev1.Endpoints)
 		svc, _ := s.raw[objectview.KindServices][k].(*corev1.Service)
@@ -375,7 +384,7 @@ func (s *Store) servedOf(kind, k string) objectview.Object {
 			served = raw
 			break
 		}
-		served = Choose(keys, s.hostLabels(), s.topologyOf(ep, keys)).FilterEndpoints(ep)
+		served = Choose(keys, s.hostLabels(), s.topologyOf(ep, keys), ReadyEndpoints(ep)).FilterEndpoints(ep)
 	default:
 		return raw
 	}
@@ -393,20 +402,33 @@ func (s *Store) servedOf(kind, k string) objectview.Object {
 	return served
 }
 
-// topologyOf is the topology the view of obj carries under keys. A view
-// from a cloud before views carried it (kept in a state, or published
-// by a cloud not yet upgraded) falls back to the labels of the Nodes the
-// store holds.
+// topologyOf is the topology of obj's endpoints under keys. The nodes
+// of the host's unit are judged by their Nodes, which the store holds in
+// full (the host by its last labels), so that a relabel changes what is
+// served once, when the Node's view arrives, whichever of the Node and
+// the endpoints' views the cloud publishes first; other nodes by the
+// topology the view carries (a view from a cloud before views carried
+// it has none: those nodes match no key).
 func (s *Store) topologyOf(obj objectview.Object, keys []string) objectview.EndpointTopology {
-	if t, _ := objectview.DecodeEndpointTopology(obj); t != nil { // checked by Apply
-		return t
+	t, _ := objectview.DecodeEndpointTopology(obj) // checked by Apply
+	if t == nil {
+		t = objectview.EndpointTopology{}
+	} else {
+		t = maps.Clone(t)
 	}
-	t := objectview.EndpointTopology{}
 	for _, n := range objectview.EndpointNodes(obj) {
+		labels := map[string]string(nil)
 		if node, ok := s.raw[objectview.KindNodes][n]; ok {
-			if v := objectview.NodeTopology(keys, node.GetLabels()); v != nil {
-				t[n] = v
-			}
+			labels = node.GetLabels()
+		} else if n == s.host && s.hostLast != nil {
+			labels = s.hostLast
+		} else {
+			continue
+		}
+		if v := objectview.NodeTopology(keys, labels); v != nil {
+			t[n] = v
+		} else {
+			delete(t, n)
 		}
 	}
 	return t

@@ -20,7 +20,9 @@
 //     been rebuilt, its sequences started over (the catch-up's stream
 //     info tells);
 //   - every CheckPeriod, the net for a loss nothing reveals (the first
-//     view of a new subject lost, and nothing after it on that subject).
+//     view of a new subject lost, and nothing after it on that subject);
+//   - a second after a catch-up on a hub cluster whose consumer stopped
+//     below the stream's last sequence (a light check only; see Cursors).
 //
 // A catch-up creates an ephemeral pull consumer filtered on the space
 // (the edge's permissions name the filter), reads it until nothing is
@@ -41,7 +43,11 @@
 // The feed keeps two sequences. The verified cursor V: every view of the
 // space stored at or below V has been handed to the handler (or
 // superseded by a later one that was). It moves only at the end of a
-// catch-up, to the stream's last sequence when it started. The applied
+// catch-up, to the stream's last sequence when it started; on a hub
+// cluster, only to the last view the consumer delivered when that is
+// below: an R1 consumer of the R3 stream may live on a replica that has
+// not yet stored what the leader reported, so a light check (reason
+// settle) follows a second later. The applied
 // cursor C ≥ V: the highest sequence handed over. A republished view is
 // applied when its sequence is above C. A catch-up reads from V+1, not
 // C+1: after a leaf link drop, views republished after the reconnect can
@@ -218,6 +224,7 @@ type Feed struct {
 	applied, verified uint64
 	created           time.Time
 	seen              map[uint64]struct{} // sequences applied above verified
+	settle            bool                // the last catch-up asks for a light check in settleDelay
 	// Of the last full catch-up: the stream read (its last view of the
 	// space is what a light check asks for), the hub's time when it
 	// started, and the periodic checks since.
@@ -319,7 +326,7 @@ func (f *Feed) Run(ctx context.Context) error {
 	defer poll.Stop()
 	leaf := f.node.HubLink().ID
 	var dropped int
-	var retry <-chan time.Time
+	var retry, settle <-chan time.Time
 	failures := uint64(0)
 	warned := false
 	// due is the reason of the catch-up to run ("" for none), since when.
@@ -354,6 +361,9 @@ func (f *Feed) Run(ctx context.Context) error {
 				}
 				failures, warned, due = 0, false, ""
 				behind.Set(0)
+				if f.settle {
+					f.settle, settle = false, time.After(settleDelay)
+				}
 			}
 		}
 		select {
@@ -367,6 +377,9 @@ func (f *Feed) Run(ctx context.Context) error {
 			retry = nil
 		case <-check.C:
 			want(ReasonPeriodic)
+		case <-settle:
+			settle = nil
+			want(ReasonSettle)
 		case <-poll.C:
 			if now := f.node.HubLink().ID; now != leaf {
 				leaf = now
@@ -394,6 +407,11 @@ func (f *Feed) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// settleDelay is how long after a catch-up whose consumer may have read
+// a lagging replica the light check runs: replicas apply what their
+// leader stored within milliseconds.
+const settleDelay = time.Second
 
 // warnAfter is how many catch-ups in a row may fail with the leaf link up
 // before one WARN.
@@ -564,8 +582,17 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	}
 	n, top := r.applied, r.top
 	// Every view of the space stored up to the stream's last sequence at
-	// the start has been handed over (or superseded by one that was).
-	f.verified = max(f.verified, info.State.LastSeq, top)
+	// the start has been handed over (or superseded by one that was)...
+	covered := max(info.State.LastSeq, top)
+	if clustered(info) && top < info.State.LastSeq {
+		// ...unless the consumer lives on a replica that had not yet
+		// stored what the stream's leader reported (an R1 consumer of
+		// an R3 stream is placed on any of its replicas): then only
+		// what it delivered is certain, and a light check a moment
+		// later looks for a view stored above it.
+		covered, f.settle = top, true
+	}
+	f.verified = max(f.verified, covered)
 	f.applied = max(f.applied, f.verified)
 	for s := range f.seen {
 		if s <= f.verified {
@@ -591,6 +618,12 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	return nil
 }
 
+// clustered reports whether the stream is replicated across a hub
+// cluster's servers.
+func clustered(info *jetstream.StreamInfo) bool {
+	return info.Cluster != nil && len(info.Cluster.Replicas) > 0
+}
+
 // storedSince reports whether a view stored at at (the hub's time) was
 // stored after the last full catch-up began: one whose sequence is at or
 // below the verified cursor then suggests a stream whose sequences started
@@ -606,7 +639,13 @@ func (f *Feed) storedSince(at time.Time) bool {
 // periodic check other than every VerifyEvery-th, and the catch-up after
 // a reconnect, once a full catch-up has read the stream.
 func (f *Feed) lightCheck(reason string) bool {
-	if f.stream == nil || f.verified == 0 {
+	if f.stream == nil {
+		return false
+	}
+	if reason == ReasonSettle {
+		return true
+	}
+	if f.verified == 0 {
 		return false
 	}
 	switch reason {
@@ -648,7 +687,7 @@ func (f *Feed) quiet(ctx context.Context, reason string) (bool, error) {
 		f.log.Debug("nothing stored in the space since the last catch-up", "reason", reason, "verified", f.verified)
 		return true, nil
 	}
-	if _, heard := f.seen[last.Sequence]; heard && reason == ReasonPeriodic {
+	if _, heard := f.seen[last.Sequence]; heard && (reason == ReasonPeriodic || reason == ReasonSettle) {
 		f.log.Debug("the space's last view was heard", "seq", last.Sequence, "verified", f.verified)
 		return true, nil
 	}

@@ -12,9 +12,10 @@ const (
 	ReasonPeriodic     = "periodic"      // CheckPeriod passed
 	ReasonUnverified   = "unverified"    // MaxUnverified views applied since the last catch-up
 	ReasonRebuilt      = "rebuilt"       // a view stored after the last catch-up has a sequence below it
+	ReasonSettle       = "settle"        // a catch-up's consumer may have read a replica behind the stream's leader
 )
 
-var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified}
+var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonSettle}
 
 // Where an applied view came from, the via label of
 // atoll_viewfeed_applied_total.
