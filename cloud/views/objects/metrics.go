@@ -10,6 +10,7 @@ type metrics struct {
 	bytes     prometheus.Counter
 	conflicts prometheus.Counter
 	rejected  *prometheus.CounterVec
+	repaired  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -43,9 +44,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "atoll", Subsystem: "objectviews", Name: "rejected_total",
 			Help: "Object views not published, by reason (subject, too_large, publish_failed).",
 		}, []string{"reason"}),
+		repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "objectviews", Name: "repaired_total",
+			Help: "Stored object views found unservable (not decoding, of another kind, a topology not decoding) and stored again from the cluster, by kind.",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.units, m.fanout, m.passes, m.published, m.bytes, m.conflicts, m.rejected)
+		reg.MustRegister(m.units, m.fanout, m.passes, m.published, m.bytes, m.conflicts, m.rejected, m.repaired)
 	}
 	return m
 }

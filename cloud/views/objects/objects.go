@@ -34,6 +34,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -78,6 +79,7 @@ type Publisher struct {
 	byNode  map[string]map[key]struct{}  // node → slices and Endpoints with endpoints on it (those whose Service has topology keys)
 	nodesOf map[key][]string             // slice or Endpoints → the nodes it is in byNode under
 	labels  map[string]map[string]string // node in byNode → its labels as of the last pass that read it
+	broken  map[key]map[string]bool      // objects whose stored view cannot be served → the spaces it is in (checkStored)
 	changed chan struct{}
 }
 
@@ -107,6 +109,7 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 		}),
 		uids:   map[key]string{},
 		byNode: map[string]map[key]struct{}{}, nodesOf: map[key][]string{}, labels: map[string]map[string]string{},
+		broken:  map[key]map[string]bool{},
 		changed: make(chan struct{}, 1),
 	}, nil
 }
@@ -143,6 +146,27 @@ func (p *Publisher) poke() {
 // Run publishes until ctx is done.
 func (p *Publisher) Run(ctx context.Context) error {
 	p.js = p.bus.JetStream()
+	if nc := p.bus.Conn(); nc != nil {
+		// The views as stored, republished by the hub: one that cannot
+		// be served is repaired at once (watchStored).
+		var subs []*nats.Subscription
+		for _, kind := range objectview.Kinds {
+			subj, err := events.Republished(strings.TrimSuffix(events.ViewSubjects, ">") + "*." + kind + ".>")
+			if err != nil {
+				return err
+			}
+			sub, err := nc.Subscribe(subj, p.checkStored)
+			if err != nil {
+				return fmt.Errorf("objects: subscribe %s: %w", subj, err)
+			}
+			subs = append(subs, sub)
+		}
+		defer func() {
+			for _, sub := range subs {
+				_ = sub.Unsubscribe()
+			}
+		}()
+	}
 	return p.bus.RunPasses(ctx, hublink.Passes{
 		Name: "object views", Changed: p.changed, Log: p.log,
 		Resync: p.cfg.Resync, OnResync: p.forgetAll,
@@ -150,13 +174,71 @@ func (p *Publisher) Run(ctx context.Context) error {
 	})
 }
 
+// checkStored looks at a view as the stream stored it (its republished
+// copy): one that an edge cannot serve (it does not decode, names
+// another kind, or carries a topology that does not decode) hides the
+// object from every edge that has no good copy of it yet, until the next
+// resync. The publisher owns the subject: it reads its own state again
+// and stores the right view (or a tombstone) at the next pass. Every
+// replica does it; the message id makes it one message.
+func (p *Publisher) checkStored(msg *nats.Msg) {
+	subj := strings.Replace(msg.Subject, strings.TrimSuffix(events.ViewRepublishSubjects, ">"), strings.TrimSuffix(events.ViewSubjects, ">"), 1)
+	vk, err := events.ParseViewSubject(subj)
+	if err != nil {
+		return
+	}
+	bad := servable(vk.Kind, msg.Data)
+	if bad == nil {
+		return
+	}
+	p.metrics.repaired.WithLabelValues(vk.Kind).Inc()
+	p.log.Warn("a stored view cannot be served; storing the right one", "subject", subj, "err", bad)
+	k := key{vk.Kind, vk.Namespace, vk.Name}
+	if vk.Namespace == events.ClusterScoped {
+		k.namespace = ""
+	}
+	p.views.Forget(subj)
+	p.mu.Lock()
+	p.dirty[k] = true
+	if p.broken[k] == nil {
+		p.broken[k] = map[string]bool{}
+	}
+	p.broken[k][vk.Unit] = true
+	p.mu.Unlock()
+	p.poke()
+}
+
+// servable says why a stored view of kind cannot be served (nil: it can).
+func servable(kind string, data []byte) error {
+	var v atollv1.ObjectView
+	if err := proto.Unmarshal(data, &v); err != nil {
+		return fmt.Errorf("it does not decode: %w", err)
+	}
+	if v.GetKind() != kind {
+		return fmt.Errorf("it is of kind %q", v.GetKind())
+	}
+	if v.GetDeleted() {
+		return nil
+	}
+	obj, err := objectview.Decode(&v)
+	if err != nil {
+		return err
+	}
+	if kind == objectview.KindEndpointSlices || kind == objectview.KindEndpoints {
+		if _, err := objectview.DecodeEndpointTopology(obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // pass publishes the views of the changed objects, or of every object
 // when the unit set changed or a resync asked for it.
 func (p *Publisher) pass(ctx context.Context) error {
 	p.mu.Lock()
 	all := p.all
-	dirty := p.dirty
-	p.dirty, p.all = map[key]bool{}, false
+	dirty, broken := p.dirty, p.broken
+	p.dirty, p.all, p.broken = map[key]bool{}, false, map[key]map[string]bool{}
 	p.mu.Unlock()
 	// A node that changed units changes its own view in both.
 	prevUnit, unitsChanged, err := p.refreshUnits(ctx, dirty, all)
@@ -191,9 +273,14 @@ func (p *Publisher) pass(ctx context.Context) error {
 	var failed []error
 	retry := map[key]bool{}
 	for _, k := range keys {
-		if err := p.publishObject(ctx, k, nodeUnit, prevUnit); err != nil {
+		if err := p.publishObject(ctx, k, nodeUnit, prevUnit, broken[k]); err != nil {
 			failed = append(failed, err)
 			retry[k] = true
+			if broken[k] != nil {
+				p.mu.Lock()
+				p.broken[k] = broken[k]
+				p.mu.Unlock()
+			}
 		}
 	}
 	if all {
@@ -320,8 +407,10 @@ func (p *Publisher) allKeys(ctx context.Context) ([]key, error) {
 // or its tombstone, in the shared space; for a Node, in its unit's space
 // instead, and a tombstone in the space of the unit it left (prevUnit:
 // node → unit at the last pass). The view of a slice or Endpoints
-// carries its endpoints' topology (topology).
-func (p *Publisher) publishObject(ctx context.Context, k key, nodeUnit, prevUnit map[string]string) error {
+// carries its endpoints' topology (topology). A Node's view found broken
+// in the space of a unit it is not in (broken: the spaces) gets a
+// tombstone there.
+func (p *Publisher) publishObject(ctx context.Context, k key, nodeUnit, prevUnit map[string]string, broken map[string]bool) error {
 	info, ok := objectview.Kind(k.kind)
 	if !ok {
 		return fmt.Errorf("objects: unknown kind %q", k.kind)
@@ -377,6 +466,13 @@ func (p *Publisher) publishObject(ctx context.Context, k key, nodeUnit, prevUnit
 			return err
 		}
 		targets = append(targets, target{events.SharedSpace, shared})
+	}
+	if isNode {
+		for u := range broken {
+			if u != events.SharedSpace && !slices.ContainsFunc(targets, func(t target) bool { return t.unit == u }) {
+				targets = append(targets, target{u, nil})
+			}
+		}
 	}
 	var errs []error
 	stored := 0

@@ -19,7 +19,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/edge/proxy"
+	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -35,6 +38,7 @@ import (
 // each on its own manager.
 type fixture struct {
 	cluster *kubetest.Cluster
+	hub     *hub.Hub
 	views   jetstream.Stream
 	pubs    []*Publisher
 	readers []*countingReader // each publisher's
@@ -60,7 +64,7 @@ func start(t *testing.T, replicas int) *fixture {
 	h := natstest.Hub(t)
 	log := natstest.Logger(t, slog.LevelWarn)
 	ctx := t.Context()
-	f := &fixture{cluster: cluster}
+	f := &fixture{cluster: cluster, hub: h}
 	for i := range replicas {
 		nc, err := h.Connect(fmt.Sprint("cloud-", i))
 		if err != nil {
@@ -481,3 +485,162 @@ func TestTombstoneForObjectDeletedWhileDown(t *testing.T) {
 		return nil
 	})
 }
+
+// TestBrokenViewRepaired: views that no edge can serve stored over live
+// objects' subjects (bytes that do not decode, a slice whose topology does
+// not decode, a Node's subject holding another kind, and a Node's view in
+// the space of a unit it is not in) are replaced at once by both
+// replicas, one message each (the right view, or a tombstone where the
+// Node is not), and an edge proxy started afterwards from nothing serves
+// the objects.
+func TestBrokenViewRepaired(t *testing.T) {
+	f := start(t, 2)
+	ctx := t.Context()
+	kc := f.cluster.Client()
+	if _, err := kc.CoreV1().Nodes().Create(ctx, node("n1", "u1", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Annotations: map[string]string{wellknown.TopologyKeysAnnotation: "zone"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, NodeName: ptr.To("n1")}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		svcSubj   = "atoll.view._all.services.default.web"
+		sliceSubj = "atoll.view._all.endpointslices.default.web-1"
+		nodeSubj  = "atoll.view.u1.nodes._.n1"
+		farSubj   = "atoll.view.u2.nodes._.n1"
+	)
+	kindOf := map[string]string{svcSubj: objectview.KindServices, sliceSubj: objectview.KindEndpointSlices,
+		nodeSubj: objectview.KindNodes, farSubj: objectview.KindNodes}
+	poll.Eventually(t, 30*time.Second, func() error {
+		for _, subj := range []string{svcSubj, sliceSubj, nodeSubj} {
+			if _, err := f.object(ctx, subj); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	encode := func(v *atollv1.ObjectView) []byte {
+		b, err := proto.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	badTopology, err := objectview.Encode(objectview.KindEndpointSlices, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{
+		Name: "web-1", Namespace: "default", Annotations: map[string]string{wellknown.EndpointTopologyAnnotation: `{"n1":`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKind, err := objectview.Encode(objectview.KindServices, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := map[string][]byte{
+		svcSubj:   []byte("\xff\x00 not a view"),
+		sliceSubj: encode(badTopology),
+		nodeSubj:  encode(otherKind),
+		farSubj:   []byte("garbage"),
+	}
+	for subj, data := range garbage {
+		if err := servable(kindOf[subj], data); err == nil {
+			t.Fatalf("the garbage for %s is servable", subj)
+		}
+	}
+	js := f.pubs[0].bus.JetStream()
+	before := f.lastSeq(t)
+	stored := time.Now()
+	for subj, data := range garbage {
+		if _, err := js.Publish(ctx, subj, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		for subj := range garbage {
+			raw, err := f.views.GetLastMsgForSubject(ctx, subj)
+			if err != nil {
+				return fmt.Errorf("%s: %w", subj, err)
+			}
+			if err := servable(kindOf[subj], raw.Data); err != nil {
+				return fmt.Errorf("%s: %w", subj, err)
+			}
+			var v atollv1.ObjectView
+			_ = proto.Unmarshal(raw.Data, &v)
+			if v.GetDeleted() != (subj == farSubj) {
+				return fmt.Errorf("%s: deleted %v", subj, v.GetDeleted())
+			}
+		}
+		return nil
+	})
+	t.Logf("repaired %v after the garbage was stored", time.Since(stored))
+	if n := f.lastSeq(t) - before; n != uint64(2*len(garbage)) {
+		t.Errorf("%d messages stored for %d broken views, want the garbage and one repair each", n, len(garbage))
+	}
+	repaired := 0.0
+	for _, p := range f.pubs {
+		for _, kind := range objectview.Kinds {
+			repaired += testutil.ToFloat64(p.metrics.repaired.WithLabelValues(kind))
+		}
+	}
+	if repaired < float64(len(garbage)) {
+		t.Errorf("repairs counted: %v, want at least %d", repaired, len(garbage))
+	}
+
+	// An edge proxy from nothing serves the objects.
+	edge := natstest.Unit(t, f.hub, "u1", natstest.EdgeOptions{}, "n1")[0]
+	nc, err := edge.Connect("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ejs, err := jetstream.NewWithDomain(nc, f.hub.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := natstest.Logger(t, slog.LevelWarn)
+	feeds, err := viewfeed.NewFeeds(viewfeed.DefaultConfig(), hublink.Of(nc, ejs), edge, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg := proxy.DefaultConfig()
+	pcfg.Enabled, pcfg.Addr = true, "127.0.0.1:0"
+	px, err := proxy.New(pcfg, "n1", feeds, unitOf("u1"), log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := px.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = px.Run(pctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	started := time.Now()
+	poll.Eventually(t, 20*time.Second, func() error {
+		for _, o := range []struct{ kind, ns, name string }{
+			{objectview.KindServices, "default", "web"}, {objectview.KindEndpointSlices, "default", "web-1"}, {objectview.KindNodes, "", "n1"},
+		} {
+			if _, ok := px.Store().Get(o.kind, o.ns, o.name); !ok {
+				return fmt.Errorf("the fresh proxy does not serve %s %s/%s", o.kind, o.ns, o.name)
+			}
+		}
+		return nil
+	})
+	t.Logf("a fresh proxy served the repaired objects %v after it started", time.Since(started))
+}
+
+// unitOf is a fixed unit for an edge proxy.
+type unitOf string
+
+func (u unitOf) Unit() string           { return string(u) }
+func (unitOf) Changes() <-chan struct{} { return nil }
