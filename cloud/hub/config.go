@@ -60,6 +60,9 @@ type Config struct {
 	// (MaxPingsOut+1) × PingInterval: 12 s by default. 0:
 	// DefaultPingInterval.
 	PingInterval time.Duration
+	// MaxPingsOut is how many pings may go unanswered (0:
+	// DefaultMaxPingsOut).
+	MaxPingsOut int
 	// LameDuck is how long LameDuck takes to close the server's
 	// connections, one at a time after a fifth of it, so that clients and
 	// edge leafs move to the other servers of a cluster without a
@@ -71,7 +74,7 @@ type Config struct {
 // connection stays open.
 const (
 	DefaultPingInterval = 4 * time.Second
-	MaxPingsOut         = 2
+	DefaultMaxPingsOut  = 2
 )
 
 // ClusterConfig joins a hub server to its peers over routes.
@@ -171,6 +174,8 @@ func (c Config) Validate() error {
 		return errors.New("hub: identity dir and trust are exclusive")
 	case c.PingInterval < 0:
 		return errors.New("hub: ping interval must not be negative")
+	case c.MaxPingsOut < 0:
+		return errors.New("hub: max pings out must not be negative")
 	case c.LameDuck < 0:
 		return errors.New("hub: lame duck duration must not be negative")
 	}

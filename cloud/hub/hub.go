@@ -115,9 +115,12 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	opts.Port = h.cfg.ClientPort
 	opts.NoSigs = true
 	opts.MaxPayload = 1 << 20
-	opts.PingInterval, opts.MaxPingsOut = h.cfg.PingInterval, MaxPingsOut
+	opts.PingInterval, opts.MaxPingsOut = h.cfg.PingInterval, h.cfg.MaxPingsOut
 	if opts.PingInterval == 0 {
 		opts.PingInterval = DefaultPingInterval
+	}
+	if opts.MaxPingsOut == 0 {
+		opts.MaxPingsOut = DefaultMaxPingsOut
 	}
 	if h.cfg.LameDuck > 0 {
 		opts.LameDuckDuration, opts.LameDuckGracePeriod = h.cfg.LameDuck, h.cfg.LameDuck/5

@@ -97,6 +97,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATS.HubServerName, "hub-tls-server-name", c.NATS.HubServerName, "name the hub's leaf certificate must carry (empty: the host dialed); atoll-cloud's generated one names atoll-hub.atoll-system.svc")
 	fs.StringVar(&c.NATS.HubCAFile, "hub-ca-file", c.NATS.HubCAFile, "PEM CAs the hub's leaf certificate must chain to: the leaf link runs over TLS and an unverified hub is refused (empty: plain unless the hub asks for TLS)")
 	fs.StringVar(&c.NATS.HubCompression, "hub-compression", c.NATS.HubCompression, "leaf link compression: off, s2_auto (by round trip time: none below 10 ms, stronger above), s2_uncompressed, s2_fast, s2_better or s2_best")
+	fs.DurationVar(&c.NATS.HubPingInterval, "hub-ping-interval", natsnode.DefaultHubPingInterval, "how often the node's server pings over its leaf link to the hub; a link leaving --hub-max-pings-out unanswered is closed and dialed again, so a silently dead link is noticed within (max+1) × interval")
+	fs.IntVar(&c.NATS.HubMaxPingsOut, "hub-max-pings-out", natsnode.DefaultHubMaxPingsOut, "unanswered pings before the leaf link is closed")
 	fs.StringVar(&c.NATS.CredsFile, "creds-file", c.NATS.CredsFile, "the node's NATS credentials (its identity on the hub; written on enrollment and renewal)")
 	fs.StringVar(&c.NATS.BootstrapFile, "bootstrap-token-file", c.NATS.BootstrapFile, "one-time bootstrap token (atoll node enroll), used while --creds-file does not exist")
 	fs.StringVar(&c.NATS.EnrollCredsFile, "enroll-creds-file", c.NATS.EnrollCredsFile, "the installation's shared enrollment credentials (the Secret atoll-edge-enroll), used while neither --creds-file nor --bootstrap-token-file exists: the node then enrolls with --service-account-token-file")

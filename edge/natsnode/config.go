@@ -61,6 +61,15 @@ type Config struct {
 	// dials, decides: off here turns it off whatever the hub accepts.
 	// Empty: nats-server's default, s2_auto.
 	HubCompression string
+	// HubPingInterval is how often the server pings over its leaf link
+	// (and its routes and local clients); a link that leaves
+	// HubMaxPingsOut pings unanswered is closed and dialed again, so one
+	// that dies silently (packets dropped, as a NAT table forgetting the
+	// connection does) is noticed within (HubMaxPingsOut+1) ×
+	// HubPingInterval: 12 s by default, as on the hub's side
+	// (cloud/hub). 0: DefaultHubPingInterval and DefaultHubMaxPingsOut.
+	HubPingInterval time.Duration
+	HubMaxPingsOut  int
 	// Seed is the node's nkey seed ("SU..."), its identity on the hub,
 	// and UserJWT the user JWT atoll-cloud issued for its public key
 	// (cloud/identity). CredsFile, a NATS credentials file holding both,
@@ -135,6 +144,9 @@ func (c Config) Validate() error {
 	if c.HubDomain == "" {
 		return errors.New("natsnode: hub domain is empty")
 	}
+	if c.HubPingInterval < 0 || c.HubMaxPingsOut < 0 {
+		return fmt.Errorf("natsnode: hub ping interval %v and max pings out %d must not be negative", c.HubPingInterval, c.HubMaxPingsOut)
+	}
 	if c.Seed == "" && c.SeedFile == "" && c.CredsFile == "" {
 		return errors.New("natsnode: no credentials: set the creds file")
 	}
@@ -146,6 +158,13 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// DefaultHubPingInterval and DefaultHubMaxPingsOut notice a silently dead
+// leaf link within 12 s.
+const (
+	DefaultHubPingInterval = 4 * time.Second
+	DefaultHubMaxPingsOut  = 2
+)
 
 func parseLeafURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)

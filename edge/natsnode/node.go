@@ -214,15 +214,24 @@ func (n *Node) options() *server.Options {
 		u, _ := parseLeafURL(s)
 		hubs = append(hubs, u)
 	}
+	ping, pings := n.cfg.HubPingInterval, n.cfg.HubMaxPingsOut
+	if ping == 0 {
+		ping = DefaultHubPingInterval
+	}
+	if pings == 0 {
+		pings = DefaultHubMaxPingsOut
+	}
 	return &server.Options{
-		ServerName: n.cfg.NodeName,
-		Host:       n.cfg.ClientHost,
-		Port:       n.cfg.ClientPort,
-		NoSigs:     true,
-		MaxPayload: 1 << 20,
-		Nkeys:      n.users,
-		Cluster:    cluster,
-		Routes:     routes,
+		PingInterval: ping,
+		MaxPingsOut:  pings,
+		ServerName:   n.cfg.NodeName,
+		Host:         n.cfg.ClientHost,
+		Port:         n.cfg.ClientPort,
+		NoSigs:       true,
+		MaxPayload:   1 << 20,
+		Nkeys:        n.users,
+		Cluster:      cluster,
+		Routes:       routes,
 		LeafNode: server.LeafNodeOpts{
 			ReconnectInterval: time.Second,
 			Remotes:           []*server.RemoteLeafOpts{n.remote(hubs)},
