@@ -76,7 +76,11 @@ type Membership struct {
 // New returns the membership of node, following views with feeds and
 // reading a new unit's view over link before joining it.
 func New(cfg Config, node Node, link *hublink.Link, feeds *viewfeed.Feeds, log *slog.Logger) (*Membership, error) {
-	return &Membership{cfg: cfg, node: node, link: link, feeds: feeds, log: log.With("component", "membership")}, nil
+	m := &Membership{cfg: cfg, node: node, link: link, feeds: feeds, log: log.With("component", "membership")}
+	// The unit kept by an earlier run, set on the node before its server
+	// starts: it starts in its unit (edge/natsnode).
+	m.restore()
+	return m, nil
 }
 
 // Current returns the unit as currently known.
@@ -136,7 +140,6 @@ func (m *Membership) Changes() <-chan struct{} {
 // Run follows the node's assignment, and the view of its unit, until ctx
 // is done.
 func (m *Membership) Run(ctx context.Context) error {
-	m.restore()
 	subj, err := events.AssignmentSubject(m.node.Name())
 	if err != nil {
 		return err

@@ -106,6 +106,7 @@ type Node struct {
 	mu          sync.Mutex
 	srv         *server.Server
 	mesh        Mesh
+	started     bool // Start was called: options change by reload
 	leafEnabled bool
 	routeURL    string
 	rotations   uint64 // route credential changes within one unit
@@ -172,14 +173,23 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 			}
 		}
 	}
+	n.slog = natslog.New(n.log, cfg.NodeName)
+	if err := n.newServer(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// newServer makes the server for the current options; callers hold mu
+// (or have not shared n yet), before Start.
+func (n *Node) newServer() error {
 	srv, err := server.NewServer(n.options())
 	if err != nil {
-		return nil, fmt.Errorf("natsnode: %w", err)
+		return fmt.Errorf("natsnode: %w", err)
 	}
-	n.slog = natslog.New(n.log, cfg.NodeName)
 	srv.SetLoggerV2(n.slog, false, false, false)
 	n.srv = srv
-	return n, nil
+	return nil
 }
 
 // options builds the server options for the current mesh; callers hold mu
@@ -392,6 +402,9 @@ func (n *Node) PublicKey() string {
 // link to the hub comes up in the background; the node serves its unit
 // without it.
 func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	n.started = true
+	n.mu.Unlock()
 	if err := natsembed.Start(ctx, n.srv, n.slog.Fatal); err != nil {
 		return fmt.Errorf("natsnode: %w", err)
 	}
@@ -524,6 +537,18 @@ func (n *Node) SetMesh(m Mesh) error {
 	}
 	old := n.mesh
 	n.mesh = m
+	if !n.started {
+		// The unit kept from an earlier run (edge/membership restores it
+		// before the server starts): the server starts in its unit's
+		// cluster, so the hub link is not closed for a cluster name
+		// that changed under it.
+		if err := n.newServer(); err != nil {
+			n.mesh = old
+			return fmt.Errorf("natsnode: mesh of unit %q: %w", m.Unit, err)
+		}
+		n.log.Info("starting in the unit kept from the last run", "unit", m.Unit, "peers", len(m.Peers))
+		return nil
+	}
 	if err := n.srv.ReloadOptions(n.options()); err != nil {
 		n.mesh = old
 		return fmt.Errorf("natsnode: apply mesh of unit %q: %w", m.Unit, err)

@@ -51,7 +51,7 @@ func (c *testCloud) IssueEdge(node, unit, pub string) (string, error) {
 
 // nodeCreds returns node's seed and user JWT in unit: issued at its first
 // start, kept for its restarts (which may come while atoll-cloud is down).
-func (c *testCloud) nodeCreds(t *testing.T, node, unit string) (seed, userJWT string) {
+func (c *testCloud) nodeCreds(t testing.TB, node, unit string) (seed, userJWT string) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -72,7 +72,7 @@ func (c *testCloud) nodeCreds(t *testing.T, node, unit string) (seed, userJWT st
 	return string(raw), userJWT
 }
 
-func cloud(t *testing.T, mutate ...func(*cloudapp.Config)) (*testCloud, *fxtest.App) {
+func cloud(t testing.TB, mutate ...func(*cloudapp.Config)) (*testCloud, *fxtest.App) {
 	t.Helper()
 	cfg := cloudapp.Default()
 	cfg.Admin.Addr = "127.0.0.1:0"
@@ -114,7 +114,7 @@ func (e edge) readyz(t *testing.T) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func startEdge(t *testing.T, h *testCloud, name, unit string, stateDir string, mutate ...func(*edgeapp.Config)) (edge, *fxtest.App) {
+func startEdge(t testing.TB, h *testCloud, name, unit string, stateDir string, mutate ...func(*edgeapp.Config)) (edge, *fxtest.App) {
 	t.Helper()
 	seed, userJWT := h.nodeCreds(t, name, unit)
 	cfg := edgeapp.Default()
