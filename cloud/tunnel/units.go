@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -111,14 +112,18 @@ func (u *UnitViews) Run(ctx context.Context, js jetstream.JetStream, evm *eventb
 // Links follows the hub servers' connect and disconnect events of edge
 // nodes' leaf connections (a system account connection's
 // $SYS.ACCOUNT.<account>.CONNECT and .DISCONNECT): a node is down from the
-// close of its leaf connection until a new one opens. A node never seen
-// is not known down (a replica started while a link was down learns it
-// from the sessions' silence instead).
+// close of its leaf connection until a new one opens. Once subscribed it
+// asks every hub server for the account's leaf connections
+// ($SYS.REQ.SERVER.PING.LEAFZ); once they answered, a node with no leaf
+// connection at all is down too (never linked since, or linked while
+// this replica was not following).
 type Links struct {
-	mu   sync.Mutex
-	conn map[string]leafConn // node → its current leaf connection
-	down map[string]bool
-	subs []*nats.Subscription
+	mu    sync.Mutex
+	conn  map[string]leafConn // node → its current leaf connection
+	down  map[string]bool
+	known bool // the servers' leaf connections were read: a node in no conn is down
+	subs  []*nats.Subscription
+	stop  chan struct{}
 }
 
 type leafConn struct {
@@ -128,7 +133,7 @@ type leafConn struct {
 
 // FollowLinks subscribes on sys to the leaf connection events of account.
 func FollowLinks(sys *nats.Conn, account string) (*Links, error) {
-	l := &Links{conn: map[string]leafConn{}, down: map[string]bool{}}
+	l := &Links{conn: map[string]leafConn{}, down: map[string]bool{}, stop: make(chan struct{})}
 	for _, ev := range []string{"CONNECT", "DISCONNECT"} {
 		subj := "$SYS.ACCOUNT." + account + "." + ev
 		sub, err := sys.Subscribe(subj, l.handle)
@@ -142,9 +147,72 @@ func FollowLinks(sys *nats.Conn, account string) (*Links, error) {
 		l.Close()
 		return nil, fmt.Errorf("tunnel: follow leaf links: %w", err)
 	}
+	go l.snapshot(sys, account)
 	return l, nil
 }
 
+// Leaf snapshot timing: the servers answer within leafzQuiet of each
+// other; leafzWait bounds the whole read.
+const (
+	leafzQuiet = 300 * time.Millisecond
+	leafzWait  = 3 * time.Second
+)
+
+// snapshot reads the leaf connections of account on every hub server
+// and, once they answered, takes a node with none as down. Connections
+// the events reported meanwhile win over the answers.
+func (l *Links) snapshot(sys *nats.Conn, account string) {
+	inbox := sys.NewRespInbox()
+	replies := make(chan *nats.Msg, 64)
+	sub, err := sys.ChanSubscribe(inbox, replies)
+	if err != nil {
+		return
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	body, _ := json.Marshal(server.LeafzOptions{Account: account})
+	if err := sys.PublishRequest("$SYS.REQ.SERVER.PING.LEAFZ", inbox, body); err != nil {
+		return
+	}
+	found := map[string]leafConn{}
+	answered := 0
+	deadline := time.After(leafzWait)
+	quiet := time.NewTimer(leafzWait)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-deadline:
+		case <-quiet.C:
+		case m := <-replies:
+			var resp struct {
+				Data *server.Leafz `json:"data"`
+			}
+			if json.Unmarshal(m.Data, &resp) == nil && resp.Data != nil {
+				answered++
+				for _, lf := range resp.Data.Leafs {
+					if lf.Name != "" {
+						found[lf.Name] = leafConn{server: resp.Data.ID, cid: lf.ID}
+					}
+				}
+			}
+			quiet.Reset(leafzQuiet)
+			continue
+		}
+		break
+	}
+	if answered == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for node, c := range found {
+		if _, ok := l.conn[node]; !ok && !l.down[node] {
+			l.conn[node] = c
+		}
+	}
+	l.known = true
+}
 func (l *Links) handle(m *nats.Msg) {
 	var ev struct {
 		Server server.ServerInfo `json:"server"`
@@ -185,6 +253,10 @@ func (l *Links) handle(m *nats.Msg) {
 func (l *Links) Down(node string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.known {
+		_, linked := l.conn[node]
+		return !linked
+	}
 	return l.down[node]
 }
 
@@ -192,5 +264,12 @@ func (l *Links) Down(node string) bool {
 func (l *Links) Close() {
 	for _, s := range l.subs {
 		_ = s.Unsubscribe()
+	}
+	if l.stop != nil {
+		select {
+		case <-l.stop:
+		default:
+			close(l.stop)
+		}
 	}
 }

@@ -298,3 +298,95 @@ func TestConnectRelayed(t *testing.T) {
 		t.Errorf("a session after the link came back changed path (%v switches, %v before)", v, switches)
 	}
 }
+
+// TestNeverLinkedIsDown: a replica that starts following the hub's leaf
+// events after its nodes linked reads the hub servers' leaf connections:
+// a linked node is up, a node that never linked is down, so a CONNECT to
+// it (a valid name, no relay peer linked) answers 503 at once instead of
+// waiting the dial timeout; the linked node's sessions open.
+func TestNeverLinkedIsDown(t *testing.T) {
+	kubelet := echoServer(t)
+	_, port, _ := net.SplitHostPort(kubelet)
+	h := natstest.Hub(t)
+	log := natstest.Logger(t, 0)
+	n1 := natstest.Edge(t, h, "n1", natstest.EdgeOptions{Unit: "u1"})
+	poll.Eventually(t, 30*time.Second, func() error {
+		if !n1.Status().HubConnected {
+			return fmt.Errorf("n1 not linked")
+		}
+		return nil
+	})
+	anc, err := n1.Connect("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg := edgetunnel.DefaultConfig()
+	acfg.Kubelet = kubelet
+	a, err := edgetunnel.New(acfg, "n1", edgetunnel.NewMetrics(prometheus.NewRegistry()), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(anc); err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	adone := make(chan struct{})
+	go func() { defer close(adone); _ = a.Run(actx) }()
+	t.Cleanup(func() { _ = a.Stop(context.Background()); acancel(); <-adone; anc.Close() })
+
+	// Following starts after n1 linked: no event tells of its link.
+	sys, err := identity.DialSystem(t.Context(), h.ClientConfig(), h.Issuer(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	links, err := tunnel.FollowLinks(sys, h.Issuer().Keys().AccountKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(links.Close)
+	poll.Eventually(t, 10*time.Second, func() error {
+		if !links.Down("n9") {
+			return fmt.Errorf("n9, never linked, not known down yet")
+		}
+		return nil
+	})
+	if links.Down("n1") {
+		t.Fatal("n1, linked before the replica followed, is known down")
+	}
+
+	nc, err := h.Connect("tunnel-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tunnel.DefaultConfig()
+	cfg.ConnectAddr = "127.0.0.1:0"
+	reg := prometheus.NewRegistry()
+	s, err := tunnel.New(cfg, tunnel.Names{}, tunnel.NewMetrics(reg), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	units := tunnel.NewUnitViews()
+	units.Links = links
+	units.Apply(&atollv1.UnitView{Unit: "u1", Members: []*atollv1.UnitMember{{Name: "n1"}}})
+	s.SetRelay(units, links)
+	if err := s.Start(nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()); nc.Close() })
+	r := &rig{servers: []*tunnel.Server{s}}
+
+	// n9 is in no unit view: no peer may relay for it.
+	start := time.Now()
+	c, code, body := r.connect(t, 0, "n9:"+port)
+	took := time.Since(start)
+	if c != nil || code != http.StatusServiceUnavailable {
+		t.Fatalf("CONNECT to n9, never linked: %d %q, want 503", code, body)
+	}
+	t.Logf("CONNECT to a node never linked: %d in %v: %s", code, took, strings.TrimSpace(body))
+	if c, code, body := r.connect(t, 0, "n1:"+port); c == nil {
+		t.Fatalf("CONNECT to n1: %d %s", code, body)
+	} else {
+		c.Close()
+	}
+}
