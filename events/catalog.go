@@ -212,6 +212,18 @@ var (
 		Producer: "the node's tunnel agent, for each connection of its local API endpoint", Consumer: "one atoll-cloud replica with `--tunnel-apiserver` (queue group `" + TunnelService + "`)",
 		Example: []string{"edge-1"},
 	}
+	// TunnelUpFamily: a node's tunnel agent announcing that it subscribed
+	// to its sessions, so sessions opened while it (re)started need not
+	// wait for their next resend.
+	TunnelUpFamily = &Family{
+		Name: "tunnel agent up", Pattern: Root + ".tunnel.<node>.up",
+		Transport: TransportCore,
+		Message:   &atollv1.TunnelAgentUp{},
+		Identity:  map[string]string{"node": "node"},
+		MsgID:     "none",
+		Producer:  "the node's tunnel agent, once its sessions' subscriptions are in place", Consumer: "every tunnel server replica: it resends the OPEN of its sessions to the node still unanswered",
+		Example: []string{"edge-1"},
+	}
 	StatusFamily = &Family{
 		Name: "status", Pattern: StatusSubject,
 		Transport: TransportRequest,
@@ -235,7 +247,7 @@ var catalog = []*Family{
 	ProbeFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
 	RepublishedAssignmentFamily, RepublishedUnitViewFamily, RepublishedHostsFamily, RepublishedObjectViewFamily,
-	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, APIServerDialFamily, StatusFamily, TunnelsFamily,
+	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, APIServerDialFamily, TunnelUpFamily, StatusFamily, TunnelsFamily,
 }
 
 // republished is view family f as the hub republishes it: the same

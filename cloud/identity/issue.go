@@ -201,6 +201,8 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		// Connections of its local API endpoint to kube-apiserver
 		// (--apiserver-via=hub), answered on its inbox.
 		{events.APIServerDialFamily, self, true},
+		// Its tunnel agent is up (subscribed to its sessions).
+		{events.TunnelUpFamily, self, true},
 		{events.AssignmentFamily, self, false},
 		{events.TunnelFamily, map[string]string{"node": node, "dir": string(events.ToEdge)}, false},
 		// Relaying a unit peer's sessions (internal/tunnelproto): in its own

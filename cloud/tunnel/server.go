@@ -130,6 +130,11 @@ func (s *Server) Start(nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if s.dialer == nil {
+			_ = d.Close()
+		}
+	}()
 	d.OnDone = func(_ string, st tunnelproto.Stats, err error) { s.metrics.done(st, err) }
 	if s.cfg.Relay && s.peers != nil {
 		d.Relay = tunnelproto.RelayPolicy{
@@ -326,6 +331,9 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.closeListeners()
 	s.apiServer.stop()
+	if s.dialer != nil {
+		_ = s.dialer.Close()
+	}
 	s.mu.Lock()
 	s.cancel()
 	s.mu.Unlock()

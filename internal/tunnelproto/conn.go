@@ -71,6 +71,18 @@ func (c *Conn) onTimer() {
 	c.flushLocked(now)
 }
 
+// nudge resends at once what the peer has not acknowledged, while the
+// session waits for the peer's OPEN.
+func (c *Conn) nudge() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ok, _ := c.s.Opened(); ok || c.s.Done() {
+		return
+	}
+	c.s.ResendNow()
+	c.flushLocked(time.Now())
+}
+
 // receive feeds a frame from the peer.
 func (c *Conn) receive(f *atollv1.TunnelFrame) {
 	c.mu.Lock()

@@ -68,15 +68,76 @@ type Dialer struct {
 	// of the node when the node falls silent or its link is known down.
 	// Set it before the first Dial.
 	Relay RelayPolicy
+
+	up      *nats.Subscription
+	mu      sync.Mutex
+	waiting map[string]map[*Conn]struct{} // node → its sessions waiting for the agent's OPEN
 }
 
-// NewDialer validates cfg (after Defaults).
+// NewDialer validates cfg (after Defaults) and follows the agents'
+// announcements (events.TunnelUpFamily): a session waiting for an agent
+// that just subscribed resends its OPEN at once. Close stops following.
 func NewDialer(nc *nats.Conn, cfg Config) (*Dialer, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Dialer{nc: nc, cfg: cfg}, nil
+	d := &Dialer{nc: nc, cfg: cfg, waiting: map[string]map[*Conn]struct{}{}}
+	subj, err := events.TunnelUpFamily.Filter(nil)
+	if err != nil {
+		return nil, err
+	}
+	if d.up, err = nc.Subscribe(subj, d.agentUp); err != nil {
+		return nil, fmt.Errorf("tunnel dialer: subscribe %s: %w", subj, err)
+	}
+	return d, nil
+}
+
+// Close stops following the agents' announcements.
+func (d *Dialer) Close() error {
+	if d.up == nil {
+		return nil
+	}
+	return d.up.Unsubscribe()
+}
+
+// agentUp resends the OPEN of the sessions waiting for the announcing
+// node's agent.
+func (d *Dialer) agentUp(m *nats.Msg) {
+	var up atollv1.TunnelAgentUp
+	if proto.Unmarshal(m.Data, &up) != nil {
+		return
+	}
+	if f, err := events.TunnelUpFamily.Parse(m.Subject); err != nil || len(f) != 1 || f[0] != up.GetNode() {
+		return
+	}
+	d.mu.Lock()
+	conns := make([]*Conn, 0, len(d.waiting[up.GetNode()]))
+	for c := range d.waiting[up.GetNode()] {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	for _, c := range conns {
+		c.nudge()
+	}
+}
+
+// wait records c as waiting for node's agent until done is called.
+func (d *Dialer) wait(node string, c *Conn) (done func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.waiting[node] == nil {
+		d.waiting[node] = map[*Conn]struct{}{}
+	}
+	d.waiting[node][c] = struct{}{}
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		delete(d.waiting[node], c)
+		if len(d.waiting[node]) == 0 {
+			delete(d.waiting, node)
+		}
+	}
 }
 
 // Dial opens a session to target ("host:port", resolved by the agent) on
@@ -105,6 +166,8 @@ func (d *Dialer) Dial(ctx context.Context, node, target string) (*Conn, error) {
 		c.timer.Stop()
 		return nil, fmt.Errorf("tunnel dial %s: subscribe: %w", node, err)
 	}
+	done := d.wait(node, c)
+	defer done()
 	c.mu.Lock()
 	c.release = release
 	c.s.Open(target)
@@ -210,7 +273,24 @@ func Listen(nc *nats.Conn, node string, cfg Config, backlog int) (*Listener, err
 		_ = l.sub.Unsubscribe()
 		return nil, fmt.Errorf("tunnel listen %s: subscribe %s: %w", node, relaySubj, err)
 	}
+	l.announce()
 	return l, nil
+}
+
+// announce tells the tunnel servers that the node's agent listens
+// (events.TunnelUpFamily): published after the subscriptions, on the same
+// connection, so the hub has the interest before a server resends. Best
+// effort: without it, a waiting session opens at its next resend.
+func (l *Listener) announce() {
+	subj, err := events.TunnelUpFamily.Subject(l.node)
+	if err != nil {
+		return
+	}
+	data, err := proto.Marshal(&atollv1.TunnelAgentUp{Node: l.node})
+	if err != nil {
+		return
+	}
+	_ = l.nc.Publish(subj, data)
 }
 
 // replyTo parses a frame's subject: its session, and the subject of the

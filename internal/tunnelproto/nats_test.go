@@ -353,3 +353,55 @@ func TestDialerLingers(t *testing.T) {
 	_ = answers.Unsubscribe()
 	noLeaks(t, e, g, subs)
 }
+
+// TestDialWaitsForTheAgent: a session dialled while the node's agent is
+// not listening (restarting) opens as soon as the agent subscribes: the
+// agent announces itself and the Dialer resends the OPEN at once, not at
+// its next resend (here 5 s away).
+func TestDialWaitsForTheAgent(t *testing.T) {
+	cfg := tunnelproto.Config{Resend: 5 * time.Second, MaxResend: 20 * time.Second}
+	e := start(t, cfg)
+	if err := e.ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	type dialed struct {
+		c   *tunnelproto.Conn
+		err error
+		at  time.Time
+	}
+	res := make(chan dialed, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := e.dialer.Dial(ctx, "n1", "echo")
+		res <- dialed{c, err, time.Now()}
+	}()
+	time.Sleep(500 * time.Millisecond) // the first OPEN went nowhere
+	listening := time.Now()
+	ln, err := tunnelproto.Listen(e.edg, "n1", cfg, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if r, err := ln.Accept(context.Background()); err == nil {
+			c := r.Accept()
+			_, _ = io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	select {
+	case d := <-res:
+		if d.err != nil {
+			t.Fatalf("dial: %v", d.err)
+		}
+		defer d.c.Close()
+		took := d.at.Sub(listening)
+		if took >= cfg.Resend {
+			t.Fatalf("the session opened %v after the agent listened: at the next resend, not at its announcement", took)
+		}
+		t.Logf("the session opened %v after the agent listened", took)
+	case <-time.After(25 * time.Second):
+		t.Fatal("the session never opened")
+	}
+}

@@ -379,5 +379,8 @@ func TestRelayRefusesOutsider(t *testing.T) {
 		t.Fatal("no answer to a relay to itself")
 	}
 	_ = sub.Unsubscribe()
+	if err := d2.Close(); err != nil {
+		t.Fatal(err)
+	}
 	e.relayLeaks(t, g, subs)
 }

@@ -177,6 +177,14 @@ func (s *Session) Open(target string) {
 // Opened reports whether the peer's OPEN arrived, and its target.
 func (s *Session) Opened() (bool, string) { return s.peerOpen, s.target }
 
+// ResendNow makes every unacknowledged frame due at once, with its resend
+// delay back to the first (the peer just came up: it heard none of them).
+func (s *Session) ResendNow() {
+	for i := range s.unacked {
+		s.unacked[i].sentAt, s.unacked[i].rto = time.Time{}, s.cfg.Resend
+	}
+}
+
 // Write takes up to len(p) bytes into the send buffer and returns how many
 // it took (0 when full, closed for writing or failed).
 func (s *Session) Write(p []byte, now time.Time) int {

@@ -223,6 +223,55 @@ func (x *TunnelFrame) GetOffset() uint64 {
 	return 0
 }
 
+// TunnelAgentUp announces that a node's tunnel agent subscribed to its
+// sessions (started, or restarted): every tunnel server replica resends at
+// once the OPEN of its sessions to that node still waiting for an answer,
+// instead of at their next resend.
+type TunnelAgentUp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node whose agent is up: the subject's node.
+	Node          string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelAgentUp) Reset() {
+	*x = TunnelAgentUp{}
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelAgentUp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelAgentUp) ProtoMessage() {}
+
+func (x *TunnelAgentUp) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelAgentUp.ProtoReflect.Descriptor instead.
+func (*TunnelAgentUp) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_tunnel_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TunnelAgentUp) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 // APIServerDial asks atoll-cloud for a connection from the node to
 // kube-apiserver, for the node's local API endpoint with
 // --apiserver-via=hub. Subject: atoll.tunnel.<node>.apiserver.
@@ -245,7 +294,7 @@ type APIServerDial struct {
 
 func (x *APIServerDial) Reset() {
 	*x = APIServerDial{}
-	mi := &file_atoll_v1_tunnel_proto_msgTypes[1]
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +306,7 @@ func (x *APIServerDial) String() string {
 func (*APIServerDial) ProtoMessage() {}
 
 func (x *APIServerDial) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_tunnel_proto_msgTypes[1]
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +319,7 @@ func (x *APIServerDial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIServerDial.ProtoReflect.Descriptor instead.
 func (*APIServerDial) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_tunnel_proto_rawDescGZIP(), []int{1}
+	return file_atoll_v1_tunnel_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *APIServerDial) GetNode() string {
@@ -300,7 +349,7 @@ type APIServerDialed struct {
 
 func (x *APIServerDialed) Reset() {
 	*x = APIServerDialed{}
-	mi := &file_atoll_v1_tunnel_proto_msgTypes[2]
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +361,7 @@ func (x *APIServerDialed) String() string {
 func (*APIServerDialed) ProtoMessage() {}
 
 func (x *APIServerDialed) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_tunnel_proto_msgTypes[2]
+	mi := &file_atoll_v1_tunnel_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +374,7 @@ func (x *APIServerDialed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIServerDialed.ProtoReflect.Descriptor instead.
 func (*APIServerDialed) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_tunnel_proto_rawDescGZIP(), []int{2}
+	return file_atoll_v1_tunnel_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *APIServerDialed) GetSession() string {
@@ -358,7 +407,9 @@ const file_atoll_v1_tunnel_proto_rawDesc = "" +
 	"\x03ack\x18\b \x01(\x04R\x03ack\x12\x14\n" +
 	"\x05limit\x18\t \x01(\x04R\x05limit\x12\x16\n" +
 	"\x06offset\x18\n" +
-	" \x01(\x04R\x06offset\"9\n" +
+	" \x01(\x04R\x06offset\"#\n" +
+	"\rTunnelAgentUp\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"9\n" +
 	"\rAPIServerDial\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"I\n" +
@@ -386,12 +437,13 @@ func file_atoll_v1_tunnel_proto_rawDescGZIP() []byte {
 }
 
 var file_atoll_v1_tunnel_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_atoll_v1_tunnel_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_atoll_v1_tunnel_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_atoll_v1_tunnel_proto_goTypes = []any{
 	(FrameKind)(0),          // 0: atoll.v1.FrameKind
 	(*TunnelFrame)(nil),     // 1: atoll.v1.TunnelFrame
-	(*APIServerDial)(nil),   // 2: atoll.v1.APIServerDial
-	(*APIServerDialed)(nil), // 3: atoll.v1.APIServerDialed
+	(*TunnelAgentUp)(nil),   // 2: atoll.v1.TunnelAgentUp
+	(*APIServerDial)(nil),   // 3: atoll.v1.APIServerDial
+	(*APIServerDialed)(nil), // 4: atoll.v1.APIServerDialed
 }
 var file_atoll_v1_tunnel_proto_depIdxs = []int32{
 	0, // 0: atoll.v1.TunnelFrame.kind:type_name -> atoll.v1.FrameKind
@@ -413,7 +465,7 @@ func file_atoll_v1_tunnel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_tunnel_proto_rawDesc), len(file_atoll_v1_tunnel_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
