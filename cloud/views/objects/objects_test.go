@@ -21,8 +21,6 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/manager"
-	"github.com/atoll-edge/atoll/edge/proxy"
-	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	"github.com/atoll-edge/atoll/internal/hublink"
@@ -491,8 +489,8 @@ func TestTombstoneForObjectDeletedWhileDown(t *testing.T) {
 // not decode, a Node's subject holding another kind, and a Node's view in
 // the space of a unit it is not in) are replaced at once by both
 // replicas, one message each (the right view, or a tombstone where the
-// Node is not), and an edge proxy started afterwards from nothing serves
-// the objects.
+// Node is not). test/integration/objectviews has an edge proxy started
+// afterwards serve them.
 func TestBrokenViewRepaired(t *testing.T) {
 	f := start(t, 2)
 	ctx := t.Context()
@@ -595,52 +593,4 @@ func TestBrokenViewRepaired(t *testing.T) {
 	if repaired < float64(len(garbage)) {
 		t.Errorf("repairs counted: %v, want at least %d", repaired, len(garbage))
 	}
-
-	// An edge proxy from nothing serves the objects.
-	edge := natstest.Unit(t, f.hub, "u1", natstest.EdgeOptions{}, "n1")[0]
-	nc, err := edge.Connect("proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ejs, err := jetstream.NewWithDomain(nc, f.hub.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := natstest.Logger(t, slog.LevelWarn)
-	feeds, err := viewfeed.NewFeeds(viewfeed.DefaultConfig(), hublink.Of(nc, ejs), edge, log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg := proxy.DefaultConfig()
-	pcfg.Enabled, pcfg.Addr = true, "127.0.0.1:0"
-	px, err := proxy.New(pcfg, "n1", feeds, unitOf("u1"), log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := px.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = px.Run(pctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	started := time.Now()
-	poll.Eventually(t, 20*time.Second, func() error {
-		for _, o := range []struct{ kind, ns, name string }{
-			{objectview.KindServices, "default", "web"}, {objectview.KindEndpointSlices, "default", "web-1"}, {objectview.KindNodes, "", "n1"},
-		} {
-			if _, ok := px.Store().Get(o.kind, o.ns, o.name); !ok {
-				return fmt.Errorf("the fresh proxy does not serve %s %s/%s", o.kind, o.ns, o.name)
-			}
-		}
-		return nil
-	})
-	t.Logf("a fresh proxy served the repaired objects %v after it started", time.Since(started))
 }
-
-// unitOf is a fixed unit for an edge proxy.
-type unitOf string
-
-func (u unitOf) Unit() string           { return string(u) }
-func (unitOf) Changes() <-chan struct{} { return nil }
