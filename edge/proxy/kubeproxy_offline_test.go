@@ -3,20 +3,15 @@ package proxy
 import (
 	"fmt"
 	"maps"
-	"net"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/atoll-edge/atoll/internal/hublink"
-	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
@@ -31,38 +26,10 @@ func TestKubeProxyOfflineRestart(t *testing.T) {
 	bin := kubeProxyBinary(t)
 	rh := newViewsHub(t)
 	rh.publish(t, "u1", siteObjects()...)
-	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
-	nc, err := edge.Connect("proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, rh.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := hublink.Of(nc, js)
-
-	ns := newNetns(t, fmt.Sprintf("atoll-kpr-%d", os.Getpid()%10000))
-	ns.addr("192.168.77.1/24")
-	for ip, node := range map[string]string{"10.244.1.1": "a1", "10.244.1.2": "a2", "10.244.2.1": "b1"} {
-		ns.addr(ip + "/32")
-		backend(t, ns.listen(ip+":8080"), node)
-	}
-	ns.ip("-n", ns.name, "route", "add", "10.96.0.0/16", "dev", "dummy0")
+	edge, link := a1Link(t, rh)
 	// The proxy listens inside the namespace, on an address free there,
 	// the same one across its restart.
-	var addr string
-	if err := ns.do(func() error {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		addr = l.Addr().String()
-		return l.Close()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ns, addr := a1Netns(t, "atoll-kpr")
 	dir := t.TempDir()
 
 	// reaches checks that a client in the namespace reaching url lands on

@@ -18,30 +18,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
-// kubeProxyNode is simulated node a1's network namespace (unit u1) with
-// the real kube-proxy reading a hub-fed proxy: backends
-// answering their node's name on 10.244.1.1 (a1), 10.244.1.2 (a2) and
-// 10.244.2.1 (b1), port 8080; Services in 10.96.0.0/16.
-func kubeProxyNode(t *testing.T, rh *viewsHub) *netns {
+// a1Netns is simulated node a1's network namespace (named after prefix):
+// backends answering their node's name on 10.244.1.1 (a1), 10.244.1.2
+// (a2) and 10.244.2.1 (b1), port 8080, Services routed to 10.96.0.0/16,
+// and an address free inside it for the proxy.
+func a1Netns(t *testing.T, prefix string) (*netns, string) {
 	t.Helper()
-	bin := kubeProxyBinary(t)
-	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
-	nc, err := edge.Connect("proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.NewWithDomain(nc, rh.Domain())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := newNetns(t, fmt.Sprintf("atoll-kpp-%d", os.Getpid()%10000))
+	ns := newNetns(t, fmt.Sprintf("%s-%d", prefix, os.Getpid()%10000))
 	ns.addr("192.168.77.1/24")
 	for ip, node := range map[string]string{"10.244.1.1": "a1", "10.244.1.2": "a2", "10.244.2.1": "b1"} {
 		ns.addr(ip + "/32")
@@ -59,7 +49,33 @@ func kubeProxyNode(t *testing.T, rh *viewsHub) *netns {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	runProxy(t, ns, addr, t.TempDir(), edge, hublink.Of(nc, js), nil)
+	return ns, addr
+}
+
+// a1Link is node a1's edge server in unit u1 on rh, and its link.
+func a1Link(t *testing.T, rh *viewsHub) (*natsnode.Node, *hublink.Link) {
+	t.Helper()
+	edge := natstest.Unit(t, rh, "u1", natstest.EdgeOptions{}, "a1")[0]
+	nc, err := edge.Connect("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.NewWithDomain(nc, rh.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return edge, hublink.Of(nc, js)
+}
+
+// kubeProxyNode is a1Netns with the real kube-proxy reading a hub-fed
+// proxy of a1.
+func kubeProxyNode(t *testing.T, rh *viewsHub) *netns {
+	t.Helper()
+	bin := kubeProxyBinary(t)
+	edge, link := a1Link(t, rh)
+	ns, addr := a1Netns(t, "atoll-kpp")
+	runProxy(t, ns, addr, t.TempDir(), edge, link, nil)
 	runKubeProxy(t, bin, ns, "a1", addr)
 	return ns
 }
