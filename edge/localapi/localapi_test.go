@@ -311,6 +311,13 @@ func TestSlowAPIServerAndBack(t *testing.T) {
 			link.delay.Store(int64(3 * time.Second))
 			return func() error { link.delay.Store(0); return nil }
 		}},
+		// Every byte lost, connections left open (a cut the ends do not
+		// see): the pooled connections are dead for good, and the probes
+		// after the cut dial anew.
+		{"dropping every byte", func(_ *testing.T, _ *kubetest.Cluster, link *delayLink) func() error {
+			link.drop.Store(true)
+			return func() error { link.drop.Store(false); return nil }
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) { slowAPIServerAndBack(t, tt.slow) })
 	}
@@ -369,6 +376,14 @@ func slowAPIServerAndBack(t *testing.T, slow func(*testing.T, *kubetest.Cluster,
 		t.Fatal(err)
 	}
 	resumed = true
+	back := time.Now()
+	poll.Eventually(t, 30*time.Second, func() error {
+		if testutil.ToFloat64(s.m.online) != 1 {
+			return errors.New("kube-apiserver does not count as reachable again")
+		}
+		return nil
+	})
+	t.Logf("online again %v after the link was", time.Since(back).Round(time.Millisecond))
 	if _, err := admin.CoreV1().Pods("app").Create(ctx, boundPod("p2", "n1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -388,6 +403,7 @@ func slowAPIServerAndBack(t *testing.T, slow func(*testing.T, *kubetest.Cluster,
 type delayLink struct {
 	addr  string
 	delay atomic.Int64 // nanoseconds
+	drop  atomic.Bool  // bytes are dropped, connections stay open
 }
 
 func newDelayLink(t *testing.T, target string) *delayLink {
@@ -406,7 +422,7 @@ func newDelayLink(t *testing.T, target string) *delayLink {
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(buf)
-			if n > 0 {
+			if n > 0 && !d.drop.Load() {
 				time.Sleep(time.Duration(d.delay.Load()))
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return

@@ -68,10 +68,15 @@ type Server struct {
 	m      *metrics
 	base   *url.URL
 	client *http.Client
-	writes *httputil.ReverseProxy
-	ln     net.Listener
-	srv    *http.Server
-	certs  clientCert
+	// transport is client's, whose pooled connections go when
+	// kube-apiserver's reachability changes; fresh probes while it is
+	// unreachable, on a new connection each time.
+	transport *http.Transport
+	fresh     *http.Client
+	writes    *httputil.ReverseProxy
+	ln        net.Listener
+	srv       *http.Server
+	certs     clientCert
 
 	mu      sync.Mutex
 	online  bool
@@ -131,7 +136,14 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Server, erro
 		// connection's watches within these, not at TCP's timeout.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 2 * cfg.Timeout, PingTimeout: cfg.Timeout},
 	}
-	s.client = &http.Client{Transport: transport}
+	s.client, s.transport = &http.Client{Transport: transport}, transport
+	// While kube-apiserver counts as unreachable, each probe dials anew: a
+	// connection pooled from before a cut may be stalled (TCP backing off
+	// its retransmissions, or its bytes lost), and reusing it would keep
+	// the endpoint offline through a link that works again.
+	fresh := transport.Clone()
+	fresh.DisableKeepAlives = true
+	s.fresh = &http.Client{Transport: fresh}
 	s.writes = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(s.base)
@@ -196,7 +208,11 @@ func (s *Server) probe(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base.JoinPath("/readyz").String(), nil)
-	resp, err := s.client.Do(req)
+	client := s.client
+	if online, _, _ := s.state(); !online {
+		client = s.fresh
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			s.unreachable(err)
@@ -216,6 +232,8 @@ func (s *Server) probe(ctx context.Context) {
 	}
 	s.log.Info("local API: kube-apiserver is reachable; requests pass to it", "apiserver", s.base.Host, "after", time.Since(s.since).Round(time.Millisecond))
 	s.online, s.since = true, time.Now()
+	// Requests go on new connections, not on one pooled before the cut.
+	s.transport.CloseIdleConnections()
 	close(s.back)
 	s.m.online.Set(1)
 	s.m.transitions.WithLabelValues("online").Inc()
@@ -230,6 +248,7 @@ func (s *Server) unreachable(err error) {
 	}
 	s.log.Warn("local API: kube-apiserver is unreachable; reads are answered from the cache", "apiserver", s.base.Host, "err", err)
 	s.online, s.since = false, time.Now()
+	s.transport.CloseIdleConnections()
 	s.back = make(chan struct{})
 	s.m.online.Set(0)
 	s.m.transitions.WithLabelValues("offline").Inc()
