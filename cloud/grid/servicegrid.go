@@ -61,6 +61,7 @@ type serviceReconciler struct {
 	log     *slog.Logger
 	rec     record.EventRecorder
 	metrics *metrics
+	warned  warnings
 }
 
 // Reconcile applies a ServiceGrid's Service when it is missing or has
@@ -108,13 +109,15 @@ func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		next.Service = u.GetName()
 	}
 	if problem != "" {
-		if c := meta.FindStatusCondition(next.Conditions, appsv1alpha1.ConditionInvalid); c == nil || c.Status != metav1.ConditionTrue || c.Message != problem {
+		c := meta.FindStatusCondition(next.Conditions, appsv1alpha1.ConditionInvalid)
+		if fresh := r.warned.first(g.UID, problem); fresh && (c == nil || c.Status != metav1.ConditionTrue || c.Message != problem) {
 			r.rec.Event(&g, corev1.EventTypeWarning, "InvalidSpec", problem)
 			r.metrics.invalid.WithLabelValues("ServiceGrid").Inc()
 		}
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionInvalid, Status: metav1.ConditionTrue, Reason: "InvalidSpec", Message: problem, ObservedGeneration: g.Generation})
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "InvalidSpec", Message: problem, ObservedGeneration: g.Generation})
 	} else {
+		r.warned.clear(g.UID)
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionInvalid, Status: metav1.ConditionFalse, Reason: "Valid", ObservedGeneration: g.Generation})
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "ServiceApplied", Message: "Service " + next.Service, ObservedGeneration: g.Generation})
 	}

@@ -73,6 +73,7 @@ type reconciler[S any] struct {
 	// blocked maps the key of an object that holds a child's name
 	// without being the grid's to the grid's key.
 	blocked sync.Map
+	warned  warnings
 }
 
 // orphanRequests maps a child event to its grid: an orphan labeled for a
@@ -296,12 +297,14 @@ func (r *reconciler[S]) conditions(g client.Object, next *appsv1alpha1.GridStatu
 	gen := g.GetGeneration()
 	if len(problems) > 0 {
 		msg := strings.Join(problems, "; ")
-		if c := meta.FindStatusCondition(next.Conditions, appsv1alpha1.ConditionInvalid); c == nil || c.Status != metav1.ConditionTrue || c.Message != msg {
+		c := meta.FindStatusCondition(next.Conditions, appsv1alpha1.ConditionInvalid)
+		if fresh := r.warned.first(g.GetUID(), msg); fresh && (c == nil || c.Status != metav1.ConditionTrue || c.Message != msg) {
 			r.rec.Event(g, corev1.EventTypeWarning, "InvalidSpec", msg)
 			r.metrics.invalid.WithLabelValues(r.k.GridKind).Inc()
 		}
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionInvalid, Status: metav1.ConditionTrue, Reason: "InvalidSpec", Message: msg, ObservedGeneration: gen})
 	} else {
+		r.warned.clear(g.GetUID())
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: appsv1alpha1.ConditionInvalid, Status: metav1.ConditionFalse, Reason: "Valid", ObservedGeneration: gen})
 	}
 	switch {

@@ -470,6 +470,20 @@ func TestGrids(t *testing.T) {
 		}
 		return nil
 	})
+	// One Warning for the invalid spec, however many reconciles saw it.
+	var evs corev1.EventList
+	if err := e.c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	warned := int32(0)
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Name == "bad" && ev.Reason == "InvalidSpec" {
+			warned += max(ev.Count, 1)
+		}
+	}
+	if warned != 1 {
+		t.Errorf("bad got %d InvalidSpec Events, want 1", warned)
+	}
 	gridWatches := func() (int, error) {
 		events, err := kubetest.ReadAudit(kubetest.AuditLog(e.auditDir))
 		if err != nil {
