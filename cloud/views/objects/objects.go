@@ -148,7 +148,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	p.js = p.bus.JetStream()
 	if nc := p.bus.Conn(); nc != nil {
 		// The views as stored, republished by the hub: one that cannot
-		// be served is repaired at once (watchStored).
+		// be served is repaired at once (checkStored).
 		var subs []*nats.Subscription
 		for _, kind := range objectview.Kinds {
 			subj, err := events.Republished(strings.TrimSuffix(events.ViewSubjects, ">") + "*." + kind + ".>")
@@ -240,6 +240,18 @@ func (p *Publisher) pass(ctx context.Context) error {
 	dirty, broken := p.dirty, p.broken
 	p.dirty, p.all, p.broken = map[key]bool{}, false, map[key]map[string]bool{}
 	p.mu.Unlock()
+	// What a pass does not repair is left for the next one (requeue marks
+	// the objects; a repaired one leaves broken below).
+	defer func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for k, spaces := range broken {
+			if p.broken[k] == nil {
+				p.broken[k] = map[string]bool{}
+			}
+			maps.Copy(p.broken[k], spaces)
+		}
+	}()
 	// A node that changed units changes its own view in both.
 	prevUnit, unitsChanged, err := p.refreshUnits(ctx, dirty, all)
 	if err != nil {
@@ -276,11 +288,8 @@ func (p *Publisher) pass(ctx context.Context) error {
 		if err := p.publishObject(ctx, k, nodeUnit, prevUnit, broken[k]); err != nil {
 			failed = append(failed, err)
 			retry[k] = true
-			if broken[k] != nil {
-				p.mu.Lock()
-				p.broken[k] = broken[k]
-				p.mu.Unlock()
-			}
+		} else {
+			delete(broken, k)
 		}
 	}
 	if all {
