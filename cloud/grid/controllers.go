@@ -68,7 +68,8 @@ var deploymentGrids = gridKind[appsv1.DeploymentSpec]{
 		}
 		return out
 	},
-	Observe: observeDeployment,
+	Observe:   observeDeployment,
+	Completed: deploymentCompleted,
 }
 
 var statefulSetGrids = gridKind[appsv1.StatefulSetSpec]{
@@ -104,7 +105,8 @@ var statefulSetGrids = gridKind[appsv1.StatefulSetSpec]{
 		}
 		return out
 	},
-	Observe: observeStatefulSet,
+	Observe:   observeStatefulSet,
+	Completed: statefulSetCompleted,
 }
 
 func keyOr(key, def string) string {

@@ -19,6 +19,10 @@ type unitState struct {
 	Desired, Current string
 	// Ready: the child is Ready at its current revision.
 	Ready bool
+	// Done: the child finished rolling out its current revision (its
+	// workload controller says so), even if it is not Ready now (a pod
+	// restarting): its progress deadline is behind it.
+	Done bool
 	// Since is when the child got its current revision.
 	Since time.Time
 }
@@ -47,7 +51,9 @@ type plan struct {
 // time and each Ready before the next, then the others by name — with at
 // most maxUnavailableUnits (default: all) updating at once. A unit that
 // stays not Ready past its progress deadline stops the rollout until a
-// resume, which lets the rollout pass the units stalled then.
+// resume, which lets the rollout pass the units stalled then. A unit whose
+// child finished rolling out its revision is done with it: going not Ready
+// later (a pod restarting) neither stalls nor holds the rollout.
 func planRollout(units []unitState, r *appsv1alpha1.Rollout, prev *appsv1alpha1.RolloutStatus, revision string, now time.Time) plan {
 	if r == nil {
 		r = &appsv1alpha1.Rollout{}
@@ -73,7 +79,7 @@ func planRollout(units []unitState, r *appsv1alpha1.Rollout, prev *appsv1alpha1.
 			p.Apply = append(p.Apply, u.Unit)
 		case u.Desired:
 			updated = append(updated, u.Unit)
-			if u.Ready || slices.Contains(skipped, u.Unit) {
+			if u.Ready || u.Done || slices.Contains(skipped, u.Unit) {
 				continue
 			}
 			p.Updating = append(p.Updating, u.Unit)

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
@@ -27,6 +30,8 @@ func TestPlanRollout(t *testing.T) {
 			s.Current, s.Since = "v2", fresh
 		case "late":
 			s.Current, s.Since = "v2", old
+		case "relapsed": // rolled out an hour ago, not Ready now
+			s.Current, s.Since, s.Done = "v2", old, true
 		}
 		return s
 	}
@@ -52,6 +57,7 @@ func TestPlanRollout(t *testing.T) {
 		{name: "the rest after the canaries", units: []unitState{u("a", "old"), u("b", "old"), u("z", "ready")}, rollout: &appsv1alpha1.Rollout{CanaryUnits: []string{"z"}}, apply: []string{"a", "b"}},
 		{name: "a late unit stops the rollout", units: []unitState{u("a", "late"), u("b", "old")}, rollout: &appsv1alpha1.Rollout{MaxUnavailableUnits: ptr.To[int32](5)}, stalled: []string{"a"}, pending: []string{"b"}},
 		{name: "the deadline is the grid's", units: []unitState{u("a", "updating"), u("b", "old")}, rollout: &appsv1alpha1.Rollout{MaxUnavailableUnits: ptr.To[int32](5), ProgressDeadlineSeconds: ptr.To[int32](5)}, stalled: []string{"a"}, pending: []string{"b"}},
+		{name: "a unit done with its rollout and not Ready now neither stalls nor waits", units: []unitState{u("a", "relapsed"), u("b", "old")}, rollout: &appsv1alpha1.Rollout{MaxUnavailableUnits: one}, apply: []string{"b"}},
 		{name: "new units even when stalled", units: []unitState{u("a", "late"), u("n", "new")}, apply: []string{"n"}, stalled: []string{"a"}},
 		{name: "resume passes the stalled unit", units: []unitState{u("a", "late"), u("b", "old")}, rollout: &appsv1alpha1.Rollout{MaxUnavailableUnits: one, Resume: "r1"}, prev: &appsv1alpha1.RolloutStatus{Revision: "rev"}, apply: []string{"b"}, resumed: true},
 		{name: "a resume is taken once", units: []unitState{u("a", "late"), u("b", "old")}, rollout: &appsv1alpha1.Rollout{MaxUnavailableUnits: one, Resume: "r1"}, prev: &appsv1alpha1.RolloutStatus{Revision: "rev", Resumed: "r1"}, stalled: []string{"a"}, pending: []string{"b"}},
@@ -79,5 +85,37 @@ func TestPlanRollout(t *testing.T) {
 	p := planRollout([]unitState{u("a", "updating")}, nil, nil, "rev", now)
 	if p.RequeueAfter != 590*time.Second {
 		t.Errorf("requeue after %s, want 590s", p.RequeueAfter)
+	}
+}
+
+// TestCompleted: a child is done with its rollout when its workload
+// controller says so for its latest spec, whatever its pods do since.
+func TestCompleted(t *testing.T) {
+	dep := func(gen, observed int64, reason string) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: gen}}
+		d.Status.ObservedGeneration = observed
+		d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: reason}}
+		return d
+	}
+	sts := func(gen, observed int64, current, update string, updated int32) *appsv1.StatefulSet {
+		s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: gen}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2)}}
+		s.Status = appsv1.StatefulSetStatus{ObservedGeneration: observed, CurrentRevision: current, UpdateRevision: update, UpdatedReplicas: updated}
+		return s
+	}
+	for _, tt := range []struct {
+		name string
+		done bool
+		got  bool
+	}{
+		{"deployment rolled out", true, deploymentCompleted(dep(2, 2, "NewReplicaSetAvailable"))},
+		{"deployment rolling", false, deploymentCompleted(dep(2, 2, "ReplicaSetUpdated"))},
+		{"deployment's new spec not observed", false, deploymentCompleted(dep(3, 2, "NewReplicaSetAvailable"))},
+		{"statefulset rolled out", true, statefulSetCompleted(sts(2, 2, "r2", "r2", 2))},
+		{"statefulset rolling", false, statefulSetCompleted(sts(2, 2, "r1", "r2", 1))},
+		{"statefulset's new spec not observed", false, statefulSetCompleted(sts(3, 2, "r2", "r2", 2))},
+	} {
+		if tt.got != tt.done {
+			t.Errorf("%s: completed %v, want %v", tt.name, tt.got, tt.done)
+		}
 	}
 }

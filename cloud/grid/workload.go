@@ -51,6 +51,9 @@ type gridKind[S any] struct {
 	Items        func(client.ObjectList) []client.Object
 	// Observe reads a child's status into a UnitStatus (Ready included).
 	Observe func(c client.Object, u *appsv1alpha1.UnitStatus)
+	// Completed reports whether a child finished rolling out its spec, as
+	// its workload controller reports it.
+	Completed func(c client.Object) bool
 }
 
 // reconciler runs one grid kind.
@@ -191,7 +194,7 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 		if c, ok := current[u]; ok {
 			r.k.Observe(c, us)
 			us.Revision = c.GetAnnotations()[wellknown.AnnotationGridRevision]
-			state.Current, state.Ready = us.Revision, us.Ready
+			state.Current, state.Ready, state.Done = us.Revision, us.Ready, r.k.Completed(c)
 			state.Since, _ = time.Parse(time.RFC3339, c.GetAnnotations()[wellknown.AnnotationGridRevisionSince])
 			if state.Current == "" {
 				state.Current = "unknown" // an orphan: adopted through the rollout
@@ -482,6 +485,34 @@ func observeDeployment(c client.Object, u *appsv1alpha1.UnitStatus) {
 	for _, c := range d.Status.Conditions {
 		u.Conditions = append(u.Conditions, appsv1alpha1.ChildCondition{Type: string(c.Type), Status: c.Status, Reason: c.Reason, Message: c.Message})
 	}
+}
+
+// deploymentCompleted: the Deployment controller reports its latest
+// spec rolled out (Progressing True, NewReplicaSetAvailable), which it
+// keeps until the next rollout whatever its pods do since.
+func deploymentCompleted(c client.Object) bool {
+	d := c.(*appsv1.Deployment)
+	if d.Status.ObservedGeneration < d.Generation {
+		return false
+	}
+	for _, cond := range d.Status.Conditions {
+		if cond.Type == appsv1.DeploymentProgressing {
+			return cond.Status == corev1.ConditionTrue && cond.Reason == "NewReplicaSetAvailable"
+		}
+	}
+	return false
+}
+
+// statefulSetCompleted: the StatefulSet controller rolled its latest spec
+// out to every replica (its current revision is the update revision).
+func statefulSetCompleted(c client.Object) bool {
+	d := c.(*appsv1.StatefulSet)
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	return s.ObservedGeneration >= d.Generation && s.UpdateRevision != "" && s.CurrentRevision == s.UpdateRevision && s.UpdatedReplicas == want
 }
 
 // observeStatefulSet: the StatefulSet observed its spec and every replica
