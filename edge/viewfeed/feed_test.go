@@ -431,7 +431,26 @@ func TestOutOfOrder(t *testing.T) {
 	_, m := e.run(testConfig(), h.options("t"))
 	var late uint64
 	e.cutUnnoticed(func() { late = e.publish("w", "w1") })
-	e.publishUntilHeard(h, "y")
+	// Something heard after the cut, on a subject of its own at each try:
+	// a try lost while the link comes back must leave no gap for the next
+	// one to reveal (that would catch w1 up before its late copy).
+	try := 0
+	poll.Eventually(t, 20*time.Second, func() error {
+		try++
+		name := fmt.Sprintf("y%d", try)
+		e.publish(name, "v")
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			h.mu.Lock()
+			got := h.views[subject(name)]
+			h.mu.Unlock()
+			if got == "v" {
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return fmt.Errorf("%s not heard", name)
+	})
 	e.republish("w", "w1", late, 0)
 	h.holds(t, map[string]string{subject("w"): "w1"})
 	catchupsReach(t, m, ReasonOutOfOrder, 1, 1)
