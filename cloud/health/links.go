@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/atoll-edge/atoll/cloud/identity"
 )
 
 // LeafLoss is one edge node's leaf connection closed by a hub server.
@@ -72,17 +73,8 @@ func leafLoss(ev server.DisconnectEventMsg) (LeafLoss, bool) {
 	if ev.Client.Kind != "Leafnode" {
 		return LeafLoss{}, false
 	}
-	var node string
-	edge := false
-	for _, tag := range ev.Client.Tags {
-		switch {
-		case tag == "role:edge":
-			edge = true
-		case strings.HasPrefix(tag, "name:"):
-			node = strings.TrimPrefix(tag, "name:")
-		}
-	}
-	if !edge || node == "" {
+	role, node := identity.Holder(ev.Client.Tags)
+	if role != identity.RoleEdge || node == "" {
 		return LeafLoss{}, false
 	}
 	at := ev.Time

@@ -2,24 +2,29 @@ package hub_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
+	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
 )
@@ -30,6 +35,7 @@ type fabric struct {
 	hub        natstest.HubServers
 	issuer     *identity.Issuer
 	service    func(t *testing.T) *nats.Conn
+	client     hublink.ClientConfig
 	violations func() int64
 	replicas   int
 }
@@ -38,7 +44,7 @@ func shapes() map[string]func(t *testing.T) fabric {
 	return map[string]func(t *testing.T) fabric{
 		"embedded": func(t *testing.T) fabric {
 			h := natstest.Hub(t)
-			return fabric{hub: h, issuer: h.Issuer(), replicas: 1,
+			return fabric{hub: h, issuer: h.Issuer(), replicas: 1, client: h.ClientConfig(),
 				service: func(t *testing.T) *nats.Conn {
 					nc, err := h.Connect("cloud")
 					if err != nil {
@@ -51,7 +57,7 @@ func shapes() map[string]func(t *testing.T) fabric {
 		},
 		"cluster": func(t *testing.T) fabric {
 			c := natstest.NewHubCluster(t)
-			return fabric{hub: c, issuer: c.Issuer(), replicas: 3,
+			return fabric{hub: c, issuer: c.Issuer(), replicas: 3, client: c.ClientConfig(),
 				service: func(t *testing.T) *nats.Conn {
 					nc, err := c.Connect(c.Server(0), "cloud")
 					if err != nil {
@@ -286,7 +292,24 @@ func TestEdgePermissions(t *testing.T) {
 			}
 
 			// A tampered leaf with a's credentials that publishes as b is
-			// refused, counted and cut off.
+			// refused, counted and cut off; the identity service counts
+			// and logs the cut-off under a's name.
+			var logs bytes.Buffer
+			var logsMu sync.Mutex
+			log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+				logsMu.Lock()
+				defer logsMu.Unlock()
+				return logs.Write(p)
+			}), nil))
+			reg := prometheus.NewRegistry()
+			sys, err := identity.DialSystem(ctx, f.client, f.issuer, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sys.Close()
+			if _, err := identity.FollowViolations(sys, f.issuer.Keys().AccountKey(), log, identity.NewMetrics(reg)); err != nil {
+				t.Fatal(err)
+			}
 			before := f.violations()
 			kp, _ := nkeys.CreateUser()
 			pub, _ := kp.PublicKey()
@@ -301,6 +324,14 @@ func TestEdgePermissions(t *testing.T) {
 			poll.Eventually(t, 10*time.Second, func() error {
 				if f.violations() <= before {
 					return errors.New("no violation counted")
+				}
+				if n := nodeViolations(t, reg, "a"); n != 1 {
+					return fmt.Errorf("%v violations counted for node a, want 1", n)
+				}
+				logsMu.Lock()
+				defer logsMu.Unlock()
+				if !strings.Contains(logs.String(), "cut off a connection") || !strings.Contains(logs.String(), "node=a ") {
+					return fmt.Errorf("the cut-off is not logged under a's name:\n%s", logs.String())
 				}
 				return nil
 			})
@@ -371,4 +402,33 @@ func rogueLeaf(addr, userJWT string, kp nkeys.KeyPair, subject string) error {
 			_, _ = fmt.Fprint(conn, "PONG\r\n")
 		}
 	}
+}
+
+// writerFunc is an io.Writer.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// nodeViolations is atoll_identity_violations_total of edge node in reg.
+func nodeViolations(t *testing.T, reg prometheus.Gatherer, node string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "atoll_identity_violations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["role"] == "edge" && labels["node"] == node {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

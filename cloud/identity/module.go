@@ -58,7 +58,8 @@ func newForApp(p params) (*Service, error) {
 			if err != nil {
 				return err
 			}
-			s.nc, s.revoker = p.Link.Conn(), NewRevoker(p.Issuer.Keys(), sys)
+			s.nc = p.Link.Conn()
+			s.useSystem(sys)
 			s.closeSys = sys.Close
 			return s.Start(ctx)
 		},

@@ -108,6 +108,12 @@ type Service struct {
 	stop     context.CancelFunc
 	done     chan struct{}
 	closeSys func()
+
+	// sys is a system account user's connection (nil: no revocations
+	// pushed, no violations followed); violSub follows the hub servers'
+	// violations on it (FollowViolations).
+	sys     *nats.Conn
+	violSub *nats.Subscription
 }
 
 // NewService returns the service; nc is a service connection, sys a
@@ -119,12 +125,19 @@ func NewService(cfg Config, issuer *Issuer, nc, sys *nats.Conn, log *slog.Logger
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	var rev *Revoker
+	s := &Service{cfg: cfg, issuer: issuer, nc: nc,
+		log: log.With("component", "identity"), metrics: m, nodes: map[string]Record{}}
+	s.useSystem(sys)
+	return s, nil
+}
+
+// useSystem has the service push revocations and follow the hub
+// servers' violations over sys (nil: neither). Call it before Start.
+func (s *Service) useSystem(sys *nats.Conn) {
+	s.sys = sys
 	if sys != nil {
-		rev = NewRevoker(issuer.Keys(), sys)
+		s.revoker = NewRevoker(s.issuer.Keys(), sys)
 	}
-	return &Service{cfg: cfg, issuer: issuer, revoker: rev, nc: nc,
-		log: log.With("component", "identity"), metrics: m, nodes: map[string]Record{}}, nil
 }
 
 // EnrollKubernetes turns on Kubernetes enrollment (see Kubernetes). Call
@@ -216,6 +229,11 @@ func (s *Service) Start(ctx context.Context) error {
 			cancel()
 		}
 	}()
+	if s.sys != nil {
+		if s.violSub, err = FollowViolations(s.sys, s.issuer.Keys().AccountKey(), s.log, s.metrics); err != nil {
+			return err
+		}
+	}
 	s.svc, err = micro.AddService(s.nc, micro.Config{Name: ServiceName, Version: "1.0.0",
 		Description: "Atoll node enrollment, renewal and revocation", QueueGroup: ServiceName})
 	if err != nil {
@@ -257,6 +275,9 @@ func (s *Service) Stop() error {
 	var err error
 	if s.svc != nil {
 		err = s.svc.Stop()
+	}
+	if s.violSub != nil {
+		_ = s.violSub.Unsubscribe()
 	}
 	if s.closeSys != nil {
 		s.closeSys()
@@ -729,7 +750,7 @@ func decodeStrict(data []byte, v any) error { return events.DecodeJSON(data, 64<
 // Metrics of the identity service.
 type Metrics struct {
 	issued, revoked, renewed, reregistered prometheus.Counter
-	refused                                *prometheus.CounterVec
+	refused, violations                    *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (nil: unregistered).
@@ -741,9 +762,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reregistered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "nodes_reregistered_total",
 			Help: "Nodes the registry did not know that renewed valid credentials, whose keys were recorded again (a lost registry)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "requests_refused_total", Help: "Identity requests refused as malformed or not allowed, by endpoint."}, []string{"endpoint"}),
+		violations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "atoll", Subsystem: "identity", Name: "violations_total",
+			Help: "Connections a hub server cut off for sending what their credentials do not allow (a tampered or misconfigured edge server), by the role and name their credentials give: only those that did have a series."}, []string{"role", "node"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.issued, m.revoked, m.renewed, m.reregistered, m.refused)
+		reg.MustRegister(m.issued, m.revoked, m.renewed, m.reregistered, m.refused, m.violations)
 	}
 	return m
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/eventbus"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -221,16 +222,8 @@ func (l *Links) handle(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &ev) != nil || ev.Client.Kind != "Leafnode" {
 		return
 	}
-	node, edge := "", false
-	for _, tag := range ev.Client.Tags {
-		switch {
-		case tag == "role:edge":
-			edge = true
-		case strings.HasPrefix(tag, "name:"):
-			node = strings.TrimPrefix(tag, "name:")
-		}
-	}
-	if !edge || node == "" {
+	role, node := identity.Holder(ev.Client.Tags)
+	if role != identity.RoleEdge || node == "" {
 		return
 	}
 	c := leafConn{server: ev.Server.ID, cid: ev.Client.ID}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Logger implements nats-server's server.Logger on top of slog. Server
@@ -17,7 +19,21 @@ type Logger struct {
 	log        *slog.Logger
 	fatal      atomic.Pointer[string]
 	violations atomic.Int64
+
+	// Violation lines are logged at most violationBurst per
+	// violationWindow: a tampered client or leaf can try again in a
+	// loop. The rest are counted, and summed up in one line when their
+	// window ends.
+	mu       sync.Mutex
+	window   time.Time
+	logged   int
+	unlogged int
 }
+
+const (
+	violationWindow = time.Minute
+	violationBurst  = 20
+)
 
 // New returns a nats-server logger writing to log with the given server name.
 func New(log *slog.Logger, server string) *Logger {
@@ -61,8 +77,43 @@ func (l *Logger) Fatal() error {
 func (l *Logger) Errorf(format string, v ...any) {
 	if strings.Contains(format, "Violation") {
 		l.violations.Add(1)
+		if !l.logViolation() {
+			return
+		}
 	}
 	l.emit(slog.LevelError, format, v)
+}
+
+// logViolation reports whether a violation line may be logged now. The
+// lines left out are summed up in one line at the end of their window.
+func (l *Logger) logViolation() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Sub(l.window) >= violationWindow {
+		l.window, l.logged = now, 0
+	}
+	if l.logged < violationBurst {
+		l.logged++
+		return true
+	}
+	if l.unlogged == 0 {
+		time.AfterFunc(l.window.Add(violationWindow).Sub(now), l.flushUnlogged)
+	}
+	l.unlogged++
+	return false
+}
+
+// flushUnlogged logs how many violation lines were left out.
+func (l *Logger) flushUnlogged() {
+	l.mu.Lock()
+	n := l.unlogged
+	l.unlogged = 0
+	l.mu.Unlock()
+	if n > 0 {
+		l.log.Error("permission violations not logged, over the limit per minute (the violations counter has them all)",
+			"unlogged", n, "limit", violationBurst)
+	}
 }
 
 // Violations counts the permission violations the server reported: a
