@@ -23,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
+	"github.com/atoll-edge/atoll/test/gobuild"
 	"github.com/atoll-edge/atoll/test/natstest"
 )
 
@@ -59,34 +60,6 @@ type Replica struct {
 	done chan struct{}
 }
 
-var (
-	buildOnce sync.Once
-	buildBin  string
-	buildErr  error
-)
-
-// cloudBinary builds services/atoll-cloud into <repo>/bin/test (once per
-// test binary; go build relinks only what changed).
-func cloudBinary(ctx context.Context) (string, error) {
-	buildOnce.Do(func() {
-		out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-		if err != nil {
-			buildErr = fmt.Errorf("testbed: find the module: %w", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		bin := filepath.Join(root, "bin", "test", "atoll-cloud")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/atoll-cloud")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("testbed: build atoll-cloud: %w: %s", err, b)
-			return
-		}
-		buildBin = bin
-	})
-	return buildBin, buildErr
-}
-
 // CloudArgs renders cfg as atoll-cloud's command line: every flag whose
 // value differs from the production default. The Kubernetes client
 // configuration is not a flag: the caller adds --kubeconfig.
@@ -120,7 +93,7 @@ func (b *Bed) StartReplicas(ctx context.Context, n int, adjust func(*cloudapp.Co
 	if len(b.replicas) > 0 {
 		return nil, errors.New("testbed: replicas run already")
 	}
-	bin, err := cloudBinary(ctx)
+	bin, err := gobuild.Binary(ctx, "services/atoll-cloud")
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +203,7 @@ func (r *Replica) start(bin string) error {
 // Restart starts a replica that was killed or stopped again, with the
 // same flags (a container restarted in its pod).
 func (r *Replica) Restart() error {
-	bin, err := cloudBinary(context.Background())
+	bin, err := gobuild.Binary(context.Background(), "services/atoll-cloud")
 	if err != nil {
 		return err
 	}
