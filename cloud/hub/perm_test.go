@@ -27,6 +27,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
+	"github.com/atoll-edge/atoll/test/promtest"
 )
 
 // fabric is one hub shape under test: the embedded single server or the
@@ -325,7 +326,7 @@ func TestEdgePermissions(t *testing.T) {
 				if f.violations() <= before {
 					return errors.New("no violation counted")
 				}
-				if n := nodeViolations(t, reg, "a"); n != 1 {
+				if n := promtest.Counter(t, reg, "atoll_identity_violations_total", map[string]string{"role": "edge", "node": "a"}); n != 1 {
 					return fmt.Errorf("%v violations counted for node a, want 1", n)
 				}
 				logsMu.Lock()
@@ -408,27 +409,3 @@ func rogueLeaf(addr, userJWT string, kp nkeys.KeyPair, subject string) error {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// nodeViolations is atoll_identity_violations_total of edge node in reg.
-func nodeViolations(t *testing.T, reg prometheus.Gatherer, node string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "atoll_identity_violations_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["role"] == "edge" && labels["node"] == node {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}

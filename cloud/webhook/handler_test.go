@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/atoll-edge/atoll/test/promtest"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -28,30 +30,6 @@ func testLogger(t testing.TB) *slog.Logger {
 			return a
 		},
 	}))
-}
-
-// counter returns the value of atoll_webhook_requests_total{kind,result}.
-func counter(t *testing.T, reg prometheus.Gatherer, kind, result string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "atoll_webhook_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["kind"] == kind && labels["result"] == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 func mustJSON(t *testing.T, v any) []byte {
@@ -279,4 +257,10 @@ func TestHandlerRejectsNonPost(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET /mutate: %d, want 405", resp.StatusCode)
 	}
+}
+
+// counter returns the value of atoll_webhook_requests_total{kind,result}.
+func counter(t *testing.T, reg prometheus.Gatherer, kind, result string) float64 {
+	t.Helper()
+	return promtest.Counter(t, reg, "atoll_webhook_requests_total", map[string]string{"kind": kind, "result": result})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/atoll-edge/atoll/test/kubenode"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/promtest"
 )
 
 // TestRealNodeThroughTheHub runs a real node whose only way to
@@ -105,7 +106,7 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 	if out, err := node.Exec(ctx, "curl", "-sSk", "--max-time", "2", "https://"+apiHost+"/readyz"); err == nil {
 		t.Fatalf("the node reached kube-apiserver directly: %s", out)
 	}
-	if n := counterValue(t, reg, "atoll_tunnel_server_apiserver_connections_total", "ok"); n < 1 {
+	if n := promtest.Counter(t, reg, "atoll_tunnel_server_apiserver_connections_total", map[string]string{"result": "ok"}); n < 1 {
 		t.Fatalf("the replica relayed %v connections to kube-apiserver", n)
 	}
 
@@ -113,26 +114,4 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 	t.Logf("pod hello Ready at %s, the node reaching kube-apiserver through the hub only", first.Status.PodIP)
 	t.Run("service through kube-proxy", func(t *testing.T) { helloService(ctx, t, client, node) })
 	t.Run("power cut and boot offline", func(t *testing.T) { _ = bootOffline(ctx, t, cluster, node, first) })
-}
-
-// counterValue is the value of counter name with label result.
-func counterValue(t *testing.T, reg *prometheus.Registry, name, result string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

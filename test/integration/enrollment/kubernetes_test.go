@@ -26,6 +26,7 @@ import (
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
+	"github.com/atoll-edge/atoll/test/promtest"
 )
 
 // TestKubernetesEnrollment is what an atoll-edge pod does, against a real
@@ -130,7 +131,7 @@ func TestKubernetesEnrollment(t *testing.T) {
 	if _, ok := ids.NodeKey("n2"); ok {
 		t.Error("n2 was enrolled")
 	}
-	if got := refusedCount(t, reg, "enroll-k8s"); got != 4 {
+	if got := promtest.Counter(t, reg, "atoll_identity_requests_refused_total", map[string]string{"endpoint": "enroll-k8s"}); got != 4 {
 		t.Errorf("refused enroll-k8s requests counted %v, want 4", got)
 	}
 
@@ -194,26 +195,4 @@ func podToken(ctx context.Context, t *testing.T, kube kubernetes.Interface, pod 
 		t.Fatal(err)
 	}
 	return tr.Status.Token
-}
-
-// refusedCount is atoll_identity_requests_refused_total of endpoint.
-func refusedCount(t *testing.T, reg prometheus.Gatherer, endpoint string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "atoll_identity_requests_refused_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "endpoint" && l.GetValue() == endpoint {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
