@@ -170,6 +170,9 @@ var harnessStarts = map[string][]string{
 	"test/poll":     nil,
 	"test/freeport": nil,
 	"test/layout":   nil,
+	"test/promtest": nil,
+	// Builds the module's programs; imports none of them.
+	"test/gobuild":  nil,
 	"test/kubetest": {"test/freeport", "test/poll"},
 	"test/crds":     {"deploy", "test/kubetest"},
 	// The hub, the credentials it trusts, and edge NATS servers.
@@ -184,7 +187,7 @@ var harnessStarts = map[string][]string{
 	// Real edge agents on simulated nodes.
 	"test/sitesim": {"edge", "test/edgesim"},
 	// A whole installation: the control plane, atoll-cloud, the sites.
-	"test/testbed": {"cloud", "edge", "deploy", "test/edgesim", "test/kubetest", "test/natstest", "test/sitesim"},
+	"test/testbed": {"cloud", "edge", "deploy", "test/edgesim", "test/gobuild", "test/kubetest", "test/natstest", "test/sitesim"},
 	// Atoll installed as pods on real nodes: its manifests and images.
 	"test/podbed": {"deploy", "test/kubenode", "test/kubetest", "test/poll"},
 }
