@@ -50,12 +50,13 @@ type elector struct {
 
 func newElector() *elector { return &elector{elected: make(chan struct{})} }
 
-// Leading reports whether this replica leads now. Without leader election
-// every replica leads.
+// Leading reports whether this replica leads now: false from the moment
+// its term's context ends (client-go ends it before it calls back that
+// leading stopped). Without leader election every replica leads.
 func (m *Manager) Leading() bool {
 	m.el.mu.Lock()
 	defer m.el.mu.Unlock()
-	return m.el.lead
+	return m.el.lead && m.el.termCtx.Err() == nil
 }
 
 // Elected is closed while this replica leads; a new channel replaces it
