@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,6 +137,34 @@ func Prerequisites() error {
 	return nil
 }
 
+// inotifyInstances is the least fs.inotify.max_user_instances real nodes
+// need: each kubelet and containerd holds several, and with the fleets
+// of several tests at once the default 128 runs out (the kubelet stops
+// with "error creating fsnotify watcher: too many open files",
+// containerd starts without its CRI plugin).
+const inotifyInstances = 1024
+
+// raiseInotifyInstances raises fs.inotify.max_user_instances to
+// inotifyInstances when it is lower.
+func raiseInotifyInstances() error {
+	const path = "/proc/sys/fs/inotify/max_user_instances"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("kubenode: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("kubenode: %s: %w", path, err)
+	}
+	if n >= inotifyInstances {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(inotifyInstances)), 0o644); err != nil {
+		return fmt.Errorf("kubenode: raise %s from %d to %d, as real nodes need: %w", path, n, inotifyInstances, err)
+	}
+	return nil
+}
+
 // Start makes the fleet's bridge and image registry for cluster, which
 // must run with ClusterOptions(cfg.Net). Nodes are added with Add.
 func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, error) {
@@ -152,6 +181,9 @@ func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, 
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("kubenode: %s not built (go tool task kube:build node:build): %w", b, err)
 		}
+	}
+	if err := raiseInotifyInstances(); err != nil {
+		return nil, err
 	}
 	runc, err := exec.LookPath("runc")
 	if err != nil {
