@@ -20,7 +20,7 @@ import (
 	"strings"
 )
 
-//go:embed base/*.yaml overlays/*/*.yaml components/*/*.yaml crds/*.yaml examples/*.yaml
+//go:embed base/*.yaml overlays/*/*.yaml components/*/*.yaml crds/*.yaml examples/*.yaml host/*
 var manifests embed.FS
 
 // Files of the base that the local installations apply on their own.
@@ -128,3 +128,67 @@ func ExampleNames() ([]string, error) { return fs.Glob(manifests, "examples/*.ya
 // "crds/apps.atoll.io_deploymentgrids.yaml", sorted (crds/kustomization.yaml
 // is not one).
 func CRDNames() ([]string, error) { return fs.Glob(manifests, "crds/apps.atoll.io_*.yaml") }
+
+// HostUnit is a systemd unit of host/ (a program run as a host service,
+// outside Kubernetes), as far as Atoll's tests read it.
+type HostUnit struct {
+	// Exec is ExecStart's command line, split into words (the units quote
+	// nothing).
+	Exec []string
+	// EnvironmentFile is where the service reads its environment from.
+	EnvironmentFile string
+}
+
+// ReadHostUnit reads host/<name> (e.g. "atoll-edge.service").
+func ReadHostUnit(name string) (HostUnit, error) {
+	b, err := manifests.ReadFile(path.Join("host", name))
+	if err != nil {
+		return HostUnit{}, err
+	}
+	var u HostUnit
+	joined := strings.ReplaceAll(string(b), "\\\n", " ")
+	for line := range strings.SplitSeq(joined, "\n") {
+		key, value, ok := strings.Cut(strings.TrimSpace(line), "=")
+		switch {
+		case !ok || strings.HasPrefix(line, "#"):
+		case key == "ExecStart":
+			u.Exec = strings.Fields(value)
+		case key == "EnvironmentFile":
+			u.EnvironmentFile = strings.TrimSpace(value)
+		}
+	}
+	if len(u.Exec) == 0 {
+		return HostUnit{}, fmt.Errorf("host/%s: no ExecStart", name)
+	}
+	return u, nil
+}
+
+// ReadHostEnv reads an environment file of host/ (e.g. "atoll-edge.env"):
+// its NAME=value lines, comments and blank lines left out.
+func ReadHostEnv(name string) ([]string, error) {
+	b, err := manifests.ReadFile(path.Join("host", name))
+	if err != nil {
+		return nil, err
+	}
+	env, err := ParseEnv(b)
+	if err != nil {
+		return nil, fmt.Errorf("host/%s: %w", name, err)
+	}
+	return env, nil
+}
+
+// ParseEnv reads an environment file as systemd's EnvironmentFile does
+// for the units of host/ (no quoting): its NAME=value lines, comments
+// and blank lines left out.
+func ParseEnv(b []byte) ([]string, error) {
+	var env []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			if !strings.Contains(line, "=") {
+				return nil, fmt.Errorf("%q is not NAME=value", line)
+			}
+			env = append(env, line)
+		}
+	}
+	return env, nil
+}

@@ -10,6 +10,10 @@ const (
 	LabelUnit = "atoll.io/unit"
 	// LabelCloud marks a node as a cloud node: never in a unit.
 	LabelCloud = "atoll.io/cloud"
+	// LabelAgent is AgentHost on a node whose atoll-edge runs as a host
+	// service (deploy/host), not as the DaemonSet's pod.
+	LabelAgent = "atoll.io/agent"
+	AgentHost  = "host"
 )
 
 // Annotations Atoll sets on Nodes.

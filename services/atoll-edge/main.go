@@ -83,7 +83,7 @@ func localAPIFlags() (*flag.FlagSet, *localapi.Config, *admin.Config, *logging.C
 
 // localAPI runs the node's local API endpoint until ctx is done.
 func localAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const usage = prog + " local-api --apiserver https://HOST:6443 --ca-file F --client-cert F --client-key F [flags]"
+	const usage = prog + " local-api --apiserver https://HOST:6443 --ca-file F --client-cert F --client-key F [flags]   (every flag also reads $ATOLL_<FLAG>, e.g. ATOLL_APISERVER)"
 	fs, cfg, adminCfg, logCfg := localAPIFlags()
 	if err := cliflags.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -93,6 +93,9 @@ func localAPI(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		return cliflags.Usagef("local-api: unexpected argument %q", fs.Arg(0))
+	}
+	if err := cliflags.FromEnv(fs, "ATOLL_"); err != nil {
+		return cliflags.Usage(err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cliflags.Usage(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/fx/fxtest"
 
+	"github.com/atoll-edge/atoll/deploy"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/test/natstest"
@@ -190,4 +191,74 @@ func credsFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestHostUnits: the systemd units of deploy/host run atoll-edge and its
+// local API endpoint with flags they accept, given the example
+// environment files, which they read from /etc/atoll.
+func TestHostUnits(t *testing.T) {
+	for _, tt := range []struct{ unit, env string }{
+		{"atoll-edge.service", "atoll-edge.env"},
+		{"atoll-local-api.service", "local-api.env"},
+	} {
+		t.Run(tt.unit, func(t *testing.T) {
+			u, err := deploy.ReadHostUnit(tt.unit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.EnvironmentFile != "/etc/atoll/"+tt.env {
+				t.Errorf("EnvironmentFile=%s, want /etc/atoll/%s", u.EnvironmentFile, tt.env)
+			}
+			env, err := deploy.ReadHostEnv(tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("NODE_NAME", "")
+			for _, kv := range env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			if u.Exec[0] != "/usr/local/bin/atoll-edge" {
+				t.Fatalf("ExecStart runs %s", u.Exec[0])
+			}
+			if len(u.Exec) > 1 && u.Exec[1] == "local-api" {
+				fs, cfg, _, _ := localAPIFlags()
+				if err := fs.Parse(u.Exec[2:]); err != nil {
+					t.Fatal(err)
+				}
+				if err := cliflags.FromEnv(fs, "ATOLL_"); err != nil {
+					t.Fatal(err)
+				}
+				// The node's files (kubeadm's paths), here stand-ins.
+				if cfg.CAFile != "/etc/kubernetes/pki/ca.crt" || cfg.CertFile != "/var/lib/kubelet/pki/kubelet-client-current.pem" {
+					t.Errorf("the unit reads the CA from %s and the node's certificate from %s, not kubeadm's paths", cfg.CAFile, cfg.CertFile)
+				}
+				stand := filepath.Join(t.TempDir(), "file")
+				if err := os.WriteFile(stand, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				cfg.CAFile, cfg.CertFile, cfg.KeyFile = stand, stand, stand
+				if err := cfg.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			cfg := edgeapp.Default()
+			fs := flag.NewFlagSet(prog, flag.ContinueOnError)
+			cfg.RegisterFlags(fs)
+			if err := fs.Parse(u.Exec[1:]); err != nil {
+				t.Fatal(err)
+			}
+			if err := cliflags.FromEnv(fs, "ATOLL_"); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Finish()
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.NATS.NodeName != "edge-1" {
+				t.Errorf("node name %q from the environment file, want edge-1", cfg.NATS.NodeName)
+			}
+		})
+	}
 }
