@@ -5,7 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"text/template"
+	"time"
 )
+
+// LeaseRenewInterval is how often a node's kubelet renews its Lease: a
+// quarter of its configuration's nodeLeaseDurationSeconds (10).
+const LeaseRenewInterval = 2500 * time.Millisecond
 
 // The node's configuration files, rendered from its layout.
 var (
@@ -103,7 +108,8 @@ registerNode: true
 podCIDR: {{.PodCIDR}}
 maxPods: 30
 nodeStatusReportFrequency: 10s
-# A Lease renewed every 2.5 s: KCM's grace periods in tests are short.
+# A Lease renewed every 2.5 s (LeaseRenewInterval): KCM's grace periods
+# in tests are short.
 nodeLeaseDurationSeconds: 10
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 10s

@@ -51,18 +51,23 @@ type Config struct {
 	// listens there, deploy/components/node-dns) instead of the cluster
 	// DNS Service.
 	NodeDNS func(node string) bool
-	// HostAgent, when set, runs on each node an atoll-edge agent (built
-	// by Start) with the arguments it returns, as a host service: started
+	// HostAgent, when set, runs on each node for which it returns
+	// arguments an atoll-edge agent (built by Start) with them and env
+	// (NAME=value) added to its environment, as a host service: started
 	// at boot before the local API endpoint, killed by a power cut. Its
 	// log is the node's "atoll-edge".
-	HostAgent func(n *Node) []string
-	// LocalAPIViaHub has each node's local API endpoint reach
-	// kube-apiserver through its HostAgent's forward (HubForwardAddr:
-	// `--apiserver-via=hub`), and drops whatever the node's own programs
-	// send to kube-apiserver directly: the hub is their only way to it.
-	// kube-proxy reads the local API endpoint (as the node; grant it
-	// system:node-proxier).
-	LocalAPIViaHub bool
+	HostAgent func(n *Node) (args, env []string)
+	// LocalAPIViaHub, when set, names the nodes whose local API endpoint
+	// reaches kube-apiserver through their HostAgent's forward
+	// (HubForwardAddr: `--apiserver-via=hub`); whatever such a node's own
+	// programs send to kube-apiserver directly is dropped: the hub is
+	// their only way to it. Their kube-proxy reads the local API endpoint
+	// (as the node; grant it system:node-proxier) until
+	// SetProxyAPIServer points it elsewhere.
+	LocalAPIViaHub func(node string) bool
+	// Labels, when set, are the labels each node's kubelet registers its
+	// Node with (--node-labels).
+	Labels func(node string) map[string]string
 }
 
 // LocalAPIAddr is where a node's local API endpoint listens (on the
@@ -318,6 +323,18 @@ func (f *Fleet) Nodes() []*Node {
 	return append([]*Node(nil), f.nodes...)
 }
 
+// Exited names a program of a running node of the fleet that has
+// exited since the node's boot (a power cut is not an exit), with its
+// last log lines, or is nil: a wait for the fleet can end at once.
+func (f *Fleet) Exited() error {
+	for _, n := range f.Nodes() {
+		if err := n.exited(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Add creates node name, starts it and waits until its Node is Ready.
 func (f *Fleet) Add(ctx context.Context, name string) (*Node, error) {
 	f.mu.Lock()
@@ -370,9 +387,15 @@ func (f *Fleet) bridgeUp() error {
 
 func (f *Fleet) bridgeDown() { _ = ip("link", "del", f.bridgeName()) }
 
-// WaitReady waits until the node's Node is Ready.
+// WaitReady waits until the node's Node is Ready. It fails at once when
+// a program of the node (containerd, the kubelet, the local API
+// endpoint, the host agent) has exited meanwhile, with its last log
+// lines.
 func (n *Node) WaitReady(ctx context.Context) error {
 	return poll.Until(ctx, func(ctx context.Context) error {
+		if err := n.exited(); err != nil {
+			return poll.Permanent(err)
+		}
 		node, err := n.fleet.cluster.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

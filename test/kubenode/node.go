@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,8 +92,9 @@ func newNode(f *Fleet, name string, i int) *Node {
 // configuration says; each node binds a directory of its disk over them
 // in its mount namespace.
 var hostPaths = []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers",
-	// atoll-edge's state (its DaemonSet's hostPath).
-	"/var/lib/atoll"}
+	// atoll-edge's state (its DaemonSet's hostPath), and its
+	// configuration as a host service (deploy/host).
+	"/var/lib/atoll", "/etc/atoll"}
 
 // HostIP is the host's address on the node's bridge (HostIP of its
 // fleet's net): where the node reaches the control plane.
@@ -100,7 +102,8 @@ func (n *Node) HostIP() string { return HostIP(n.fleet.cfg.Net) }
 
 // HostPath is the directory of the node's disk that the node's programs
 // see at p, one of the paths each node has of its own (/var/lib/kubelet,
-// /var/lib/cni, /var/log/pods, /var/log/containers, /var/lib/atoll).
+// /var/lib/cni, /var/log/pods, /var/log/containers, /var/lib/atoll,
+// /etc/atoll).
 func (n *Node) HostPath(p string) string { return filepath.Join(n.Disk, "host", p) }
 
 // create makes the node's network namespace, routes, certificates and
@@ -150,7 +153,7 @@ func (n *Node) create(others []*Node) error {
 	if out, err := exec.Command("ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
 		return fmt.Errorf("kubenode: %s: forwarding: %w: %s", n.Name, err, out)
 	}
-	if n.fleet.cfg.LocalAPIViaHub {
+	if n.viaHub() {
 		if err := n.hubOnly(); err != nil {
 			return err
 		}
@@ -190,9 +193,11 @@ func (n *Node) Boot(ctx context.Context) error {
 		return err
 	}
 	if hostAgent := n.fleet.cfg.HostAgent; hostAgent != nil {
-		var err error
-		if n.agent, err = n.start("atoll-edge", filepath.Join(n.fleet.atollBin, "atoll-edge"), hostAgent(n)...); err != nil {
-			return err
+		if args, env := hostAgent(n); args != nil {
+			var err error
+			if n.agent, err = n.startEnv("atoll-edge", env, filepath.Join(n.fleet.atollBin, "atoll-edge"), args...); err != nil {
+				return err
+			}
 		}
 	}
 	if err := n.startLocalAPI(); err != nil {
@@ -201,19 +206,55 @@ func (n *Node) Boot(ctx context.Context) error {
 	if err := n.startContainerd(ctx); err != nil {
 		return err
 	}
+	args := []string{"--config=" + filepath.Join(n.Disk, "kubelet-config.yaml"),
+		"--kubeconfig=" + filepath.Join(n.Disk, "kubelet.kubeconfig"),
+		"--root-dir=" + filepath.Join(n.Disk, "kubelet"),
+		"--cert-dir=" + filepath.Join(n.Disk, "kubelet", "pki"),
+		"--hostname-override=" + n.Name,
+		"--node-ip=" + n.IP,
+		"--v=2"}
+	if labels := n.fleet.cfg.Labels; labels != nil {
+		var kv []string
+		for k, v := range labels(n.Name) {
+			kv = append(kv, k+"="+v)
+		}
+		if len(kv) > 0 {
+			slices.Sort(kv)
+			args = append(args, "--node-labels="+strings.Join(kv, ","))
+		}
+	}
 	var err error
-	n.kubelet, err = n.start("kubelet", filepath.Join(n.fleet.cfg.BinDir, "kubelet"),
-		"--config="+filepath.Join(n.Disk, "kubelet-config.yaml"),
-		"--kubeconfig="+filepath.Join(n.Disk, "kubelet.kubeconfig"),
-		"--root-dir="+filepath.Join(n.Disk, "kubelet"),
-		"--cert-dir="+filepath.Join(n.Disk, "kubelet", "pki"),
-		"--hostname-override="+n.Name,
-		"--node-ip="+n.IP,
-		"--v=2")
-	if err != nil {
+	if n.kubelet, err = n.start("kubelet", filepath.Join(n.fleet.cfg.BinDir, "kubelet"), args...); err != nil {
 		return err
 	}
 	return n.startKubeProxy()
+}
+
+// viaHub reports whether the node reaches kube-apiserver only through
+// its host agent (Config.LocalAPIViaHub).
+func (n *Node) viaHub() bool {
+	return n.fleet.cfg.LocalAPIViaHub != nil && n.fleet.cfg.LocalAPIViaHub(n.Name)
+}
+
+// exited names the first of the node's programs that has exited since
+// its boot, with its last log lines, or is nil.
+func (n *Node) exited() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range []struct {
+		name string
+		proc *process
+	}{{"containerd", n.containerd}, {"kubelet", n.kubelet}, {"local-api", n.localAPI}, {"atoll-edge", n.agent}} {
+		if p.proc == nil {
+			continue
+		}
+		select {
+		case <-p.proc.done:
+			return fmt.Errorf("kubenode: %s: %s exited (%v)\n%s", n.Name, p.name, p.proc.cmd.ProcessState, n.logTail(p.name, 30))
+		default:
+		}
+	}
+	return nil
 }
 
 // startLocalAPI runs the node's local API endpoint with the node's
@@ -229,7 +270,7 @@ func (n *Node) startLocalAPI() error {
 		"--apiserver=" + n.fleet.apiServer, "--ca-file=" + filepath.Join(pki, "ca.crt"),
 		"--client-cert=" + filepath.Join(pki, "node.crt"), "--client-key=" + filepath.Join(pki, "node.key"),
 		"--dir=/var/lib/atoll/local-api", "--log-format=text"}
-	if n.fleet.cfg.LocalAPIViaHub {
+	if n.viaHub() {
 		args = append(args, "--apiserver-via=hub", "--hub-forward="+HubForwardAddr)
 	}
 	var err error
@@ -378,6 +419,11 @@ func (n *Node) Heal() error {
 // start runs bin in the node's network and mount namespaces, its output
 // appended to logs/<name>.log.
 func (n *Node) start(name, bin string, args ...string) (*process, error) {
+	return n.startEnv(name, nil, bin, args...)
+}
+
+// startEnv is start with env (NAME=value) added to the environment.
+func (n *Node) startEnv(name string, env []string, bin string, args ...string) (*process, error) {
 	log, err := os.OpenFile(filepath.Join(n.Disk, "logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -387,6 +433,9 @@ func (n *Node) start(name, bin string, args ...string) (*process, error) {
 	// its pid is bin's.
 	cmd := exec.Command("nsenter", append([]string{"--mount=" + n.mountNS, "--net=/run/netns/" + n.netns, "--", bin}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()

@@ -74,8 +74,8 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 	credsDir := t.TempDir()
 	var credsMu sync.Mutex
 	creds := map[string]string{}
-	fleet := kubenode.StartForTest(t, cluster, kubenode.Config{Net: netN, LocalAPI: true, KeepPodIPs: true, LocalAPIViaHub: true,
-		HostAgent: func(n *kubenode.Node) []string {
+	fleet := kubenode.StartForTest(t, cluster, kubenode.Config{Net: netN, LocalAPI: true, KeepPodIPs: true, LocalAPIViaHub: func(string) bool { return true },
+		HostAgent: func(n *kubenode.Node) ([]string, []string) {
 			credsMu.Lock()
 			defer credsMu.Unlock()
 			if creds[n.Name] == "" {
@@ -93,7 +93,7 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 			}
 			return []string{"--node-name=" + n.Name, "--hub-url=" + leafURL, "--hub-domain=" + h.Domain(),
 				"--creds-file=" + creds[n.Name], "--internal-ip=" + n.IP, "--route-host=" + n.IP,
-				"--state-dir=/var/lib/atoll", "--tunnel-apiserver-listen=" + kubenode.HubForwardAddr, "--log-format=text"}
+				"--state-dir=/var/lib/atoll", "--tunnel-apiserver-listen=" + kubenode.HubForwardAddr, "--log-format=text"}, nil
 		}})
 	node, err := fleet.Add(ctx, "edge-1")
 	if err != nil {

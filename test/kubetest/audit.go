@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // auditPolicy records every write to Nodes (with the stored object),
@@ -72,9 +73,11 @@ func AuditLog(dir string) string { return filepath.Join(dir, "audit.log") }
 
 // AuditEvent is the part of an audit event the tests read.
 type AuditEvent struct {
-	Verb       string `json:"verb"`
-	RequestURI string `json:"requestURI"`
-	UserAgent  string `json:"userAgent"`
+	// Received is when the apiserver received the request.
+	Received   time.Time `json:"requestReceivedTimestamp"`
+	Verb       string    `json:"verb"`
+	RequestURI string    `json:"requestURI"`
+	UserAgent  string    `json:"userAgent"`
 	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`

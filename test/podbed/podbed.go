@@ -64,6 +64,20 @@ type Options struct {
 	// components/node-dns, which the edge nodes' kubelets give pods as
 	// their nameserver, and components/apiserver-via-hub.
 	Autonomy bool
+	// HubOnlyUnits are units of Units whose nodes reach kube-apiserver
+	// only through the hub (with Autonomy): each runs atoll-edge as the
+	// host service deploy/host/atoll-edge.service says, enrolled with a
+	// bootstrap token from `atoll node enroll`, its local API endpoint
+	// with --apiserver-via=hub, its own packets to kube-apiserver
+	// dropped, its kubelet registering the node with its unit and
+	// atoll.io/agent=host. They join once atoll-cloud serves, as an
+	// operator adds such a site.
+	HubOnlyUnits []string
+	// Audit has kube-apiserver log every request of the edge nodes
+	// (system:node:<name>) and of atoll-cloud's ServiceAccount, and every
+	// write to Nodes, Endpoints and EndpointSlices, to Bed.AuditLog
+	// (kubetest.Audit).
+	Audit bool
 	// Logger receives progress (nil: discarded).
 	Logger *slog.Logger
 }
@@ -113,6 +127,10 @@ type Bed struct {
 	opts     Options
 	log      *slog.Logger
 	cloudCLI string
+
+	// hostFiles are what each hub-only node's /etc/atoll holds at its
+	// first boot (file name: content).
+	hostFiles map[string]map[string][]byte
 }
 
 // Start installs Atoll as Options say and returns once every pod of it
@@ -140,7 +158,21 @@ func Start(ctx context.Context, o Options) (*Bed, error) {
 		return nil, err
 	}
 	cfg := kubetest.Config{Dir: filepath.Join(o.Dir, "cluster"), Logger: log}
-	for _, opt := range append(kubenode.ClusterOptions(o.Net), kubetest.WithNodeMonitorGracePeriod(o.GracePeriod)) {
+	opts := append(kubenode.ClusterOptions(o.Net), kubetest.WithNodeMonitorGracePeriod(o.GracePeriod))
+	if o.Audit {
+		users := []string{"system:serviceaccount:atoll-system:atoll-cloud"}
+		for _, names := range o.Units {
+			for _, n := range names {
+				users = append(users, "system:node:"+n)
+			}
+		}
+		flags, err := kubetest.Audit(filepath.Join(o.Dir, "audit"), users...)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kubetest.WithAPIServerFlags(flags...))
+	}
+	for _, opt := range opts {
 		opt(&cfg)
 	}
 	cluster, err := kubetest.StartCluster(ctx, cfg)
@@ -149,6 +181,17 @@ func Start(ctx context.Context, o Options) (*Bed, error) {
 	}
 	b := &Bed{Cluster: cluster, Edges: map[string]*kubenode.Node{}, Unit: map[string]string{}, KubectlPath: kubectl, opts: o, log: log}
 	fleet := kubenode.Config{Net: o.Net, Dir: filepath.Join(o.Dir, "nodes"), DNS: true}
+	if len(o.HubOnlyUnits) > 0 && !o.Autonomy {
+		return b, errors.New("podbed: hub-only units need Autonomy (the local API endpoint)")
+	}
+	fleet.LocalAPIViaHub = b.hubOnly
+	fleet.HostAgent = b.hostAgent
+	fleet.Labels = func(node string) map[string]string {
+		if !b.hubOnly(node) {
+			return nil
+		}
+		return map[string]string{wellknown.LabelUnit: b.unitOf(node), wellknown.LabelAgent: wellknown.AgentHost}
+	}
 	if o.Autonomy {
 		fleet.LocalAPI, fleet.KeepPodIPs = true, true
 		fleet.NodeDNS = func(node string) bool {
@@ -220,6 +263,9 @@ func (b *Bed) addNodes(ctx context.Context) error {
 	}
 	b.Cloud = b.Clouds[0]
 	for _, unit := range slices.Sorted(maps.Keys(b.opts.Units)) {
+		if slices.Contains(b.opts.HubOnlyUnits, unit) {
+			continue // once atoll-cloud serves: addHubOnly
+		}
 		for _, name := range b.opts.Units[unit] {
 			n, err := b.Fleet.Add(ctx, name)
 			if err != nil {
@@ -458,7 +504,16 @@ func (b *Bed) edgesServing(ctx context.Context, begin time.Time) error {
 	// No enrollment step: each agent proves its node with its pod's
 	// ServiceAccount token. (Those that started before atoll-cloud wrote
 	// the shared enrollment credentials wait until they are there.)
-	if err := b.WaitPodsReady(ctx, "atoll-edge", len(b.Edges), 5*time.Minute); err != nil {
+	if err := b.addHubOnly(ctx); err != nil {
+		return err
+	}
+	daemons := 0
+	for name := range b.Edges {
+		if !b.hubOnly(name) {
+			daemons++
+		}
+	}
+	if err := b.WaitPodsReady(ctx, "atoll-edge", daemons, 5*time.Minute); err != nil {
 		return err
 	}
 	b.log.Info("podbed: every atoll-edge Ready", "after", time.Since(begin).Round(100*time.Millisecond))
@@ -473,6 +528,110 @@ func (b *Bed) edgesServing(ctx context.Context, begin time.Time) error {
 		}
 	}
 	return b.WaitSafe(ctx, time.Minute)
+}
+
+// AuditLog is kube-apiserver's audit log with Options.Audit.
+func (b *Bed) AuditLog() string { return kubetest.AuditLog(filepath.Join(b.opts.Dir, "audit")) }
+
+// hubOnly reports whether node is in one of Options.HubOnlyUnits.
+func (b *Bed) hubOnly(node string) bool {
+	return slices.Contains(b.opts.HubOnlyUnits, b.unitOf(node))
+}
+
+// unitOf is the unit Options.Units puts node in ("": none).
+func (b *Bed) unitOf(node string) string {
+	for unit, names := range b.opts.Units {
+		if slices.Contains(names, node) {
+			return unit
+		}
+	}
+	return ""
+}
+
+// addHubOnly enrolls the nodes of the hub-only units and adds them, as
+// an operator adds such a site once Atoll serves: a bootstrap token
+// from `atoll node enroll`, the hub's CA bundle (the ConfigMap
+// atoll-hub-ca) and the node's environment file in /etc/atoll, then the
+// node's boot starts deploy/host/atoll-edge.service.
+func (b *Bed) addHubOnly(ctx context.Context) error {
+	if len(b.opts.HubOnlyUnits) == 0 {
+		return nil
+	}
+	ca, err := b.Cluster.Client().CoreV1().ConfigMaps("atoll-system").Get(ctx, "atoll-hub-ca", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("podbed: the hub's CA bundle: %w", err)
+	}
+	var urls []string
+	for _, n := range b.Clouds {
+		urls = append(urls, "nats-leaf://"+n.IP+":"+LeafNodePort)
+	}
+	b.hostFiles = map[string]map[string][]byte{}
+	for _, unit := range b.opts.HubOnlyUnits {
+		for _, name := range b.opts.Units[unit] {
+			file := filepath.Join(b.opts.Dir, name+"-bootstrap.creds")
+			if out, err := b.Atoll(ctx, "node", "enroll", "--unit", unit, "--out", file, name); err != nil {
+				return fmt.Errorf("podbed: atoll node enroll %s: %w: %s", name, err, out)
+			}
+			token, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			b.hostFiles[name] = map[string][]byte{
+				"bootstrap.creds": token,
+				"hub-ca.crt":      []byte(ca.Data["ca.crt"]),
+				// IP: the node's address, known once it is created.
+				"atoll-edge.env": fmt.Appendf(nil, "ATOLL_NODE_NAME=%s\nATOLL_HUB_URL=%s\n", name, strings.Join(urls, ",")),
+			}
+		}
+	}
+	for _, unit := range b.opts.HubOnlyUnits {
+		for _, name := range b.opts.Units[unit] {
+			n, err := b.Fleet.Add(ctx, name)
+			if err != nil {
+				return fmt.Errorf("%w\n%s", err, n.LogTails(30))
+			}
+			b.Edges[name], b.Unit[name] = n, unit
+		}
+	}
+	b.log.Info("podbed: hub-only nodes Ready", "units", b.opts.HubOnlyUnits)
+	return nil
+}
+
+// hostAgent is kubenode's HostAgent: on a hub-only node, the command
+// line of deploy/host/atoll-edge.service with the environment its
+// EnvironmentFile holds, as systemd starts it. The node's /etc/atoll
+// gets its files at the first boot.
+func (b *Bed) hostAgent(n *kubenode.Node) ([]string, []string) {
+	if !b.hubOnly(n.Name) {
+		return nil, nil
+	}
+	unit, err := deploy.ReadHostUnit("atoll-edge.service")
+	if err != nil {
+		b.log.Error("podbed: atoll-edge.service", "err", err)
+		return nil, nil
+	}
+	etc := n.HostPath("/etc/atoll")
+	for name, content := range b.hostFiles[n.Name] {
+		f := filepath.Join(etc, name)
+		if name == "atoll-edge.env" {
+			content = fmt.Appendf(content, "ATOLL_INTERNAL_IP=%s\n", n.IP)
+		}
+		if _, err := os.Stat(f); err == nil {
+			continue
+		}
+		if err := os.WriteFile(f, content, 0o600); err != nil {
+			b.log.Error("podbed: /etc/atoll", "node", n.Name, "err", err)
+		}
+	}
+	envFile, err := os.ReadFile(n.HostPath(unit.EnvironmentFile))
+	if err != nil {
+		b.log.Error("podbed: the host agent's environment", "node", n.Name, "err", err)
+	}
+	env, err := deploy.ParseEnv(envFile)
+	if err != nil {
+		b.log.Error("podbed: the host agent's environment", "node", n.Name, "err", err)
+	}
+	return unit.Exec[1:], env
 }
 
 // WaitSafe waits until `atoll status` says SAFE, at most timeout.
@@ -530,6 +689,9 @@ func (b *Bed) WaitPodsReady(ctx context.Context, app string, n int, timeout time
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return poll.Until(ctx, func(ctx context.Context) error {
+		if err := b.Fleet.Exited(); err != nil {
+			return poll.Permanent(err)
+		}
 		pods, err := b.Cluster.Client().CoreV1().Pods("atoll-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ package poll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 const Interval = 50 * time.Millisecond
 
 // Until calls check every Interval until it returns nil or ctx ends; then it
-// returns ctx's error together with check's last error.
+// returns ctx's error together with check's last error. A check that
+// returns Permanent(err) ends it at once with err: the state can no
+// longer come.
 func Until(ctx context.Context, check func(ctx context.Context) error) error {
 	tick := time.NewTicker(Interval)
 	defer tick.Stop()
@@ -21,6 +24,9 @@ func Until(ctx context.Context, check func(ctx context.Context) error) error {
 		err := check(ctx)
 		if err == nil {
 			return nil
+		}
+		if p, ok := errors.AsType[permanent](err); ok {
+			return p.err
 		}
 		select {
 		case <-ctx.Done():
@@ -43,3 +49,11 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 
 // Errorf is fmt.Errorf, for the checks passed to Eventually.
 var Errorf = fmt.Errorf
+
+// Permanent marks a check's error as final: Until returns err at once.
+func Permanent(err error) error { return permanent{err} }
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,14 +53,20 @@ const grace = 20 * time.Second
 // --server-side -k` (leaf links over TLS with atoll-cloud's generated
 // certificate), the hub's store in the pod (no volume: the cluster has
 // no provisioner, and the default shape needs none). A control-plane node
-// runs atoll-cloud;
-// units a (three nodes) and b (one) run atoll-edge, which enrolls by
-// itself (its pod's ServiceAccount token); `atoll status` runs with an
+// runs atoll-cloud; units a (three nodes) and b (one) run atoll-edge,
+// which enrolls by itself (its pod's ServiceAccount token); unit h's
+// three nodes reach kube-apiserver only through the hub (their own
+// packets to it dropped): they join once atoll-cloud serves, atoll-edge
+// run as deploy/host/atoll-edge.service runs it, enrolled with a token
+// of `atoll node enroll`, their local API endpoint with
+// --apiserver-via=hub, which atoll-cloud relays
+// (components/apiserver-via-hub); `atoll status` runs with an
 // operator's credentials issued by `atoll-cloud operator-creds` through
 // kubectl exec; each edge node's kube-proxy reads the agent's endpoints
 // proxy. Then:
 //   - every pod is Ready, every node holds credentials of its own,
-//     `atoll status` says SAFE;
+//     `atoll status` says SAFE; unit h's nodes have no direct way to
+//     kube-apiserver and no atoll-edge pod;
 //   - an enrollment with another node's pod token is refused, with the
 //     reason, and counted;
 //   - a DeploymentGrid's pods run on the real kubelets and answer through
@@ -81,7 +88,10 @@ const grace = 20 * time.Second
 //     of the unit runs again at the address it had, a web pod reaches the
 //     unit's Service by its DNS name and its ClusterIP, answered in the
 //     unit; back online, nothing was evicted or tainted unreachable, every
-//     pod is Ready at its address, and none restarts again;
+//     pod is Ready at its address, none restarts again, and the kubelets
+//     and atoll-cloud write no storm (audit log: each object but a Lease
+//     at most maxWritesAfterHeal times in the half minute after);
+//   - the same with unit h, whose only way to kube-apiserver is the hub;
 //   - scenario 2, a node powered off: its peers see it dead, KCM taints
 //     it, its pod is evicted (deleted; the object stays Terminating, as
 //     on any dead node) and the Deployment's replacement runs in the same
@@ -95,8 +105,9 @@ func TestAtollAsPods(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	inst := install(ctx, t, podbed.Options{Net: fleetNet, Autonomy: true,
-		Units: map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}, "b": {"edge-b1"}}})
+	inst := install(ctx, t, podbed.Options{Net: fleetNet, Autonomy: true, Audit: true,
+		Units:        map[string][]string{"a": {"edge-a1", "edge-a2", "edge-a3"}, "b": {"edge-b1"}, "h": {"edge-h1", "edge-h2", "edge-h3"}},
+		HubOnlyUnits: []string{"h"}})
 	bed, client := inst.bed, inst.client
 	nodes, units, cloud := bed.Edges, bed.Unit, bed.Cloud
 	t.Logf("atoll status:\n%s", inst.atollStatus())
@@ -109,6 +120,7 @@ func TestAtollAsPods(t *testing.T) {
 		t.Errorf("atoll-cloud does not relay nodes' connections to kube-apiserver at %s: %v\n%s", net.JoinHostPort(k.Spec.ClusterIP, "443"), err, grepLines(logs, "kube-apiserver"))
 	}
 	inst.otherNodesToken(nodes["edge-a1"], "edge-b1", cloud)
+	inst.onlyThroughTheHub("h")
 	// The leaf links run TLS: the hub's leaf port asks for it, and the
 	// agents (Ready, linked) verify it with the published CA bundle.
 	if info := leafInfo(ctx, t, cloud.IP+":"+podbed.LeafNodePort); !strings.Contains(info, `"tls_required":true`) {
@@ -123,7 +135,8 @@ func TestAtollAsPods(t *testing.T) {
   overrides:
     - units: [b]
       replicas: 1`))
-	web := inst.waitWeb(map[string]string{"edge-a1": "a", "edge-a2": "a", "edge-a3": "a", "edge-b1": "b"})
+	web := inst.waitWeb(map[string]string{"edge-a1": "a", "edge-a2": "a", "edge-a3": "a", "edge-b1": "b",
+		"edge-h1": "h", "edge-h2": "h", "edge-h3": "h"})
 	svc := inst.serviceIP("web-svc")
 	client2 := web["edge-a2"]
 	inst.eventually(time.Minute, func() error { return inst.servedInUnit(client2, svc, "web-a-") })
@@ -228,8 +241,8 @@ spec:
 					ready++
 				}
 			}
-			if ready != 2 {
-				return fmt.Errorf("%d of 2 db pods Ready (one per unit)", ready)
+			if ready != 3 {
+				return fmt.Errorf("%d of 3 db pods Ready (one per unit)", ready)
 			}
 			return nil
 		})
@@ -238,6 +251,15 @@ spec:
 			"http://web-svc/":     "hello from web-a-",
 			"http://" + svc + "/": "hello from web-a-",
 			"http://db-0.db-svc.default.svc.cluster.local:8080/": "hello from db-a-0",
+		})
+	})
+
+	t.Run("unit through the hub cut off and rebooted", func(t *testing.T) {
+		// The same, on nodes whose only way to kube-apiserver is the hub.
+		inst.cutOffAndRebooted(t, "h", web["edge-h2"], map[string]string{
+			"http://web-svc.default.svc.cluster.local/":          "hello from web-h-",
+			"http://" + svc + "/":                                "hello from web-h-",
+			"http://db-0.db-svc.default.svc.cluster.local:8080/": "hello from db-h-0",
 		})
 	})
 
@@ -785,8 +807,11 @@ func agentsRSS(t *testing.T) string {
 		env, _ := os.ReadFile(filepath.Join(dir, "environ"))
 		node := "?"
 		for kv := range strings.SplitSeq(string(env), "\x00") {
-			if v, ok := strings.CutPrefix(kv, "NODE_NAME="); ok {
-				node = v
+			// The DaemonSet's pods and the host services name it so.
+			for _, name := range []string{"NODE_NAME=", "ATOLL_NODE_NAME="} {
+				if v, ok := strings.CutPrefix(kv, name); ok {
+					node = v
+				}
 			}
 		}
 		// The nodes' local API endpoints are atoll-edge too.
@@ -804,14 +829,23 @@ func agentsRSS(t *testing.T) string {
 	return strings.Join(out, ", ")
 }
 
+// maxWritesAfterHeal bounds the writes to one object but a Lease (by one
+// user) in the half minute after a rebooted unit's link comes back: the
+// kubelet reports its pods' and its node's new status and the events
+// of the boot, atoll-cloud the grids' status as the pods turn Ready; a
+// write storm is many times that. A node's Lease is written as often as
+// the kubelet renews it.
+const maxWritesAfterHeal = 10
+
 // cutOffAndRebooted cuts every node of unit from the cloud, powers them
 // off and boots them while cut, and checks that the unit comes back by
 // itself: every pod that ran on its nodes runs again at its address (its
 // own containers seen on the node), and client (a pod of the unit)
 // reaches the Service web-svc at svc by name and by address, answered by
 // the unit's pods; then heals the cut and checks that nothing was
-// evicted or tainted and that the apiserver has every pod Ready at its
-// address, with no restart after that.
+// evicted or tainted, that the apiserver has every pod Ready at its
+// address, with no restart after that, and that the writes of the
+// unit's nodes and atoll-cloud since the heal are no storm.
 func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *corev1.Pod, urls map[string]string) {
 	t.Helper()
 	ctx, cloud := i.ctx, i.bed.Cloud
@@ -998,6 +1032,27 @@ func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *core
 			t.Errorf("pod %s/%s restarted after the link came back (%d restarts, %d when it was Ready)", p.Namespace, p.Name, r, restarts[uid])
 		}
 	}
+	// No write storm: what the unit's kubelets and atoll-cloud wrote
+	// from the heal on, by object (the audit log).
+	window := time.Since(back)
+	writes, total := i.writesSince(members, back), 0
+	var lines []string
+	for _, k := range slices.Sorted(maps.Keys(writes)) {
+		total += writes[k]
+		lines = append(lines, fmt.Sprintf("%3d %s", writes[k], k))
+		limit := maxWritesAfterHeal
+		switch {
+		case strings.HasSuffix(k, " leases/atoll-system/atoll-cloud"):
+			continue // atoll-cloud's leader election, on its own clock
+		case strings.Contains(k, " leases/kube-node-lease/"):
+			// Renewals, not a fight over the Lease.
+			limit = int(window/kubenode.LeaseRenewInterval) + 2
+		}
+		if writes[k] > limit {
+			t.Errorf("%s: %d writes in the %s after the heal (at most %d)", k, writes[k], window.Round(time.Second), limit)
+		}
+	}
+	t.Logf("writes of unit %s's nodes and atoll-cloud in the %s after the heal: %d\n%s", unit, window.Round(time.Second), total, strings.Join(lines, "\n"))
 	for url, want := range urls {
 		if ip, ok := strings.CutPrefix(url, "http://"); ok && net.ParseIP(strings.TrimSuffix(ip, "/")) != nil {
 			if err := i.servedInUnit(client, strings.TrimSuffix(ip, "/"), strings.TrimPrefix(want, "hello from ")); err != nil {
@@ -1005,4 +1060,65 @@ func (i *installation) cutOffAndRebooted(t *testing.T, unit string, client *core
 			}
 		}
 	}
+}
+
+// onlyThroughTheHub checks that the nodes of unit reach kube-apiserver
+// only through the hub: a direct request from the node is dropped, the
+// atoll-edge DaemonSet left them to their host service (no pod there),
+// and atoll-cloud relayed their connections.
+func (i *installation) onlyThroughTheHub(unit string) {
+	t, ctx := i.t, i.ctx
+	t.Helper()
+	api := i.bed.Cluster.APIServerURL()
+	var names []string
+	for name, n := range i.bed.Edges {
+		if i.bed.Unit[name] != unit {
+			continue
+		}
+		names = append(names, name)
+		direct := "https://" + net.JoinHostPort(n.HostIP(), api[strings.LastIndex(api, ":")+1:]) + "/readyz"
+		if out, err := n.Exec(ctx, "curl", "-sSk", "--max-time", "2", direct); err == nil {
+			t.Errorf("%s reached kube-apiserver directly at %s: %s", name, direct, out)
+		}
+		pods, err := i.client.CoreV1().Pods("atoll-system").List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=atoll-edge", FieldSelector: "spec.nodeName=" + name})
+		if err != nil || len(pods.Items) > 0 {
+			t.Errorf("atoll-edge pods on %s, whose agent is a host service: %v %d", name, err, len(pods.Items))
+		}
+	}
+	m := i.cloudMetrics()
+	line := grepLines(m, `atoll_tunnel_server_apiserver_connections_total{result="ok"}`)
+	if n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, `atoll_tunnel_server_apiserver_connections_total{result="ok"}`))); n < len(names) {
+		t.Errorf("atoll-cloud relayed %q connections of unit %s's %d nodes to kube-apiserver", line, unit, len(names))
+	}
+	slices.Sort(names)
+	t.Logf("unit %s (%v): no direct way to kube-apiserver, atoll-edge as a host service, %s", unit, names, line)
+}
+
+// writesSince lists the writes (create, update, patch, delete) that the
+// nodes of members and atoll-cloud made from since on, from the audit
+// log: by user and object (subresource included), counted.
+func (i *installation) writesSince(members []*kubenode.Node, since time.Time) map[string]int {
+	i.t.Helper()
+	events, err := kubetest.ReadAudit(i.bed.AuditLog())
+	if err != nil {
+		i.t.Fatal(err)
+	}
+	users := map[string]string{"system:serviceaccount:atoll-system:atoll-cloud": "atoll-cloud"}
+	for _, m := range members {
+		users["system:node:"+m.Name] = m.Name
+	}
+	out := map[string]int{}
+	for _, e := range events {
+		who, ok := users[e.User.Username]
+		if !ok || e.Received.Before(since) || !slices.Contains([]string{"create", "update", "patch", "delete"}, e.Verb) {
+			continue
+		}
+		obj := e.Object()
+		if e.ObjectRef.Subresource != "" {
+			obj += "/" + e.ObjectRef.Subresource
+		}
+		out[fmt.Sprintf("%s %s %s", who, e.Verb, obj)]++
+	}
+	return out
 }
