@@ -223,7 +223,37 @@ func (s *Service) ProtectedNode(n *corev1.Node) bool {
 	if !s.decided() {
 		return persistedProtection(n, s.now())
 	}
-	return Protect(n, s.tally(n, s.now()), s.held(s.cfg.Units.Of(n)))
+	now, unit := s.now(), s.cfg.Units.Of(n)
+	return Protect(n, s.tally(n, now), s.held(unit) || s.holdsWith(unit, n, now))
+}
+
+// holdsWith reports whether unit is to be held now that n is lost: its
+// state was computed with n Ready, and with n as it is being written the
+// cloud hears none of the unit's members (FullDisruption, a hold that
+// begins now). The node lifecycle controller's taint can reach the
+// webhook before the informer's event of its Ready=Unknown has moved the
+// unit's state; the event path records the hold, this only decides.
+func (s *Service) holdsWith(unit string, n *corev1.Node, now time.Time) bool {
+	if unit == "" || s.cfg.HoldTime <= 0 || !s.unitStale(unit, n.Name, ReadyStatus(n)) {
+		return false
+	}
+	if st, _ := s.UnitState(unit); st == FullDisruption {
+		return false // held already, or its hold has run out: held decides
+	}
+	ctx := context.Background()
+	var list corev1.NodeList
+	if err := s.cache.List(ctx, &list, client.MatchingFields{unitIndex: unit}, client.UnsafeDisableDeepCopy); err != nil {
+		return false
+	}
+	members := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		members[i] = &list.Items[i]
+		if members[i].Name == n.Name {
+			members[i] = n
+		}
+	}
+	st, _, _ := s.disruption(ctx, members, now)
+	return st == FullDisruption
 }
 
 // decided reports whether this replica decides from its own state: it has
@@ -700,30 +730,8 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 	for i := range list.Items {
 		members[i] = &list.Items[i]
 	}
-	heard := make([]Member, 0, len(members))
-	names := make([]string, 0, len(members))
-	byName := make(map[string]corev1.ConditionStatus, len(members))
-	quiet := 0
-	for _, n := range members {
-		m := s.member(ctx, n, now)
-		heard, names = append(heard, m), append(names, n.Name)
-		byName[n.Name] = m.Ready
-		if m.Lost() || m.LinkDown {
-			quiet++
-		}
-	}
-	// Fresh votes matter only to a unit whose every member is lost or
-	// silent (Disruption): tallying every member costs a walk of its
-	// votes.
-	fresh := false
-	if quiet == len(members) {
-		for _, n := range members {
-			if fresh = s.tally(n, now).Votes() > 0; fresh {
-				break
-			}
-		}
-	}
-	st := unitStatus{state: Disruption(heard, fresh), nodes: names, ready: byName}
+	state, names, byName := s.disruption(ctx, members, now)
+	st := unitStatus{state: state, nodes: names, ready: byName}
 	if st.state == FullDisruption && s.cfg.HoldTime > 0 {
 		since, err := s.holdSince(ctx, unit, now)
 		if err != nil {
@@ -760,6 +768,35 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 		s.log.Info("unit disruption", "unit", unit, "state", st.state, "was", prev.state, "hold_until", st.holdUntil)
 	}
 	return names, changed
+}
+
+// disruption classifies a unit of members at now (Disruption), and
+// returns their names and Ready conditions.
+func (s *Service) disruption(ctx context.Context, members []*corev1.Node, now time.Time) (UnitState, []string, map[string]corev1.ConditionStatus) {
+	heard := make([]Member, 0, len(members))
+	names := make([]string, 0, len(members))
+	byName := make(map[string]corev1.ConditionStatus, len(members))
+	quiet := 0
+	for _, n := range members {
+		m := s.member(ctx, n, now)
+		heard, names = append(heard, m), append(names, n.Name)
+		byName[n.Name] = m.Ready
+		if m.Lost() || m.LinkDown {
+			quiet++
+		}
+	}
+	// Fresh votes matter only to a unit whose every member is lost or
+	// silent (Disruption): tallying every member costs a walk of its
+	// votes.
+	fresh := false
+	if quiet == len(members) {
+		for _, n := range members {
+			if fresh = s.tally(n, now).Votes() > 0; fresh {
+				break
+			}
+		}
+	}
+	return Disruption(heard, fresh), names, byName
 }
 
 // member is what the cloud hears of node n at now: its Ready condition,

@@ -174,3 +174,47 @@ func TestUnitStateChangesNotified(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestHoldDecidedFromTheWrite: the node lifecycle controller marks the
+// last member of a unit the cloud still heard Unknown and taints it at
+// once; its taint can reach the webhook before the informer's event has
+// moved the unit's state. The decision for that write holds the unit
+// already: with the node as it is written, the cloud hears none of its
+// members (no agent links it, no Lease renews). It records nothing: the
+// unit's state moves on the event path.
+func TestHoldDecidedFromTheWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	unitNode(t, ctx, env.client, "w-1", "w", corev1.ConditionUnknown)
+	unitNode(t, ctx, env.client, "w-2", "w", corev1.ConditionTrue)
+	r := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), natstest.Logger(t, slog.LevelWarn), false)
+	var w2 *corev1.Node
+	poll.Eventually(t, 30*time.Second, func() error {
+		if st, known := r.s.UnitStateKnown("w"); st != health.PartialDisruption || !known {
+			return fmt.Errorf("unit w is %s (known: %v), want %s", st, known, health.PartialDisruption)
+		}
+		var err error
+		w2, err = env.client.CoreV1().Nodes().Get(ctx, "w-2", metav1.GetOptions{})
+		return err
+	})
+	// w-2 as the controller writes it: Unknown, and the taint.
+	lost := w2.DeepCopy()
+	lost.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "NodeStatusUnknown"}}
+	lost.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}
+	if !r.s.ProtectedNode(lost) {
+		t.Fatal("w-2, the last member the cloud heard, is not protected when the controller loses it")
+	}
+	if st, _ := r.s.UnitState("w"); st != health.PartialDisruption {
+		t.Errorf("the decision recorded unit w as %s", st)
+	}
+	// w-1 lost, w-2 still heard: no hold.
+	w1, err := env.client.CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.s.ProtectedNode(w1) {
+		t.Error("w-1 protected while the cloud hears w-2")
+	}
+}
