@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/test/kubenode"
 	"github.com/atoll-edge/atoll/test/kubetest"
+	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
@@ -97,25 +99,32 @@ func podReady(ctx context.Context, b *testing.B, client kubernetes.Interface, re
 // BenchmarkOfflineReboot measures a node rebooting with and without its
 // link to the control plane (go tool task bench:autonomy): a real node
 // whose kubelet reaches the apiserver only through the local API endpoint
-// and whose pods get their addresses from atoll-ipam, running 20 pods
-// (each with a ConfigMap, a Secret and the projected token). Each
+// and whose pods get their addresses from atoll-ipam, running 30 pods
+// (each with a ConfigMap, a Secret and the projected token) and
+// atoll-edge as a host service linked to a hub, with its endpoints proxy
+// and hosts file (a unit of one). Each
 // iteration cuts the power and boots the node online, to every pod
 // answering at its address from the node (online-boot-s), then the same
 // with the node cut from the control plane (offline-boot-s), then heals
 // and waits until the apiserver has every pod Ready at its address again
-// (heal-ready-s). After the loop: the local API endpoint's resident
-// memory (local-api-rss-MiB) and the records it wrote in 5 quiet minutes
+// (heal-ready-s). After the loop: the resident memory of the local API
+// endpoint, of the agent and of both (local-api-rss-MiB, agent-rss-MiB,
+// atoll-rss-MiB) and the records the endpoint wrote in 5 quiet minutes
 // online, a minute after the heal (quiet-writes/5min; the harness's
 // kubelet reports its Node every 10 s).
 func BenchmarkOfflineReboot(b *testing.B) {
 	if err := kubenode.Prerequisites(); err != nil {
 		b.Skip(err)
 	}
-	const pods = 20
+	const pods = 30 // the kubelet's maxPods here
+	// The agent's hub, which the node reaches on the bridge.
+	h := natstest.Hub(b, func(c *hub.Config) { c.Host = "0.0.0.0" })
+	leafURL := "nats-leaf://" + net.JoinHostPort(kubenode.HostIP(4), h.LeafURL().Port())
 	// Kubernetes' default tolerations: the test default (10 s) would
 	// evict the pods of the node cut off (nothing protects it here).
 	cluster := kubetest.Start(b, append(kubenode.ClusterOptions(4), kubetest.WithTolerationSeconds(300, 300))...)
-	fleet := kubenode.StartForTest(b, cluster, kubenode.Config{Net: 4, LocalAPI: true, KeepPodIPs: true})
+	fleet := kubenode.StartForTest(b, cluster, kubenode.Config{Net: 4, LocalAPI: true, KeepPodIPs: true,
+		HostAgent: hubAgent(b, h, leafURL, "--proxy-addr=127.0.0.1:9471", "--hosts-file=/var/lib/atoll/dns/atoll.hosts")})
 	ctx, cancel := context.WithTimeout(b.Context(), 20*time.Minute)
 	defer cancel()
 	client := cluster.Client()
@@ -192,9 +201,9 @@ func BenchmarkOfflineReboot(b *testing.B) {
 	// The kubelet reports each pod's status once more in the first
 	// seconds after the heal: the quiet window starts a minute later.
 	time.Sleep(time.Minute)
-	before := localAPIMetrics(ctx, b, node, "atoll_localapi_cache_writes_total")
+	before := nodeMetrics(ctx, b, node, kubenode.LocalAPIAdminAddr, "atoll_localapi_cache_writes_total")
 	time.Sleep(5 * time.Minute) // the quiet window measured
-	after := localAPIMetrics(ctx, b, node, "atoll_localapi_cache_writes_total")
+	after := nodeMetrics(ctx, b, node, kubenode.LocalAPIAdminAddr, "atoll_localapi_cache_writes_total")
 	quiet := 0.0
 	for series, v := range after {
 		if d := v - before[series]; d > 0 {
@@ -202,11 +211,14 @@ func BenchmarkOfflineReboot(b *testing.B) {
 			b.Logf("quiet 5 minutes: %v writes of %s", d, series)
 		}
 	}
-	rss := localAPIMetrics(ctx, b, node, "process_resident_memory_bytes")[""]
+	rss := nodeMetrics(ctx, b, node, kubenode.LocalAPIAdminAddr, "process_resident_memory_bytes")[""]
+	agentRSS := nodeMetrics(ctx, b, node, "127.0.0.1:9470", "process_resident_memory_bytes")[""]
 	b.ReportMetric(online.Seconds()/float64(b.N), "online-boot-s")
 	b.ReportMetric(offline.Seconds()/float64(b.N), "offline-boot-s")
 	b.ReportMetric(heal.Seconds()/float64(b.N), "heal-ready-s")
 	b.ReportMetric(rss/(1<<20), "local-api-rss-MiB")
+	b.ReportMetric(agentRSS/(1<<20), "agent-rss-MiB")
+	b.ReportMetric((rss+agentRSS)/(1<<20), "atoll-rss-MiB")
 	b.ReportMetric(quiet, "quiet-writes/5min")
 }
 
@@ -243,11 +255,12 @@ func allReady(ctx context.Context, b *testing.B, client kubernetes.Interface, n 
 	return addrs
 }
 
-// localAPIMetrics reads metric name of the node's local API endpoint:
-// each series by its labels ("" for an unlabelled metric).
-func localAPIMetrics(ctx context.Context, b *testing.B, node *kubenode.Node, name string) map[string]float64 {
+// nodeMetrics reads metric name of the program of the node whose admin
+// endpoint is at addr (the local API endpoint's, the agent's): each
+// series by its labels ("" for an unlabelled metric).
+func nodeMetrics(ctx context.Context, b *testing.B, node *kubenode.Node, addr, name string) map[string]float64 {
 	b.Helper()
-	out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+kubenode.LocalAPIAdminAddr+"/metrics")
+	out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+addr+"/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -269,7 +282,7 @@ func localAPIMetrics(ctx context.Context, b *testing.B, node *kubenode.Node, nam
 		series[labels] = f
 	}
 	if len(series) == 0 {
-		b.Fatalf("the local API endpoint exports no %s", name)
+		b.Fatalf("%s exports no %s", addr, name)
 	}
 	return series
 }

@@ -71,30 +71,8 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	credsDir := t.TempDir()
-	var credsMu sync.Mutex
-	creds := map[string]string{}
 	fleet := kubenode.StartForTest(t, cluster, kubenode.Config{Net: netN, LocalAPI: true, KeepPodIPs: true, LocalAPIViaHub: func(string) bool { return true },
-		HostAgent: func(n *kubenode.Node) ([]string, []string) {
-			credsMu.Lock()
-			defer credsMu.Unlock()
-			if creds[n.Name] == "" {
-				dir := filepath.Join(credsDir, n.Name)
-				path, err := "", os.MkdirAll(dir, 0o700)
-				if err == nil {
-					path, err = natstest.WriteCreds(dir, h.Issuer(), func(i *identity.Issuer, pub string) (string, error) {
-						return h.IssueEdge(n.Name, "", pub)
-					})
-				}
-				if err != nil {
-					t.Errorf("credentials of %s: %v", n.Name, err)
-				}
-				creds[n.Name] = path
-			}
-			return []string{"--node-name=" + n.Name, "--hub-url=" + leafURL, "--hub-domain=" + h.Domain(),
-				"--creds-file=" + creds[n.Name], "--internal-ip=" + n.IP, "--route-host=" + n.IP,
-				"--state-dir=/var/lib/atoll", "--tunnel-apiserver-listen=" + kubenode.HubForwardAddr, "--log-format=text"}, nil
-		}})
+		HostAgent: hubAgent(t, h, leafURL, "--tunnel-apiserver-listen="+kubenode.HubForwardAddr)})
 	node, err := fleet.Add(ctx, "edge-1")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, node.LogTails(30))
@@ -114,4 +92,33 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 	t.Logf("pod hello Ready at %s, the node reaching kube-apiserver through the hub only", first.Status.PodIP)
 	t.Run("service through kube-proxy", func(t *testing.T) { helloService(ctx, t, client, node) })
 	t.Run("power cut and boot offline", func(t *testing.T) { _ = bootOffline(ctx, t, cluster, node, first) })
+}
+
+// hubAgent is a kubenode HostAgent: atoll-edge linked to h at leafURL
+// with credentials h issues for the node (no unit), its state on the
+// node's disk, and extra flags.
+func hubAgent(tb testing.TB, h *hub.Hub, leafURL string, extra ...string) func(*kubenode.Node) ([]string, []string) {
+	credsDir := tb.TempDir()
+	var mu sync.Mutex
+	creds := map[string]string{}
+	return func(n *kubenode.Node) ([]string, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if creds[n.Name] == "" {
+			dir := filepath.Join(credsDir, n.Name)
+			path, err := "", os.MkdirAll(dir, 0o700)
+			if err == nil {
+				path, err = natstest.WriteCreds(dir, h.Issuer(), func(_ *identity.Issuer, pub string) (string, error) {
+					return h.IssueEdge(n.Name, "", pub)
+				})
+			}
+			if err != nil {
+				tb.Errorf("credentials of %s: %v", n.Name, err)
+			}
+			creds[n.Name] = path
+		}
+		return append([]string{"--node-name=" + n.Name, "--hub-url=" + leafURL, "--hub-domain=" + h.Domain(),
+			"--creds-file=" + creds[n.Name], "--internal-ip=" + n.IP, "--route-host=" + n.IP,
+			"--state-dir=/var/lib/atoll", "--log-format=text"}, extra...), nil
+	}
 }

@@ -85,7 +85,8 @@ const grace = 20 * time.Second
 //   - unit a cut off from the cloud and every node of it powered off and
 //     booted while cut (each node runs the local API endpoint before its
 //     kubelet, atoll-ipam as its pods' IPAM and the node DNS): every pod
-//     of the unit runs again at the address it had, a web pod reaches the
+//     of the unit (the web pods with their ConfigMap, Secret and
+//     projected token volumes) runs again at the address it had, a web pod reaches the
 //     unit's Service by its DNS name and its ClusterIP, answered in the
 //     unit; back online, nothing was evicted or tainted unreachable, every
 //     pod is Ready at its address, none restarts again, and the kubelets
@@ -337,10 +338,22 @@ spec:
 }
 
 // webGrid is the test's workload: a DeploymentGrid web of replicas hello
-// pods per unit, spread over the unit's nodes, with extra appended to its
-// spec (overrides), and its ServiceGrid web (web-svc in each unit).
+// pods per unit, spread over the unit's nodes, each mounting the
+// ConfigMap web-config and the Secret web-secret (made with it) besides
+// its projected ServiceAccount token, with extra appended to its spec
+// (overrides), and its ServiceGrid web (web-svc in each unit).
 func webGrid(image string, replicas int, extra string) string {
-	return fmt.Sprintf(`apiVersion: apps.atoll.io/v1alpha1
+	return fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-config, namespace: default}
+data: {greeting: hello}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: web-secret, namespace: default}
+stringData: {password: podbed-web-secret}
+---
+apiVersion: apps.atoll.io/v1alpha1
 kind: DeploymentGrid
 metadata: {name: web, namespace: default}
 spec:
@@ -362,7 +375,13 @@ spec:
           - name: web
             image: %s
             ports: [{containerPort: 8080}]
-            readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 8080}}%s
+            readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 8080}}
+            volumeMounts:
+              - {name: config, mountPath: /etc/web/config}
+              - {name: secret, mountPath: /etc/web/secret}
+        volumes:
+          - {name: config, configMap: {name: web-config}}
+          - {name: secret, secret: {secretName: web-secret}}%s
 ---
 apiVersion: apps.atoll.io/v1alpha1
 kind: ServiceGrid
