@@ -568,9 +568,20 @@ func (b *Bed) addHubOnly(ctx context.Context) error {
 	b.hostFiles = map[string]map[string][]byte{}
 	for _, unit := range b.opts.HubOnlyUnits {
 		for _, name := range b.opts.Units[unit] {
+			// The hub's client NodePort answers once kube-proxy on the
+			// cloud node has its endpoint, a moment after atoll-cloud is
+			// Ready: the operator tries again.
 			file := filepath.Join(b.opts.Dir, name+"-bootstrap.creds")
-			if out, err := b.Atoll(ctx, "node", "enroll", "--unit", unit, "--out", file, name); err != nil {
-				return fmt.Errorf("podbed: atoll node enroll %s: %w: %s", name, err, out)
+			wait, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			err := poll.Until(wait, func(ctx context.Context) error {
+				if out, err := b.Atoll(ctx, "node", "enroll", "--unit", unit, "--out", file, name); err != nil {
+					return fmt.Errorf("podbed: atoll node enroll %s: %w: %s", name, err, out)
+				}
+				return nil
+			})
+			cancel()
+			if err != nil {
+				return err
 			}
 			token, err := os.ReadFile(file)
 			if err != nil {
