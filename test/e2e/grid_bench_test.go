@@ -5,6 +5,8 @@ import (
 	"maps"
 	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +42,11 @@ func benchInt(b *testing.B, name string, def, least int) int {
 // of grid objects per second until then (the apiserver's audit log), and
 // its writes in the ATOLL_BENCH_STEADY that follow (default 5m; target
 // 0), in which the controllers' periodic resync (ATOLL_BENCH_RESYNC,
-// default 1m) reconciles every grid again.
+// default 1m) reconciles every grid again. It also reports the CPU time
+// used until convergence by etcd and kube-apiserver together, by KCM,
+// and by this process (atoll-cloud with the grid controllers, the hub's
+// three servers, the simulated nodes), and this process's in the steady
+// period; the log splits the writes by resource.
 //
 //	go test -run '^$' -bench Grids -benchtime 1x -timeout 60m ./test/e2e/
 func BenchmarkGrids(b *testing.B) {
@@ -81,6 +87,7 @@ func BenchmarkGrids(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		cpu0, self0 := e.bed.Cluster.CPU(), selfCPU()
 		start := time.Now()
 		for i := range grids {
 			g := &appsv1alpha1.DeploymentGrid{
@@ -108,6 +115,7 @@ func BenchmarkGrids(b *testing.B) {
 			return nil
 		})
 		converge := time.Since(start)
+		cpu1, self1 := e.bed.Cluster.CPU(), selfCPU()
 		total := func() int {
 			w, err := e.gridWrites()
 			if err != nil {
@@ -121,8 +129,15 @@ func BenchmarkGrids(b *testing.B) {
 		}
 		converged := total()
 		settled, _ := e.gridWrites()
+		byResource := map[string]int{}
+		for k, v := range settled {
+			res, _, _ := strings.Cut(k, "/")
+			byResource[res] += v - before[k]
+		}
+		selfSettled := selfCPU()
 		time.Sleep(steady) // measuring what happens in a quiet period, not waiting for a state
 		after, _ := e.gridWrites()
+		selfSteady := selfCPU() - selfSettled
 		steadyWrites := 0
 		for k, v := range after {
 			steadyWrites += v - settled[k]
@@ -130,6 +145,11 @@ func BenchmarkGrids(b *testing.B) {
 		b.ReportMetric(converge.Seconds(), "converge-s")
 		b.ReportMetric(float64(converged)/converge.Seconds(), "writes/s")
 		b.ReportMetric(float64(steadyWrites), "steady-writes")
+		b.ReportMetric((cpu1["etcd"] + cpu1["kube-apiserver"] - cpu0["etcd"] - cpu0["kube-apiserver"]).Seconds(), "apiserver-etcd-cpu-s")
+		b.ReportMetric((cpu1["kube-controller-manager"] - cpu0["kube-controller-manager"]).Seconds(), "kcm-cpu-s")
+		b.ReportMetric((self1 - self0).Seconds(), "process-cpu-s")
+		b.ReportMetric(selfSteady.Seconds(), "steady-process-cpu-s")
+		b.Logf("writes until convergence by resource: %v", byResource)
 		b.Logf("%d grids x %d units (%d children, %d replicas each): converged in %v with %d writes (%.0f/s); %d writes in the %v after, with a resync every %v (objects changed: %d)",
 			grids, units, grids*units, replicas, converge.Round(time.Millisecond), converged, float64(converged)/converge.Seconds(), steadyWrites, steady, resync, len(changed(settled, after)))
 	}
@@ -144,4 +164,13 @@ func changed(a, b map[string]int) []string {
 		}
 	}
 	return out
+}
+
+// selfCPU is the CPU time (user and system) this process used so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,9 +1,13 @@
 package kubetest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -176,3 +180,34 @@ func (c *Cluster) pause(component string) (func() error, error) {
 		return cerr
 	}, nil
 }
+
+// CPU is the CPU time (user and system) each running component (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler) has used so
+// far, by name, read from /proc: benchmarks subtract two readings.
+func (c *Cluster) CPU() map[string]time.Duration {
+	c.mu.Lock()
+	procs := slices.Clone(c.procs)
+	c.mu.Unlock()
+	out := map[string]time.Duration{}
+	for _, p := range procs {
+		if p.cmd.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err != nil {
+			continue // exited
+		}
+		// The fields after the command, which may hold spaces, in parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		user, _ := strconv.ParseInt(f[11], 10, 64)
+		sys, _ := strconv.ParseInt(f[12], 10, 64)
+		out[p.name] += time.Duration(user+sys) * time.Second / clockTicks
+	}
+	return out
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
+const clockTicks = 100
