@@ -55,8 +55,8 @@ type Config struct {
 	// arguments an atoll-edge agent (built by Start) with them and env
 	// (NAME=value) added to its environment, as a host service: started
 	// at boot before the local API endpoint, killed by a power cut. Its
-	// log is the node's "atoll-edge".
-	HostAgent func(n *Node) (args, env []string)
+	// log is the node's "atoll-edge". An error fails the boot.
+	HostAgent func(n *Node) (args, env []string, err error)
 	// LocalAPIViaHub, when set, names the nodes whose local API endpoint
 	// reaches kube-apiserver through their HostAgent's forward
 	// (HubForwardAddr: `--apiserver-via=hub`); whatever such a node's own

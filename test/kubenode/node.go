@@ -193,8 +193,11 @@ func (n *Node) Boot(ctx context.Context) error {
 		return err
 	}
 	if hostAgent := n.fleet.cfg.HostAgent; hostAgent != nil {
-		if args, env := hostAgent(n); args != nil {
-			var err error
+		args, env, err := hostAgent(n)
+		if err != nil {
+			return fmt.Errorf("kubenode: %s: host agent: %w", n.Name, err)
+		}
+		if args != nil {
 			if n.agent, err = n.startEnv("atoll-edge", env, filepath.Join(n.fleet.atollBin, "atoll-edge"), args...); err != nil {
 				return err
 			}

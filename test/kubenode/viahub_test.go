@@ -2,6 +2,7 @@ package kubenode_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -97,11 +98,11 @@ func TestRealNodeThroughTheHub(t *testing.T) {
 // hubAgent is a kubenode HostAgent: atoll-edge linked to h at leafURL
 // with credentials h issues for the node (no unit), its state on the
 // node's disk, and extra flags.
-func hubAgent(tb testing.TB, h *hub.Hub, leafURL string, extra ...string) func(*kubenode.Node) ([]string, []string) {
+func hubAgent(tb testing.TB, h *hub.Hub, leafURL string, extra ...string) func(*kubenode.Node) ([]string, []string, error) {
 	credsDir := tb.TempDir()
 	var mu sync.Mutex
 	creds := map[string]string{}
-	return func(n *kubenode.Node) ([]string, []string) {
+	return func(n *kubenode.Node) ([]string, []string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if creds[n.Name] == "" {
@@ -113,12 +114,12 @@ func hubAgent(tb testing.TB, h *hub.Hub, leafURL string, extra ...string) func(*
 				})
 			}
 			if err != nil {
-				tb.Errorf("credentials of %s: %v", n.Name, err)
+				return nil, nil, fmt.Errorf("credentials of %s: %w", n.Name, err)
 			}
 			creds[n.Name] = path
 		}
 		return append([]string{"--node-name=" + n.Name, "--hub-url=" + leafURL, "--hub-domain=" + h.Domain(),
 			"--creds-file=" + creds[n.Name], "--internal-ip=" + n.IP, "--route-host=" + n.IP,
-			"--state-dir=/var/lib/atoll", "--log-format=text"}, extra...), nil
+			"--state-dir=/var/lib/atoll", "--log-format=text"}, extra...), nil, nil
 	}
 }

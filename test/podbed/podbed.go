@@ -612,14 +612,13 @@ func (b *Bed) addHubOnly(ctx context.Context) error {
 // line of deploy/host/atoll-edge.service with the environment its
 // EnvironmentFile holds, as systemd starts it. The node's /etc/atoll
 // gets its files at the first boot.
-func (b *Bed) hostAgent(n *kubenode.Node) ([]string, []string) {
+func (b *Bed) hostAgent(n *kubenode.Node) ([]string, []string, error) {
 	if !b.hubOnly(n.Name) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	unit, err := deploy.ReadHostUnit("atoll-edge.service")
 	if err != nil {
-		b.log.Error("podbed: atoll-edge.service", "err", err)
-		return nil, nil
+		return nil, nil, err
 	}
 	etc := n.HostPath("/etc/atoll")
 	for name, content := range b.hostFiles[n.Name] {
@@ -631,18 +630,18 @@ func (b *Bed) hostAgent(n *kubenode.Node) ([]string, []string) {
 			continue
 		}
 		if err := os.WriteFile(f, content, 0o600); err != nil {
-			b.log.Error("podbed: /etc/atoll", "node", n.Name, "err", err)
+			return nil, nil, err
 		}
 	}
 	envFile, err := os.ReadFile(n.HostPath(unit.EnvironmentFile))
 	if err != nil {
-		b.log.Error("podbed: the host agent's environment", "node", n.Name, "err", err)
+		return nil, nil, fmt.Errorf("podbed: the environment of atoll-edge.service: %w", err)
 	}
 	env, err := deploy.ParseEnv(envFile)
 	if err != nil {
-		b.log.Error("podbed: the host agent's environment", "node", n.Name, "err", err)
+		return nil, nil, fmt.Errorf("podbed: %s: %w", unit.EnvironmentFile, err)
 	}
-	return unit.Exec[1:], env
+	return unit.Exec[1:], env, nil
 }
 
 // WaitSafe waits until `atoll status` says SAFE, at most timeout.
