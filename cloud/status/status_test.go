@@ -429,21 +429,26 @@ func TestServiceDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One replica took the status request and asked both for their
-	// tunnel sessions.
-	requests := map[string]int{}
+	// tunnel sessions. (A micro service counts a request once its
+	// handler has returned, after the reply went out: ask until the
+	// counts are in.)
 	subj, _ := micro.ControlSubject(micro.StatsVerb, events.CloudService, "")
-	if n := discover(micro.StatsVerb, func(b []byte) error {
-		var st micro.Stats
-		if err := json.Unmarshal(b, &st); err != nil {
-			return err
-		}
-		for _, e := range st.Endpoints {
-			requests[e.Name] += e.NumRequests
+	poll.Eventually(t, 5*time.Second, func() error {
+		requests := map[string]int{}
+		if n := discover(micro.StatsVerb, func(b []byte) error {
+			var st micro.Stats
+			if err := json.Unmarshal(b, &st); err != nil {
+				return err
+			}
+			for _, e := range st.Endpoints {
+				requests[e.Name] += e.NumRequests
+			}
+			return nil
+		}); n != 2 || requests["status"] != 1 || requests["tunnels"] != 2 {
+			return fmt.Errorf("%s: %d answers counting %v requests, want 2 and status 1, tunnels 2", subj, n, requests)
 		}
 		return nil
-	}); n != 2 || requests["status"] != 1 || requests["tunnels"] != 2 {
-		t.Fatalf("%s: %d answers counting %v requests, want 2 and status 1, tunnels 2", subj, n, requests)
-	}
+	})
 }
 
 // brokenLister fails every list, so the status cannot be built.
