@@ -315,9 +315,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	row.settled = time.Since(settleStart)
 	pids := map[string]int{"cloud": cloud.Process.Pid, "etcd": findProcess(cluster.Dir(), "etcd"), "apiserver": findProcess(cluster.Dir(), "kube-apiserver")}
-	before := map[string]int64{}
+	before := map[string]time.Duration{}
 	for k, pid := range pids {
-		before[k] = cpuTicks(pid)
+		before[k] = kubetest.ProcessCPU(pid)
 	}
 	writes0, err := atollWrites(auditDir)
 	if err != nil {
@@ -355,7 +355,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	secs := time.Since(start).Seconds()
-	cores := func(k string) float64 { return float64(cpuTicks(pids[k])-before[k]) / clockTicks / secs }
+	cores := func(k string) float64 { return (kubetest.ProcessCPU(pids[k]) - before[k]).Seconds() / secs }
 	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
 	row.cloudMiB = float64(rssKiB(pids["cloud"])) / 1024
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
@@ -645,25 +645,6 @@ func waitReady(ctx context.Context, url string, within time.Duration) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// clockTicks is the kernel's USER_HZ (100 on Linux).
-const clockTicks = 100
-
-// cpuTicks is the user and system CPU time of pid, in clock ticks (0: gone).
-func cpuTicks(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil || pid == 0 {
-		return 0
-	}
-	// Fields after the command (which may hold spaces) in parentheses.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
 }
 
 // rssKiB is the resident set of pid.

@@ -190,23 +190,28 @@ func (c *Cluster) CPU() map[string]time.Duration {
 	c.mu.Unlock()
 	out := map[string]time.Duration{}
 	for _, p := range procs {
-		if p.cmd.Process == nil {
-			continue
+		if p.cmd.Process != nil {
+			out[p.name] += ProcessCPU(p.cmd.Process.Pid)
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-		if err != nil {
-			continue // exited
-		}
-		// The fields after the command, which may hold spaces, in parentheses.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		user, _ := strconv.ParseInt(f[11], 10, 64)
-		sys, _ := strconv.ParseInt(f[12], 10, 64)
-		out[p.name] += time.Duration(user+sys) * time.Second / clockTicks
 	}
 	return out
+}
+
+// ProcessCPU is the CPU time (user and system) process pid has used so
+// far, from /proc/PID/stat (0: gone).
+func ProcessCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil || pid == 0 {
+		return 0
+	}
+	// The fields after the command, which may hold spaces, in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	sys, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(user+sys) * time.Second / clockTicks
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
