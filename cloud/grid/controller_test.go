@@ -28,6 +28,7 @@ import (
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
+	"github.com/atoll-edge/atoll/test/promtest"
 )
 
 // installCRDs applies deploy/crds to the cluster.
@@ -428,5 +429,52 @@ func TestDeploymentGridLifecycle(t *testing.T) {
 	})
 	if err := c.Get(ctx, client.ObjectKeyFromObject(g), g); !apierrors.IsNotFound(err) {
 		t.Errorf("grid: %v", err)
+	}
+}
+
+// TestNewGridOneStatusWrite: a new grid's children are applied and its
+// status written once, saying its units are updating; the children's
+// events that follow find nothing to change (no KCM: the children's
+// status stays as created).
+func TestNewGridOneStatusWrite(t *testing.T) {
+	cluster := kubetest.Start(t)
+	installCRDs(t, cluster)
+	log := natstest.Logger(t, slog.LevelWarn)
+	ctx := t.Context()
+	r := startControllers(t, cluster, log)
+	c := r.client(t, cluster)
+	for _, n := range []*corev1.Node{
+		node("n1", map[string]string{wellknown.LabelUnit: "a"}),
+		node("n2", map[string]string{wellknown.LabelUnit: "b"}),
+		node("n3", map[string]string{wellknown.LabelUnit: "c"}),
+	} {
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := webGrid("default")
+	if err := c.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			return err
+		}
+		if len(g.Status.Units) != 3 {
+			return fmt.Errorf("status lists %d units", len(g.Status.Units))
+		}
+		return nil
+	})
+	// The children's Added events reconcile the grid again meanwhile.
+	time.Sleep(3 * time.Second)
+	statusWrites := promtest.Counter(t, r.reg, "atoll_grid_writes_total", map[string]string{"kind": "Deployment", "op": "status"})
+	if statusWrites != 1 {
+		t.Errorf("%v status writes, want 1", statusWrites)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+		t.Fatal(err)
+	}
+	if p := meta.FindStatusCondition(g.Status.Conditions, appsv1alpha1.ConditionProgressing); p == nil || p.Message != "3 units updating, 0 pending" {
+		t.Errorf("Progressing %+v, want 3 units updating", p)
 	}
 }

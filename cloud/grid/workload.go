@@ -231,6 +231,14 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 		r.k.Observe(obj, unitStatus[u])
 		unitStatus[u].Revision = desired[u].Revision
 	}
+	// The units the rollout moved now are updating from now on, as the
+	// next reconcile will find them: the status says so at once, not in
+	// a second write.
+	for _, u := range p.Apply {
+		if us := unitStatus[u]; us != nil && us.Revision == desired[u].Revision && !us.Ready && !slices.Contains(p.Updating, u) {
+			p.Updating = append(p.Updating, u)
+		}
+	}
 
 	// Why the units that are not ready are not: their pods say.
 	unready := false
