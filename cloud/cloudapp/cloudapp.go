@@ -219,6 +219,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Grid.Mode, "grids", c.Grid.Mode, "grid workload controllers (DeploymentGrid, StatefulSetGrid, ServiceGrid): auto (when the apps.atoll.io CRDs are installed), on or off")
 	fs.DurationVar(&c.Grid.Resync, "grid-resync", c.Grid.Resync, "re-reconcile every grid this often (0: never; children, nodes and unit events drive them)")
 	fs.IntVar(&c.Grid.Workers, "grid-workers", c.Grid.Workers, "concurrent reconciles of each grid controller")
+	fs.Var((*cliflags.Float32)(&c.Grid.QPS), "grid-qps", "sustained requests/s of the grid controllers' writes (children, grid status), on a client of their own")
+	fs.IntVar(&c.Grid.Burst, "grid-burst", c.Grid.Burst, "burst of the grid controllers' writes")
 	// Tunnel server.
 	fs.StringVar(&c.Tunnel.ConnectAddr, "tunnel-connect-addr", c.Tunnel.ConnectAddr, "HTTP CONNECT listener for kube-apiserver's egress selector (host:port, or unix:/path); empty: none")
 	fs.StringVar(&c.Tunnel.ConnectTLS.CertFile, "tunnel-connect-tls-cert", c.Tunnel.ConnectTLS.CertFile, "PEM server certificate of the TCP CONNECT listener (re-read when it changes)")

@@ -32,12 +32,19 @@ type Config struct {
 	// Resync re-reconciles every grid this often (0: never; the children
 	// and unit events drive the controllers).
 	Resync time.Duration
+	// QPS and Burst limit the controllers' writes, on a client of their
+	// own: a grid of 20 units writes 20 children at once, and 200 such
+	// grids created together should not wait on the main client's
+	// budget (leader election, cache, topology) nor hold it up. The
+	// apiserver's priority and fairness still shares it with the others.
+	QPS   float32
+	Burst int
 }
 
 // DefaultConfig runs the controllers when the CRDs exist, resyncs every
-// 10 minutes.
+// 10 minutes, writes up to 500/s (bursts of 1000).
 func DefaultConfig() Config {
-	return Config{Mode: ModeAuto, UnitLabel: wellknown.LabelUnit, Workers: 4, Resync: 10 * time.Minute}
+	return Config{Mode: ModeAuto, UnitLabel: wellknown.LabelUnit, Workers: 4, Resync: 10 * time.Minute, QPS: 500, Burst: 1000}
 }
 
 // Validate names the first bad field.
@@ -51,6 +58,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("grid: workers %d: want at least 1", c.Workers)
 	case c.Resync < 0:
 		return fmt.Errorf("grid: resync %s must not be negative", c.Resync)
+	case c.QPS <= 0 || c.Burst < 1:
+		return fmt.Errorf("grid: QPS %g and burst %d must be positive", c.QPS, c.Burst)
 	}
 	return nil
 }

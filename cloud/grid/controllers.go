@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -174,13 +175,17 @@ func New(cfg Config, m *manager.Manager, log *slog.Logger, reg prometheus.Regist
 			return nil, fmt.Errorf("grid: index %T: %w", o, err)
 		}
 	}
-	if err := setupWorkload(c, m, DeploymentGridController, deploymentGrids, &appsv1alpha1.DeploymentGrid{}, &appsv1alpha1.DeploymentGridList{}, &appsv1.Deployment{}); err != nil {
+	cl, err := newClient(m, cfg)
+	if err != nil {
 		return nil, err
 	}
-	if err := setupWorkload(c, m, StatefulSetGridController, statefulSetGrids, &appsv1alpha1.StatefulSetGrid{}, &appsv1alpha1.StatefulSetGridList{}, &appsv1.StatefulSet{}); err != nil {
+	if err := setupWorkload(c, m, cl, DeploymentGridController, deploymentGrids, &appsv1alpha1.DeploymentGrid{}, &appsv1alpha1.DeploymentGridList{}, &appsv1.Deployment{}); err != nil {
 		return nil, err
 	}
-	sr := &serviceReconciler{c: m.GetClient(), cfg: cfg, log: c.log, rec: m.GetEventRecorderFor("atoll-grid"), metrics: met}
+	if err := setupWorkload(c, m, cl, StatefulSetGridController, statefulSetGrids, &appsv1alpha1.StatefulSetGrid{}, &appsv1alpha1.StatefulSetGridList{}, &appsv1.StatefulSet{}); err != nil {
+		return nil, err
+	}
+	sr := &serviceReconciler{c: cl, cfg: cfg, log: c.log, rec: m.GetEventRecorderFor("atoll-grid"), metrics: met}
 	err = builder.ControllerManagedBy(m).
 		Named(ServiceGridController).
 		For(&appsv1alpha1.ServiceGrid{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -194,9 +199,21 @@ func New(cfg Config, m *manager.Manager, log *slog.Logger, reg prometheus.Regist
 	return c, nil
 }
 
-func setupWorkload[S any](c *Controllers, m *manager.Manager, name string, k gridKind[S], grid client.Object, grids client.ObjectList, child client.Object) error {
+// newClient is the controllers' client: reads from m's cache, writes
+// within cfg's budget of their own.
+func newClient(m *manager.Manager, cfg Config) (client.Client, error) {
+	rc := rest.CopyConfig(m.GetConfig())
+	rc.QPS, rc.Burst, rc.RateLimiter = cfg.QPS, cfg.Burst, nil
+	cl, err := client.New(rc, client.Options{Scheme: m.GetScheme(), Mapper: m.GetRESTMapper(), Cache: &client.CacheOptions{Reader: m.GetCache()}})
+	if err != nil {
+		return nil, fmt.Errorf("grid: client: %w", err)
+	}
+	return cl, nil
+}
+
+func setupWorkload[S any](c *Controllers, m *manager.Manager, cl client.Client, name string, k gridKind[S], grid client.Object, grids client.ObjectList, child client.Object) error {
 	r := &reconciler[S]{
-		k: k, c: m.GetClient(), cfg: c.cfg, log: c.log.With("controller", name),
+		k: k, c: cl, cfg: c.cfg, log: c.log.With("controller", name),
 		rec: m.GetEventRecorderFor("atoll-grid"), metrics: c.metrics,
 		now: time.Now, applied: map[types.UID]int64{},
 	}
