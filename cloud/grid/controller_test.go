@@ -478,3 +478,72 @@ func TestNewGridOneStatusWrite(t *testing.T) {
 		t.Errorf("Progressing %+v, want 3 units updating", p)
 	}
 }
+
+// TestTemplateChangeWritesEachChildOnce: a new image in a grid's template
+// applies the child of each unit it changes once (every unit at once: no
+// maxUnavailableUnits); unit b, whose override sets its own image, is
+// not written.
+func TestTemplateChangeWritesEachChildOnce(t *testing.T) {
+	cluster := kubetest.Start(t)
+	installCRDs(t, cluster)
+	log := natstest.Logger(t, slog.LevelWarn)
+	ctx := t.Context()
+	r := startControllers(t, cluster, log)
+	c := r.client(t, cluster)
+	for _, n := range []*corev1.Node{
+		node("n1", map[string]string{wellknown.LabelUnit: "a"}),
+		node("n2", map[string]string{wellknown.LabelUnit: "b"}),
+		node("n3", map[string]string{wellknown.LabelUnit: "c"}),
+	} {
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := webGrid("default")
+	if err := c.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	applies := func() float64 {
+		return promtest.Counter(t, r.reg, "atoll_grid_writes_total", map[string]string{"kind": "Deployment", "op": "apply"})
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if n := applies(); n != 3 {
+			return fmt.Errorf("%v children applied", n)
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second) // the children's events reconcile the grid again
+	before := applies()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			return err
+		}
+		g.Spec.Template.Template.Spec.Containers[0].Image = "nginx:3"
+		return c.Update(ctx, g)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		var d appsv1.Deployment
+		for _, u := range []string{"a", "c"} { // b overrides the image
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "web-" + u}, &d); err != nil {
+				return err
+			}
+			if img := d.Spec.Template.Spec.Containers[0].Image; img != "nginx:3" {
+				return fmt.Errorf("web-%s runs %s", u, img)
+			}
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // the children's events reconcile the grid again
+	if n := applies() - before; n != 2 {
+		t.Errorf("%v child writes for one template change of units a and c, want 2", n)
+	}
+	var b appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "web-b"}, &b); err != nil {
+		t.Fatal(err)
+	}
+	if img := b.Spec.Template.Spec.Containers[0].Image; img != "nginx:2" {
+		t.Errorf("web-b runs %s, want its override nginx:2", img)
+	}
+}
