@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 )
 
@@ -231,6 +232,9 @@ func setupWorkload[S any](c *Controllers, m *manager.Manager, cl client.Client, 
 		Owns(child).
 		// Orphans labeled for a grid (adopted), objects in a child's way.
 		Watches(child, handler.EnqueueRequestsFromMapFunc(r.orphanRequests)).
+		// Pods of its children that come, go or change their reason not
+		// to be ready: a unit's problem, which no child shows.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podGrid), builder.WithPredicates(podEvents)).
 		// Units: nodes that join or leave a unit of a grid's key.
 		Watches(&corev1.Node{}, nodeHandler(m.GetClient(), k, c.cfg.UnitLabel, &c.unitEventsOn, r.log)).
 		// NodeUnits whose labels change: grids selecting units by them.
@@ -286,6 +290,34 @@ func nodeHandler[S any](cl client.Reader, k gridKind[S], def string, unitEvents 
 }
 
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// podGrid maps a pod of a grid's child (it carries the grid's labels) to
+// the grid.
+func podGrid(_ context.Context, o client.Object) []reconcile.Request {
+	g, unit := o.GetLabels()[wellknown.LabelGrid], o.GetLabels()[wellknown.LabelGridUnit]
+	if g == "" || unit == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: g}}}
+}
+
+// podEvents passes the pod events that may change a unit's problem: a
+// pod created or deleted, or one whose reason not to be ready changed
+// (its other status changes, a kubelet's retries of one failure
+// included, change nothing in the grid).
+var podEvents = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		or, om := podReason(o)
+		nr, nm := podReason(n)
+		return or != nr || om != nm || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
 
 // nodeUnitHandler enqueues the grids of kind k, of the unit label, with an
 // override selecting units by label (unitSelector), when a NodeUnit

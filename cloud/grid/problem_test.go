@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/atoll-edge/atoll/cloud/grid"
 	"github.com/atoll-edge/atoll/internal/wellknown"
 	appsv1alpha1 "github.com/atoll-edge/atoll/schemas/apps/v1alpha1"
 	"github.com/atoll-edge/atoll/test/kubetest"
@@ -24,10 +23,12 @@ import (
 // TestGridSaysWhyPodsAreNotReady: a unit whose pod cannot pull its image
 // is shown with the kubelet's reason and message in the unit's status and
 // in the grid's Ready condition, although no child changed (the pod's
-// status is written as a kubelet writes it); while the kubelet retries the
-// pull (ImagePullBackOff quoting the same error) the grid is not written
-// at all, past a recheck; once the pod is ready the reason is gone.
+// status is written as a kubelet writes it: the pod's events bring the
+// grid back); while the kubelet retries the pull (ImagePullBackOff
+// quoting the same error) the grid is not written at all; once the pod is
+// ready the reason is gone.
 func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
+	const settle = 5 * time.Second // a quiet period, not waiting for a state
 	cluster := kubetest.Start(t)
 	installCRDs(t, cluster)
 	ctx := t.Context()
@@ -84,14 +85,14 @@ func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
 	})
 
 	// The rollout settles first (its unit moves to updating): a grid not
-	// written over a whole recheck.
+	// written for a while.
 	var before appsv1alpha1.DeploymentGrid
 	poll.Eventually(t, time.Minute, func() error {
 		var first appsv1alpha1.DeploymentGrid
 		if err := c.Get(ctx, client.ObjectKeyFromObject(g), &first); err != nil {
 			return err
 		}
-		time.Sleep(grid.ProblemRecheck + time.Second)
+		time.Sleep(settle)
 		if err := c.Get(ctx, client.ObjectKeyFromObject(g), &before); err != nil {
 			return err
 		}
@@ -105,7 +106,7 @@ func TestGridSaysWhyPodsAreNotReady(t *testing.T) {
 	if err := c.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(grid.ProblemRecheck + time.Second)
+	time.Sleep(settle)
 	var after appsv1alpha1.DeploymentGrid
 	if err := c.Get(ctx, client.ObjectKeyFromObject(g), &after); err != nil {
 		t.Fatal(err)

@@ -240,14 +240,13 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 		}
 	}
 
-	// Why the units that are not ready are not: their pods say.
-	unready := false
+	// Why the units that are not ready are not: their pods say (and their
+	// changes bring the grid back: podEvents).
 	for _, u := range slices.Sorted(maps.Keys(unitStatus)) {
 		us := unitStatus[u]
 		if us.Ready {
 			continue
 		}
-		unready = true
 		pods, err := unitPods(ctx, r.c, g, u, us.Child)
 		if err != nil {
 			r.log.Debug("cannot list a unit's pods", "grid", req.NamespacedName, "unit", u, "err", err)
@@ -289,18 +288,8 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if p.RequeueAfter > 0 && (res.RequeueAfter == 0 || p.RequeueAfter+time.Second < res.RequeueAfter) {
 		res.RequeueAfter = p.RequeueAfter + time.Second
 	}
-	// A pod's reason changes no child: look again while a unit is not
-	// ready.
-	if unready && (res.RequeueAfter == 0 || problemRecheck < res.RequeueAfter) {
-		res.RequeueAfter = problemRecheck
-	}
 	return res, nil
 }
-
-// problemRecheck is how often a grid with a unit that is not ready is
-// reconciled again, to follow its pods' reasons (no child changes with
-// them).
-const problemRecheck = 10 * time.Second
 
 // conditions sets Ready, Progressing and InvalidSpec on next, and records
 // an Event on each transition to a bad state.
