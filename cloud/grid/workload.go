@@ -77,6 +77,19 @@ type reconciler[S any] struct {
 	// without being the grid's to the grid's key.
 	blocked sync.Map
 	warned  warnings
+	// wrote is the last status this process wrote to each grid (by
+	// name), and the resource version it wrote over: a reconcile that
+	// runs before the cache holds that write (a child's event queued
+	// meanwhile) finds the grid as it was, and goes on from the status
+	// written instead of writing it again.
+	wrote sync.Map // types.NamespacedName → statusWrite
+}
+
+// statusWrite is a status written over the grid at resource version
+// before.
+type statusWrite struct {
+	before string
+	status *appsv1alpha1.GridStatus
 }
 
 // orphanRequests maps a child event to its grid: an orphan labeled for a
@@ -102,6 +115,9 @@ func (r *reconciler[S]) gvk() schema.GroupVersionKind {
 func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	g := r.k.NewGrid()
 	if err := r.c.Get(ctx, req.NamespacedName, g); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.wrote.Delete(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if g.GetDeletionTimestamp() != nil {
@@ -181,6 +197,11 @@ func (r *reconciler[S]) Reconcile(ctx context.Context, req reconcile.Request) (r
 
 	// The rollout: which units move to their desired revision now.
 	st := r.k.Status(g)
+	if w, ok := r.wrote.Load(req.NamespacedName); ok && w.(statusWrite).before == g.GetResourceVersion() {
+		// The cache does not hold this process's last status write yet:
+		// go on from what it wrote.
+		st = w.(statusWrite).status.DeepCopy()
+	}
 	rev, err := r.k.Revision(g)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -443,11 +464,13 @@ func (r *reconciler[S]) release(ctx context.Context, g, c client.Object) error {
 
 // writeStatus patches g's status to next.
 func (r *reconciler[S]) writeStatus(ctx context.Context, g client.Object, next *appsv1alpha1.GridStatus) error {
+	before := g.GetResourceVersion()
 	base := g.DeepCopyObject().(client.Object)
 	*r.k.Status(g) = *next
 	if err := r.c.Status().Patch(ctx, g, client.MergeFrom(base), client.FieldOwner(wellknown.FieldManager)); err != nil {
 		return fmt.Errorf("status of %s %s/%s: %w", r.k.GridKind, g.GetNamespace(), g.GetName(), err)
 	}
+	r.wrote.Store(client.ObjectKeyFromObject(g), statusWrite{before: before, status: next.DeepCopy()})
 	r.metrics.writes.WithLabelValues(r.k.Kind, "status").Inc()
 	return nil
 }
