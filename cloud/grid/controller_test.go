@@ -432,16 +432,14 @@ func TestDeploymentGridLifecycle(t *testing.T) {
 	}
 }
 
-// TestNewGridOneStatusWrite: a new grid's children are applied and its
-// status written once, saying its units are updating; the children's
-// events that follow find nothing to change (no KCM: the children's
-// status stays as created).
-func TestNewGridOneStatusWrite(t *testing.T) {
+// threeUnitGrid starts the controllers on a bare apiserver (no KCM) with
+// units a, b and c of one node each, and creates webGrid there.
+func threeUnitGrid(t *testing.T) (running, client.Client, *appsv1alpha1.DeploymentGrid) {
+	t.Helper()
 	cluster := kubetest.Start(t)
 	installCRDs(t, cluster)
-	log := natstest.Logger(t, slog.LevelWarn)
 	ctx := t.Context()
-	r := startControllers(t, cluster, log)
+	r := startControllers(t, cluster, natstest.Logger(t, slog.LevelWarn))
 	c := r.client(t, cluster)
 	for _, n := range []*corev1.Node{
 		node("n1", map[string]string{wellknown.LabelUnit: "a"}),
@@ -456,6 +454,16 @@ func TestNewGridOneStatusWrite(t *testing.T) {
 	if err := c.Create(ctx, g); err != nil {
 		t.Fatal(err)
 	}
+	return r, c, g
+}
+
+// TestNewGridOneStatusWrite: a new grid's children are applied and its
+// status written once, saying its units are updating; the children's
+// events that follow find nothing to change (no KCM: the children's
+// status stays as created).
+func TestNewGridOneStatusWrite(t *testing.T) {
+	ctx := t.Context()
+	r, c, g := threeUnitGrid(t)
 	poll.Eventually(t, 30*time.Second, func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
 			return err
@@ -484,25 +492,8 @@ func TestNewGridOneStatusWrite(t *testing.T) {
 // maxUnavailableUnits); unit b, whose override sets its own image, is
 // not written.
 func TestTemplateChangeWritesEachChildOnce(t *testing.T) {
-	cluster := kubetest.Start(t)
-	installCRDs(t, cluster)
-	log := natstest.Logger(t, slog.LevelWarn)
 	ctx := t.Context()
-	r := startControllers(t, cluster, log)
-	c := r.client(t, cluster)
-	for _, n := range []*corev1.Node{
-		node("n1", map[string]string{wellknown.LabelUnit: "a"}),
-		node("n2", map[string]string{wellknown.LabelUnit: "b"}),
-		node("n3", map[string]string{wellknown.LabelUnit: "c"}),
-	} {
-		if err := c.Create(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	g := webGrid("default")
-	if err := c.Create(ctx, g); err != nil {
-		t.Fatal(err)
-	}
+	r, c, g := threeUnitGrid(t)
 	applies := func() float64 {
 		return promtest.Counter(t, r.reg, "atoll_grid_writes_total", map[string]string{"kind": "Deployment", "op": "apply"})
 	}

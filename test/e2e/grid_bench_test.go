@@ -20,7 +20,7 @@ import (
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
-// benchInt reads an integer knob of BenchmarkGrids, at least least.
+// benchInt reads an integer knob of a benchmark, at least least.
 func benchInt(b *testing.B, name string, def, least int) int {
 	if v := os.Getenv(name); v != "" {
 		n, err := strconv.Atoi(v)
@@ -28,6 +28,18 @@ func benchInt(b *testing.B, name string, def, least int) int {
 			b.Fatalf("%s=%q: want an integer of at least %d", name, v, least)
 		}
 		return n
+	}
+	return def
+}
+
+// benchDuration reads a positive duration knob of a benchmark.
+func benchDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("%s=%q: want a positive duration", name, v)
+		}
+		return d
 	}
 	return def
 }
@@ -53,22 +65,8 @@ func BenchmarkGrids(b *testing.B) {
 	grids := benchInt(b, "ATOLL_BENCH_GRIDS", 200, 1)
 	units := benchInt(b, "ATOLL_BENCH_UNITS", 20, 1)
 	replicas := benchInt(b, "ATOLL_BENCH_REPLICAS", 0, 0)
-	steady := 5 * time.Minute
-	if v := os.Getenv("ATOLL_BENCH_STEADY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			b.Fatalf("ATOLL_BENCH_STEADY=%q: want a positive duration", v)
-		}
-		steady = d
-	}
-	resync := time.Minute
-	if v := os.Getenv("ATOLL_BENCH_RESYNC"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			b.Fatalf("ATOLL_BENCH_RESYNC=%q: want a positive duration", v)
-		}
-		resync = d
-	}
+	steady := benchDuration(b, "ATOLL_BENCH_STEADY", 5*time.Minute)
+	resync := benchDuration(b, "ATOLL_BENCH_RESYNC", time.Minute)
 	for b.Loop() {
 		e := startGrids(b, resync)
 		ctx := b.Context()

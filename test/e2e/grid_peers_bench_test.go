@@ -81,18 +81,6 @@ func BenchmarkGridPeers(b *testing.B) {
 	}
 }
 
-// benchDuration reads a positive duration knob.
-func benchDuration(b *testing.B, name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			b.Fatalf("%s=%q: want a positive duration", name, v)
-		}
-		return d
-	}
-	return def
-}
-
 // gridPeer is one grid controller under test.
 type gridPeer interface {
 	name() string
