@@ -209,17 +209,17 @@ func Start(ctx context.Context, cluster *kubetest.Cluster, cfg Config) (*Fleet, 
 	}
 	f.registry = f.images.addr
 	if err := f.images.pushBuiltins(ctx); err != nil {
-		f.Stop()
+		_ = f.Stop()
 		return nil, err
 	}
 	if cfg.DNS {
 		if err := f.startDNS(ctx); err != nil {
-			f.Stop()
+			_ = f.Stop()
 			return nil, err
 		}
 	}
 	if err := f.buildAtoll(ctx); err != nil {
-		f.Stop()
+		_ = f.Stop()
 		return nil, err
 	}
 	return f, nil
@@ -267,7 +267,9 @@ func StartForTest(t testing.TB, cluster *kubetest.Cluster, cfg Config) *Fleet {
 				t.Logf("%s", n.LogTails(30))
 			}
 		}
-		f.Stop()
+		if err := f.Stop(); err != nil {
+			t.Error(err)
+		}
 	})
 	return f
 }
@@ -357,10 +359,12 @@ func (f *Fleet) Add(ctx context.Context, name string) (*Node, error) {
 }
 
 // Stop powers every node off, removes their namespaces, cgroups and
-// routes, the bridge and the registry. The disks stay in Dir.
-func (f *Fleet) Stop() {
+// routes, the bridge and the registry. The disks stay in Dir. It fails
+// when a process of a node survives its power cut.
+func (f *Fleet) Stop() error {
+	var errs []error
 	for _, n := range f.Nodes() {
-		n.remove()
+		errs = append(errs, n.remove())
 	}
 	if f.images != nil {
 		f.images.close()
@@ -371,6 +375,7 @@ func (f *Fleet) Stop() {
 		_ = exec.Command("umount", ns).Run()
 	}
 	_ = os.RemoveAll(run)
+	return errors.Join(errs...)
 }
 
 func (f *Fleet) bridgeName() string { return fmt.Sprintf("kn%d", f.cfg.Net) }

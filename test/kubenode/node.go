@@ -137,7 +137,12 @@ func (n *Node) create(others []*Node) error {
 		return err
 	}
 	host := HostIP(n.fleet.cfg.Net)
-	_ = ip("netns", "del", n.netns) // left by a killed run
+	// What a killed run left: its containers, shims and namespace.
+	for _, pid := range n.shims() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	n.killContainers()
+	_ = ip("netns", "del", n.netns)
 	if err := ipAll(
 		[]string{"netns", "add", n.netns},
 		[]string{"link", "add", n.hostEnd, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
@@ -567,18 +572,57 @@ func (n *Node) PowerCut() {
 	for _, pid := range n.shims() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	// The containers, until none is left (a process may fork meanwhile).
+	n.killContainers()
+	n.dropLinks()
+}
+
+// killContainers kills every process in the node's cgroups until none is
+// left (a process may fork meanwhile). A cgroup left frozen is thawed
+// first: runc freezes a container's cgroup while it signals every
+// process of it, and a shim killed at that moment leaves it frozen, its
+// processes deaf to SIGKILL for good.
+func (n *Node) killContainers() {
 	for range 50 {
+		n.thaw()
 		pids := n.cgroupPids()
 		if len(pids) == 0 {
-			break
+			return
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	n.dropLinks()
+}
+
+// thaw thaws every frozen cgroup under the node's root.
+func (n *Node) thaw() {
+	for _, h := range cgroupHierarchies() {
+		_ = filepath.WalkDir(filepath.Join(h, n.CgroupRoot), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil //nolint:nilerr // a cgroup removed while walking
+			}
+			switch d.Name() {
+			case "freezer.state": // v1
+				if b, _ := os.ReadFile(path); strings.TrimSpace(string(b)) != "THAWED" {
+					_ = os.WriteFile(path, []byte("THAWED"), 0o644)
+				}
+			case "cgroup.freeze": // v2
+				if b, _ := os.ReadFile(path); strings.TrimSpace(string(b)) != "0" {
+					_ = os.WriteFile(path, []byte("0"), 0o644)
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// InFleet reports whether process pid runs in a cgroup of a node of
+// fleet net: what a test uses to find a container's process among the
+// machine's without touching another test's.
+func InFleet(pid, net int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return err == nil && strings.Contains(string(b), fmt.Sprintf(":/atoll-kn%d-", net))
 }
 
 // dropLinks removes what a reboot takes from the node's network: every
@@ -646,17 +690,25 @@ func (n *Node) cgroupPids() []int {
 }
 
 // remove powers the node off for good: its namespaces, cgroups and
-// routes go; its disk stays.
-func (n *Node) remove() {
+// routes go; its disk stays. It fails when a process of the node
+// survives.
+func (n *Node) remove() error {
 	n.PowerCut()
+	var err error
+	if pids := append(n.cgroupPids(), n.shims()...); len(pids) > 0 {
+		err = fmt.Errorf("kubenode: %s: processes %v survive its power cut", n.Name, pids)
+	}
 	n.dropMounts()
 	_ = os.RemoveAll(n.Run)
-	for _, h := range cgroupHierarchies() {
+	// On a hybrid v1 layout the runtime also makes the containers'
+	// cgroups in the unified hierarchy.
+	for _, h := range append(cgroupHierarchies(), "/sys/fs/cgroup/unified") {
 		removeCgroupTree(filepath.Join(h, n.CgroupRoot))
 	}
 	_ = ip("route", "del", n.PodCIDR)
 	_ = ip("netns", "del", n.netns)
 	_ = ip("link", "del", n.hostEnd)
+	return err
 }
 
 // removeCgroupTree removes a cgroup and its children, deepest first.

@@ -770,11 +770,14 @@ func (b *Bed) Diagnostics() string {
 }
 
 // Stop stops the fleet and the control plane; their state stays in Dir.
-func (b *Bed) Stop() {
+// It fails when a process of a node survives the fleet's stop.
+func (b *Bed) Stop() error {
+	var err error
 	if b.Fleet != nil {
-		b.Fleet.Stop()
+		err = b.Fleet.Stop()
 	}
 	if b.Cluster != nil {
 		_ = b.Cluster.Stop()
 	}
+	return err
 }

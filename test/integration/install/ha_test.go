@@ -261,9 +261,9 @@ func hubRoutes(ctx context.Context, t *testing.T, ip string) []string {
 	return out
 }
 
-// killProcess kills with SIGKILL the one process of the host named comm
-// whose environment holds env (a container's process, found as any
-// process of the node's kernel is).
+// killProcess kills with SIGKILL the one process named comm whose
+// environment holds env among the containers of the test's fleet (found
+// as any process of the nodes' kernel is).
 func killProcess(t *testing.T, comm, env string) {
 	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
@@ -277,7 +277,7 @@ func killProcess(t *testing.T, comm, env string) {
 		for kv := range strings.SplitSeq(string(environ), "\x00") {
 			if kv == env {
 				var pid int
-				if _, err := fmt.Sscanf(filepath.Base(dir), "%d", &pid); err == nil {
+				if _, err := fmt.Sscanf(filepath.Base(dir), "%d", &pid); err == nil && kubenode.InFleet(pid, haNet) {
 					pids = append(pids, pid)
 				}
 			}

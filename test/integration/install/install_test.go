@@ -484,7 +484,9 @@ func install(ctx context.Context, t *testing.T, o podbed.Options) *installation 
 			if t.Failed() {
 				t.Log(bed.Diagnostics())
 			}
-			bed.Stop()
+			if err := bed.Stop(); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 	if err != nil {
