@@ -50,7 +50,9 @@ func runRealNodes(ctx context.Context, o options, out io.Writer, log *slog.Logge
 	if bed != nil {
 		defer func() {
 			say("atoll-demo: stopping the nodes and Kubernetes ...")
-			bed.Stop()
+			if err := bed.Stop(); err != nil {
+				log.Error("real nodes: stop", "err", err)
+			}
 		}()
 	}
 	if err != nil {
