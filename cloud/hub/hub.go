@@ -276,10 +276,11 @@ func (h *Hub) Domain() string { return h.cfg.Domain }
 func (h *Hub) ClientURL() string { return h.client.String() }
 
 // ClientConfig is how the cloud services of this process dial the hub:
-// its client URL with the service identity the hub made for them at New
-// (valid after Start; the domain before).
+// in process (no socket, no loopback TCP hop for every message they
+// send and receive), named by its client URL, with the service identity
+// the hub made for them at New (valid after Start; the domain before).
 func (h *Hub) ClientConfig() hublink.ClientConfig {
-	cfg := hublink.ClientConfig{Domain: h.cfg.Domain, Nkey: h.svc, UserJWT: h.svcJWT}
+	cfg := hublink.ClientConfig{Domain: h.cfg.Domain, Nkey: h.svc, UserJWT: h.svcJWT, InProcess: h.srv}
 	if h.client != nil {
 		cfg.URLs = []string{h.client.String()}
 	}

@@ -37,6 +37,10 @@ type ClientConfig struct {
 	// TLS verifies the hub (CAFile) and authenticates the client to it
 	// (CertFile and KeyFile). Any TLS setting turns TLS on.
 	TLS TLSConfig
+	// InProcess, when set, is a hub server of this process: the client
+	// connects to it in process, without a socket (URLs still name it).
+	// Not settable by flag.
+	InProcess nats.InProcessConnProvider
 }
 
 // TLSConfig holds PEM file paths.
@@ -125,6 +129,9 @@ func (c ClientConfig) options() ([]nats.Option, error) {
 	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(c.InProcess))
 	}
 	if c.TLS.enabled() {
 		opts = append(opts, nats.Secure())

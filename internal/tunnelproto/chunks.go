@@ -12,6 +12,9 @@ type chunks struct {
 	// queue holds a reference to it until bufs[i] is consumed.
 	owners []*frameBuf
 	n      int
+	// tailEnd is where the last chunk ends in its owner's buffer, when
+	// it has one: pushRange extends it with the bytes read right after.
+	tailEnd int
 }
 
 // frameBuf is a bulk stream's read buffer lent to a session's send
@@ -74,19 +77,37 @@ func (q *chunks) push(p []byte, size int) {
 	}
 }
 
-// pushOwned queues p itself (the caller gives it up; its capacity must
-// end where it does, so that push never appends into it). own, when not
-// nil, is the pooled buffer p lies in.
-func (q *chunks) pushOwned(p []byte, own *frameBuf) {
+// pushOwned queues p itself, a received payload nobody writes to again
+// (its capacity must end where it does, so that push never appends into
+// it).
+func (q *chunks) pushOwned(p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	if own != nil {
-		own.ref()
-	}
 	q.n += len(p)
 	q.bufs = append(q.bufs, p)
+	q.owners = append(q.owners, nil)
+}
+
+// pushRange queues own.b[start:end] itself, with a reference to own. When
+// the last chunk ends at start in the same buffer (the read before this
+// one), it grows instead: the reads of a bulk stream from a TLS
+// connection (one record, at most 16 KiB, each) leave as one frame.
+func (q *chunks) pushRange(own *frameBuf, start, end int) {
+	if end <= start {
+		return
+	}
+	q.n += end - start
+	if k := len(q.bufs); k > 0 && q.owners[k-1] == own && q.tailEnd == start {
+		from := start - len(q.bufs[k-1])
+		q.bufs[k-1] = own.b[from:end:end]
+		q.tailEnd = end
+		return
+	}
+	own.ref()
+	q.bufs = append(q.bufs, own.b[start:end:end])
 	q.owners = append(q.owners, own)
+	q.tailEnd = end
 }
 
 // take removes and returns up to n bytes from the front, never more

@@ -31,7 +31,7 @@ func TestChunks(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				q.push(p, rng.IntN(4096))
 			} else {
-				q.pushOwned(bytes.Clone(p), nil)
+				q.pushOwned(bytes.Clone(p))
 			}
 		case 2:
 			p, _ := q.take(rng.IntN(5000))
@@ -121,7 +121,7 @@ func TestFrameBufRefs(t *testing.T) {
 	s.Outgoing(t0)
 	s.Receive(frame(kOpen, 1, func(f *atollv1.TunnelFrame) { f.Ack = 1 }), t0)
 	fb, fb2 := &frameBuf{b: make([]byte, size)}, &frameBuf{b: make([]byte, size)}
-	if !s.writeBuf(fb, size, t0) || !s.writeBuf(fb2, size, t0) {
+	if !s.writeBuf(fb, 0, size, t0) || !s.writeBuf(fb2, 0, size, t0) {
 		t.Fatal("writeBuf refused")
 	}
 	// Our window (64 KiB in flight) lets 40 + 24 KiB out: fb2 is cut.
@@ -150,5 +150,41 @@ func TestFrameBufRefs(t *testing.T) {
 	ack(rest[0].Sequence)
 	if fb2.refs != 0 {
 		t.Fatalf("fb2 refs %d once every frame is acknowledged, want 0", fb2.refs)
+	}
+}
+
+// TestPushRangeGrows: reads that follow each other in one lent buffer
+// (a TLS source's records) make one chunk, also after the front of it
+// left in a frame; a read elsewhere makes a chunk of its own. Each chunk
+// holds one reference to the buffer.
+func TestPushRangeGrows(t *testing.T) {
+	fb := &frameBuf{b: make([]byte, 60<<10)}
+	for i := range fb.b {
+		fb.b[i] = byte(i)
+	}
+	var q chunks
+	q.pushRange(fb, 0, 16<<10)
+	q.pushRange(fb, 16<<10, 32<<10)
+	if len(q.bufs) != 1 || q.len() != 32<<10 || fb.refs != 1 {
+		t.Fatalf("%d chunks, %d bytes, %d refs: want one chunk of 32 KiB, 1 ref", len(q.bufs), q.len(), fb.refs)
+	}
+	p, own := q.take(10 << 10)
+	if own != fb || len(p) != 10<<10 || fb.refs != 2 {
+		t.Fatalf("took %d bytes, refs %d: want 10 KiB and 2 refs (the chunk and the frame)", len(p), fb.refs)
+	}
+	q.pushRange(fb, 32<<10, 48<<10)
+	if len(q.bufs) != 1 || q.len() != 38<<10 {
+		t.Fatalf("%d chunks of %d bytes: want the rest grown to 38 KiB", len(q.bufs), q.len())
+	}
+	p, _ = q.take(60 << 10)
+	if len(p) != 38<<10 || p[0] != fb.b[10<<10] || p[len(p)-1] != fb.b[48<<10-1] || cap(p) != len(p) {
+		t.Fatalf("took %d bytes (cap %d), want fb.b[10K:48K] capped", len(p), cap(p))
+	}
+	fb.unref() // the first frame acknowledged
+	q.pushRange(fb, 50<<10, 52<<10)
+	other := &frameBuf{b: make([]byte, 60<<10)}
+	q.pushRange(other, 52<<10, 54<<10)
+	if len(q.bufs) != 2 || fb.refs != 2 || other.refs != 1 {
+		t.Fatalf("%d chunks, refs %d and %d: want two chunks, refs 2 (a frame and a chunk) and 1", len(q.bufs), fb.refs, other.refs)
 	}
 }

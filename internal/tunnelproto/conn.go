@@ -290,40 +290,42 @@ func (c *Conn) stopDeadlineTimers() {
 }
 
 // ReadFrom implements io.ReaderFrom, so io.Copy into a Conn (Pipe) reads
-// in frame-sized pieces while data streams, and holds little while the
-// session idles: it waits with a small buffer of its own and, once a read
-// fills it (a bulk stream, whose bytes then leave in full frames), reads
-// into a MaxFrame buffer each time and lends it to the session as it is
-// (no copy into the send queue; the buffer comes back once acknowledged,
-// see frameBuf), until a read returns less than half of one (the burst
-// is over: that read is copied, and the session idles with the small
-// buffer only).
+// in large pieces while data streams, and holds little while the session
+// idles: it waits with a small buffer of its own and, once a read fills
+// it (a bulk stream), reads into a MaxFrame buffer and lends each read's
+// bytes to the session as they are (no copy into the send queue; a read
+// that follows the last one in the same buffer grows its chunk, so a TLS
+// source's 16 KiB records leave as frames of up to MaxFrame; the buffer
+// comes back once every frame cut from it is acknowledged, see
+// frameBuf). The next read goes where the last ended, into a new buffer
+// when less than bulkRead is left; a read of less than half of bulkRead
+// ends the burst (the session idles with the small buffer only).
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	small := make([]byte, idleReadBuffer)
-	var fb *frameBuf // the bulk read buffer, not lent yet
-	defer func() {
-		if fb != nil {
-			putFrameBuf(fb)
-		}
-	}()
+	var fb *frameBuf // the bulk read buffer, referenced by ReadFrom too
+	off := 0         // where the next read into fb goes
+	defer func() { c.dropReadBuf(fb) }()
 	bulk := false
 	var total int64
 	for {
 		buf := small
 		if bulk {
-			if fb == nil {
-				fb = getFrameBuf(c.s.cfg.MaxFrame)
+			if fb != nil && len(fb.b)-off < bulkRead {
+				c.dropReadBuf(fb)
+				fb = nil
 			}
-			buf = fb.b
+			if fb == nil {
+				fb, off = getFrameBuf(c.s.cfg.MaxFrame), 0
+				fb.ref()
+			}
+			buf = fb.b[off:]
 		}
 		n, err := r.Read(buf)
 		if n > 0 {
 			var werr error
-			if bulk && n >= len(buf)/2 {
-				var lent bool
-				if lent, werr = c.writeBuf(fb, n); lent {
-					fb = nil
-				}
+			if bulk {
+				werr = c.writeBuf(fb, off, off+n)
+				off += n
 			} else {
 				_, werr = c.Write(buf[:n])
 			}
@@ -339,45 +341,53 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			return total, err
 		}
 		switch {
-		case !bulk && n == len(buf) && c.s.cfg.MaxFrame > len(small):
+		case !bulk && n == len(buf) && c.s.cfg.MaxFrame >= bulkRead:
 			bulk = true
-		case bulk && n < len(buf)/2:
+		case bulk && n < bulkRead/2:
 			bulk = false
-			if fb != nil { // idle sessions hold the small buffer only
-				putFrameBuf(fb)
-				fb = nil
-			}
+			c.dropReadBuf(fb) // idle sessions hold the small buffer only
+			fb = nil
 		}
 	}
 }
 
-// writeBuf is Write of fb's first n bytes, lending fb to the session once
-// the send buffer has room for all of them; lent reports whether it did
-// (else they were copied, or not written on an error).
-func (c *Conn) writeBuf(fb *frameBuf, n int) (lent bool, err error) {
-	if n > c.s.cfg.SendBuffer {
-		_, err := c.Write(fb.b[:n])
-		return false, err
+// dropReadBuf drops ReadFrom's reference to its read buffer: it goes
+// back to the pool once no frame or queued chunk refers to it either.
+func (c *Conn) dropReadBuf(fb *frameBuf) {
+	if fb == nil {
+		return
+	}
+	c.mu.Lock()
+	fb.unref()
+	c.mu.Unlock()
+}
+
+// writeBuf is Write of fb.b[start:end], lent to the session once the
+// send buffer has room for all of it (else copied).
+func (c *Conn) writeBuf(fb *frameBuf, start, end int) error {
+	if end-start > c.s.cfg.SendBuffer {
+		_, err := c.Write(fb.b[start:end])
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
 		if c.closed {
-			return false, net.ErrClosed
+			return net.ErrClosed
 		}
 		if err := c.s.Err(); err != nil {
-			return false, err
+			return err
 		}
 		if c.s.wantFin || c.s.finished {
-			return false, ErrClosed
+			return ErrClosed
 		}
 		if !c.writeDL.IsZero() && !time.Now().Before(c.writeDL) {
-			return false, os.ErrDeadlineExceeded
+			return os.ErrDeadlineExceeded
 		}
 		now := time.Now()
-		if c.s.writeBuf(fb, n, now) {
+		if c.s.writeBuf(fb, start, end, now) {
 			c.flushLocked(now)
-			return true, nil
+			return nil
 		}
 		c.cond.Wait()
 	}
@@ -385,6 +395,11 @@ func (c *Conn) writeBuf(fb *frameBuf, n int) (lent bool, err error) {
 
 // idleReadBuffer is what ReadFrom holds per session while it waits.
 const idleReadBuffer = 4 << 10
+
+// bulkRead is the least room ReadFrom offers a read of a bulk stream:
+// a TLS record's plaintext (16 KiB), all a TLS connection returns per
+// read.
+const bulkRead = 16 << 10
 
 // WriteTo implements io.WriterTo, so io.Copy out of a Conn (Pipe) writes
 // the received frames' payloads to w as they are, without copying them

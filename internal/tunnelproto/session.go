@@ -206,16 +206,16 @@ func (s *Session) Write(p []byte, now time.Time) int {
 	return n
 }
 
-// writeBuf queues fb's first n bytes themselves, lent by the caller
-// (Conn.ReadFrom), when all of them fit into the send buffer, and reports
-// whether it did (false: full, closed for writing or failed; fb is the
-// caller's again). The queue and the frames cut from them hold references
-// to fb (see frameBuf).
-func (s *Session) writeBuf(fb *frameBuf, n int, now time.Time) bool {
-	if s.err != nil || s.wantFin || s.finished || n == 0 || s.queue.len()+n > s.cfg.SendBuffer {
+// writeBuf queues fb.b[start:end] itself, lent by the caller
+// (Conn.ReadFrom), when all of it fits into the send buffer, and reports
+// whether it did (false: full, closed for writing or failed). The queue
+// and the frames cut from it hold references to fb (see frameBuf).
+func (s *Session) writeBuf(fb *frameBuf, start, end int, now time.Time) bool {
+	n := end - start
+	if s.err != nil || s.wantFin || s.finished || n <= 0 || s.queue.len()+n > s.cfg.SendBuffer {
 		return false
 	}
-	s.queue.pushOwned(fb.b[:n:n], fb)
+	s.queue.pushRange(fb, start, end)
 	s.lastData = now
 	return true
 }
@@ -422,7 +422,7 @@ func (s *Session) sequenced(f *atollv1.TunnelFrame, now time.Time) {
 		if s.discard {
 			s.readOff += n
 		} else {
-			s.buf.pushOwned(f.Payload, nil) // read-only: Read copies out of it
+			s.buf.pushOwned(f.Payload) // read-only: Read copies out of it
 		}
 	case atollv1.FrameKind_FRAME_KIND_CLOSE:
 		s.peerFin = true
