@@ -85,6 +85,9 @@ func (c *Conn) nudge() {
 
 // receive feeds a frame from the peer.
 func (c *Conn) receive(f *atollv1.TunnelFrame) {
+	if len(f.GetPayload()) >= bulkRead {
+		streamGC.streaming()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
@@ -299,7 +302,8 @@ func (c *Conn) stopDeadlineTimers() {
 // comes back once every frame cut from it is acknowledged, see
 // frameBuf). The next read goes where the last ended, into a new buffer
 // when less than bulkRead is left; a read of less than half of bulkRead
-// ends the burst (the session idles with the small buffer only).
+// ends the burst (the session idles with the small buffer only). While
+// it streams, the GC target is raised (see gcBoost).
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	small := make([]byte, idleReadBuffer)
 	var fb *frameBuf // the bulk read buffer, referenced by ReadFrom too
@@ -324,6 +328,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		if n > 0 {
 			var werr error
 			if bulk {
+				streamGC.streaming()
 				werr = c.writeBuf(fb, off, off+n)
 				off += n
 			} else {

@@ -54,7 +54,8 @@ import (
 // (default 512) MiB of random bytes each way (up: cloud → edge), the CPU
 // the tunnel's two processes used for it (from /proc), round trips of
 // 100 bytes on an open connection (p50, p99), and sessions opened per
-// second by one client (CONNECT, one byte each way, close) for 5 s.
+// second by one client (CONNECT, one byte each way, close) for 5 s;
+// then the peak resident memory of each tunnel process.
 // With ATOLL_BENCH_TUNNEL_PROFILE=DIR it then takes CPU profiles of
 // both tunnels' processes during bulk streams each way, into DIR.
 //
@@ -136,6 +137,13 @@ func BenchmarkTunnelPeers(b *testing.B) {
 			})
 		}
 	}
+	for _, p := range []*connectPath{konn, atoll} {
+		b.Run(p.label+"/memory", func(b *testing.B) {
+			for i, cmd := range p.procs {
+				b.ReportMetric(float64(peakRSS(b, cmd.Process.Pid))/(1<<20), fmt.Sprintf("%s-max-rss-MiB", p.names[i]))
+			}
+		})
+	}
 	if dir := os.Getenv("ATOLL_BENCH_TUNNEL_PROFILE"); dir != "" {
 		for _, p := range []*connectPath{konn, atoll} {
 			for _, d := range []string{"up", "down"} {
@@ -214,6 +222,7 @@ type connectPath struct {
 	// host is the CONNECT host of a target port.
 	host  func(port string) string
 	procs []*exec.Cmd
+	names []string // of procs
 	// pprof are the processes' /debug/pprof base URLs.
 	pprof []string
 }
@@ -243,6 +252,25 @@ func (p *connectPath) cpu(b *testing.B) time.Duration {
 		total += procCPU(b, cmd.Process.Pid)
 	}
 	return total
+}
+
+// peakRSS is the most resident memory process pid had (VmHWM), in bytes.
+func peakRSS(b *testing.B, pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
 }
 
 // procCPU is the user and system CPU time process pid used so far.
@@ -350,7 +378,7 @@ func startKonnectivity(b *testing.B, c *kubetest.Cluster, echo string) *connectP
 		"--admin-server-port="+strconv.Itoa(p[4]), "--health-server-port="+strconv.Itoa(p[5]),
 		"--enable-profiling")
 	k := &connectPath{label: "konnectivity", addr: fmt.Sprintf("127.0.0.1:%d", p[0]), tls: clientTLS,
-		host: func(port string) string { return "127.0.0.1:" + port }, procs: []*exec.Cmd{server, agent},
+		host: func(port string) string { return "127.0.0.1:" + port }, procs: []*exec.Cmd{server, agent}, names: []string{"server", "agent"},
 		pprof: []string{fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", p[2]), fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", p[4])}}
 	waitConnect(b, k, echo)
 	return k
@@ -486,7 +514,7 @@ func startAtollTunnel(b *testing.B, c *kubetest.Cluster, targets ...string) *con
 		"--log-format=json")
 	waitReady(b, edgeAdmin, "atoll-edge")
 	a := &connectPath{label: "atoll", addr: fmt.Sprintf("127.0.0.1:%d", p[4]), tls: clientTLS,
-		host: func(port string) string { return "n1:" + port }, procs: []*exec.Cmd{cloud, edge},
+		host: func(port string) string { return "n1:" + port }, procs: []*exec.Cmd{cloud, edge}, names: []string{"cloud", "edge"},
 		pprof: []string{"http://" + cloudAdmin + "/debug/pprof", "http://" + edgeAdmin + "/debug/pprof"}}
 	waitConnect(b, a, targets[len(targets)-1])
 	return a
