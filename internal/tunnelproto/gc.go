@@ -59,9 +59,6 @@ func (g *gcBoost) streaming() {
 	}
 	g.base = debug.SetGCPercent(100)
 	debug.SetGCPercent(g.base)
-	if g.base < 0 { // the collector is off: nothing to raise
-		return
-	}
 	g.set = g.base
 	g.adjust()
 	g.on.Store(true)
@@ -74,7 +71,9 @@ func (g *gcBoost) tick() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if time.Since(time.Unix(0, g.last.Load())) >= g.idle {
-		debug.SetGCPercent(g.base)
+		if g.set != g.base {
+			debug.SetGCPercent(g.base)
+		}
 		g.on.Store(false)
 		return
 	}
@@ -83,8 +82,12 @@ func (g *gcBoost) tick() {
 }
 
 // adjust sets the GC percent that lets the heap grow by headroom beyond
-// the live heap, between base and maxPercent.
+// the live heap, between base and maxPercent; with the collector off
+// (base < 0) it leaves it off.
 func (g *gcBoost) adjust() {
+	if g.base < 0 {
+		return
+	}
 	want := g.percent(g.live())
 	if want != g.set {
 		debug.SetGCPercent(want)

@@ -54,7 +54,17 @@ func TestGCBoost(t *testing.T) {
 
 	debug.SetGCPercent(-1) // the collector off: nothing to raise
 	g.streaming()
-	if p := gcPercent(); p != -1 || g.on.Load() {
-		t.Fatalf("GC percent %d (raised: %v) with the collector off, want -1", p, g.on.Load())
+	time.Sleep(150 * time.Millisecond) // a tick while streaming
+	g.streaming()
+	if p := gcPercent(); p != -1 {
+		t.Fatalf("GC percent %d with the collector off, want -1", p)
+	}
+	for deadline := time.Now().Add(2 * time.Second); g.on.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still raised 2 s after streaming stopped")
+		}
+	}
+	if p := gcPercent(); p != -1 {
+		t.Fatalf("GC percent %d after streaming with the collector off, want -1", p)
 	}
 }
