@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -315,19 +316,10 @@ func (r requestCounts) failed() int {
 
 func (r requestCounts) String() string {
 	var b strings.Builder
-	for _, k := range sortedKeys(r) {
+	for _, k := range slices.Sorted(maps.Keys(r)) {
 		fmt.Fprintf(&b, "%s=%d ", k, int(r[k]))
 	}
 	return strings.TrimSpace(b.String())
-}
-
-func sortedKeys(m requestCounts) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // runController starts bin with args, its output in a log file beside
