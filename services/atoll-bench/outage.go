@@ -422,11 +422,8 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		f.kick[names[i]] = make(chan struct{}, 1)
 	}
 	so.progress.begin(fmt.Sprintf("outage %d: registering nodes", n))
-	for i := 0; i < n; i += 500 {
-		if err := sim.AddNodes(ctx, specs[i:min(i+500, n)]...); err != nil {
-			return row, err
-		}
-		so.progress.count(min(i+500, n), n, "registered")
+	if err := addNodes(ctx, sim, specs, func(done int) { so.progress.count(done, n, "registered") }); err != nil {
+		return row, err
 	}
 	so.progress.end()
 	if err := cluster.CreateNamespace(ctx, outageNamespace); err != nil {

@@ -66,23 +66,27 @@ type scaleOptions struct {
 
 // scaleRow is one size's measurement.
 type scaleRow struct {
-	nodes                int
-	cloudCores, cloudMiB float64 // atoll-cloud with its embedded hub
-	apiCores, etcdCores  float64
-	msgsPerNode          float64 // edge→hub messages/s per node
-	pending              uint64  // ballots not yet handled by health-ballots
-	oldest               time.Duration
-	writesPerSec         float64 // atoll-cloud's apiserver writes/s (audit log)
-	leaseRenewalsPerSec  float64
-	publishedBallots     int64
-	publishedTopology    int64
-	writes               map[string]int // atoll-cloud's writes in the window, by verb and resource
-	paths                map[string]int // what those writes changed: JSON patch paths (or the verb of other writes)
-	joinWrites           int            // atoll-cloud's writes before the window: the nodes joining
-	settled              time.Duration  // from the end of the warm-up until those writes stopped
-	viewsConsumers       int            // consumers of VIEWS at the end of the window
-	consumersCreated     int64          // VIEWS consumers created during the window
-	reconnects           uint64         // the emulated agents' connections came back (after a cut by the hub)
+	nodes      int
+	cloudCores float64 // atoll-cloud with its embedded hub
+	// cloudMiB and cloudMedianMiB: the most and the median of its
+	// resident memory, sampled each second of the window.
+	cloudMiB, cloudMedianMiB float64
+	load1                    float64 // the machine's 1-minute load average at the window's end
+	apiCores, etcdCores      float64
+	msgsPerNode              float64 // edge→hub messages/s per node
+	pending                  uint64  // ballots not yet handled by health-ballots
+	oldest                   time.Duration
+	writesPerSec             float64 // atoll-cloud's apiserver writes/s (audit log)
+	leaseRenewalsPerSec      float64
+	publishedBallots         int64
+	publishedTopology        int64
+	writes                   map[string]int // atoll-cloud's writes in the window, by verb and resource
+	paths                    map[string]int // what those writes changed: JSON patch paths (or the verb of other writes)
+	joinWrites               int            // atoll-cloud's writes before the window: the nodes joining
+	settled                  time.Duration  // from the end of the warm-up until those writes stopped
+	viewsConsumers           int            // consumers of VIEWS at the end of the window
+	consumersCreated         int64          // VIEWS consumers created during the window
+	reconnects               uint64         // the emulated agents' connections came back (after a cut by the hub)
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -134,18 +138,22 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		fmt.Fprintf(out, "measuring %d nodes ...\n", n)
 		r, err := measureScale(ctx, filepath.Join(dir, fmt.Sprintf("%d-%d", i, n)), bin, n, o)
 		if err != nil {
+			// The sizes measured so far are not lost with this one.
+			if len(rows) > 0 {
+				_ = printScaleTable(out, rows)
+			}
 			return fmt.Errorf("%d nodes: %w", n, err)
 		}
 		rows = append(rows, r)
+		if err := printScaleTable(out, []scaleRow{r}); err != nil {
+			return err
+		}
 	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nnodes\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB\tedge→hub msg/s/node\tVIEWS consumers\tcreated in window\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s")
-	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%d\t%v\t%.3f\t%.0f\t%.4f\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\n", r.nodes, r.joinWrites, r.settled.Round(time.Second), r.cloudCores, r.cloudMiB, r.msgsPerNode,
-			r.viewsConsumers, r.consumersCreated, r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec, r.apiCores, r.etcdCores, r.leaseRenewalsPerSec)
-	}
-	if err := w.Flush(); err != nil {
-		return err
+	if len(rows) > 1 {
+		fmt.Fprint(out, "\nall sizes:")
+		if err := printScaleTable(out, rows); err != nil {
+			return err
+		}
 	}
 	for _, r := range rows {
 		if r.reconnects > 0 {
@@ -156,6 +164,110 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		}
 	}
 	return nil
+}
+
+// printScaleTable prints rows as a table.
+func printScaleTable(out io.Writer, rows []scaleRow) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "\nnodes\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB max\tRSS MiB median\tedge→hub msg/s/node\tVIEWS consumers\tcreated in window\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s\tload (1 min)")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%d\t%d\t%v\t%.3f\t%.0f\t%.0f\t%.4f\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\t%.2f\n", r.nodes, r.joinWrites, r.settled.Round(time.Second), r.cloudCores,
+			r.cloudMiB, r.cloudMedianMiB, r.msgsPerNode, r.viewsConsumers, r.consumersCreated, r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec,
+			r.apiCores, r.etcdCores, r.leaseRenewalsPerSec, r.load1)
+	}
+	return w.Flush()
+}
+
+// addNodes registers specs with sim, 500 at a time, and tries a batch's
+// failed registrations again (up to 5 times, 2 s apart): a loaded
+// apiserver refusing a few of thousands of registrations must not end
+// the run.
+func addNodes(ctx context.Context, sim *edgesim.Simulator, specs []edgesim.NodeSpec, progress func(done int)) error {
+	for i := 0; i < len(specs); i += 500 {
+		batch := specs[i:min(i+500, len(specs))]
+		for attempt := 1; ; attempt++ {
+			err := sim.AddNodes(ctx, batch...)
+			if err == nil {
+				break
+			}
+			if attempt == 5 || ctx.Err() != nil {
+				return err
+			}
+			// A failed registration is forgotten by the simulator: try
+			// those again.
+			var failed []edgesim.NodeSpec
+			for _, spec := range batch {
+				if _, ok := sim.Node(spec.Name); !ok {
+					failed = append(failed, spec)
+				}
+			}
+			if len(failed) == 0 {
+				return err
+			}
+			batch = failed
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(2 * time.Second):
+			}
+		}
+		progress(min(i+500, len(specs)))
+	}
+	return nil
+}
+
+// sampleRSS reads pid's resident memory each second until stop is
+// closed, and returns the most and the median, in MiB.
+func sampleRSS(pid int, stop <-chan struct{}) (maxMiB, medianMiB func() float64) {
+	var mu sync.Mutex
+	var kib []int64
+	sample := func() {
+		if v := rssKiB(pid); v > 0 {
+			mu.Lock()
+			kib = append(kib, v)
+			mu.Unlock()
+		}
+	}
+	sample()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	get := func(median bool) float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(kib) == 0 {
+			return 0
+		}
+		s := slices.Sorted(slices.Values(kib))
+		if median {
+			return float64(s[len(s)/2]) / 1024
+		}
+		return float64(s[len(s)-1]) / 1024
+	}
+	return func() float64 { return get(false) }, func() float64 { return get(true) }
+}
+
+// loadAverage is the machine's 1-minute load average (0 if unknown).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (scaleRow, error) {
@@ -253,11 +365,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		specs[i] = edgesim.NodeSpec{Name: names[i], Labels: map[string]string{wellknown.LabelUnit: fmt.Sprintf("u%04d", i/o.unit)}}
 	}
 	o.progress.begin(fmt.Sprintf("scale %d: registering nodes", n))
-	for i := 0; i < n; i += 500 {
-		if err := sim.AddNodes(ctx, specs[i:min(i+500, n)]...); err != nil {
-			return row, err
-		}
-		o.progress.count(min(i+500, n), n, "registered")
+	if err := addNodes(ctx, sim, specs, func(done int) { o.progress.count(done, n, "registered") }); err != nil {
+		return row, err
 	}
 	o.progress.end()
 
@@ -339,6 +448,10 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	b0, t0, out0 := ballots.Load(), topology.Load(), outMsgs(conns)
 	start := time.Now()
+	windowDone := make(chan struct{})
+	endWindow := sync.OnceFunc(func() { close(windowDone) })
+	defer endWindow()
+	rssMax, rssMedian := sampleRSS(pids["cloud"], windowDone)
 	profiled := make(chan error, 1)
 	if o.profileDir != "" {
 		go func() {
@@ -355,9 +468,10 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	secs := time.Since(start).Seconds()
+	endWindow()
 	cores := func(k string) float64 { return (kubetest.ProcessCPU(pids[k]) - before[k]).Seconds() / secs }
 	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
-	row.cloudMiB = float64(rssKiB(pids["cloud"])) / 1024
+	row.cloudMiB, row.cloudMedianMiB, row.load1 = rssMax(), rssMedian(), loadAverage()
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
 	// Everything the agents' connections sent the hub: ballots, topology
 	// and the feeds' catch-ups.
