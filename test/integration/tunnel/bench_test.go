@@ -310,19 +310,8 @@ func selectedVariants() []bulkVariant {
 // hub directly. It prints MB/s and the ratios to direct and to the plain
 // proxy measured in the same run.
 func BenchmarkBulk(b *testing.B) {
-	size := int64(256 << 20)
-	if s := os.Getenv("ATOLL_TUNNEL_BENCH_MIB"); s != "" {
-		mib, err := strconv.Atoi(s)
-		if err != nil || mib <= 0 {
-			b.Fatalf("ATOLL_TUNNEL_BENCH_MIB=%q: not a positive number", s)
-		}
-		size = int64(mib) << 20
-	}
-	data := make([]byte, 4<<20)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range data {
-		data[i] = byte(rng.Uint32())
-	}
+	size := benchBytes(b, "ATOLL_TUNNEL_BENCH_MIB", 256)
+	data := randomBytes(4<<20, 1)
 	target := bulkServer(b, data)
 	proxy := plainProxy(b)
 	_, port, _ := net.SplitHostPort(target)
@@ -375,6 +364,29 @@ func BenchmarkBulk(b *testing.B) {
 			fmt.Printf("%-18s %-4s %-16s %6.2fx %6.2fx %-17s %6.2fx\n", name, dir, spread(m), median(m)/d, median(m)/p, spread(c), median(c)/dc)
 		}
 	}
+}
+
+// benchBytes is the size in MiB environment variable env sets, def
+// when it is not set, in bytes.
+func benchBytes(b *testing.B, env string, def int) int64 {
+	mib := def
+	if s := os.Getenv(env); s != "" {
+		var err error
+		if mib, err = strconv.Atoi(s); err != nil || mib <= 0 {
+			b.Fatalf("%s=%q: not a positive number", env, s)
+		}
+	}
+	return int64(mib) << 20
+}
+
+// randomBytes is n incompressible bytes, the same for the same seed.
+func randomBytes(n int, seed uint64) []byte {
+	data := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	return data
 }
 
 func median(v []float64) float64 {

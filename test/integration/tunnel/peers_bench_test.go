@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -63,19 +62,8 @@ import (
 //
 // It needs kube:build and konnectivity:build.
 func BenchmarkTunnelPeers(b *testing.B) {
-	size := int64(512 << 20)
-	if s := os.Getenv("ATOLL_BENCH_TUNNEL_MIB"); s != "" {
-		mib, err := strconv.Atoi(s)
-		if err != nil || mib <= 0 {
-			b.Fatalf("ATOLL_BENCH_TUNNEL_MIB=%q: not a positive number", s)
-		}
-		size = int64(mib) << 20
-	}
-	data := make([]byte, 4<<20)
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range data {
-		data[i] = byte(rng.Uint32())
-	}
+	size := benchBytes(b, "ATOLL_BENCH_TUNNEL_MIB", 512)
+	data := randomBytes(4<<20, 3)
 	bulk, echo := bulkServer(b, data), echoServer(b)
 	cluster := kubetest.Start(b)
 	atoll := startAtollTunnel(b, cluster, bulk, echo)
@@ -246,10 +234,10 @@ func (p *connectPath) dial(b *testing.B, target string) net.Conn {
 	return &readerConn{Conn: c, r: br}
 }
 
-func (p *connectPath) cpu(b *testing.B) time.Duration {
+func (p *connectPath) cpu(*testing.B) time.Duration {
 	var total time.Duration
 	for _, cmd := range p.procs {
-		total += procCPU(b, cmd.Process.Pid)
+		total += kubetest.ProcessCPU(cmd.Process.Pid)
 	}
 	return total
 }
@@ -271,20 +259,6 @@ func peakRSS(b *testing.B, pid int) int64 {
 	}
 	b.Fatalf("no VmHWM in /proc/%d/status", pid)
 	return 0
-}
-
-// procCPU is the user and system CPU time process pid used so far.
-func procCPU(b *testing.B, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// The fields after the command's closing parenthesis: state is 3,
-	// utime 14 and stime 15.
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
 
 // benchCerts writes, from the cluster's CA, a serving certificate for
