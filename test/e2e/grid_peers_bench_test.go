@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -325,33 +324,7 @@ func (r requestCounts) String() string {
 // runController starts bin with args, its output in a log file beside
 // the cluster's, killed with the benchmark.
 func runController(b *testing.B, c *kubetest.Cluster, name, bin string, args ...string) *exec.Cmd {
-	log, err := os.Create(filepath.Join(c.Dir(), "logs", name+".log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		_ = log.Close()
-		if b.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			b.Logf("%s log (last 4 KiB):\n%s", name, tail(out, 4096))
-		}
-	})
-	return cmd
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
+	return gobuild.Start(b, filepath.Join(c.Dir(), "logs", name+".log"), bin, args...)
 }
 
 // superEdgeGrids is SuperEdge's application-grid-controller with its

@@ -5,11 +5,14 @@ package gobuild
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
+	"testing"
 )
 
 var (
@@ -51,4 +54,33 @@ func Binary(ctx context.Context, pkg string) (string, error) {
 		b.bin = bin
 	})
 	return b.bin, b.err
+}
+
+// Start runs bin with args in a process group of its own, its output in
+// the file logPath, for t: the end of t kills the group with SIGKILL (so
+// does the test binary's death), and a failed t logs the last 4 KiB of
+// its output.
+func Start(t testing.TB, logPath, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		t.Fatalf("gobuild: start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		_ = log.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("%s log (last 4 KiB):\n%s", filepath.Base(bin), out[max(0, len(out)-4096):])
+		}
+	})
+	return cmd
 }

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -287,31 +286,6 @@ func benchCerts(b *testing.B, c *kubetest.Cluster, dir string) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
 
-// startProcess runs bin with args, its output in dir/name.log; the
-// benchmark's end kills it.
-func startProcess(b *testing.B, dir, name, bin string, args ...string) *exec.Cmd {
-	log, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		_ = log.Close()
-		if b.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			b.Logf("%s log (last 4 KiB):\n%s", name, out[max(0, len(out)-4096):])
-		}
-	})
-	return cmd
-}
-
 func freePorts(b *testing.B, n int) []int {
 	ports := make([]int, n)
 	for i := range ports {
@@ -338,7 +312,7 @@ func startKonnectivity(b *testing.B, c *kubetest.Cluster, echo string) *connectP
 	clientTLS := benchCerts(b, c, dir)
 	p := freePorts(b, 6)
 	ca, crt, key := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	server := startProcess(b, dir, "proxy-server", filepath.Join(bin, "proxy-server"),
+	server := gobuild.Start(b, filepath.Join(dir, "proxy-server.log"), filepath.Join(bin, "proxy-server"),
 		"--mode=http-connect", "--uds-name=",
 		"--server-bind-address=127.0.0.1", "--server-port="+strconv.Itoa(p[0]),
 		"--server-cert="+crt, "--server-key="+key, "--server-ca-cert="+ca,
@@ -346,7 +320,7 @@ func startKonnectivity(b *testing.B, c *kubetest.Cluster, echo string) *connectP
 		"--cluster-cert="+crt, "--cluster-key="+key,
 		"--admin-port="+strconv.Itoa(p[2]), "--health-bind-address=127.0.0.1", "--health-port="+strconv.Itoa(p[3]),
 		"--enable-profiling")
-	agent := startProcess(b, dir, "proxy-agent", filepath.Join(bin, "proxy-agent"),
+	agent := gobuild.Start(b, filepath.Join(dir, "proxy-agent.log"), filepath.Join(bin, "proxy-agent"),
 		"--proxy-server-host=127.0.0.1", "--proxy-server-port="+strconv.Itoa(p[1]), "--ca-cert="+ca,
 		"--agent-identifiers=ipv4=127.0.0.1",
 		"--admin-server-port="+strconv.Itoa(p[4]), "--health-server-port="+strconv.Itoa(p[5]),
@@ -420,7 +394,7 @@ func startAtollTunnel(b *testing.B, c *kubetest.Cluster, targets ...string) *con
 	}
 	p := freePorts(b, 8)
 	cloudAdmin := fmt.Sprintf("127.0.0.1:%d", p[0])
-	cloud := startProcess(b, dir, "atoll-cloud", cloudBin,
+	cloud := gobuild.Start(b, filepath.Join(dir, "atoll-cloud.log"), cloudBin,
 		"--kubeconfig="+c.KubeconfigPath(),
 		"--admin-addr="+cloudAdmin,
 		"--webhook-addr="+fmt.Sprintf("127.0.0.1:%d", p[1]),
@@ -468,7 +442,7 @@ func startAtollTunnel(b *testing.B, c *kubetest.Cluster, targets ...string) *con
 		allow = append(allow, "127.0.0.1:"+port)
 	}
 	edgeAdmin := fmt.Sprintf("127.0.0.1:%d", p[5])
-	edge := startProcess(b, dir, "atoll-edge", edgeBin,
+	edge := gobuild.Start(b, filepath.Join(dir, "atoll-edge.log"), edgeBin,
 		"--node-name=n1",
 		"--hub-url="+fmt.Sprintf("nats-leaf://127.0.0.1:%d", p[3]),
 		"--internal-ip=127.0.0.1",
