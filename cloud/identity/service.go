@@ -114,7 +114,22 @@ type Service struct {
 	// violations on it (FollowViolations).
 	sys     *nats.Conn
 	violSub *nats.Subscription
+
+	// spent are the revocations of spent bootstrap tokens waiting out
+	// spentTokenGrace; Stop runs them at once.
+	spentMu sync.Mutex
+	spent   map[*time.Timer]func()
 }
+
+// spentTokenGrace is how long a spent bootstrap token's user may still
+// log in: its enrollment reply reaches the node first. Revoking it at
+// once closed its connection right behind the reply, and the node's
+// client lost the reply to the close (nats.go hands a reply to the
+// waiting request on another goroutine than the one that reads the
+// server's close): the node was enrolled, its token spent, and it had
+// no credentials. The user can only ask for an enrollment meanwhile,
+// which the spent token's record refuses.
+const spentTokenGrace = 5 * time.Second
 
 // NewService returns the service; nc is a service connection, sys a
 // system account user's (Issuer.System).
@@ -263,8 +278,10 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops serving.
+// Stop stops serving. Spent bootstrap tokens waiting out their grace
+// are revoked first.
 func (s *Service) Stop() error {
+	s.revokeSpent()
 	if s.stop != nil {
 		s.stop()
 		<-s.done
@@ -590,15 +607,53 @@ func (s *Service) handleEnroll(r micro.Request) (any, error) {
 	}
 	s.log.Info("node enrolled", "edge", node, "unit", unit, "key", req.Key)
 	// The token is spent: its user cannot log in again. Revoked once the
-	// reply is out (the revocation closes the token's connection).
+	// node has its reply (the revocation closes the token's connection).
 	return afterReply{reply: EnrollReply{Node: node, JWT: userJWT}, then: func() {
-		_ = s.nc.Flush() // the reply reaches the server before the revocation
-		ctx, cancel := context.WithTimeout(context.Background(), gateTimeout)
-		defer cancel()
-		if err := s.revoker.Revoke(ctx, claims.Subject); err != nil {
-			s.log.Warn("revoke a spent bootstrap token", "edge", node, "err", err)
-		}
+		s.afterGrace(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), gateTimeout)
+			defer cancel()
+			if err := s.revoker.Revoke(ctx, claims.Subject); err != nil {
+				s.log.Warn("revoke a spent bootstrap token", "edge", node, "err", err)
+			}
+		})
 	}}, nil
+}
+
+// afterGrace runs revoke spentTokenGrace from now, or at Stop if that
+// comes first.
+func (s *Service) afterGrace(revoke func()) {
+	s.spentMu.Lock()
+	defer s.spentMu.Unlock()
+	if s.spent == nil {
+		s.spent = map[*time.Timer]func(){}
+	}
+	var t *time.Timer
+	t = time.AfterFunc(spentTokenGrace, func() {
+		s.spentMu.Lock()
+		_, pending := s.spent[t]
+		delete(s.spent, t)
+		s.spentMu.Unlock()
+		if pending {
+			revoke()
+		}
+	})
+	s.spent[t] = revoke
+}
+
+// revokeSpent runs the waiting revocations of spent tokens now.
+func (s *Service) revokeSpent() {
+	s.spentMu.Lock()
+	var now []func()
+	for t, revoke := range s.spent {
+		if t.Stop() {
+			now = append(now, revoke)
+		}
+		delete(s.spent, t)
+	}
+	s.spentMu.Unlock()
+	for _, revoke := range now {
+		revoke()
+	}
 }
 
 // checkToken verifies a bootstrap token: signed by the account's signing
