@@ -191,6 +191,12 @@ func TestAPIServerViaHubRefusals(t *testing.T) {
 		if err := r.servers[1].Stop(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+		// Its endpoint drains: until the hub has its unsubscription, the
+		// hub may route a request to it, answered "shutting down". The
+		// hub has it once a flush behind it returns.
+		if err := r.serverNCs[1].Flush(); err != nil {
+			t.Fatal(err)
+		}
 		held, err := net.Dial("tcp", r.agent.APIServerAddr().String())
 		if err != nil {
 			t.Fatal(err)
