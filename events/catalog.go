@@ -161,6 +161,19 @@ var (
 	RepublishedUnitViewFamily   = republished(UnitViewFamily, "the unit's edge membership (core, `edge/viewfeed`)")
 	RepublishedHostsFamily      = republished(HostsFamily, "the unit's hosts writers (core, `edge/viewfeed`)")
 	RepublishedObjectViewFamily = republished(ObjectViewFamily, "the endpoint proxies of the unit (core, `edge/viewfeed`; `_all`: of every unit)")
+	// RelayedViewFamily: a shared-space view relayed inside a unit. The
+	// hub sends each republished shared view to one agent per unit (the
+	// queue group named after the unit), which publishes it again here,
+	// on the unit's routes only (edge/viewfeed).
+	RelayedViewFamily = &Family{
+		Name: "relayed view", Pattern: Root + "." + viewRelayToken + ".<unit>.<kind>.<namespace>.<name>",
+		Transport: TransportCore,
+		Message:   &atollv1.ObjectView{},
+		Identity:  map[string]string{"kind": "kind", "name": "name"},
+		MsgID:     "the stored message's, with the hub's headers and the cloud's signature (`Atoll-Signature`, over the view's subject in VIEWS and its payload) kept",
+		Producer:  "the agent of the unit the hub picked for the view", Consumer: "the endpoint proxies of the unit (core, over the unit's routes); never sent to the hub",
+		Example: []string{"site-a", "endpointslices", "default", "web-abc"},
+	}
 
 	TunnelFamily = &Family{
 		Name: "tunnel", Pattern: Root + ".tunnel.<node>.<session>.<dir>",
@@ -247,6 +260,7 @@ var catalog = []*Family{
 	ProbeFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
 	RepublishedAssignmentFamily, RepublishedUnitViewFamily, RepublishedHostsFamily, RepublishedObjectViewFamily,
+	RelayedViewFamily,
 	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, APIServerDialFamily, TunnelUpFamily, StatusFamily, TunnelsFamily,
 }
 

@@ -29,15 +29,7 @@ func Publish[T proto.Message](nc *nats.Conn, subject string, m T, id string) err
 // has stored it (or recognised id as a duplicate). opts add expectations
 // (jetstream.WithExpectLastSequencePerSubject for optimistic concurrency).
 func PublishDurable[T proto.Message](ctx context.Context, js jetstream.JetStream, subject string, m T, id string, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	msg, err := newCheckedMsg(subject, m, id)
-	if err != nil {
-		return nil, err
-	}
-	ack, err := js.PublishMsg(ctx, msg, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w", subject, err)
-	}
-	return ack, nil
+	return PublishDurableSigned(ctx, js, subject, m, id, nil, opts...)
 }
 
 // PublishAsync queues m for JetStream and returns at once; the future

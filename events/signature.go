@@ -1,10 +1,12 @@
 package events
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"google.golang.org/protobuf/proto"
 )
@@ -81,6 +83,17 @@ func SignMsg(msg *nats.Msg, s Signer) error {
 // signature is malformed or does not verify; a pub that is no nkey user
 // public key is ErrNoKey too.
 func Verify(subject string, header nats.Header, payload []byte, pub string) error {
+	return verify(subject, header, payload, pub, nkeys.IsValidPublicUserKey, "user")
+}
+
+// VerifyCloud is Verify for what the cloud signs with its account
+// signing key (the issuer of every edge's user JWT): pub is an nkey
+// account public key.
+func VerifyCloud(subject string, header nats.Header, payload []byte, pub string) error {
+	return verify(subject, header, payload, pub, nkeys.IsValidPublicAccountKey, "account")
+}
+
+func verify(subject string, header nats.Header, payload []byte, pub string, valid func(string) bool, kind string) error {
 	if pub == "" {
 		return ErrNoKey
 	}
@@ -96,8 +109,8 @@ func Verify(subject string, header nats.Header, payload []byte, pub string) erro
 	if err != nil {
 		return fmt.Errorf("%w: encoding: %w", ErrBadSignature, err)
 	}
-	if !nkeys.IsValidPublicUserKey(pub) {
-		return fmt.Errorf("%w: %q is not an nkey user public key", ErrNoKey, pub)
+	if !valid(pub) {
+		return fmt.Errorf("%w: %q is not an nkey %s public key", ErrNoKey, pub, kind)
 	}
 	kp, err := nkeys.FromPublicKey(pub)
 	if err != nil {
@@ -107,6 +120,25 @@ func Verify(subject string, header nats.Header, payload []byte, pub string) erro
 		return ErrBadSignature
 	}
 	return nil
+}
+
+// PublishDurableSigned is PublishDurable with the message signed by s
+// (see SignMsg); s nil publishes it unsigned.
+func PublishDurableSigned[T proto.Message](ctx context.Context, js jetstream.JetStream, subject string, m T, id string, s Signer, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	msg, err := newCheckedMsg(subject, m, id)
+	if err != nil {
+		return nil, err
+	}
+	if s != nil {
+		if err := SignMsg(msg, s); err != nil {
+			return nil, err
+		}
+	}
+	ack, err := js.PublishMsg(ctx, msg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return ack, nil
 }
 
 // PublishSigned is Publish with the message signed by s (see SignMsg).

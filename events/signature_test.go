@@ -75,6 +75,49 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// TestVerifyCloud: what the cloud signs with an account key verifies
+// against that account key only, never against a user key (nor a user
+// key's signature against the account).
+func TestVerifyCloud(t *testing.T) {
+	account, _ := nkeys.CreateAccount()
+	accountPub, _ := account.PublicKey()
+	other, _ := nkeys.CreateAccount()
+	otherPub, _ := other.PublicKey()
+	user, userPub := userKey(t)
+	subj := "atoll.view._all.services.default.web"
+	signed := func(s Signer) *nats.Msg {
+		m := nats.NewMsg(subj)
+		m.Data = []byte("view")
+		if err := SignMsg(m, s); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	byAccount, byUser := signed(account), signed(user)
+	for _, tt := range []struct {
+		name string
+		msg  *nats.Msg
+		pub  string
+		want error
+	}{
+		{"valid", byAccount, accountPub, nil},
+		{"another account", byAccount, otherPub, ErrBadSignature},
+		{"a user key given", byAccount, userPub, ErrNoKey},
+		{"signed by a user", byUser, accountPub, ErrBadSignature},
+		{"no key", byAccount, "", ErrNoKey},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := VerifyCloud(tt.msg.Subject, tt.msg.Header, tt.msg.Data, tt.pub)
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("VerifyCloud = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if err := Verify(byAccount.Subject, byAccount.Header, byAccount.Data, accountPub); !errors.Is(err, ErrNoKey) {
+		t.Errorf("Verify took an account key: %v", err)
+	}
+}
+
 // sameBytes returns another base64url text of sig's bytes: its last
 // character's unused low bit set, which a lenient decoder ignores.
 func sameBytes(t *testing.T, sig string) string {

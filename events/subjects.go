@@ -261,6 +261,54 @@ func Republished(subject string) (string, error) {
 	return strings.TrimSuffix(ViewRepublishSubjects, ">") + rest, nil
 }
 
+// viewRelayToken is the second token of the views relayed inside a unit.
+const viewRelayToken = "viewrelay"
+
+// RelayedViewSubjects matches every view relayed inside unit
+// (atoll.viewrelay.<unit>.>).
+func RelayedViewSubjects(unit string) (string, error) {
+	if err := ValidUnit(unit); err != nil {
+		return "", err
+	}
+	return Root + "." + viewRelayToken + "." + unit + ".>", nil
+}
+
+// RelayedView is the subject on which an agent of unit relays the shared
+// view stored on subject (atoll.view._all.<kind>.<namespace>.<name>):
+// atoll.viewrelay.<unit>.<kind>.<namespace>.<name>.
+func RelayedView(unit, subject string) (string, error) {
+	if err := ValidUnit(unit); err != nil {
+		return "", err
+	}
+	k, err := ParseViewSubject(subject)
+	if err != nil {
+		return "", err
+	}
+	if k.Unit != SharedSpace {
+		return "", fmt.Errorf("%w: %q is not in the shared space", ErrWrongSubject, subject)
+	}
+	return Root + "." + viewRelayToken + "." + unit + "." + strings.TrimPrefix(subject, sharedPrefix), nil
+}
+
+// ViewRelayQueue is the queue group in which the agents of unit take the
+// shared views the hub republishes (atoll.viewpub._all.>): the hub sends
+// each to one agent of the unit, which relays it on the unit's routes
+// (RelayedView). The edge permissions allow this group only.
+func ViewRelayQueue(unit string) string { return unit }
+
+// sharedPrefix starts every subject of the shared space.
+var sharedPrefix = strings.TrimSuffix(SharedSpaceSubjects(), ">")
+
+// ParseRelayedView returns the unit and the shared view's subject of a
+// relayed view's subject.
+func ParseRelayedView(subject string) (unit, view string, err error) {
+	if _, err := RelayedViewFamily.Parse(subject); err != nil {
+		return "", "", err
+	}
+	parts := strings.SplitN(subject, ".", 4)
+	return parts[2], sharedPrefix + parts[3], nil
+}
+
 // ViewKey identifies one view.
 type ViewKey struct {
 	Unit, Kind, Namespace, Name string

@@ -199,6 +199,39 @@ func TestSharedSpaceSubjects(t *testing.T) {
 	}
 }
 
+// TestRelayedView: a shared view relayed inside a unit keeps its kind,
+// namespace and name, comes back whole, and nothing but a shared view is
+// relayed.
+func TestRelayedView(t *testing.T) {
+	s, err := ViewSubject(SharedSpace, "endpointslices", "default", "web-abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RelayedView("u1", s)
+	if err != nil || r != "atoll.viewrelay.u1.endpointslices.default.web-abc" {
+		t.Fatalf("RelayedView = %q, %v", r, err)
+	}
+	f, _ := RelayedViewSubjects("u1")
+	if !SubjectMatches(f, r) {
+		t.Errorf("%s does not match %s", r, f)
+	}
+	unit, view, err := ParseRelayedView(r)
+	if err != nil || unit != "u1" || view != s {
+		t.Errorf("ParseRelayedView(%s) = %q, %q, %v", r, unit, view, err)
+	}
+	u1, _ := ViewSubject("u1", "nodes", ClusterScoped, "n1")
+	for _, bad := range []struct{ unit, subject string }{{"u1", u1}, {SharedSpace, s}, {"u1", "atoll.viewpub._all.services.default.web"}} {
+		if r, err := RelayedView(bad.unit, bad.subject); err == nil {
+			t.Errorf("RelayedView(%q, %q) = %q, want an error", bad.unit, bad.subject, r)
+		}
+	}
+	for _, bad := range []string{"atoll.viewrelay.u1.services.default", s, "atoll.viewrelay.u1.services.default.web.x"} {
+		if _, _, err := ParseRelayedView(bad); err == nil {
+			t.Errorf("ParseRelayedView(%q) took it", bad)
+		}
+	}
+}
+
 // TestEmptyNameSaysWhichName: a builder given an empty name says which
 // name is missing, not "empty subject token", and the error still matches
 // ErrEmptyToken.

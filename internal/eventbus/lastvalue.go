@@ -86,6 +86,9 @@ type LastValueOptions[T Fingerprinted] struct {
 	// MaxAttempts bounds the publishes of one Put (default
 	// DefaultLastValueAttempts).
 	MaxAttempts int
+	// Signer, when set, signs every message published (header
+	// Atoll-Signature, events.SignMsg).
+	Signer events.Signer
 }
 
 // DefaultLastValueAttempts bounds the publishes of one LastValue.Put: a
@@ -188,7 +191,7 @@ func (lv *LastValue[T]) Put(ctx context.Context, subj string, m T) (PutResult, e
 			return res, fmt.Errorf("events: publish %s: not connected", subj)
 		}
 		id := subj + "@" + fp + "@" + strconv.FormatUint(last.Seq, 10) + nonce
-		ack, err := events.PublishDurable(ctx, js, subj, msg, id, jetstream.WithExpectLastSequencePerSubject(last.Seq))
+		ack, err := events.PublishDurableSigned(ctx, js, subj, msg, id, lv.opts.Signer, jetstream.WithExpectLastSequencePerSubject(last.Seq))
 		if IsWrongLastSequence(err) {
 			// Another writer stored a value, or the stream lost one:
 			// read what it holds and decide again.
