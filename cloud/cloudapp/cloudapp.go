@@ -466,6 +466,7 @@ func Options(c Config, log *slog.Logger) fx.Option {
 			webhook.Module,
 			status.Module,
 			fx.Supply(c.ObjectViews),
+			fx.Provide(func(i *identity.Issuer) objects.ViewSigner { return i.ViewSigner() }),
 			objects.Module,
 			fx.Supply(c.HostRecords),
 			fx.Provide(func(g *grid.Controllers) hostrecords.GridsServed { return g != nil }),

@@ -49,6 +49,13 @@ func (i *Issuer) Keys() *Keys { return i.keys }
 // Domain is the hub's JetStream domain.
 func (i *Issuer) Domain() string { return i.domain }
 
+// ViewSigner signs the views edges relay to each other inside a unit
+// (the shared object views, edge/viewfeed): with the account signing
+// key, which issues every edge's user JWT, so an edge knows the public
+// key from its own credentials (the JWT's issuer). The signing input
+// starts with events' signature context, which no JWT's does.
+func (i *Issuer) ViewSigner() events.Signer { return i.keys.AccountSigning }
+
 func (i *Issuer) user(role Role, name, pub string, ttl time.Duration, perms jwt.Permissions, conn string, tags ...string) (string, error) {
 	if !nkeys.IsValidPublicUserKey(pub) {
 		return "", fmt.Errorf("identity: %s %s: %q is not an nkey user public key", role, name, pub)
@@ -239,6 +246,15 @@ func EdgePermissions(node, unit, domain string) (jwt.Permissions, error) {
 		shared := events.SharedSpaceSubjects()
 		p.Sub.Allow.Add(shared)
 		viewFilters = append(viewFilters, shared)
+		// The shared views' republished copies in the unit's queue group
+		// only: the hub sends each to one agent of the unit, which relays
+		// it on the unit's routes (edge/viewfeed). A node cannot join
+		// another unit's group and take its copies.
+		pub, err := events.Republished(shared)
+		if err != nil {
+			return p, err
+		}
+		p.Sub.Allow.Add(pub + " " + events.ViewRelayQueue(unit))
 	}
 	p.Sub.Allow.Add(InboxPrefix(node) + ".>")
 	renew, err := RenewSubject(node)

@@ -122,7 +122,7 @@ func runTrafficBench(b *testing.B, proxies, units, services, changes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pub, err := objects.New(objects.DefaultConfig(), m.GetClient(), hublink.Of(nc, js), log, nil)
+	pub, err := objects.New(objects.DefaultConfig(), m.GetClient(), hublink.Of(nc, js), log, nil, h.Issuer().ViewSigner())
 	if err != nil {
 		b.Fatal(err)
 	}

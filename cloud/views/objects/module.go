@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/atoll-edge/atoll/cloud/manager"
+	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/objectview"
@@ -29,7 +30,13 @@ type params struct {
 	Manager   *manager.Manager
 	Log       *slog.Logger
 	Registry  prometheus.Registerer
+	// Signer, when the app provides it, signs every view (the edges
+	// verify what a unit peer relays to them with it).
+	Signer ViewSigner `optional:"true"`
 }
+
+// ViewSigner signs the views (identity.Issuer.ViewSigner).
+type ViewSigner events.Signer
 
 // Module runs the object views publisher with the app's Kubernetes
 // manager: it reads from the manager's cache and is one controller per
@@ -40,7 +47,7 @@ var Module = fx.Module("objectviews",
 )
 
 func newForApp(p params) (*Publisher, error) {
-	pub, err := New(p.Config, p.Manager.GetClient(), p.Link, p.Log, newMetrics(p.Registry))
+	pub, err := New(p.Config, p.Manager.GetClient(), p.Link, p.Log, newMetrics(p.Registry), p.Signer)
 	if err != nil {
 		return nil, err
 	}

@@ -84,8 +84,9 @@ type Publisher struct {
 }
 
 // New returns a publisher reading the cluster through reader (the
-// manager's cache) and publishing through b.
-func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m *metrics) (*Publisher, error) {
+// manager's cache) and publishing through b, each view signed by signer
+// when it is not nil.
+func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m *metrics, signer events.Signer) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,7 +106,8 @@ func New(cfg Config, reader client.Reader, b *hublink.Link, log *slog.Logger, m 
 				return m
 			},
 			// A tombstone is not stored where nothing was.
-			Empty: (*atollv1.ObjectView).GetDeleted,
+			Empty:  (*atollv1.ObjectView).GetDeleted,
+			Signer: signer,
 		}),
 		uids:   map[key]string{},
 		byNode: map[string]map[key]struct{}{}, nodesOf: map[key][]string{}, labels: map[string]map[string]string{},

@@ -91,7 +91,7 @@ func start(t *testing.T, replicas int) *fixture {
 		cfg.Debounce = 0
 		reader := &countingReader{Reader: m.GetClient()}
 		f.readers = append(f.readers, reader)
-		p, err := New(cfg, reader, hublink.Of(nc, js), log.With("replica", i), nil)
+		p, err := New(cfg, reader, hublink.Of(nc, js), log.With("replica", i), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

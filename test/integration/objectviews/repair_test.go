@@ -68,7 +68,7 @@ func TestFreshEdgeAfterGarbage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := objects.New(objects.DefaultConfig(), m.GetClient(), hublink.Of(nc, js), log, nil)
+	pub, err := objects.New(objects.DefaultConfig(), m.GetClient(), hublink.Of(nc, js), log, nil, h.Issuer().ViewSigner())
 	if err != nil {
 		t.Fatal(err)
 	}
