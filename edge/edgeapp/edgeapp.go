@@ -119,6 +119,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Hosts.Path, "hosts-file", c.Hosts.Path, "CoreDNS hosts-plugin file kept with the unit's StatefulSetGrid names (empty: none; see deploy/coredns-atoll-hosts.conf)")
 	fs.StringVar(&c.Hosts.ClusterDomain, "cluster-domain", c.Hosts.ClusterDomain, "cluster DNS domain appended to the StatefulSetGrid names")
 	fs.DurationVar(&c.Proxy.Bookmark, "proxy-bookmark", c.Proxy.Bookmark, "how often the endpoints proxy sends a watch bookmark")
+	fs.BoolVar(&c.Proxy.RelayViews, "proxy-relay-views", c.Proxy.RelayViews, "share the hub's copies of the shared views (Services, EndpointSlices, Endpoints) with the unit: the hub sends each change to one agent of the unit, which relays it on the unit's routes, signed by the cloud (false: every agent takes its own copy from the hub)")
+	fs.DurationVar(&c.Proxy.RelayFreshness, "proxy-relay-freshness", c.Proxy.RelayFreshness, "how far from this node's clock the cloud's time on a view relayed by a unit peer may be; a staler one is refused")
 	fs.DurationVar(&c.Prober.Period, "probe-period", c.Prober.Period, "period of peer probe rounds")
 	fs.DurationVar(&c.Prober.RoundBudget, "probe-round-budget", c.Prober.RoundBudget, "time a probe round may take, at most half of --vote-timeout")
 	fs.IntVar(&c.Prober.Parallelism, "probe-parallelism", c.Prober.Parallelism, "most unit members checked at once")

@@ -110,6 +110,9 @@ type Node struct {
 	leafEnabled bool
 	routeURL    string
 	rotations   uint64 // route credential changes within one unit
+	// cloudKey is the issuer of cloudKeyOf, the user JWT it was read
+	// from (CloudKey).
+	cloudKey, cloudKeyOf string
 }
 
 // New prepares the node's server; Start runs it.
@@ -387,6 +390,52 @@ func (n *Node) UserJWT() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.userJWT
+}
+
+// CloudKey is the key the cloud signs what unit peers relay with (the
+// shared views, edge/viewfeed): the issuer of the node's user JWT, the
+// application account's signing key. Empty when the node links with a
+// bare nkey or before it has credentials (bootstrap credentials are
+// issued by the same key).
+func (n *Node) CloudKey() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.userJWT == "" {
+		return ""
+	}
+	if n.userJWT != n.cloudKeyOf {
+		n.cloudKeyOf, n.cloudKey = n.userJWT, ""
+		if c, err := jwt.DecodeUserClaims(n.userJWT); err == nil {
+			n.cloudKey = c.Issuer
+		}
+	}
+	return n.cloudKey
+}
+
+// Meshed reports whether the node's server has a route to every other
+// member of its unit (false in no unit): whatever one member publishes
+// on the unit's routes then reaches it.
+func (n *Node) Meshed() bool {
+	n.mu.Lock()
+	m, srv := n.mesh, n.srv
+	n.mu.Unlock()
+	if m.Unit == "" || srv == nil {
+		return false
+	}
+	rz, err := srv.Routez(nil)
+	if err != nil {
+		return false
+	}
+	routed := make(map[string]bool, len(rz.Routes))
+	for _, r := range rz.Routes {
+		routed[r.RemoteName] = true
+	}
+	for _, p := range m.Peers {
+		if p.Name != n.cfg.NodeName && !routed[p.Name] {
+			return false
+		}
+	}
+	return true
 }
 
 // PublicKey is the public key of the nkey the node links with (its

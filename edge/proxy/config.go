@@ -25,15 +25,26 @@ type Config struct {
 	MaxTombstones int
 	// SaveDelay coalesces the changes written to disk.
 	SaveDelay time.Duration
+	// RelayViews shares the hub's copies of the shared views with the
+	// unit (viewfeed.Relay): one agent of the unit gets each and relays
+	// it on the unit's routes, so a change crosses the hub's links once
+	// per unit rather than once per node.
+	RelayViews bool
+	// RelayFreshness is how far from this node's clock the time the cloud
+	// stamped on a relayed view may be (a peer may replay a view it
+	// relayed; what it replays must be this fresh).
+	RelayFreshness time.Duration
 }
 
 // DefaultConfig suits production.
 func DefaultConfig() Config {
 	return Config{
-		Addr:          "127.0.0.1:9471",
-		Bookmark:      time.Minute,
-		MaxTombstones: 10000,
-		SaveDelay:     100 * time.Millisecond,
+		Addr:           "127.0.0.1:9471",
+		Bookmark:       time.Minute,
+		MaxTombstones:  10000,
+		SaveDelay:      100 * time.Millisecond,
+		RelayViews:     true,
+		RelayFreshness: 2 * time.Minute,
 	}
 }
 
@@ -52,6 +63,8 @@ func (c Config) Validate() error {
 		return errors.New("proxy: MaxTombstones must not be negative")
 	case c.SaveDelay < 0:
 		return errors.New("proxy: SaveDelay must not be negative")
+	case c.RelayViews && c.RelayFreshness <= 0:
+		return errors.New("proxy: RelayFreshness must be positive")
 	}
 	return nil
 }

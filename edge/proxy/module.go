@@ -8,6 +8,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/atoll-edge/atoll/edge/membership"
+	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 )
@@ -19,6 +20,7 @@ type params struct {
 	Node       NodeName
 	Feeds      *viewfeed.Feeds
 	Membership *membership.Membership
+	NATS       *natsnode.Node
 	Log        *slog.Logger
 	Registry   prometheus.Registerer
 }
@@ -36,6 +38,9 @@ var Module = fx.Module("proxy",
 		px, err := New(p.Config, string(p.Node), p.Feeds, membershipUnits{m: p.Membership}, p.Log, newMetrics(p.Registry))
 		if err != nil {
 			return nil, err
+		}
+		if p.Config.RelayViews {
+			px.RelayThrough(p.NATS)
 		}
 		p.Lifecycle.Append(fx.Hook{OnStart: func(context.Context) error { return px.Listen() }})
 		fxrun.Background(p.Lifecycle, p.Log, "proxy", px.Run)

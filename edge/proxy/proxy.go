@@ -40,9 +40,18 @@ type UnitSource interface {
 	Changes() <-chan struct{}
 }
 
+// RelayNode is what relaying the shared views needs of the node
+// (*natsnode.Node): the key the cloud signs them with, and whether the
+// node is routed to every member of its unit.
+type RelayNode interface {
+	CloudKey() string
+	Meshed() bool
+}
+
 // Proxy runs the store, its follower, its persistence and the server.
 type Proxy struct {
 	cfg   Config
+	relay RelayNode // nil: no relaying
 	host  string
 	feeds *viewfeed.Feeds
 	units UnitSource
@@ -82,6 +91,28 @@ func New(cfg Config, host string, feeds *viewfeed.Feeds, units UnitSource, log *
 
 // Store is the proxy's store.
 func (p *Proxy) Store() *Store { return p.store }
+
+// RelayThrough makes the proxy share the hub's copies of the shared views
+// with its unit through node (Config.RelayViews; viewfeed.Relay). Call it
+// before Run.
+func (p *Proxy) RelayThrough(node RelayNode) { p.relay = node }
+
+// admit checks a shared view a unit peer relayed: stamped by the cloud
+// within RelayFreshness of this node's clock, and no older than what the
+// store holds of its object (Store.Admit).
+func (p *Proxy) admit(m viewfeed.Msg) error {
+	var v atollv1.ObjectView
+	if err := proto.Unmarshal(m.Data, &v); err != nil {
+		return fmt.Errorf("a view that does not decode: %w", err)
+	}
+	if !v.GetTime().IsValid() {
+		return errors.New("a view without the cloud's time")
+	}
+	if d := time.Since(v.GetTime().AsTime()); d > p.cfg.RelayFreshness || d < -p.cfg.RelayFreshness {
+		return fmt.Errorf("stamped %s from this node's clock, beyond %s (a replay, or a clock off)", d.Round(time.Second), p.cfg.RelayFreshness)
+	}
+	return p.store.Admit(SharedSpace, &v)
+}
 
 // Listen binds the server's address (synchronously, at start).
 func (p *Proxy) Listen() error {
@@ -250,8 +281,12 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 	if c := p.store.StreamCreated(sp); c != 0 {
 		created = time.Unix(0, c)
 	}
+	var relay *viewfeed.Relay
+	if sp == SharedSpace && p.relay != nil && p.cfg.RelayViews {
+		relay = &viewfeed.Relay{Unit: unit, Key: p.relay.CloudKey, Meshed: p.relay.Meshed, Admit: p.admit}
+	}
 	feed, err := p.feeds.New(viewfeed.Options{
-		Name: "proxy_" + sp.String(), Filter: filter, Start: p.store.SeqOf(sp), Created: created,
+		Name: "proxy_" + sp.String(), Filter: filter, Start: p.store.SeqOf(sp), Created: created, Relay: relay,
 		Apply: func(_ context.Context, m viewfeed.Msg) error {
 			key, err := events.ParseViewSubject(m.Subject)
 			if _, ok := objectview.Kind(key.Kind); err != nil || !ok {

@@ -208,6 +208,34 @@ func (s *Store) Apply(sp Space, v *atollv1.ObjectView, seq uint64) error {
 	return nil
 }
 
+// Admit refuses a view of space sp that a unit peer relayed (the cloud
+// signed it, but a peer may replay one) when it would take the store
+// back: older than the view held of the same object (same uid, a lower
+// resource version), or an object the store holds as deleted.
+func (s *Store) Admit(sp Space, v *atollv1.ObjectView) error {
+	kind, k := v.GetKind(), objKey(v.GetNamespace(), v.GetName())
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if held := s.layers[sp].views[kind][k]; held != nil {
+		if held.GetUid() == v.GetUid() && olderRV(v.GetResourceVersion(), held.GetResourceVersion()) {
+			return fmt.Errorf("%s %s: resource version %s is older than the one held (%s)", kind, k, v.GetResourceVersion(), held.GetResourceVersion())
+		}
+		return nil
+	}
+	if e := s.served[kind][k]; e != nil && e.deleted && !v.GetDeleted() && string(e.obj.GetUID()) == v.GetUid() {
+		return fmt.Errorf("%s %s: the object (uid %s) was deleted", kind, k, v.GetUid())
+	}
+	return nil
+}
+
+// olderRV reports whether resource version a is below b, both as the
+// apiserver writes them (etcd revisions); either unreadable: not older.
+func olderRV(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x < y
+}
+
 // put sets the raw object of kind at k in the layer of space sp (nil:
 // deleted) with its view as received, and applies the union's object if
 // that changed. Call with mu held.

@@ -62,6 +62,16 @@
 // a per-subject table of the space would cost memory per view for every
 // agent, this costs it per change between two catch-ups.
 //
+// # Relayed
+//
+// A feed of the shared space may share the hub's copies with its unit
+// (Options.Relay): one agent of the unit gets each view in the hub's
+// queue group of the unit and relays it on the unit's routes, where
+// every agent follows it; what a peer relays is applied only when the
+// cloud signed it. Such a feed keeps order per subject rather than over
+// the space, since views relayed by different agents overtake each other
+// (relay.go).
+//
 // # Handler contract
 //
 // For each subject, the sequences handed to Apply never decrease; the
@@ -78,7 +88,13 @@
 // to 0 and the catch-up reads the whole space again: sequences then start
 // over, and the handler must drop its own sequence guard in Reset.
 // Apply's error is logged and counted (reason failed); the view is not
-// tried again.
+// tried again. A relayed feed adds one exception: a unit peer may relay a
+// view the cloud signed under a sequence it forged (the hub's headers are
+// not signed); the next catch-up finds it out, and the stream's next view
+// of that subject then comes with a lower sequence. Its content is never
+// the peer's: a handler that must not go back keeps its own order by
+// content (the proxy refuses a relayed view older than the object's held
+// one, Relay.Admit).
 package viewfeed
 
 import (
@@ -144,7 +160,7 @@ func (r *reader) fetch(ctx, cctx context.Context, cons jetstream.Consumer) error
 		}
 		r.next++
 		r.pending, r.top = md.NumPending, md.Sequence.Stream
-		if _, ok := r.f.seen[md.Sequence.Stream]; ok {
+		if r.f.heard(md.Sequence.Stream, m.Subject()) {
 			r.f.m.skipped.WithLabelValues(r.f.o.Name, skipSeen).Inc()
 			continue
 		}
@@ -152,7 +168,7 @@ func (r *reader) fetch(ctx, cctx context.Context, cons jetstream.Consumer) error
 		r.f.apply(ctx, Msg{Subject: m.Subject(), Seq: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}, viaCatchUp)
 		// Seen: a catch-up that fails after this (the link dropping under
 		// it) and is tried again does not hand it over again.
-		r.f.seen[md.Sequence.Stream] = struct{}{}
+		r.f.seen[md.Sequence.Stream] = m.Subject()
 	}
 	if got == 0 {
 		return fmt.Errorf("nothing delivered with %d pending: %w", r.pending, batch.Error())
@@ -180,6 +196,9 @@ type Options struct {
 	// Filter is the space followed: a view subject or a filter in
 	// atoll.view.> the agent may read.
 	Filter string
+	// Relay, when set, shares the hub's copies of the views with the
+	// node's unit (the shared space only; see Relay).
+	Relay *Relay
 	// Start is the verified cursor kept by an earlier run (0: none, the
 	// whole space is read), and Created the creation time of the stream
 	// it belongs to (zero: unknown): a stream created at another time is
@@ -223,14 +242,20 @@ type Feed struct {
 	// Owned by Run's goroutine.
 	applied, verified uint64
 	created           time.Time
-	seen              map[uint64]struct{} // sequences applied above verified
-	settle            bool                // the last catch-up asks for a light check in settleDelay
+	seen              map[uint64]string // sequences applied above verified → their subjects
+	settle            bool              // the last catch-up asks for a light check in settleDelay
 	// Of the last full catch-up: the stream read (its last view of the
 	// space is what a light check asks for), the hub's time when it
 	// started, and the periodic checks since.
 	stream    jetstream.Stream
 	caughtAt  time.Time
+	caughtSeq uint64 // the stream's last sequence at caughtAt
 	periodics int
+	refusals  uint64 // relayed views refused
+	forged    int    // parked views the last catch-up did not cover (unpark)
+	// parked are relayed views whose predecessor on their subject has
+	// not arrived yet, by that predecessor's sequence (park).
+	parked map[uint64]parkedView
 }
 
 // New returns a feed of o.Filter. m may be nil (metrics not exported).
@@ -247,6 +272,14 @@ func New(cfg Config, link Link, node Node, o Options, log *slog.Logger, m *Metri
 	if link == nil || node == nil {
 		return nil, fmt.Errorf("viewfeed %s: no link or node", o.Name)
 	}
+	if o.Relay != nil {
+		if o.Filter != events.SharedSpaceSubjects() {
+			return nil, fmt.Errorf("viewfeed %s: only the shared space (%s) is relayed, not %s", o.Name, events.SharedSpaceSubjects(), o.Filter)
+		}
+		if err := o.Relay.validate(); err != nil {
+			return nil, fmt.Errorf("viewfeed %s: %w", o.Name, err)
+		}
+	}
 	sub, err := events.Republished(o.Filter)
 	if err != nil {
 		return nil, fmt.Errorf("viewfeed %s: filter: %w", o.Name, err)
@@ -260,7 +293,7 @@ func New(cfg Config, link Link, node Node, o Options, log *slog.Logger, m *Metri
 		log:     log.With("feed", o.Name, "filter", o.Filter),
 		up:      make(chan struct{}),
 		applied: o.Start, verified: o.Start, created: o.Created,
-		seen: map[uint64]struct{}{},
+		seen: map[uint64]string{}, parked: map[uint64]parkedView{},
 	}, nil
 }
 
@@ -308,25 +341,25 @@ func (f *Feed) Run(ctx context.Context) error {
 		return fmt.Errorf("viewfeed %s: no connection", f.o.Name)
 	}
 	ch := make(chan *nats.Msg, f.cfg.Buffer)
-	sub, err := nc.ChanSubscribe(f.sub, ch)
+	subs, err := f.subscribe(nc, ch)
 	if err != nil {
-		return fmt.Errorf("viewfeed %s: subscribe %s: %w", f.o.Name, f.sub, err)
+		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer subs.close()
 	// The interest is on its way to the hub before the catch-up's
 	// consumer is asked for on the same leaf link.
 	if err := nc.Flush(); err != nil {
 		f.log.Debug("flush after subscribing", "err", err)
 	}
-	f.log.Info("following views", "subject", f.sub, "from_seq", f.verified)
+	f.log.Info("following views", "subject", f.sub, "from_seq", f.verified, "relayed", f.o.Relay != nil)
 
 	check := time.NewTicker(f.cfg.CheckPeriod)
 	defer check.Stop()
 	poll := time.NewTicker(f.cfg.LeafPoll)
 	defer poll.Stop()
 	leaf := f.node.HubLink().ID
-	var dropped int
 	var retry, settle <-chan time.Time
+	polls := 0
 	failures := uint64(0)
 	warned := false
 	// due is the reason of the catch-up to run ("" for none), since when.
@@ -361,6 +394,12 @@ func (f *Feed) Run(ctx context.Context) error {
 				}
 				failures, warned, due = 0, false, ""
 				behind.Set(0)
+				if f.forged > 0 {
+					f.m.skipped.WithLabelValues(f.o.Name, skipRefused).Add(float64(f.forged))
+					f.log.Warn("views relayed by a unit peer carried sequences the stream never gave them; following the republished views directly for a while", "views", f.forged)
+					f.forged = 0
+					subs.refused(f)
+				}
 				if f.settle {
 					f.settle, settle = false, time.After(settleDelay)
 				}
@@ -370,7 +409,7 @@ func (f *Feed) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case msg := <-ch:
-			if r := f.core(ctx, msg); r != "" {
+			if r := f.receive(ctx, nc, subs, msg); r != "" {
 				want(r)
 			}
 		case <-retry:
@@ -392,10 +431,17 @@ func (f *Feed) Run(ctx context.Context) error {
 					due, dueSince, retry, failures = ReasonReconnect, time.Now(), nil, 0
 				}
 			}
-			if n, err := sub.Dropped(); err == nil && n > dropped {
-				f.log.Warn("the subscription dropped views (slow consumer); catching up", "dropped", n-dropped)
-				dropped = n
+			if n := subs.dropped(); n > 0 {
+				f.log.Warn("the subscription dropped views (slow consumer); catching up", "dropped", n)
 				want(ReasonSlowConsumer)
+			}
+			if r := f.overdue(); r != "" {
+				want(r)
+			}
+			if polls++; f.o.Relay != nil && polls%meshPolls == 0 {
+				if r := subs.followMesh(f); r != "" {
+					want(r)
+				}
 			}
 			// Behind counts while the link is up: a hub out of reach is
 			// another alert's business.
@@ -419,15 +465,15 @@ const warnAfter = 3
 
 // core handles one republished view and returns the reason for a
 // catch-up it calls for ("" for none).
-func (f *Feed) core(ctx context.Context, msg *nats.Msg) string {
+func (f *Feed) core(ctx context.Context, msg *nats.Msg, via string) string {
 	subj := msg.Header.Get(jetstream.SubjectHeader)
-	seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	seq, err := parseSeq(msg.Header)
 	if err != nil || seq == 0 || !events.SubjectMatches(f.o.Filter, subj) {
 		f.m.skipped.WithLabelValues(f.o.Name, skipInvalid).Inc()
 		f.log.Debug("ignoring a republished view without a sequence or outside the filter", "subject", msg.Subject, "view", subj)
 		return ""
 	}
-	if _, seen := f.seen[seq]; seen {
+	if f.heard(seq, subj) {
 		f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
 		return ""
 	}
@@ -436,31 +482,58 @@ func (f *Feed) core(ctx context.Context, msg *nats.Msg) string {
 		at, _ = time.Parse(time.RFC3339Nano, ts)
 	}
 	if seq <= f.applied {
-		if seq > f.verified {
+		switch {
+		case seq > f.verified && f.o.Relay != nil:
+			// The unit's agents relay the views the hub gave each of
+			// them, over routes of their own: views of different
+			// subjects arrive out of order all the time, and are
+			// applied (after the gap check below, which holds a view
+			// back until its subject's previous one is there). One
+			// older than a view applied of its own subject does not
+			// come that way: a sequence a peer forged may stand
+			// behind that one, so the stream decides.
+			if f.newer(seq, subj) {
+				f.log.Info("a view arrived after a later one of its subject; catching up", "subject", subj, "seq", seq, "applied", f.applied)
+				return ReasonOutOfOrder
+			}
+		case seq > f.verified:
 			// Older than one applied, and never seen: it overtook
 			// nothing we can tell apart without the stream.
 			f.log.Info("a view arrived after a later one; catching up", "subject", subj, "seq", seq, "applied", f.applied)
 			return ReasonOutOfOrder
+		default:
+			if f.storedSince(at, seq) {
+				f.log.Warn("a view stored after the last catch-up has a sequence below it: the views stream may have been rebuilt; catching up", "subject", subj, "seq", seq, "verified", f.verified)
+				return ReasonRebuilt
+			}
+			f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
+			return ""
 		}
-		if f.storedSince(at) {
-			f.log.Warn("a view stored after the last catch-up has a sequence below it: the views stream may have been rebuilt; catching up", "subject", subj, "seq", seq, "verified", f.verified)
-			return ReasonRebuilt
-		}
-		f.m.skipped.WithLabelValues(f.o.Name, skipSeen).Inc()
-		return ""
 	}
 	reason := ""
 	prev, _ := strconv.ParseUint(msg.Header.Get(jetstream.LastSequenceHeader), 10, 64)
-	if _, ok := f.seen[prev]; prev != 0 && prev > f.verified && !ok {
+	if prev != 0 && prev > f.verified && !f.heard(prev, subj) && f.o.Relay != nil && f.park(prev, seq, msg, via) {
+		// Its predecessor is likely on its way through another agent
+		// of the unit (park).
+		return ""
+	}
+	if prev != 0 && prev > f.verified && !f.heard(prev, subj) {
 		f.m.gaps.WithLabelValues(f.o.Name).Inc()
 		f.log.Info("a view was lost on the way; catching up", "subject", subj, "seq", seq, "previous_seq", prev, "verified", f.verified)
 		reason = ReasonGap
 	}
-	f.apply(ctx, Msg{Subject: subj, Seq: seq, Header: msg.Header, Data: msg.Data, Time: at}, viaCore)
-	f.applied = seq
-	f.seen[seq] = struct{}{}
+	f.apply(ctx, Msg{Subject: subj, Seq: seq, Header: msg.Header, Data: msg.Data, Time: at}, via)
+	f.applied = max(f.applied, seq)
+	f.seen[seq] = subj
 	if reason == "" && len(f.seen) >= f.cfg.MaxUnverified {
 		reason = ReasonUnverified
+	}
+	if next, ok := f.parked[seq]; ok {
+		// The view that waited for this one.
+		delete(f.parked, seq)
+		if r := f.core(ctx, next.msg, next.via); reason == "" {
+			reason = r
+		}
 	}
 	return reason
 }
@@ -533,7 +606,13 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	}
 	info := str.CachedInfo()
 	reload := false
-	if top := max(f.applied, f.verified); top > info.State.LastSeq || (!f.created.IsZero() && !f.created.Equal(info.Created)) {
+	top := max(f.applied, f.verified)
+	if f.o.Relay != nil {
+		// What was applied may carry a sequence a unit peer forged
+		// (dropForged, below); the verified cursor is the stream's own.
+		top = f.verified
+	}
+	if top > info.State.LastSeq || (!f.created.IsZero() && !f.created.Equal(info.Created)) {
 		f.log.Warn("the views stream was rebuilt; reading the space again", "applied", f.applied, "verified", f.verified,
 			"stream_last_seq", info.State.LastSeq, "created", info.Created, "held_created", f.created)
 		if f.o.Reset != nil {
@@ -541,6 +620,9 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 		}
 		f.applied, f.verified, reload = 0, 0, true
 		clear(f.seen)
+	}
+	if f.o.Relay != nil {
+		f.forged += f.dropForged(info.State.LastSeq)
 	}
 	if reason == ReasonPeriodic && !reload && f.verified > 0 {
 		// The full check's cheap path: when the space's last view is
@@ -551,7 +633,7 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 		last, err := str.GetLastMsgForSubject(rctx, f.o.Filter)
 		rcancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && last.Sequence <= f.verified) {
-			f.stream, f.caughtAt, f.created, f.periodics = str, info.TimeStamp, info.Created, 0
+			f.stream, f.caughtAt, f.caughtSeq, f.created, f.periodics = str, info.TimeStamp, info.State.LastSeq, info.Created, 0
 			f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
 			f.log.Debug("nothing stored in the space since the last catch-up", "verified", f.verified)
 			return nil
@@ -600,7 +682,8 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 		}
 	}
 	f.created = info.Created
-	f.stream, f.caughtAt, f.periodics = str, info.TimeStamp, 0
+	f.stream, f.caughtAt, f.caughtSeq, f.periodics = str, info.TimeStamp, info.State.LastSeq, 0
+	f.forged += f.unpark()
 	f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
 	level := slog.LevelDebug
 	if reason != ReasonPeriodic {
@@ -624,14 +707,40 @@ func clustered(info *jetstream.StreamInfo) bool {
 	return info.Cluster != nil && len(info.Cluster.Replicas) > 0
 }
 
-// storedSince reports whether a view stored at at (the hub's time) was
-// stored after the last full catch-up began: one whose sequence is at or
-// below the verified cursor then suggests a stream whose sequences started
-// over. It only calls for a full catch-up, whose stream info decides (a
-// hub cluster's servers' clocks may differ a little: the cost of a wrong
-// guess is one catch-up).
-func (f *Feed) storedSince(at time.Time) bool {
-	return !at.IsZero() && !f.caughtAt.IsZero() && at.After(f.caughtAt)
+// newer reports whether a view of subject above seq was applied since
+// the last catch-up (a relayed feed keeps order per subject).
+func (f *Feed) newer(seq uint64, subject string) bool {
+	for s, subj := range f.seen {
+		if s > seq && subj == subject {
+			return true
+		}
+	}
+	return false
+}
+
+// parseSeq is the stream sequence the hub put on a republished view.
+func parseSeq(h nats.Header) (uint64, error) {
+	return strconv.ParseUint(h.Get(jetstream.SequenceHeader), 10, 64)
+}
+
+// heard reports whether the view of subject with sequence seq was applied
+// above the verified cursor since the last catch-up. The subject is
+// compared too: a sequence a unit peer relayed with the wrong subject
+// (Relay) must not hide the view that truly has it.
+func (f *Feed) heard(seq uint64, subject string) bool {
+	s, ok := f.seen[seq]
+	return ok && s == subject
+}
+
+// storedSince reports whether a view with sequence seq stored at at (the
+// hub's time) was stored after the last full catch-up began with a
+// sequence at or below the stream's last one then: a stream whose
+// sequences started over. (Views stored while the catch-up ran may be
+// below the verified cursor, not below that.) It only calls for a full
+// catch-up, whose stream info decides (a hub cluster's servers' clocks may
+// differ a little: the cost of a wrong guess is one catch-up).
+func (f *Feed) storedSince(at time.Time, seq uint64) bool {
+	return !at.IsZero() && !f.caughtAt.IsZero() && at.After(f.caughtAt) && seq <= f.caughtSeq
 }
 
 // lightCheck reports whether a catch-up for reason may first read only
@@ -651,7 +760,7 @@ func (f *Feed) lightCheck(reason string) bool {
 	switch reason {
 	case ReasonPeriodic:
 		return f.periodics < f.cfg.VerifyEvery
-	case ReasonReconnect:
+	case ReasonReconnect, ReasonMesh, ReasonRefused:
 		return true
 	}
 	return false
@@ -680,14 +789,14 @@ func (f *Feed) quiet(ctx context.Context, reason string) (bool, error) {
 	case err != nil:
 		return false, err
 	case last.Sequence <= f.verified:
-		if f.storedSince(last.Time) {
+		if f.storedSince(last.Time, last.Sequence) {
 			f.log.Warn("the space's last view was stored after the last catch-up with a sequence below it: the views stream may have been rebuilt", "seq", last.Sequence, "verified", f.verified)
 			return false, nil
 		}
 		f.log.Debug("nothing stored in the space since the last catch-up", "reason", reason, "verified", f.verified)
 		return true, nil
 	}
-	if _, heard := f.seen[last.Sequence]; heard && (reason == ReasonPeriodic || reason == ReasonSettle) {
+	if f.heard(last.Sequence, last.Subject) && (reason == ReasonPeriodic || reason == ReasonSettle) {
 		f.log.Debug("the space's last view was heard", "seq", last.Sequence, "verified", f.verified)
 		return true, nil
 	}

@@ -13,14 +13,17 @@ const (
 	ReasonUnverified   = "unverified"    // MaxUnverified views applied since the last catch-up
 	ReasonRebuilt      = "rebuilt"       // a view stored after the last catch-up has a sequence below it
 	ReasonSettle       = "settle"        // a catch-up's consumer may have read a replica behind the stream's leader
+	ReasonMesh         = "mesh"          // the node lost its route to a member of its unit, which may have relayed views (Relay)
+	ReasonRefused      = "refused"       // a view a unit peer relayed was refused (Relay)
 )
 
-var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonSettle}
+var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRebuilt, ReasonSettle, ReasonMesh, ReasonRefused}
 
 // Where an applied view came from, the via label of
 // atoll_viewfeed_applied_total.
 const (
 	viaCore    = "core"
+	viaRelay   = "relay"
 	viaCatchUp = "catchup"
 )
 
@@ -30,6 +33,7 @@ const (
 	skipSeen    = "seen"    // its sequence was applied already
 	skipInvalid = "invalid" // no sequence header, or outside the feed's filter
 	skipFailed  = "failed"  // the handler refused it
+	skipRefused = "refused" // relayed by a unit peer without the cloud's valid signature, or not admitted
 )
 
 // Metrics are the feeds' metrics, shared by every feed of a process
@@ -41,6 +45,8 @@ type Metrics struct {
 	gaps          *prometheus.CounterVec
 	applied       *prometheus.CounterVec
 	skipped       *prometheus.CounterVec
+	relayed       *prometheus.CounterVec
+	direct        *prometheus.GaugeVec
 }
 
 // NewMetrics registers the feeds' metrics with reg (nil: not exported).
@@ -48,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		catchups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchups_total",
-			Help: "Catch-ups that completed (full, with a short-lived consumer on VIEWS, or ended by a light check of the space's last view), by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, rebuilt).",
+			Help: "Catch-ups that completed (full, with a short-lived consumer on VIEWS, or ended by a light check of the space's last view), by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, rebuilt, settle, mesh, refused).",
 		}, []string{"feed", "reason"}),
 		catchupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",
@@ -64,15 +70,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"feed"}),
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "applied_total",
-			Help: "Views handed to the feed's handler, by where they came from (core: republished; catchup: the catch-up's consumer).",
+			Help: "Views handed to the feed's handler, by where they came from (core: republished; relay: relayed by an agent of the unit; catchup: the catch-up's consumer).",
 		}, []string{"feed", "via"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "skipped_total",
-			Help: "Views not applied, by reason: seen (applied already), invalid (no sequence, outside the filter), failed (the handler refused it).",
+			Help: "Views not applied, by reason: seen (applied already), invalid (no sequence, outside the filter), failed (the handler refused it), refused (relayed by a unit peer without the cloud's valid signature, or not admitted).",
 		}, []string{"feed", "reason"}),
+		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "relayed_total",
+			Help: "Shared views the hub sent this agent for its unit and that it relayed on the unit's routes.",
+		}, []string{"feed"}),
+		direct: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "direct",
+			Help: "1 while the feed follows the hub's republished views itself: it relays none, or its node lacks a route to a member of its unit (or refused a relayed view in the last 10 min); 0 while it follows the views its unit relays.",
+		}, []string{"feed"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.catchups, m.catchupErrors, m.behind, m.gaps, m.applied, m.skipped)
+		reg.MustRegister(m.catchups, m.catchupErrors, m.behind, m.gaps, m.applied, m.skipped, m.relayed, m.direct)
 	}
 	return m
 }
@@ -86,8 +100,11 @@ func (m *Metrics) init(feed string) {
 	m.behind.WithLabelValues(feed).Set(0)
 	m.gaps.WithLabelValues(feed)
 	m.applied.WithLabelValues(feed, viaCore)
+	m.applied.WithLabelValues(feed, viaRelay)
 	m.applied.WithLabelValues(feed, viaCatchUp)
-	for _, r := range []string{skipSeen, skipInvalid, skipFailed} {
+	m.relayed.WithLabelValues(feed)
+	m.direct.WithLabelValues(feed).Set(1)
+	for _, r := range []string{skipSeen, skipInvalid, skipFailed, skipRefused} {
 		m.skipped.WithLabelValues(feed, r)
 	}
 }

@@ -118,6 +118,24 @@ func TestDemo(t *testing.T) {
 		}
 		return nil
 	})
+	// The sites' agents share the hub's copies of the shared views, and
+	// take what their peers relay (the cloud signed it).
+	logText := func() string {
+		b, err := os.ReadFile(filepath.Join(dir, "atoll-demo.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(logText(), "following the views its agents relay") {
+			return poll.Errorf("no agent follows the views its site relays")
+		}
+		return nil
+	})
+	if strings.Contains(logText(), "refused a view relayed") {
+		t.Error("an agent refused a view its site relayed")
+	}
 	cancel()
 	select {
 	case err := <-done:
