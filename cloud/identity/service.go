@@ -31,11 +31,14 @@ type Config struct {
 	MaxTokenTTL time.Duration
 	// Replicas of the registry's KV bucket (1, or 3 on a hub cluster).
 	Replicas int
+	// SpentTokenGrace is how long a spent bootstrap token's user may
+	// still log in after its enrollment reply (DefaultSpentTokenGrace).
+	SpentTokenGrace time.Duration
 }
 
 // DefaultConfig is the production configuration.
 func DefaultConfig() Config {
-	return Config{EdgeTTL: 30 * 24 * time.Hour, MaxTokenTTL: 7 * 24 * time.Hour, Replicas: 1}
+	return Config{EdgeTTL: 30 * 24 * time.Hour, MaxTokenTTL: 7 * 24 * time.Hour, Replicas: 1, SpentTokenGrace: DefaultSpentTokenGrace}
 }
 
 // Validate names the first bad field.
@@ -49,6 +52,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("identity: max bootstrap token TTL %v must be positive", c.MaxTokenTTL)
 	case c.Replicas != 1 && c.Replicas != 3:
 		return fmt.Errorf("identity: replicas %d must be 1 or 3", c.Replicas)
+	case c.SpentTokenGrace <= 0:
+		return fmt.Errorf("identity: spent token grace %v must be positive", c.SpentTokenGrace)
 	}
 	return nil
 }
@@ -116,20 +121,23 @@ type Service struct {
 	violSub *nats.Subscription
 
 	// spent are the revocations of spent bootstrap tokens waiting out
-	// spentTokenGrace; Stop runs them at once.
+	// SpentTokenGrace; Stop runs them at once.
 	spentMu sync.Mutex
 	spent   map[*time.Timer]func()
+	swept   chan struct{} // closed when the sweep at start ended
 }
 
-// spentTokenGrace is how long a spent bootstrap token's user may still
-// log in: its enrollment reply reaches the node first. Revoking it at
-// once closed its connection right behind the reply, and the node's
+// DefaultSpentTokenGrace is how long a spent bootstrap token's user may
+// still log in: its enrollment reply reaches the node first. Revoking it
+// at once closed its connection right behind the reply, and the node's
 // client lost the reply to the close (nats.go hands a reply to the
 // waiting request on another goroutine than the one that reads the
 // server's close): the node was enrolled, its token spent, and it had
 // no credentials. The user can only ask for an enrollment meanwhile,
-// which the spent token's record refuses.
-const spentTokenGrace = 5 * time.Second
+// which the spent token's record refuses. A replica that dies within the
+// grace leaves the revocation to the next start of any replica
+// (SweepSpent).
+const DefaultSpentTokenGrace = 5 * time.Second
 
 // NewService returns the service; nc is a service connection, sys a
 // system account user's (Issuer.System).
@@ -244,6 +252,13 @@ func (s *Service) Start(ctx context.Context) error {
 			cancel()
 		}
 	}()
+	if s.revoker != nil {
+		s.swept = make(chan struct{})
+		go func() {
+			defer close(s.swept)
+			s.sweepAtStart(wctx)
+		}()
+	}
 	if s.sys != nil {
 		if s.violSub, err = FollowViolations(s.sys, s.issuer.Keys().AccountKey(), s.log, s.metrics); err != nil {
 			return err
@@ -285,6 +300,9 @@ func (s *Service) Stop() error {
 	if s.stop != nil {
 		s.stop()
 		<-s.done
+		if s.swept != nil {
+			<-s.swept
+		}
 		if s.durableDone != nil {
 			<-s.durableDone
 		}
@@ -591,7 +609,11 @@ func (s *Service) handleEnroll(r micro.Request) (any, error) {
 	defer cancel()
 	// Single use: the first enrollment with a token records its ID; the
 	// bucket refuses to create the entry twice.
-	if _, err := s.kv.Create(ctx, "token."+claims.ID, []byte(node)); err != nil {
+	rec, err := json.Marshal(spentToken{Node: node, User: claims.Subject, At: time.Now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.kv.Create(ctx, tokenKeyPrefix+claims.ID, rec); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, badRequest("enroll %s: the bootstrap token was used already", node)
 		}
@@ -612,11 +634,101 @@ func (s *Service) handleEnroll(r micro.Request) (any, error) {
 		s.afterGrace(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), gateTimeout)
 			defer cancel()
-			if err := s.revoker.Revoke(ctx, claims.Subject); err != nil {
+			if err := s.revokeSpentToken(ctx, claims.ID); err != nil {
 				s.log.Warn("revoke a spent bootstrap token", "edge", node, "err", err)
 			}
 		})
 	}}, nil
+}
+
+// tokenKeyPrefix starts the registry's key of each spent bootstrap token
+// (followed by the token's JWT ID).
+const tokenKeyPrefix = "token."
+
+// spentToken is the registry's record of a spent bootstrap token.
+type spentToken struct {
+	Node string    `json:"node"`
+	User string    `json:"user"` // the token's user key
+	At   time.Time `json:"at"`   // when it was spent
+	// Revoked is set once the user's revocation is recorded.
+	Revoked bool `json:"revoked,omitempty"`
+}
+
+// revokeSpentToken revokes the user of the spent token whose JWT ID is
+// id and marks its record: no later sweep revokes it again.
+func (s *Service) revokeSpentToken(ctx context.Context, id string) error {
+	e, err := s.kv.Get(ctx, tokenKeyPrefix+id)
+	if err != nil {
+		return err
+	}
+	var rec spentToken
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.User == "" {
+		return fmt.Errorf("the record of token %s is not one this version writes: %q", id, e.Value())
+	}
+	if rec.Revoked {
+		return nil
+	}
+	if err := s.revoker.Revoke(ctx, rec.User); err != nil {
+		return err
+	}
+	rec.Revoked = true
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	// A replica sweeping at the same time marks it too: same content.
+	_, err = s.kv.Update(ctx, tokenKeyPrefix+id, data, e.Revision())
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil
+	}
+	return err
+}
+
+// sweepAtStart runs SweepSpent once the grace of a token spent just
+// before this start is over, and logs what it did.
+func (s *Service) sweepAtStart(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(s.cfg.SpentTokenGrace):
+	}
+	n, err := s.SweepSpent(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("revoking spent bootstrap tokens left unrevoked", "revoked", n, "err", err)
+	case n > 0:
+		s.log.Info("revoked spent bootstrap tokens a stopped replica left unrevoked", "revoked", n)
+	}
+}
+
+// SweepSpent revokes the users of the spent bootstrap tokens whose
+// revocation is still due after their grace (a replica died within it)
+// and returns how many it revoked. Records older than this version's (the
+// node's name alone) are left: their tokens expire.
+func (s *Service) SweepSpent(ctx context.Context) (int, error) {
+	keys, err := s.kv.ListKeysFiltered(ctx, tokenKeyPrefix+">")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for k := range keys.Keys() {
+		e, err := s.kv.Get(ctx, k)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var rec spentToken
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.User == "" || rec.Revoked || time.Since(rec.At) < s.cfg.SpentTokenGrace {
+			continue
+		}
+		if err := s.revokeSpentToken(ctx, strings.TrimPrefix(k, tokenKeyPrefix)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // afterGrace runs revoke spentTokenGrace from now, or at Stop if that
@@ -628,7 +740,7 @@ func (s *Service) afterGrace(revoke func()) {
 		s.spent = map[*time.Timer]func(){}
 	}
 	var t *time.Timer
-	t = time.AfterFunc(spentTokenGrace, func() {
+	t = time.AfterFunc(s.cfg.SpentTokenGrace, func() {
 		s.spentMu.Lock()
 		_, pending := s.spent[t]
 		delete(s.spent, t)

@@ -284,20 +284,7 @@ func TestEnrollment(t *testing.T) {
 			}
 			// The spent token's user is revoked once the node had time
 			// to read its reply: it cannot log in any more.
-			poll.Eventually(t, 20*time.Second, func() error {
-				tok, _ := jwt.ParseDecoratedJWT(creds)
-				kp, _ := jwt.ParseDecoratedNKey(creds)
-				seed, _ := kp.Seed()
-				nc, err := nats.Connect(strings.Join(f.client.URLs, ","), nats.UserJWTAndSeed(tok, string(seed)), nats.MaxReconnects(0))
-				if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthRevoked) {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				nc.Close()
-				return errors.New("the spent token's user still logs in")
-			})
+			poll.Eventually(t, 20*time.Second, refused(f, creds))
 			if err := asService(t, f, "a", creds); err == nil || !strings.Contains(err.Error(), "used already") {
 				t.Errorf("spent token: %v", err)
 			}
@@ -383,6 +370,49 @@ func TestRenewKeepsLinked(t *testing.T) {
 	pub, _ := kp.PublicKey()
 	if _, err := enroll.Renew(ctx, agent, "a", pub); err == nil {
 		t.Error("renewed for another key")
+	}
+}
+
+// refused returns a check that the user of creds is refused by the hub.
+func refused(f fabric, creds []byte) func() error {
+	return func() error {
+		tok, _ := jwt.ParseDecoratedJWT(creds)
+		kp, _ := jwt.ParseDecoratedNKey(creds)
+		seed, _ := kp.Seed()
+		nc, err := nats.Connect(strings.Join(f.client.URLs, ","), nats.UserJWTAndSeed(tok, string(seed)), nats.MaxReconnects(0))
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthRevoked) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		nc.Close()
+		return errors.New("the spent token's user still logs in")
+	}
+}
+
+// TestSpentTokenSwept: a replica that dies within a spent token's grace
+// (its revocation never runs: here a grace longer than the test) leaves
+// it to the next start of any replica, whose sweep revokes the token's
+// user once the grace is over, and marks its record so that no later
+// sweep revokes it again.
+func TestSpentTokenSwept(t *testing.T) {
+	cfg := identity.DefaultConfig()
+	cfg.SpentTokenGrace = time.Hour
+	f := start(t, "embedded", cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	creds := []byte(token(t, f, "a", "u1", time.Hour))
+	if _, _, err := bootstrap(ctx, f, creds, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := refused(f, creds)(); err == nil {
+		t.Fatal("the spent token's user was revoked within its grace")
+	}
+	g := f.serve(t, identity.DefaultConfig(), nil)
+	poll.Eventually(t, 30*time.Second, refused(f, creds))
+	if n, err := g.ids.SweepSpent(ctx); n != 0 || err != nil {
+		t.Errorf("a second sweep revoked %d (%v), want none", n, err)
 	}
 }
 
