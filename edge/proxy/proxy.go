@@ -98,7 +98,7 @@ func (p *Proxy) Store() *Store { return p.store }
 func (p *Proxy) RelayThrough(node RelayNode) { p.relay = node }
 
 // admit checks a shared view a unit peer relayed: stamped by the cloud
-// within RelayFreshness of this node's clock, and no older than what the
+// within RelayFreshness of this node's clock, and not before what the
 // store holds of its object (Store.Admit).
 func (p *Proxy) admit(m viewfeed.Msg) error {
 	var v atollv1.ObjectView

@@ -16,9 +16,9 @@ import (
 )
 
 // TestAdmitRelayed: a view a unit peer relays is refused when it would
-// take the store back (an older resource version of the object held, an
+// take the store back (stamped before the view held of its object, an
 // object held as deleted) or when the cloud stamped it too far from this
-// node's clock; a newer one, the same one again and a recreated object
+// node's clock; a later one, the same one again and a recreated object
 // (another uid) are admitted.
 func TestAdmitRelayed(t *testing.T) {
 	p, err := New(func() Config { c := DefaultConfig(); c.Enabled = true; return c }(), "a1", nil, nil, slog.New(slog.DiscardHandler), nil)
@@ -26,11 +26,12 @@ func TestAdmitRelayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := p.Store()
-	svc := func(uid, rv string) *atollv1.ObjectView {
+	held := time.Now().Add(-time.Minute)
+	svc := func(uid string, at time.Time) *atollv1.ObjectView {
 		o := testService("web", "", false)
-		o.UID, o.ResourceVersion = types.UID(uid), rv
+		o.UID = types.UID(uid)
 		v := view(t, objectview.KindServices, o)
-		v.Time = timestamppb.Now()
+		v.Time = timestamppb.New(at)
 		return v
 	}
 	admit := func(v *atollv1.ObjectView) error {
@@ -41,7 +42,7 @@ func TestAdmitRelayed(t *testing.T) {
 		}
 		return p.admit(viewfeed.Msg{Subject: "atoll.view._all.services.default.web", Data: data})
 	}
-	if err := s.Apply(SharedSpace, svc("u1", "10"), 1); err != nil {
+	if err := s.Apply(SharedSpace, svc("u1", held), 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -49,21 +50,13 @@ func TestAdmitRelayed(t *testing.T) {
 		v    *atollv1.ObjectView
 		want string // "" admitted, else a part of the error
 	}{
-		{"older", svc("u1", "9"), "older than the one held"},
-		{"the same", svc("u1", "10"), ""},
-		{"newer", svc("u1", "11"), ""},
-		{"another object of that name", svc("u2", "5"), ""},
-		{"stale", func() *atollv1.ObjectView {
-			v := svc("u1", "12")
-			v.Time = timestamppb.New(time.Now().Add(-3 * time.Minute))
-			return v
-		}(), "beyond"},
-		{"from the future", func() *atollv1.ObjectView {
-			v := svc("u1", "12")
-			v.Time = timestamppb.New(time.Now().Add(3 * time.Minute))
-			return v
-		}(), "beyond"},
-		{"without a time", func() *atollv1.ObjectView { v := svc("u1", "12"); v.Time = nil; return v }(), "without the cloud's time"},
+		{"stamped before the one held", svc("u1", held.Add(-time.Second)), "before the view held"},
+		{"the same", svc("u1", held), ""},
+		{"later", svc("u1", held.Add(time.Second)), ""},
+		{"another object of that name", svc("u2", held.Add(-time.Second)), ""},
+		{"stale", svc("u1", time.Now().Add(-3*time.Minute)), "beyond"},
+		{"from the future", svc("u1", time.Now().Add(3*time.Minute)), "beyond"},
+		{"without a time", func() *atollv1.ObjectView { v := svc("u1", held); v.Time = nil; return v }(), "without the cloud's time"},
 	} {
 		err := admit(tc.v)
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
@@ -76,10 +69,10 @@ func TestAdmitRelayed(t *testing.T) {
 	if err := s.Apply(SharedSpace, gone, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := admit(svc("u1", "10")); err == nil || !strings.Contains(err.Error(), "was deleted") {
+	if err := admit(svc("u1", held.Add(time.Second))); err == nil || !strings.Contains(err.Error(), "was deleted") {
 		t.Errorf("a deleted object's view replayed: admit = %v", err)
 	}
-	if err := admit(svc("u2", "20")); err != nil {
+	if err := admit(svc("u2", held)); err != nil {
 		t.Errorf("a new object of a deleted one's name: admit = %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -210,15 +211,20 @@ func (s *Store) Apply(sp Space, v *atollv1.ObjectView, seq uint64) error {
 
 // Admit refuses a view of space sp that a unit peer relayed (the cloud
 // signed it, but a peer may replay one) when it would take the store
-// back: older than the view held of the same object (same uid, a lower
-// resource version), or an object the store holds as deleted.
+// back: stamped before the view held of the same object (same uid; the
+// cloud stamps each view when it stores it, and views carry no resource
+// version), or of an object the store holds as deleted. The cloud's
+// replicas stamp with their own clocks: a view stored right after another
+// by a replica whose clock is behind is refused too, and the feed then
+// takes the hub's copies itself (nothing is lost).
 func (s *Store) Admit(sp Space, v *atollv1.ObjectView) error {
 	kind, k := v.GetKind(), objKey(v.GetNamespace(), v.GetName())
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if held := s.layers[sp].views[kind][k]; held != nil {
-		if held.GetUid() == v.GetUid() && olderRV(v.GetResourceVersion(), held.GetResourceVersion()) {
-			return fmt.Errorf("%s %s: resource version %s is older than the one held (%s)", kind, k, v.GetResourceVersion(), held.GetResourceVersion())
+		if held.GetUid() == v.GetUid() && v.GetTime().AsTime().Before(held.GetTime().AsTime()) {
+			return fmt.Errorf("%s %s: stamped %s, before the view held (%s)", kind, k,
+				v.GetTime().AsTime().Format(time.RFC3339Nano), held.GetTime().AsTime().Format(time.RFC3339Nano))
 		}
 		return nil
 	}
@@ -226,14 +232,6 @@ func (s *Store) Admit(sp Space, v *atollv1.ObjectView) error {
 		return fmt.Errorf("%s %s: the object (uid %s) was deleted", kind, k, v.GetUid())
 	}
 	return nil
-}
-
-// olderRV reports whether resource version a is below b, both as the
-// apiserver writes them (etcd revisions); either unreadable: not older.
-func olderRV(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	return errA == nil && errB == nil && x < y
 }
 
 // put sets the raw object of kind at k in the layer of space sp (nil:
