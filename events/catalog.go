@@ -174,6 +174,17 @@ var (
 		Producer:  "the agent of the unit the hub picked for the view", Consumer: "the endpoint proxies of the unit (core, over the unit's routes); never sent to the hub",
 		Example: []string{"site-a", "endpointslices", "default", "web-abc"},
 	}
+	// RelayResetFamily: an agent of the unit whose leaf link changed
+	// tells the others that views it was given to relay may be lost.
+	RelayResetFamily = &Family{
+		Name: "relay reset", Pattern: Root + "." + viewRelayToken + ".<unit>.<node>.reset",
+		Transport: TransportCore,
+		Message:   &atollv1.ViewRelayReset{},
+		Identity:  map[string]string{"node": "node"},
+		MsgID:     "none",
+		Producer:  "an agent of the unit, when its leaf link to the hub comes up (and again once the hub has surely dropped the old one)", Consumer: "the unit's other agents' relayed feeds: a catch-up (core, over the unit's routes); never sent to the hub",
+		Example: []string{"site-a", "edge-1"},
+	}
 
 	TunnelFamily = &Family{
 		Name: "tunnel", Pattern: Root + ".tunnel.<node>.<session>.<dir>",
@@ -260,7 +271,7 @@ var catalog = []*Family{
 	ProbeFamily, BallotFamily, TopologyFamily, UnitEventFamily,
 	AssignmentFamily, UnitViewFamily, HostsFamily, ObjectViewFamily,
 	RepublishedAssignmentFamily, RepublishedUnitViewFamily, RepublishedHostsFamily, RepublishedObjectViewFamily,
-	RelayedViewFamily,
+	RelayedViewFamily, RelayResetFamily,
 	TunnelFamily, TunnelRelayFamily, UnitRelayFamily, APIServerDialFamily, TunnelUpFamily, StatusFamily, TunnelsFamily,
 }
 

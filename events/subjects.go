@@ -290,6 +290,16 @@ func RelayedView(unit, subject string) (string, error) {
 	return Root + "." + viewRelayToken + "." + unit + "." + strings.TrimPrefix(subject, sharedPrefix), nil
 }
 
+// RelayResetSubject is where node, an agent of unit, tells the unit's
+// relayed feeds that views it was given to relay may be lost
+// (RelayResetFamily).
+func RelayResetSubject(unit, node string) (string, error) {
+	if err := ValidUnit(unit); err != nil {
+		return "", err
+	}
+	return RelayResetFamily.Subject(unit, node)
+}
+
 // ViewRelayQueue is the queue group in which the agents of unit take the
 // shared views the hub republishes (atoll.viewpub._all.>): the hub sends
 // each to one agent of the unit, which relays it on the unit's routes

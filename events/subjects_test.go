@@ -225,7 +225,11 @@ func TestRelayedView(t *testing.T) {
 			t.Errorf("RelayedView(%q, %q) = %q, want an error", bad.unit, bad.subject, r)
 		}
 	}
-	for _, bad := range []string{"atoll.viewrelay.u1.services.default", s, "atoll.viewrelay.u1.services.default.web.x"} {
+	reset, err := RelayResetSubject("u1", "edge-1")
+	if err != nil || reset != "atoll.viewrelay.u1.edge-1.reset" || !SubjectMatches(f, reset) {
+		t.Errorf("RelayResetSubject = %q, %v; want one the unit's relayed feeds hear", reset, err)
+	}
+	for _, bad := range []string{"atoll.viewrelay.u1.services.default", s, "atoll.viewrelay.u1.services.default.web.x", reset} {
 		if _, _, err := ParseRelayedView(bad); err == nil {
 			t.Errorf("ParseRelayedView(%q) took it", bad)
 		}

@@ -161,7 +161,7 @@ func TestEdgePermissions(t *testing.T) {
 				"atoll.tunnel.b.relay.a.s1.out", "atoll.tunnel.a.relay.b.s1.in", "atoll.relay.u1.a.b.s1.out", "atoll.relay.u1.b.a.s1.in",
 				"atoll.health.ballot.u1.b", "atoll.health.ballot.u2.a",
 				// Its own, but they stay inside the unit.
-				"atoll.health.probe.u1.a", "atoll.viewrelay.u1.services.default.web"}
+				"atoll.health.probe.u1.a", "atoll.viewrelay.u1.services.default.web", "atoll.viewrelay.u1.a.reset"}
 			poll.Eventually(t, 20*time.Second, func() error {
 				for _, s := range append(forged, own...) {
 					if err := a.Publish(s, []byte("x")); err != nil {

@@ -283,7 +283,7 @@ func (p *Proxy) consume(ctx context.Context, unit string, sp Space) error {
 	}
 	var relay *viewfeed.Relay
 	if sp == SharedSpace && p.relay != nil && p.cfg.RelayViews {
-		relay = &viewfeed.Relay{Unit: unit, Key: p.relay.CloudKey, Meshed: p.relay.Meshed, Admit: p.admit}
+		relay = &viewfeed.Relay{Unit: unit, Node: p.host, Key: p.relay.CloudKey, Meshed: p.relay.Meshed, Admit: p.admit}
 	}
 	feed, err := p.feeds.New(viewfeed.Options{
 		Name: "proxy_" + sp.String(), Filter: filter, Start: p.store.SeqOf(sp), Created: created, Relay: relay,

@@ -251,8 +251,9 @@ type Feed struct {
 	caughtAt  time.Time
 	caughtSeq uint64 // the stream's last sequence at caughtAt
 	periodics int
-	refusals  uint64 // relayed views refused
-	forged    int    // parked views the last catch-up did not cover (unpark)
+	refusals  uint64    // relayed views refused
+	forged    int       // parked views the last catch-up did not cover (unpark)
+	lastReset time.Time // the last catch-up a peer's relay reset called for
 	// parked are relayed views whose predecessor on their subject has
 	// not arrived yet, by that predecessor's sequence (park).
 	parked map[uint64]parkedView
@@ -358,7 +359,12 @@ func (f *Feed) Run(ctx context.Context) error {
 	poll := time.NewTicker(f.cfg.LeafPoll)
 	defer poll.Stop()
 	leaf := f.node.HubLink().ID
-	var retry, settle <-chan time.Time
+	var retry, settle, resetAgain <-chan time.Time
+	if f.o.Relay != nil && leaf != 0 {
+		// A restarted agent's old leaf connection may still take views
+		// at the hub for a moment.
+		f.announceReset(nc)
+	}
 	polls := 0
 	failures := uint64(0)
 	warned := false
@@ -419,6 +425,9 @@ func (f *Feed) Run(ctx context.Context) error {
 		case <-settle:
 			settle = nil
 			want(ReasonSettle)
+		case <-resetAgain:
+			resetAgain = nil
+			f.announceReset(nc)
 		case <-poll.C:
 			if now := f.node.HubLink().ID; now != leaf {
 				leaf = now
@@ -429,6 +438,10 @@ func (f *Feed) Run(ctx context.Context) error {
 					// nothing about it.
 					f.log.Info("leaf link to the hub is back; catching up")
 					due, dueSince, retry, failures = ReasonReconnect, time.Now(), nil, 0
+					if f.o.Relay != nil {
+						f.announceReset(nc)
+						resetAgain = time.After(relayResetAgain)
+					}
 				}
 			}
 			if n := subs.dropped(); n > 0 {
@@ -760,7 +773,7 @@ func (f *Feed) lightCheck(reason string) bool {
 	switch reason {
 	case ReasonPeriodic:
 		return f.periodics < f.cfg.VerifyEvery
-	case ReasonReconnect, ReasonMesh, ReasonRefused:
+	case ReasonReconnect, ReasonMesh, ReasonRefused, ReasonPeerReconnect:
 		return true
 	}
 	return false

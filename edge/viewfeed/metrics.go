@@ -15,9 +15,12 @@ const (
 	ReasonSettle       = "settle"        // a catch-up's consumer may have read a replica behind the stream's leader
 	ReasonMesh         = "mesh"          // the node lost its route to a member of its unit, which may have relayed views (Relay)
 	ReasonRefused      = "refused"       // a view a unit peer relayed was refused (Relay)
+	// ReasonPeerReconnect: a unit peer's leaf link changed; views the hub
+	// gave it to relay may be lost (Relay).
+	ReasonPeerReconnect = "peer_reconnect"
 )
 
-var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRebuilt, ReasonSettle, ReasonMesh, ReasonRefused}
+var reasons = []string{ReasonStart, ReasonReconnect, ReasonGap, ReasonOutOfOrder, ReasonSlowConsumer, ReasonPeriodic, ReasonUnverified, ReasonRebuilt, ReasonSettle, ReasonMesh, ReasonRefused, ReasonPeerReconnect}
 
 // Where an applied view came from, the via label of
 // atoll_viewfeed_applied_total.
@@ -54,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		catchups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchups_total",
-			Help: "Catch-ups that completed (full, with a short-lived consumer on VIEWS, or ended by a light check of the space's last view), by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, rebuilt, settle, mesh, refused).",
+			Help: "Catch-ups that completed (full, with a short-lived consumer on VIEWS, or ended by a light check of the space's last view), by feed and reason (start, reconnect, gap, out_of_order, slow_consumer, periodic, unverified, rebuilt, settle, mesh, refused, peer_reconnect).",
 		}, []string{"feed", "reason"}),
 		catchupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
 // Relay makes a feed of the shared space (events.SharedSpaceSubjects)
@@ -28,8 +31,8 @@ import (
 // as a feed without Relay does, and catches up when it finds itself so
 // (a view that member relayed meanwhile did not reach it).
 type Relay struct {
-	// Unit is the node's unit.
-	Unit string
+	// Unit is the node's unit, and Node the node's name.
+	Unit, Node string
 	// Key returns the key the cloud signs the views with (the node's
 	// natsnode.Node.CloudKey); "" when the node has none, linking without
 	// identity: a relayed view is then taken unsigned, as everything on
@@ -47,6 +50,9 @@ type Relay struct {
 func (r *Relay) validate() error {
 	if err := events.ValidUnit(r.Unit); err != nil {
 		return fmt.Errorf("relay: unit: %w", err)
+	}
+	if err := events.ValidName(r.Node); err != nil {
+		return fmt.Errorf("relay: node: %w", err)
 	}
 	if r.Key == nil || r.Meshed == nil {
 		return errors.New("relay: no Key or Meshed")
@@ -229,6 +235,8 @@ func (f *Feed) receive(ctx context.Context, nc *nats.Conn, s *subscriptions, msg
 	switch {
 	case msg.Sub != nil && msg.Sub == s.queue:
 		f.relayOut(nc, msg)
+	case msg.Sub != nil && msg.Sub == s.relayed && strings.HasSuffix(msg.Subject, resetSuffix):
+		return f.peerReset(msg)
 	case msg.Sub != nil && msg.Sub == s.relayed:
 		// This agent's own copies come back too: known ones are left
 		// before the signature is checked.
@@ -348,6 +356,51 @@ func (f *Feed) dropForged(last uint64) int {
 		f.applied = max(f.applied, s)
 	}
 	return n
+}
+
+// resetSuffix ends a relay reset's subject (events.RelayResetFamily); no
+// relayed view's subject has it in its place.
+const resetSuffix = ".reset"
+
+// Relay resets (events.RelayResetFamily). The hub may give the views an
+// agent is to relay to its leaf connection until it finds that
+// connection dead (up to 12 s of pings), and they go nowhere: the unit's
+// other agents learn of a lost view only from the next view of its
+// subject. So an agent whose leaf link comes up (a reconnect, a start)
+// tells its unit, at once and again relayResetAgain later (once the hub
+// has surely dropped the old connection), and the others catch up
+// (peer_reconnect, a light check first). A peer sending resets costs at
+// most one catch-up per resetMinInterval.
+const (
+	relayResetAgain  = 15 * time.Second
+	resetMinInterval = 10 * time.Second
+)
+
+// announceReset tells the unit that views this agent was to relay may be
+// lost.
+func (f *Feed) announceReset(nc *nats.Conn) {
+	subj, err := events.RelayResetSubject(f.o.Relay.Unit, f.o.Relay.Node)
+	if err == nil {
+		err = events.Publish(nc, subj, &atollv1.ViewRelayReset{Node: f.o.Relay.Node, Time: timestamppb.Now()}, "")
+	}
+	if err != nil {
+		f.log.Debug("telling the unit of a new leaf link failed", "err", err)
+	}
+}
+
+// peerReset handles a unit peer's relay reset and returns the catch-up it
+// calls for ("" for none).
+func (f *Feed) peerReset(msg *nats.Msg) string {
+	t, err := events.RelayResetFamily.Parse(msg.Subject)
+	if err != nil || t[0] != f.o.Relay.Unit || t[1] == f.o.Relay.Node {
+		return ""
+	}
+	if time.Since(f.lastReset) < resetMinInterval {
+		return ""
+	}
+	f.lastReset = time.Now()
+	f.log.Info("a unit peer's leaf link changed: views it was to relay may be lost; catching up", "peer", t[1])
+	return ReasonPeerReconnect
 }
 
 // refusalLogEvery: after the first refused relayed view, one in this many

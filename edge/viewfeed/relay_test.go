@@ -124,7 +124,7 @@ func (e *relayEnv) start(unit, name string, relay bool) {
 	o := h.options("shared")
 	o.Filter = events.SharedSpaceSubjects()
 	if relay {
-		o.Relay = &Relay{Unit: unit, Key: n.CloudKey, Meshed: n.Meshed}
+		o.Relay = &Relay{Unit: unit, Node: name, Key: n.CloudKey, Meshed: n.Meshed}
 	}
 	f, err := New(testConfig(), hublink.Of(nc, js), n, o, natstest.Logger(e.t, slog.LevelWarn), m)
 	if err != nil {
@@ -175,6 +175,17 @@ func (e *relayEnv) publish(name, data string, s events.Signer) uint64 {
 	return ack.Sequence
 }
 
+// catchUps is how many catch-ups the agents' feeds completed.
+func (e *relayEnv) catchUps() float64 {
+	n := 0.0
+	for _, f := range e.feeds {
+		for _, r := range reasons {
+			n += testutil.ToFloat64(f.m.catchups.WithLabelValues("shared", r))
+		}
+	}
+	return n
+}
+
 // hubToEdge is how many messages and bytes the hub has sent over its
 // leaf links.
 func (e *relayEnv) hubToEdge() int64 {
@@ -215,6 +226,7 @@ func relayOncePerUnit(t *testing.T, e *relayEnv, units map[string][]string) {
 	e.relaying("a", "b", "c", "d", "e", "f")
 	signer := e.signer
 
+	caughtUp := e.catchUps()
 	before := e.hubToEdge()
 	const changes = 50
 	want := map[string]string{}
@@ -231,15 +243,7 @@ func relayOncePerUnit(t *testing.T, e *relayEnv, units map[string][]string) {
 	t.Logf("%d changes, 2 units of 6 nodes: %d messages from the hub to the edges (%.2f per change)", changes, sent, float64(sent)/changes)
 	// A catch-up (a relayed view later than gapGrace on a loaded
 	// machine) brings messages of its own over the leaf links.
-	catchUps := 0
-	for _, f := range e.feeds {
-		for _, r := range reasons {
-			if r != ReasonStart {
-				catchUps += int(testutil.ToFloat64(f.m.catchups.WithLabelValues("shared", r)))
-			}
-		}
-	}
-	if catchUps == 0 && sent > changes*int64(len(units)) {
+	if e.catchUps() == caughtUp && sent > changes*int64(len(units)) {
 		t.Errorf("the hub sent %d messages for %d changes to %d units: more than one per unit", sent, changes, len(units))
 	}
 	for unit, names := range units {
@@ -396,6 +400,7 @@ func BenchmarkRelayFanOut(b *testing.B) {
 				const changes = 200
 				payload := strings.Repeat("x", 1024)
 				for b.Loop() {
+					caughtUp := e.catchUps()
 					msgs0, bytes0 := e.hubToEdgeBytes()
 					want := map[string]string{}
 					for i := range changes {
@@ -410,17 +415,9 @@ func BenchmarkRelayFanOut(b *testing.B) {
 					msgs, bytes := e.hubToEdgeBytes()
 					b.ReportMetric(float64(msgs-msgs0)/changes, "hub-msgs/change")
 					b.ReportMetric(float64(bytes-bytes0)/changes, "hub-bytes/change")
+					b.ReportMetric(e.catchUps()-caughtUp, "catch-ups")
 				}
 				b.ReportMetric(float64(shape.units*shape.nodes), "nodes")
-				catchUps := 0.0
-				for _, f := range e.feeds {
-					for _, r := range reasons {
-						if r != ReasonStart {
-							catchUps += testutil.ToFloat64(f.m.catchups.WithLabelValues("shared", r))
-						}
-					}
-				}
-				b.ReportMetric(catchUps, "catch-ups")
 			})
 		}
 	}
@@ -518,4 +515,53 @@ func TestRelayForgedSequences(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRelayLeafCut: a member's leaf link dies silently (packets dropped)
+// while the hub still gives it views to relay, which go nowhere until the
+// hub's pings find the link dead. When its link is back it tells its
+// unit, and the others catch up: they hold every view, though each was
+// stored on a subject of its own that never changes again (no later view
+// shows the loss).
+func TestRelayLeafCut(t *testing.T) {
+	h := natstest.Hub(t)
+	_, cloud := natstest.CloudStreams(t, h)
+	e := &relayEnv{t: t, h: h, servers: []*server.Server{h.Server()}, domain: h.Domain(), signer: h.Issuer().ViewSigner(), cloud: cloud,
+		nodes: map[string]*natsnode.Node{}, feeds: map[string]*relayFeed{}}
+	proxy := natstest.NewProxy(t, h.LeafURL().Host)
+	a := natstest.Edge(t, h, "a", natstest.EdgeOptions{Unit: "u1", HubURL: "nats-leaf://" + proxy.Addr()})
+	b := natstest.Edge(t, h, "b", natstest.EdgeOptions{Unit: "u1"})
+	for _, n := range []*natsnode.Node{a, b} {
+		if err := n.SetMesh(natstest.MeshOf("u1")); err != nil {
+			t.Fatal(err)
+		}
+		e.nodes[n.Name()] = n
+	}
+	natstest.SetMesh(t, "u1", a, b)
+	e.start("u1", "a", true)
+	e.start("u1", "b", true)
+	e.relaying("a", "b")
+
+	proxy.Stall()
+	want := map[string]string{}
+	for i := range 20 {
+		name := fmt.Sprint("cut-", i)
+		e.publish(name, "v", e.signer)
+		want[sharedSubject(name)] = "v"
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The hub drops a's link once its pings go unanswered.
+	poll.Eventually(t, 30*time.Second, func() error {
+		if n := h.Server().NumLeafNodes(); n != 1 {
+			return fmt.Errorf("the hub holds %d leaf links", n)
+		}
+		return nil
+	})
+	proxy.Restore()
+	for _, n := range []string{"a", "b"} {
+		e.feeds[n].h.holds(t, want)
+	}
+	if got := testutil.ToFloat64(e.feeds["b"].m.catchups.WithLabelValues("shared", ReasonPeerReconnect)); got < 1 {
+		t.Errorf("b caught up %v times after a's link came back", got)
+	}
 }

@@ -410,6 +410,63 @@ func (x *ObjectView) GetFingerprint() string {
 	return ""
 }
 
+// ViewRelayReset tells a unit that one of its agents' leaf link to the
+// hub changed (a reconnect, a start): the shared views the hub gave that
+// agent to relay just before may be lost, so the others catch up with
+// the stream. Subject: atoll.viewrelay.<unit>.<node>.reset, on the unit's
+// routes only.
+type ViewRelayReset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewRelayReset) Reset() {
+	*x = ViewRelayReset{}
+	mi := &file_atoll_v1_view_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewRelayReset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewRelayReset) ProtoMessage() {}
+
+func (x *ViewRelayReset) ProtoReflect() protoreflect.Message {
+	mi := &file_atoll_v1_view_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewRelayReset.ProtoReflect.Descriptor instead.
+func (*ViewRelayReset) Descriptor() ([]byte, []int) {
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ViewRelayReset) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ViewRelayReset) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // HostRecords is the set of host entries (StatefulSetGrid DNS) for a unit.
 // Subject: atoll.view.<unit>.hosts._.<unit>.
 type HostRecords struct {
@@ -424,7 +481,7 @@ type HostRecords struct {
 
 func (x *HostRecords) Reset() {
 	*x = HostRecords{}
-	mi := &file_atoll_v1_view_proto_msgTypes[4]
+	mi := &file_atoll_v1_view_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +493,7 @@ func (x *HostRecords) String() string {
 func (*HostRecords) ProtoMessage() {}
 
 func (x *HostRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_view_proto_msgTypes[4]
+	mi := &file_atoll_v1_view_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +506,7 @@ func (x *HostRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRecords.ProtoReflect.Descriptor instead.
 func (*HostRecords) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_view_proto_rawDescGZIP(), []int{4}
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HostRecords) GetUnit() string {
@@ -491,7 +548,7 @@ type HostRecord struct {
 
 func (x *HostRecord) Reset() {
 	*x = HostRecord{}
-	mi := &file_atoll_v1_view_proto_msgTypes[5]
+	mi := &file_atoll_v1_view_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +560,7 @@ func (x *HostRecord) String() string {
 func (*HostRecord) ProtoMessage() {}
 
 func (x *HostRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_atoll_v1_view_proto_msgTypes[5]
+	mi := &file_atoll_v1_view_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +573,7 @@ func (x *HostRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRecord.ProtoReflect.Descriptor instead.
 func (*HostRecord) Descriptor() ([]byte, []int) {
-	return file_atoll_v1_view_proto_rawDescGZIP(), []int{5}
+	return file_atoll_v1_view_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HostRecord) GetIp() string {
@@ -576,7 +633,10 @@ const file_atoll_v1_view_proto_rawDesc = "" +
 	"\adeleted\x18\b \x01(\bR\adeleted\x12.\n" +
 	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12 \n" +
 	"\vfingerprint\x18\n" +
-	" \x01(\tR\vfingerprint\"\xa3\x01\n" +
+	" \x01(\tR\vfingerprint\"T\n" +
+	"\x0eViewRelayReset\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa3\x01\n" +
 	"\vHostRecords\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12.\n" +
 	"\arecords\x18\x02 \x03(\v2\x14.atoll.v1.HostRecordR\arecords\x12 \n" +
@@ -599,30 +659,32 @@ func file_atoll_v1_view_proto_rawDescGZIP() []byte {
 	return file_atoll_v1_view_proto_rawDescData
 }
 
-var file_atoll_v1_view_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_atoll_v1_view_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_atoll_v1_view_proto_goTypes = []any{
 	(*UnitView)(nil),              // 0: atoll.v1.UnitView
 	(*NodeAssignment)(nil),        // 1: atoll.v1.NodeAssignment
 	(*UnitMember)(nil),            // 2: atoll.v1.UnitMember
 	(*ObjectView)(nil),            // 3: atoll.v1.ObjectView
-	(*HostRecords)(nil),           // 4: atoll.v1.HostRecords
-	(*HostRecord)(nil),            // 5: atoll.v1.HostRecord
-	nil,                           // 6: atoll.v1.UnitMember.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*ViewRelayReset)(nil),        // 4: atoll.v1.ViewRelayReset
+	(*HostRecords)(nil),           // 5: atoll.v1.HostRecords
+	(*HostRecord)(nil),            // 6: atoll.v1.HostRecord
+	nil,                           // 7: atoll.v1.UnitMember.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_atoll_v1_view_proto_depIdxs = []int32{
 	2, // 0: atoll.v1.UnitView.members:type_name -> atoll.v1.UnitMember
-	7, // 1: atoll.v1.UnitView.time:type_name -> google.protobuf.Timestamp
-	7, // 2: atoll.v1.NodeAssignment.time:type_name -> google.protobuf.Timestamp
-	6, // 3: atoll.v1.UnitMember.labels:type_name -> atoll.v1.UnitMember.LabelsEntry
-	7, // 4: atoll.v1.ObjectView.time:type_name -> google.protobuf.Timestamp
-	5, // 5: atoll.v1.HostRecords.records:type_name -> atoll.v1.HostRecord
-	7, // 6: atoll.v1.HostRecords.time:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	8, // 1: atoll.v1.UnitView.time:type_name -> google.protobuf.Timestamp
+	8, // 2: atoll.v1.NodeAssignment.time:type_name -> google.protobuf.Timestamp
+	7, // 3: atoll.v1.UnitMember.labels:type_name -> atoll.v1.UnitMember.LabelsEntry
+	8, // 4: atoll.v1.ObjectView.time:type_name -> google.protobuf.Timestamp
+	8, // 5: atoll.v1.ViewRelayReset.time:type_name -> google.protobuf.Timestamp
+	6, // 6: atoll.v1.HostRecords.records:type_name -> atoll.v1.HostRecord
+	8, // 7: atoll.v1.HostRecords.time:type_name -> google.protobuf.Timestamp
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_atoll_v1_view_proto_init() }
@@ -636,7 +698,7 @@ func file_atoll_v1_view_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atoll_v1_view_proto_rawDesc), len(file_atoll_v1_view_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
