@@ -224,9 +224,17 @@ func bootstrap(ctx context.Context, f fabric, creds []byte, node string) (string
 		return "", nil, err
 	}
 	defer nc.Close()
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	return enroll.Bootstrap(rctx, nc, node, tok)
+	// On a hub cluster the service's interest reaches the server this
+	// client is on a moment after the service subscribed.
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		userJWT, key, err := enroll.Bootstrap(rctx, nc, node, tok)
+		cancel()
+		if !errors.Is(err, nats.ErrNoResponders) || ctx.Err() != nil {
+			return userJWT, key, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // asService sends an enrollment request with token for node as a cloud
