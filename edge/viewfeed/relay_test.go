@@ -186,6 +186,19 @@ func (e *relayEnv) catchUps() float64 {
 	return n
 }
 
+// catchUpsByReason is catchUps by reason (those with any).
+func (e *relayEnv) catchUpsByReason() map[string]float64 {
+	out := map[string]float64{}
+	for _, f := range e.feeds {
+		for _, r := range reasons {
+			if n := testutil.ToFloat64(f.m.catchups.WithLabelValues("shared", r)); n > 0 {
+				out[r] += n
+			}
+		}
+	}
+	return out
+}
+
 // hubToEdge is how many messages and bytes the hub has sent over its
 // leaf links.
 func (e *relayEnv) hubToEdge() int64 {
@@ -416,6 +429,9 @@ func BenchmarkRelayFanOut(b *testing.B) {
 					b.ReportMetric(float64(msgs-msgs0)/changes, "hub-msgs/change")
 					b.ReportMetric(float64(bytes-bytes0)/changes, "hub-bytes/change")
 					b.ReportMetric(e.catchUps()-caughtUp, "catch-ups")
+					if n := e.catchUps() - caughtUp; n > 0 {
+						b.Logf("%v catch-ups in the window, by reason since the start: %v", n, e.catchUpsByReason())
+					}
 				}
 				b.ReportMetric(float64(shape.units*shape.nodes), "nodes")
 			})
