@@ -142,6 +142,11 @@ func (f *Feed) subscribe(nc *nats.Conn, ch chan *nats.Msg) (*subscriptions, erro
 	if f.o.Relay == nil {
 		return s, nil
 	}
+	if s.direct == nil {
+		f.log.Info("routed to every member of the unit: following the views its agents relay")
+	} else {
+		f.log.Info("not routed to every member of the unit yet: following the republished views directly")
+	}
 	var err error
 	if s.queue, err = nc.ChanQueueSubscribe(f.sub, events.ViewRelayQueue(f.o.Relay.Unit), ch); err != nil {
 		s.close()
