@@ -159,7 +159,8 @@ func TestTrackerCut(t *testing.T) {
 
 // TestLeafLossesFromTheHub: the hub's system events report an edge node's
 // leaf link closing, with the node's name, to a system account connection;
-// the link of a node that stays up reports nothing.
+// the link of a node that stays up reports nothing; the node's next link
+// is reported opening, after the closed one.
 func TestLeafLossesFromTheHub(t *testing.T) {
 	h := natstest.Hub(t)
 	log := natstest.Logger(t, slog.LevelError)
@@ -168,8 +169,14 @@ func TestLeafLossesFromTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sys.Close)
-	losses := make(chan LeafLoss, 16)
-	sub, err := FollowLeafLosses(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLoss) { losses <- l })
+	losses, opened := make(chan LeafLink, 16), make(chan LeafLink, 16)
+	sub, err := FollowLeafLinks(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLink) {
+		if l.Closed {
+			losses <- l
+		} else {
+			opened <- l
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,16 +196,17 @@ func TestLeafLossesFromTheHub(t *testing.T) {
 	}
 	// Links that meshing the unit bounced before start are not this cut.
 	timeout := time.After(15 * time.Second)
+	var loss LeafLink
 	for found := false; !found; {
 		select {
 		case l := <-losses:
 			if l.At.Before(start) {
 				continue
 			}
-			if l.Node != "e1" || l.Server == "" {
+			if l.Node != "e1" || l.Server == "" || l.Start.IsZero() || !l.Start.Before(l.At) {
 				t.Fatalf("loss = %+v, want e1's", l)
 			}
-			found = true
+			found, loss = true, l
 			t.Logf("e1's loss reported %v after the link was cut (%s)", time.Since(start).Round(time.Millisecond), l.Reason)
 		case <-timeout:
 			t.Fatal("no leaf loss reported within 15 s")
@@ -208,6 +216,24 @@ func TestLeafLossesFromTheHub(t *testing.T) {
 	case l := <-losses:
 		t.Fatalf("unexpected loss %+v", l)
 	case <-time.After(500 * time.Millisecond):
+	}
+	if err := nodes[0].SetLeafEnabled(true); err != nil {
+		t.Fatal(err)
+	}
+	timeout = time.After(15 * time.Second)
+	for {
+		select {
+		case l := <-opened:
+			if l.Node != "e1" || !l.Start.After(loss.At) {
+				continue
+			}
+			if l.Closed || !l.At.Equal(l.Start) || l.Server == "" {
+				t.Fatalf("opening = %+v", l)
+			}
+			return
+		case <-timeout:
+			t.Fatal("e1's new link not reported opening within 15 s")
+		}
 	}
 }
 
@@ -222,8 +248,14 @@ func TestLeafLossSilentCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sys.Close)
-	losses := make(chan LeafLoss, 16)
-	sub, err := FollowLeafLosses(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLoss) { losses <- l })
+	losses, opened := make(chan LeafLink, 16), make(chan LeafLink, 16)
+	sub, err := FollowLeafLinks(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLink) {
+		if l.Closed {
+			losses <- l
+		} else {
+			opened <- l
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,13 @@ type Config struct {
 	// HoldTime: pods of a unit in FullDisruption (the whole site silent)
 	// are kept this long, then Kubernetes proceeds (0: never held).
 	HoldTime time.Duration
+	// RejoinGrace: a held unit the cloud hears again (a ballot, a member
+	// Ready) stays held while one of its members is still lost with no
+	// verdict of its peers, for at most this long: the unit's agents and
+	// kubelets reconnect one by one, and without it the first one back
+	// ended the hold while the peers' ballots about the others were on
+	// their way (0: the hold ends with the first sign).
+	RejoinGrace time.Duration
 	// SilentAfter: an agent whose leaf link the hub reported closed
 	// counts as silent once it has sent no ballot for this long: longer
 	// than a kubelet's Lease takes to go stale (half its 40 s), so that a
@@ -75,7 +82,7 @@ func (l Limits) validate(name string) error {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, SilentAfter: 30 * time.Second, RepairAfter: 3 * time.Second, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
+	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, RejoinGrace: 30 * time.Second, SilentAfter: 30 * time.Second, RepairAfter: 3 * time.Second, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
 		Protect: Limits{QPS: 200, Burst: 400}, Info: Limits{QPS: 20, Burst: 40}, InfoWorkers: 2}
 }
 
@@ -87,6 +94,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.HoldTime < 0:
 		return errors.New("health: hold time must not be negative")
+	case c.RejoinGrace < 0:
+		return errors.New("health: rejoin grace must not be negative")
 	case c.SilentAfter < 0:
 		return errors.New("health: silent after must not be negative")
 	case c.RepairAfter < 0:

@@ -42,7 +42,10 @@
 // previous one; duplicates and older ballots are ignored), or the hub
 // reporting the voter's leaf connection closed after storing it
 // (FollowLinks: the hub servers' DISCONNECT system events, recorded in
-// LinksBucket so every replica, and one started later, applies them).
+// LinksBucket so every replica, and one started later, applies them). A
+// link reported closed after the voter linked again (a server noticing a
+// silently dead link late) cuts only what the voter sent before its new
+// link opened (the CONNECT events; Tracker.CutAt).
 //
 // # Write priorities
 //
@@ -116,6 +119,9 @@ const LinksBucket = "atoll_voter_links"
 type unitStatus struct {
 	state     UnitState
 	holdUntil time.Time // zero unless FullDisruption with a hold
+	// rejoining: since when the held unit has been heard again while
+	// kept held (Config.RejoinGrace); zero otherwise.
+	rejoining time.Time
 	nodes     []string
 	ready     map[string]corev1.ConditionStatus // each member's Ready status the state was computed with
 }
@@ -732,6 +738,12 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 	}
 	state, names, byName := s.disruption(ctx, members, now)
 	st := unitStatus{state: state, nodes: names, ready: byName}
+	if state != FullDisruption {
+		st.rejoining = s.rejoining(ctx, unit, members, now)
+		if !st.rejoining.IsZero() {
+			st.state = FullDisruption
+		}
+	}
 	if st.state == FullDisruption && s.cfg.HoldTime > 0 {
 		since, err := s.holdSince(ctx, unit, now)
 		if err != nil {
@@ -767,7 +779,43 @@ func (s *Service) updateUnit(ctx context.Context, unit string, now time.Time) ([
 	if changed {
 		s.log.Info("unit disruption", "unit", unit, "state", st.state, "was", prev.state, "hold_until", st.holdUntil)
 	}
+	if prev.rejoining.IsZero() != st.rejoining.IsZero() {
+		if st.rejoining.IsZero() {
+			s.log.Info("held unit rejoined: every lost member has its peers' verdict, or the rejoin grace ran out", "unit", unit, "state", state)
+		} else {
+			s.log.Info("held unit heard again: held until its lost members have their peers' verdicts", "unit", unit, "grace", s.cfg.RejoinGrace)
+		}
+	}
 	return names, changed
+}
+
+// rejoining returns since when unit, held and now heard again (a ballot,
+// a member Ready), is kept held: some member is still lost with no verdict
+// of its peers (their ballots about it are on their way as the unit's
+// agents reconnect one by one), and RejoinGrace has not passed since the
+// unit was first heard. Zero: the hold ends. A member whose peers decided
+// (healthy: protected by its verdict; unhealthy: left to Kubernetes), or
+// that is Ready again, keeps the unit held no longer.
+func (s *Service) rejoining(ctx context.Context, unit string, members []*corev1.Node, now time.Time) time.Time {
+	s.mu.RLock()
+	prev := s.units[unit]
+	s.mu.RUnlock()
+	if s.cfg.RejoinGrace <= 0 || prev.state != FullDisruption || !now.Before(prev.holdUntil) {
+		return time.Time{}
+	}
+	since := prev.rejoining
+	if since.IsZero() {
+		since = now
+	}
+	if !now.Before(since.Add(s.cfg.RejoinGrace)) {
+		return time.Time{}
+	}
+	for _, n := range members {
+		if s.member(ctx, n, now).Lost() && s.tally(n, now).Verdict == atollv1.Verdict_VERDICT_NONE {
+			return since
+		}
+	}
+	return time.Time{}
 }
 
 // disruption classifies a unit of members at now (Disruption), and

@@ -19,6 +19,7 @@ import (
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/wellknown"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 	"github.com/atoll-edge/atoll/test/natstest"
 	"github.com/atoll-edge/atoll/test/poll"
 )
@@ -216,5 +217,109 @@ func TestHoldDecidedFromTheWrite(t *testing.T) {
 	}
 	if r.s.ProtectedNode(w1) {
 		t.Error("w-1 protected while the cloud hears w-2")
+	}
+}
+
+// TestHoldOutlastsTheFirstBallot: a unit cut off entirely is held; when it
+// comes back, its agents' ballots arrive one by one. The first one (about
+// the other two members, still lost) must not end the hold while a member
+// still lost has no verdict of its peers: the hold lasts until every lost
+// member has one (then its verdict protects it), and no longer than the
+// rejoin grace when some never gets one.
+func TestHoldOutlastsTheFirstBallot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	log := natstest.Logger(t, slog.LevelWarn)
+	healthy := atollv1.Verdict_VERDICT_HEALTHY
+	const grace = 10 * time.Second
+	for _, unit := range []string{"back", "half"} {
+		for i := 1; i <= 3; i++ {
+			unitNode(t, ctx, env.client, fmt.Sprintf("%s-%d", unit, i), unit, corev1.ConditionUnknown)
+		}
+	}
+	r := startReplicaWith(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false, func(c *health.Config) { c.RejoinGrace = grace })
+	for _, unit := range []string{"back", "half"} {
+		poll.Eventually(t, 30*time.Second, func() error {
+			if st, hold := r.s.UnitState(unit); st != health.FullDisruption || hold.IsZero() {
+				return fmt.Errorf("unit %s is %s, hold until %v", unit, st, hold)
+			}
+			return nil
+		})
+	}
+	// vote has voter's ballot say the other two members of its unit
+	// healthy, and waits until the replica recorded it.
+	vote := func(unit string, voter int) {
+		t.Helper()
+		name := fmt.Sprintf("%s-%d", unit, voter)
+		verdicts := map[string]atollv1.Verdict{}
+		for i := 1; i <= 3; i++ {
+			if i != voter {
+				verdicts[fmt.Sprintf("%s-%d", unit, i)] = healthy
+			}
+		}
+		sent := time.Now()
+		publishBallot(t, ctx, env.js, unit, name, sent, time.Minute, verdicts)
+		poll.Eventually(t, 10*time.Second, func() error {
+			if !r.s.LastBallot(name).After(sent.Add(-time.Second)) {
+				return fmt.Errorf("%s's ballot not recorded", name)
+			}
+			return nil
+		})
+	}
+	protected := func(unit string) error {
+		for i := 1; i <= 3; i++ {
+			if n := fmt.Sprintf("%s-%d", unit, i); !r.s.Protected(n) {
+				st, _ := r.s.UnitState(unit)
+				return fmt.Errorf("%s not protected: unit %s, tally %+v", n, st, r.s.Tally(n))
+			}
+		}
+		return nil
+	}
+
+	// Every ballot of unit back comes: the hold lasts until the last one,
+	// every member protected throughout, then by its verdict.
+	start := time.Now()
+	for voter := 1; voter <= 3; voter++ {
+		vote("back", voter)
+		if err := protected("back"); err != nil {
+			t.Fatalf("after back-%d's ballot: %v", voter, err)
+		}
+		st, _ := r.s.UnitState("back")
+		if voter < 3 && st != health.FullDisruption {
+			t.Fatalf("after back-%d's ballot unit back is %s: its hold ended while a member had no verdict", voter, st)
+		}
+	}
+	if time.Since(start) > grace {
+		t.Fatalf("the ballots took %s, longer than the rejoin grace: this run shows nothing", time.Since(start))
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if st, _ := r.s.UnitState("back"); st == health.FullDisruption {
+			return fmt.Errorf("unit back still held with every member's verdict in")
+		}
+		return protected("back")
+	})
+
+	// Only half-1 comes back: no member gets a verdict (one peer's vote
+	// each, or none), so once the grace has passed the hold ends and they
+	// are left to Kubernetes.
+	vote("half", 1)
+	heard := time.Now()
+	if err := protected("half"); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, grace+10*time.Second, func() error {
+		if st, _ := r.s.UnitState("half"); st == health.FullDisruption {
+			return fmt.Errorf("unit half still held %s after it was heard", time.Since(heard).Round(time.Second))
+		}
+		return nil
+	})
+	if since := time.Since(heard); since < grace {
+		t.Fatalf("unit half's hold ended %s after it was heard, before the grace", since)
+	}
+	for i := 1; i <= 3; i++ {
+		if n := fmt.Sprintf("half-%d", i); r.s.Protected(n) {
+			t.Errorf("%s protected after the grace with no verdict: %+v", n, r.s.Tally(n))
+		}
 	}
 }

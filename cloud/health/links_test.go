@@ -9,10 +9,11 @@ import (
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
 
-// TestLeafLossReasons: which closed connections are an edge node's link
-// loss, and which of those a hub server's shutdown caused (the node moves
-// to another server; its votes are not cut).
-func TestLeafLossReasons(t *testing.T) {
+// TestLeafLinkEvents: which connection events are an edge node's link
+// opening or closing, and which closes a hub server's shutdown caused (the
+// node moves to another server; its votes are not cut).
+func TestLeafLinkEvents(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	stop := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ev := func(kind string, reason server.ClosedState, tags ...string) server.DisconnectEventMsg {
 		var m server.DisconnectEventMsg
@@ -20,6 +21,7 @@ func TestLeafLossReasons(t *testing.T) {
 		m.Server.Name = "atoll-hub-1"
 		m.Client.Kind = kind
 		m.Client.Tags = tags
+		m.Client.Start = &start
 		m.Client.Stop = &stop
 		m.Reason = reason.String()
 		return m
@@ -39,20 +41,78 @@ func TestLeafLossReasons(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, ok := leafLoss(tt.ev)
+			l, ok := leafLink(tt.ev, true)
 			if ok != tt.loss {
 				t.Fatalf("loss = %v, want %v", ok, tt.loss)
 			}
 			if !ok {
 				return
 			}
-			if l.Node != "e1" || !l.At.Equal(stop) || l.Server != "atoll-hub-1" {
+			if l.Node != "e1" || !l.Closed || !l.At.Equal(stop) || !l.Start.Equal(start) || l.Server != "atoll-hub-1" {
 				t.Fatalf("loss = %+v", l)
 			}
 			if got := l.ServerShutdown(); got != tt.shutdown {
 				t.Fatalf("server shutdown = %v, want %v (reason %q)", got, tt.shutdown, l.Reason)
 			}
 		})
+	}
+	// A connect event: the link opened at its start, and no opening is a
+	// server's shutdown.
+	open := ev("Leafnode", server.ServerShutdown, "role:edge", "name:e1")
+	open.Client.Stop, open.Reason = nil, ""
+	l, ok := leafLink(open, false)
+	if !ok || l.Closed || !l.At.Equal(start) || !l.Start.Equal(start) || l.ServerShutdown() {
+		t.Fatalf("opening = %+v, %v", l, ok)
+	}
+}
+
+// TestCutAfterRelink: the hub reports a voter's old link closed after the
+// voter linked again (a silent cut its server noticed late, a reconnect to
+// another server): what the voter sent before the new link stops counting,
+// the ballot it sent over the new link keeps counting; the close of the
+// voter's newest link cuts everything before it.
+func TestCutAfterRelink(t *testing.T) {
+	tr := NewTracker(30 * time.Second)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	healthy := atollv1.Verdict_VERDICT_HEALTHY
+	oldLink, newLink := now.Add(-time.Hour), now.Add(10*time.Second)
+	tr.LinkOpened("a", oldLink)
+	tr.ObserveBallot(ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now)
+	tr.LinkOpened("a", newLink)
+	tr.LinkOpened("a", oldLink) // late, and older: changes nothing
+	tr.ObserveBallot(ballot("a", newLink.Add(time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), newLink.Add(time.Second))
+	closed := newLink.Add(2 * time.Second)
+	at := tr.CutAt("a", oldLink, closed)
+	if !at.Equal(newLink) {
+		t.Fatalf("old link's close cuts from %v, want the new link's opening %v", at, newLink)
+	}
+	if got := tr.Cut("a", at); len(got) != 0 {
+		t.Fatalf("the old link's close dropped the votes sent over the new one: %v", got)
+	}
+	if j := tr.Tally("y", closed, 2, nil); j.Healthy != 1 {
+		t.Fatalf("y after the old link's close = %+v", j)
+	}
+	if tr.LinkDown("a") {
+		t.Fatal("a is down although it sent a ballot over its new link")
+	}
+	if tr.Newer("a", now.Add(5*time.Second), newLink.Add(-time.Second)) {
+		t.Fatal("a ballot stored before the new link opened would count after the old link's close")
+	}
+	// The new link's own close, and a close without a known start, cut
+	// at their time.
+	if got := tr.CutAt("a", newLink, closed.Add(time.Minute)); !got.Equal(closed.Add(time.Minute)) {
+		t.Fatalf("the newest link's close cuts from %v", got)
+	}
+	if got := tr.CutAt("a", time.Time{}, closed); !got.Equal(closed) {
+		t.Fatalf("a close of unknown start cuts from %v", got)
+	}
+	if got := tr.CutAt("b", oldLink, closed); !got.Equal(closed) {
+		t.Fatalf("a voter never seen linking: cut from %v", got)
+	}
+	// Forgotten with the cuts.
+	tr.Prune(newLink.Add(maxCutAge + 2*time.Minute))
+	if got := tr.CutAt("a", oldLink, closed); !got.Equal(closed) {
+		t.Fatalf("a link's opening long past still caps a close: %v", got)
 	}
 }
 

@@ -126,6 +126,10 @@ type Tracker struct {
 	// closed; what the voter had stored by then never counts, even when
 	// delivered after the cut (a replica catching up on the stream).
 	cuts map[string]time.Time
+	// links: voter → when its newest leaf connection opened (the hub
+	// server's clock), so the close of an older one reported later cuts
+	// only what the voter stored before the new one (CutAt).
+	links map[string]time.Time
 	// names holds one copy of each node and unit name the votes use
 	// (intern).
 	names map[string]string
@@ -148,7 +152,7 @@ type ballotRecord struct {
 
 // NewTracker returns an empty tracker; votes without a TTL live defaultTTL.
 func NewTracker(defaultTTL time.Duration) *Tracker {
-	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]stored{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}, names: map[string]string{}}
+	return &Tracker{defaultTTL: defaultTTL, byNode: map[string]map[string]stored{}, byVoter: map[string]map[string]bool{}, ballots: map[string]ballotRecord{}, cuts: map[string]time.Time{}, links: map[string]time.Time{}, names: map[string]string{}}
 }
 
 // ObserveBallot records ballot b, stored by the hub at published. A
@@ -373,6 +377,33 @@ func (t *Tracker) Cut(voter string, at time.Time) []string {
 	return out
 }
 
+// LinkOpened records that a hub server opened voter's leaf connection at
+// start.
+func (t *Tracker) LinkOpened(voter string, start time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if start.After(t.links[voter]) {
+		t.links[t.intern(voter)] = start
+		t.dueBy(start.Add(maxCutAge))
+	}
+}
+
+// CutAt returns the time from which the close of voter's leaf connection,
+// opened at start and closed at at, cuts its votes (Cut): at, unless the
+// voter opened a newer connection before at — a server notices a link
+// that died silently only after its pings go unanswered, by when the node
+// may have linked again, to it or to another server. Then what the voter
+// stored once the new connection opened came over that one and stands:
+// the cut is when it opened. (A zero start, unknown: at.)
+func (t *Tracker) CutAt(voter string, start, at time.Time) time.Time {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if newer := t.links[voter]; !start.IsZero() && newer.After(start) && newer.Before(at) {
+		return newer
+	}
+	return at
+}
+
 // expired reports whether the vote no longer counts at now.
 func (e stored) expired(now time.Time) bool { return now.After(e.published.Add(e.ttl)) }
 
@@ -427,6 +458,7 @@ func (t *Tracker) Forget(node string) {
 		t.drop(target, node)
 	}
 	delete(t.ballots, node)
+	delete(t.links, node)
 }
 
 // Prune drops the votes expired at now: they no longer count, and
@@ -481,13 +513,23 @@ func (t *Tracker) Prune(now time.Time) int {
 			next(at.Add(maxCutAge))
 		}
 	}
+	// A link's opening only matters to the close of an older one, which
+	// its server reports within a few ping intervals.
+	for voter, at := range t.links {
+		if now.After(at.Add(maxCutAge)) {
+			delete(t.links, voter)
+		} else {
+			next(at.Add(maxCutAge))
+		}
+	}
 	// Nothing left: the next record sets due (zero until then: scan).
 	t.due = due
 	for name := range t.names {
 		_, node := t.byNode[name]
 		_, voter := t.byVoter[name]
 		_, ballot := t.ballots[name]
-		if !node && !voter && !ballot && !units[name] {
+		_, link := t.links[name]
+		if !node && !voter && !ballot && !link && !units[name] {
 			delete(t.names, name)
 		}
 	}

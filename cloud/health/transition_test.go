@@ -258,3 +258,57 @@ func setReady(t *testing.T, ctx context.Context, env testEnv, name string, ready
 		t.Fatal(err)
 	}
 }
+
+// TestOldLinkClosedAfterRelink replays, against a real apiserver and hub,
+// the order of events of a unit whose agents restart while their links are
+// cut and then heal: a lost node (Ready Unknown) is protected by its two
+// peers' healthy votes; one peer links again (a new leaf connection) and
+// sends its ballot over it; only then does the hub notice the peer's old
+// link dead and report it closed. What the peer sent over the new link
+// must keep counting: the node stays protected throughout.
+func TestOldLinkClosedAfterRelink(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	log := natstest.Logger(t, slog.LevelWarn)
+	addNode(t, ctx, env.client, "r-1", corev1.ConditionUnknown)
+	addNode(t, ctx, env.client, "r-2", corev1.ConditionTrue)
+	addNode(t, ctx, env.client, "r-3", corev1.ConditionTrue)
+	r := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false)
+	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
+
+	healthy := atollv1.Verdict_VERDICT_HEALTHY
+	oldLink := time.Now().Add(-time.Hour)
+	for _, voter := range []string{"r-2", "r-3"} {
+		r.s.LeafEvent(ctx, health.LeafLink{Node: voter, Start: oldLink, At: oldLink})
+		publishBallot(t, ctx, env.js, "u1", voter, time.Now(), time.Minute, map[string]atollv1.Verdict{"r-1": healthy})
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		if !r.s.Protected("r-1") {
+			return fmt.Errorf("r-1 not protected: %+v", r.s.Tally("r-1"))
+		}
+		return nil
+	})
+
+	relinked := time.Now()
+	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-2", Start: relinked, At: relinked})
+	publishBallot(t, ctx, env.js, "u1", "r-2", time.Now(), time.Minute, map[string]atollv1.Verdict{"r-1": healthy})
+	poll.Eventually(t, 20*time.Second, func() error {
+		if last := r.s.LastBallot("r-2"); !last.After(relinked) {
+			return fmt.Errorf("r-2's ballot over its new link not recorded (last %v)", last)
+		}
+		return nil
+	})
+	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-2", Closed: true, Start: oldLink, At: time.Now(), Reason: "Stale Connection"})
+	if j := r.s.Tally("r-1"); !r.s.Protected("r-1") || j.Healthy != 2 {
+		t.Fatalf("r-2's old link closed after it linked again: r-1 protected %v, tally %+v", r.s.Protected("r-1"), j)
+	}
+	if r.s.LinkDown("r-2") {
+		t.Fatal("r-2 reported cut although it sent over its new link")
+	}
+	// Its new link closing does cut it.
+	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-2", Closed: true, Start: relinked, At: time.Now(), Reason: "Stale Connection"})
+	if j := r.s.Tally("r-1"); r.s.Protected("r-1") || j.Healthy != 1 {
+		t.Fatalf("r-2's newest link closed: r-1 protected %v, tally %+v", r.s.Protected("r-1"), j)
+	}
+}
