@@ -90,6 +90,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.DurationVar(&o.scale.status, "scale-status", 5*time.Minute, "scale: simulated kubelets' full Node status re-post interval (a kubelet's nodeStatusReportFrequency is 5m)")
 	fs.StringVar(&o.scale.profileDir, "scale-cpuprofile", "", "scale: directory to save a CPU profile of atoll-cloud over each window in (cpu-<N>.pprof)")
 	fs.BoolVar(&o.scale.followers, "scale-followers", true, "scale: each emulated agent follows its five view spaces as a real agent does (edge/viewfeed: core subscriptions on the republished views, a short-lived consumer per catch-up; assignment, unit view, host records, its unit's and the shared object views)")
+	fs.BoolVar(&o.scale.leafs, "scale-leafs", false, "scale: each emulated agent links to the hub over a leaf connection of its own, with its own edge credentials and TLS (test/leafemu), instead of sharing a service connection with 499 others")
 	fs.BoolVar(&o.outage, "scale-outage", false, "scale: run the mass outage at each size instead of the steady state (outage.go)")
 	fs.IntVar(&o.outageOpts.units, "outage-units", 5, "mass outage: units cut whole")
 	fs.IntVar(&o.outageOpts.scatter, "outage-scatter", 50, "mass outage: other units that lose one node each")

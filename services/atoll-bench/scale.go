@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +58,10 @@ type scaleOptions struct {
 	// followers has each emulated agent follow its views as a real
 	// agent does (emulateFeeds).
 	followers bool
+	// leafs gives each emulated agent a leaf link of its own (its own
+	// credentials, TLS: test/leafemu) instead of a share of a service
+	// connection.
+	leafs bool
 	// profileDir, when set, receives a CPU profile of atoll-cloud over
 	// the window (cpu-<N>.pprof, from its admin endpoint).
 	profileDir string
@@ -74,6 +79,8 @@ type scaleRow struct {
 	load1                    float64 // the machine's 1-minute load average at the window's end
 	apiCores, etcdCores      float64
 	msgsPerNode              float64 // edge→hub messages/s per node
+	inPerNode                float64 // hub→edge messages/s per node
+	leafLinks, leafsDown     int     // --scale-leafs: the agents' leaf links, and how many the hub closed
 	pending                  uint64  // ballots not yet handled by health-ballots
 	oldest                   time.Duration
 	writesPerSec             float64 // atoll-cloud's apiserver writes/s (audit log)
@@ -169,10 +176,10 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 // printScaleTable prints rows as a table.
 func printScaleTable(out io.Writer, rows []scaleRow) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nnodes\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB max\tRSS MiB median\tedge→hub msg/s/node\tVIEWS consumers\tcreated in window\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s\tload (1 min)")
+	fmt.Fprintln(w, "\nnodes\tleaf links (closed)\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB max\tRSS MiB median\tedge→hub msg/s/node\thub→edge msg/s/node\tVIEWS consumers\tcreated in window\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s\tload (1 min)")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%d\t%v\t%.3f\t%.0f\t%.0f\t%.4f\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\t%.2f\n", r.nodes, r.joinWrites, r.settled.Round(time.Second), r.cloudCores,
-			r.cloudMiB, r.cloudMedianMiB, r.msgsPerNode, r.viewsConsumers, r.consumersCreated, r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec,
+		fmt.Fprintf(w, "%d\t%d (%d)\t%d\t%v\t%.3f\t%.0f\t%.0f\t%.4f\t%.4f\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\t%.2f\n", r.nodes, r.leafLinks, r.leafsDown, r.joinWrites, r.settled.Round(time.Second), r.cloudCores,
+			r.cloudMiB, r.cloudMedianMiB, r.msgsPerNode, r.inPerNode, r.viewsConsumers, r.consumersCreated, r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec,
 			r.apiCores, r.etcdCores, r.leaseRenewalsPerSec, r.load1)
 	}
 	return w.Flush()
@@ -307,12 +314,24 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	defer cloudLog.Close()
-	cloud := exec.CommandContext(ctx, bin,
-		"--kubeconfig="+cluster.KubeconfigPath(), "--leader-elect=false",
-		"--hub-host=127.0.0.1", "--hub-store-dir="+hubDir,
+	args := []string{"--kubeconfig=" + cluster.KubeconfigPath(), "--leader-elect=false",
+		"--hub-host=127.0.0.1", "--hub-store-dir=" + hubDir,
 		fmt.Sprintf("--hub-client-port=%d", clientPort), fmt.Sprintf("--hub-leaf-port=%d", leafPort),
 		fmt.Sprintf("--admin-addr=127.0.0.1:%d", adminPort), fmt.Sprintf("--webhook-addr=127.0.0.1:%d", webhookPort),
-		"--webhook-certs=dir", "--webhook-cert-dir="+certDir, "--webhook-register=false")
+		"--webhook-certs=dir", "--webhook-cert-dir=" + certDir, "--webhook-register=false"}
+	var leafCfg *tls.Config
+	if o.leafs {
+		// Leaf TLS, as deployed: a certificate of the cluster's CA.
+		leafDir := filepath.Join(dir, "leaf-tls")
+		if err := cluster.WriteServingCert(leafDir, "127.0.0.1"); err != nil {
+			return row, err
+		}
+		args = append(args, "--hub-leaf-tls-cert="+filepath.Join(leafDir, "tls.crt"), "--hub-leaf-tls-key="+filepath.Join(leafDir, "tls.key"))
+		if leafCfg, err = leafTLS(cluster.CAFile()); err != nil {
+			return row, err
+		}
+	}
+	cloud := exec.CommandContext(ctx, bin, args...)
 	cloud.Stdout, cloud.Stderr = cloudLog, cloudLog
 	if err := cloud.Start(); err != nil {
 		return row, err
@@ -340,6 +359,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	seed, _ := kp.Seed()
 	conns := make([]*agentConn, (n+agentsPerConn-1)/agentsPerConn)
+	if o.leafs {
+		conns = conns[:1] // the benchmark's own reads; the agents have leafs
+	}
 	for i := range conns {
 		if conns[i], err = dialAgents(fmt.Sprintf("nats://127.0.0.1:%d", clientPort), userJWT, string(seed)); err != nil {
 			return row, err
@@ -379,7 +401,29 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	actx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
-	if feeds != nil {
+	var agents []*leafAgent
+	defer func() {
+		for _, a := range agents {
+			a.close()
+		}
+	}()
+	if o.leafs {
+		units := make([]string, n)
+		for i := range specs {
+			units[i] = specs[i].Labels[wellknown.LabelUnit]
+		}
+		o.progress.begin(fmt.Sprintf("scale %d: agents linking (a leaf each, TLS) and catching up with their views", n))
+		agents, err = joinLeafAgents(actx, o, issuer, fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort), leafCfg, names, units, feeds)
+		o.progress.end()
+		if err != nil {
+			return row, err
+		}
+		for i, a := range agents {
+			first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
+			wg.Go(func() { emulateAgent(actx, a.nc, a.js, names[i], units[i], names[first:last], &ballots, &topology) })
+		}
+	}
+	if feeds != nil && !o.leafs {
 		// The agents join a connection at a time, each batch once the one
 		// before has caught up with its views: every agent reading its
 		// spaces at once is a burst the hub answers by cutting the
@@ -409,6 +453,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		o.progress.end()
 	}
 	for i, name := range names {
+		if o.leafs {
+			break
+		}
 		unit := specs[i].Labels[wellknown.LabelUnit]
 		first, last := (i/o.unit)*o.unit, min((i/o.unit+1)*o.unit, n)
 		c := conns[i/agentsPerConn]
@@ -446,7 +493,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	if err := nc.Flush(); err != nil {
 		return row, err
 	}
-	b0, t0, out0 := ballots.Load(), topology.Load(), outMsgs(conns)
+	leafOut0, leafIn0 := leafMsgs(agents)
+	b0, t0, out0, in0 := ballots.Load(), topology.Load(), outMsgs(conns), inMsgs(conns)
 	start := time.Now()
 	windowDone := make(chan struct{})
 	endWindow := sync.OnceFunc(func() { close(windowDone) })
@@ -475,7 +523,16 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
 	// Everything the agents' connections sent the hub: ballots, topology
 	// and the feeds' catch-ups.
-	row.msgsPerNode = float64(outMsgs(conns)-out0) / secs / float64(n)
+	leafOut, leafIn := leafMsgs(agents)
+	if o.leafs {
+		// The benchmark's own connection is not an agent's.
+		row.msgsPerNode = float64(leafOut-leafOut0) / secs / float64(n)
+		row.inPerNode = float64(leafIn-leafIn0) / secs / float64(n)
+		row.leafLinks, row.leafsDown = len(agents), leafsDown(agents, slog.Default())
+	} else {
+		row.msgsPerNode = float64(outMsgs(conns)-out0) / secs / float64(n)
+		row.inPerNode = float64(inMsgs(conns)-in0) / secs / float64(n)
+	}
 	if feeds != nil {
 		row.msgsPerNode += sharedChecksPerNode()
 	}
@@ -617,6 +674,14 @@ func dialAgents(url, userJWT, seed string) (*agentConn, error) {
 func outMsgs(conns []*agentConn) (n uint64) {
 	for _, c := range conns {
 		n += c.nc.Stats().OutMsgs
+	}
+	return n
+}
+
+// inMsgs is what the connections have received from the hub.
+func inMsgs(conns []*agentConn) (n uint64) {
+	for _, c := range conns {
+		n += c.nc.Stats().InMsgs
 	}
 	return n
 }

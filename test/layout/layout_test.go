@@ -179,6 +179,9 @@ var harnessStarts = map[string][]string{
 	"test/natstest": {"cloud/hub", "cloud/identity", "edge/natsnode", "test/freeport"},
 	// Simulated kubelets: no Atoll component.
 	"test/edgesim": nil,
+	// Emulated edge servers' leaf links: speaks the leafnode protocol
+	// itself, starts nothing of the module.
+	"test/leafemu": nil,
 	// Real nodes (kubelet, containerd) on a kubetest control plane.
 	"test/kubenode": {"test/kubetest", "test/poll"},
 	// The programs of its images: nothing of the module.

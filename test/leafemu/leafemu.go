@@ -1,0 +1,556 @@
+// Package leafemu emulates an edge node's NATS server for fleet
+// benchmarks: one real leaf connection to the hub per node (the leafnode
+// protocol, the node's own credentials signing the hub's nonce, TLS when
+// given), without a whole nats-server per node. A node's programs reach
+// the hub through it over an in-process nats.Conn (Link.Connect), as they
+// reach it through their node's server in production: what they
+// subscribe to becomes the leaf link's interest (LS+), what they publish
+// goes to the hub when the hub has interest in it, and what the hub sends
+// reaches their subscriptions.
+//
+// What it leaves out, by design: routes (a unit's mesh), JetStream on the
+// node, accounts other than the credentials' own, and the loop detection
+// a server does between leafs. It is a harness for the hub's side of a
+// fleet; the production edge server is edge/natsnode.
+package leafemu
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Options are one emulated node's leaf link.
+type Options struct {
+	// URL is the hub's leaf URL (nats-leaf://host:port, or tls://).
+	URL string
+	// TLS, when set, makes the link TLS (after the hub's INFO, as a
+	// leaf remote does); the hub must then require it.
+	TLS *tls.Config
+	// Name is the node's server name, as the hub shows it.
+	Name string
+	// JWT and Seed are the node's user credentials: the JWT is sent, the
+	// seed signs the hub's nonce.
+	JWT  string
+	Seed []byte
+	// Ping is how often the link pings the hub when quiet; 0: every 4 s,
+	// as atoll-edge's server does.
+	Ping time.Duration
+}
+
+// Link is one emulated node's leaf connection to the hub and the
+// in-process clients using it.
+type Link struct {
+	opts Options
+	conn net.Conn
+	r    *bufio.Reader
+
+	wmu sync.Mutex // guards w and the writes to conn
+	w   *bufio.Writer
+
+	mu       sync.Mutex
+	interest map[string]int // the hub's interest: "subject" or "subject queue" → LS+ count
+	subs     map[*client]map[string]*sub
+	sent     map[string]int // our LS+ keys → references
+	clients  map[*client]bool
+	err      error
+
+	done   chan struct{}
+	closed atomic.Bool
+
+	// In and Out count messages the hub sent this link and it sent the
+	// hub.
+	In, Out atomic.Int64
+}
+
+type sub struct {
+	subject, queue, sid string
+	max, got            int
+}
+
+// Dial opens the leaf link: the hub's INFO, TLS if configured, CONNECT
+// with the signed nonce; it returns once the hub answered a PING, so the
+// credentials were accepted.
+func Dial(ctx context.Context, o Options) (*Link, error) {
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("leafemu: hub URL %q: %w", o.URL, err)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("leafemu: dial %s: %w", u.Host, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	l := &Link{opts: o, conn: conn, r: bufio.NewReaderSize(conn, 32<<10), interest: map[string]int{},
+		subs: map[*client]map[string]*sub{}, sent: map[string]int{}, clients: map[*client]bool{}, done: make(chan struct{})}
+	if err := l.handshake(); err != nil {
+		_ = l.conn.Close()
+		return nil, fmt.Errorf("leafemu: %s: %w", o.Name, err)
+	}
+	_ = l.conn.SetDeadline(time.Time{})
+	go l.readLoop()
+	go l.pingLoop()
+	return l, nil
+}
+
+func (l *Link) handshake() error {
+	line, err := l.r.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read INFO: %w", err)
+	}
+	op, arg, _ := strings.Cut(strings.TrimRight(line, "\r\n"), " ")
+	if op != "INFO" {
+		return fmt.Errorf("want INFO from the hub, got %q", line)
+	}
+	var info server.Info
+	if err := json.Unmarshal([]byte(arg), &info); err != nil {
+		return fmt.Errorf("hub INFO: %w", err)
+	}
+	if info.TLSRequired != (l.opts.TLS != nil) {
+		return fmt.Errorf("hub requires TLS %v, link has TLS %v", info.TLSRequired, l.opts.TLS != nil)
+	}
+	if l.opts.TLS != nil {
+		tc := tls.Client(l.conn, l.opts.TLS)
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		l.conn, l.r = tc, bufio.NewReaderSize(tc, 32<<10)
+	}
+	l.w = bufio.NewWriterSize(l.conn, 4<<10)
+	kp, err := nkeys.FromSeed(l.opts.Seed)
+	if err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	sig, err := kp.Sign([]byte(info.Nonce))
+	if err != nil {
+		return fmt.Errorf("sign nonce: %w", err)
+	}
+	connect, err := json.Marshal(map[string]any{
+		"jwt": l.opts.JWT, "sig": base64.RawURLEncoding.EncodeToString(sig),
+		"name": l.opts.Name, "server_id": l.opts.Name, "headers": true,
+		"compress_mode": "off", "protocol": 1,
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(l.w, "CONNECT %s\r\nPING\r\n", connect); err != nil {
+		return err
+	}
+	if err := l.w.Flush(); err != nil {
+		return err
+	}
+	// Until the PONG: the hub's interest, INFO updates, or its refusal.
+	for {
+		line, err := l.r.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("after CONNECT: %w", err)
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch op, arg, _ := strings.Cut(line, " "); op {
+		case "PONG":
+			return nil
+		case "PING":
+			l.write("PONG\r\n")
+		case "-ERR":
+			return fmt.Errorf("hub refused the link: %s", arg)
+		case "LS+", "LS-":
+			l.leafSub(op == "LS+", arg)
+		}
+	}
+}
+
+// Err is why the link closed (nil while open).
+func (l *Link) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Done is closed when the link closes.
+func (l *Link) Done() <-chan struct{} { return l.done }
+
+// Close closes the link and its clients.
+func (l *Link) Close() error {
+	l.fail(errors.New("closed"))
+	return nil
+}
+
+func (l *Link) fail(err error) {
+	if !l.closed.CompareAndSwap(false, true) {
+		return
+	}
+	l.mu.Lock()
+	l.err = err
+	clients := l.clients
+	l.clients = map[*client]bool{}
+	l.mu.Unlock()
+	_ = l.conn.Close()
+	for c := range clients {
+		_ = c.conn.Close()
+	}
+	close(l.done)
+}
+
+// write sends protocol to the hub.
+func (l *Link) write(parts ...string) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	for _, p := range parts {
+		_, _ = l.w.WriteString(p)
+	}
+	if err := l.w.Flush(); err != nil {
+		go l.fail(err)
+	}
+}
+
+// writeMsg sends one message to the hub: LMSG, or HMSG with headers.
+func (l *Link) writeMsg(subject, reply string, hdr int, payload []byte) {
+	var b strings.Builder
+	if hdr > 0 {
+		b.WriteString("HMSG ")
+	} else {
+		b.WriteString("LMSG ")
+	}
+	b.WriteString(subject)
+	b.WriteByte(' ')
+	if reply != "" {
+		b.WriteString(reply)
+		b.WriteByte(' ')
+	}
+	if hdr > 0 {
+		b.WriteString(strconv.Itoa(hdr))
+		b.WriteByte(' ')
+	}
+	b.WriteString(strconv.Itoa(len(payload)))
+	b.WriteString("\r\n")
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	_, _ = l.w.WriteString(b.String())
+	_, _ = l.w.Write(payload)
+	_, _ = l.w.WriteString("\r\n")
+	if err := l.w.Flush(); err != nil {
+		go l.fail(err)
+		return
+	}
+	l.Out.Add(1)
+}
+
+func (l *Link) pingLoop() {
+	every := l.opts.Ping
+	if every <= 0 {
+		every = 4 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+			l.write("PING\r\n")
+		}
+	}
+}
+
+func (l *Link) readLoop() {
+	for {
+		line, err := l.r.ReadString('\n')
+		if err != nil {
+			l.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+		line = strings.TrimRight(line, "\r\n")
+		op, arg, _ := strings.Cut(line, " ")
+		switch op {
+		case "PING":
+			l.write("PONG\r\n")
+		case "LS+", "LS-":
+			l.leafSub(op == "LS+", arg)
+		case "LMSG", "HMSG":
+			if err := l.leafMsg(op == "HMSG", arg); err != nil {
+				l.fail(err)
+				return
+			}
+		case "-ERR":
+			l.fail(fmt.Errorf("hub: %s", arg))
+			return
+		}
+	}
+}
+
+// leafSub records the hub's interest: "subject" or "subject queue weight".
+func (l *Link) leafSub(add bool, arg string) {
+	f := strings.Fields(arg)
+	if len(f) == 0 {
+		return
+	}
+	key := f[0]
+	if len(f) >= 2 {
+		key += " " + f[1]
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if add {
+		l.interest[key]++
+	} else {
+		delete(l.interest, key)
+	}
+}
+
+// hubWants reports whether the hub has interest in subject.
+func (l *Link) hubWants(subject string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key := range l.interest {
+		filter, _, _ := strings.Cut(key, " ")
+		if filter == subject || server.SubjectMatchesFilter(subject, filter) {
+			return true
+		}
+	}
+	return false
+}
+
+// leafMsg reads one message from the hub and delivers it to the
+// subscriptions it matches: "subject [+ reply queues... | | queues... |
+// reply] [hdr] size".
+func (l *Link) leafMsg(headers bool, arg string) error {
+	f := strings.Fields(arg)
+	if len(f) < 2 {
+		return fmt.Errorf("bad message from the hub: %q", arg)
+	}
+	subject, reply := f[0], ""
+	var queues []string
+	sizes := f[len(f)-1:]
+	if headers {
+		if len(f) < 3 {
+			return fmt.Errorf("bad message from the hub: %q", arg)
+		}
+		sizes = f[len(f)-2:]
+	}
+	mid := f[1 : len(f)-len(sizes)]
+	switch {
+	case len(mid) > 0 && mid[0] == "+":
+		reply, queues = mid[1], mid[2:]
+	case len(mid) > 0 && mid[0] == "|":
+		queues = mid[1:]
+	case len(mid) == 1:
+		reply = mid[0]
+	}
+	size, err := strconv.Atoi(sizes[len(sizes)-1])
+	if err != nil {
+		return fmt.Errorf("bad size from the hub: %q", arg)
+	}
+	hdr := 0
+	if headers {
+		if hdr, err = strconv.Atoi(sizes[0]); err != nil {
+			return fmt.Errorf("bad header size from the hub: %q", arg)
+		}
+	}
+	payload := make([]byte, size+2)
+	if _, err := io.ReadFull(l.r, payload); err != nil {
+		return fmt.Errorf("read message: %w", err)
+	}
+	l.In.Add(1)
+	// A JetStream delivery carries the stream subject after its ack
+	// reply ("$JS.ACK.<8 tokens>@<subject>"): matched on the delivery
+	// subject, it reaches the client under the stream subject, as a
+	// server delivers it.
+	as := subject
+	if i := jsAckSubject(reply); i >= 0 {
+		as, reply = reply[i+1:], reply[:i]
+	}
+	l.deliverAs(subject, as, reply, hdr, payload[:size], queues)
+	return nil
+}
+
+// jsAckSubject returns the index of the "@" that ends a JetStream ack
+// reply carrying its message's subject, or -1.
+func jsAckSubject(reply string) int {
+	if !strings.HasPrefix(reply, "$JS.ACK.") {
+		return -1
+	}
+	dots := 0
+	for i := 0; i < len(reply); i++ {
+		switch reply[i] {
+		case '.':
+			dots++
+		case '@':
+			if dots >= 8 && i < len(reply)-1 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// deliver hands a message to the in-process subscriptions it matches
+// (the publishing client's own included): every plain subscription, and
+// one member of each queue group (of queues only, when the hub named
+// them). It reports whether any took it.
+func (l *Link) deliver(subject, reply string, hdr int, payload []byte, queues []string) bool {
+	return l.deliverAs(subject, subject, reply, hdr, payload, queues)
+}
+
+// deliverAs is deliver of a message matched on subject and handed over
+// as the subject as.
+func (l *Link) deliverAs(subject, as, reply string, hdr int, payload []byte, queues []string) bool {
+	type target struct {
+		c *client
+		s *sub
+	}
+	var out []target
+	groups := map[string]bool{}
+	l.mu.Lock()
+	for c, subs := range l.subs {
+		for _, s := range subs {
+			if s.subject != subject && !server.SubjectMatchesFilter(subject, s.subject) {
+				continue
+			}
+			if s.queue != "" {
+				if groups[s.queue] || (len(queues) > 0 && !contains(queues, s.queue)) {
+					continue
+				}
+				groups[s.queue] = true
+			}
+			s.got++
+			if s.max > 0 && s.got >= s.max {
+				delete(subs, s.sid)
+				l.unsentLocked(s)
+			}
+			out = append(out, target{c, s})
+		}
+	}
+	l.mu.Unlock()
+	for _, t := range out {
+		t.c.msg(as, t.s.sid, reply, hdr, payload)
+	}
+	return len(out) > 0
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// subscribe records a client's subscription and, for a new subject (and
+// queue), tells the hub.
+func (l *Link) subscribe(c *client, s *sub) {
+	key := s.subject
+	if s.queue != "" {
+		key += " " + s.queue
+	}
+	l.mu.Lock()
+	if l.subs[c] == nil {
+		l.subs[c] = map[string]*sub{}
+	}
+	l.subs[c][s.sid] = s
+	l.sent[key]++
+	first := l.sent[key] == 1
+	l.mu.Unlock()
+	if !first {
+		return
+	}
+	if s.queue != "" {
+		l.write("LS+ ", key, " 1\r\n")
+	} else {
+		l.write("LS+ ", key, "\r\n")
+	}
+}
+
+// unsubscribe drops a client's subscription (after > 0: once it has had
+// that many messages in all).
+func (l *Link) unsubscribe(c *client, sid string, after int) {
+	l.mu.Lock()
+	s := l.subs[c][sid]
+	if s == nil {
+		l.mu.Unlock()
+		return
+	}
+	if after > 0 && s.got < after {
+		s.max = after
+		l.mu.Unlock()
+		return
+	}
+	delete(l.subs[c], sid)
+	key := l.unsentLocked(s)
+	l.mu.Unlock()
+	if key != "" {
+		l.write("LS- ", key, "\r\n")
+	}
+}
+
+// unsentLocked drops one reference to s's interest; it returns the key
+// to withdraw from the hub when none is left (the caller writes LS-
+// outside the lock; deliver leaves it to the next subscription change:
+// the hub's copy of a stale interest only costs it a message).
+func (l *Link) unsentLocked(s *sub) string {
+	key := s.subject
+	if s.queue != "" {
+		key += " " + s.queue
+	}
+	if l.sent[key]--; l.sent[key] > 0 {
+		return ""
+	}
+	delete(l.sent, key)
+	return key
+}
+
+// Connect returns a nats.Conn of the node's programs over this link (as
+// they would connect to their node's server), with opts after the
+// emulator's own.
+func (l *Link) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.InProcessServer(l), nats.Name(l.opts.Name), nats.NoReconnect()}, opts...)
+	return nats.Connect("", opts...)
+}
+
+// InProcessConn implements nats.InProcessConnProvider: one client of the
+// link's emulated server, speaking the client protocol over a pipe.
+func (l *Link) InProcessConn() (net.Conn, error) {
+	if l.closed.Load() {
+		return nil, errors.New("leafemu: link closed")
+	}
+	ours, theirs := net.Pipe()
+	c := &client{l: l, conn: ours, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l.mu.Lock()
+	l.clients[c] = true
+	l.mu.Unlock()
+	go c.serve()
+	return theirs, nil
+}
+
+// Interest is the hub's interest on the link: each subject (and queue)
+// the hub told it of.
+func (l *Link) Interest() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.interest))
+	for k := range l.interest {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

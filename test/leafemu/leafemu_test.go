@@ -1,0 +1,158 @@
+package leafemu_test
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/atoll-edge/atoll/cloud/hub"
+	"github.com/atoll-edge/atoll/events"
+	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/leafemu"
+	"github.com/atoll-edge/atoll/test/natstest"
+	"github.com/atoll-edge/atoll/test/poll"
+)
+
+// tlsHub starts a hub whose leaf listener requires TLS and returns it
+// with a client TLS config trusting it.
+func tlsHub(t *testing.T) (*hub.Hub, *tls.Config) {
+	t.Helper()
+	files := natstest.NewTLS(t, t.TempDir(), "leafemu")
+	h := natstest.Hub(t, func(c *natstest.HubConfig) {
+		c.LeafTLS = natstest.HubTLS{CertFile: files.CertFile, KeyFile: files.KeyFile}
+	})
+	ca, err := os.ReadFile(files.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return h, &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+}
+
+// node issues node's credentials in unit and returns the link options.
+func node(t *testing.T, h *hub.Hub, cfg *tls.Config, name, unit string) leafemu.Options {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	userJWT, err := h.IssueEdge(name, unit, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leafemu.Options{URL: h.LeafURL().String(), TLS: cfg, Name: name, JWT: userJWT, Seed: seed}
+}
+
+// TestLinkThroughTheHub: an emulated node's leaf link authenticates with
+// the node's own credentials over TLS; the hub names the link by the
+// node; a program on the node publishes a ballot to the HEALTH stream
+// through it and gets the stream's ack on its own inbox; the cloud's
+// message on the node's inbox reaches it; a request nobody answers fails
+// with no responders at once; a link with a seed that does
+// not match its JWT, or without TLS, is refused with the hub's reason.
+func TestLinkThroughTheHub(t *testing.T) {
+	h, cfg := tlsHub(t)
+	cloud, _ := natstest.CloudStreams(t, h)
+	ctx := t.Context()
+
+	o := node(t, h, cfg, "emu-1", "u1")
+	l, err := leafemu.Dial(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	nc, err := l.Connect(nats.CustomInboxPrefix(events.InboxPrefix("emu-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+
+	// The hub sees a leaf named after the node.
+	poll.Eventually(t, 10*time.Second, func() error {
+		lz, err := h.Server().Leafz(nil)
+		if err != nil {
+			return err
+		}
+		for _, lf := range lz.Leafs {
+			if lf.Name == "emu-1" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no leaf emu-1 at the hub: %d leafs", len(lz.Leafs))
+	})
+
+	// Edge → hub, and the ack back on the node's inbox.
+	js, err := jetstream.NewWithDomain(nc, h.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, err := events.BallotSubject("u1", "emu-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &atollv1.Ballot{Voter: "emu-1", Unit: "u1", Time: timestamppb.Now(), Ttl: durationpb.New(time.Minute)}
+	poll.Eventually(t, 10*time.Second, func() error {
+		_, err := events.PublishDurable(ctx, js, subj, b, "")
+		return err
+	})
+
+	// Hub → edge: a message on the node's inbox.
+	got := make(chan *nats.Msg, 1)
+	sub, err := nc.ChanSubscribe(events.InboxPrefix("emu-1")+".cloud", got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if err := cloud.Publish(events.InboxPrefix("emu-1")+".cloud", []byte("hello")); err != nil {
+			return err
+		}
+		select {
+		case m := <-got:
+			if string(m.Data) != "hello" {
+				return fmt.Errorf("got %q", m.Data)
+			}
+			return nil
+		case <-time.After(200 * time.Millisecond):
+			return fmt.Errorf("the cloud's message did not reach the node")
+		}
+	})
+	if l.In.Load() == 0 || l.Out.Load() == 0 {
+		t.Fatalf("link counted %d in, %d out", l.In.Load(), l.Out.Load())
+	}
+
+	// A request nobody answers fails at once, as a server tells it.
+	if _, err := nc.Request(events.InboxPrefix("emu-1")+".nobody", nil, 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("a request nobody answers: %v, want no responders", err)
+	}
+
+	// Refusals.
+	bad := node(t, h, cfg, "emu-2", "u1")
+	other, _ := nkeys.CreateUser()
+	bad.Seed, _ = other.Seed()
+	if _, err := leafemu.Dial(ctx, bad); err == nil || !strings.Contains(err.Error(), "Authorization") {
+		t.Fatalf("a seed that does not match the JWT: %v", err)
+	}
+	plain := node(t, h, cfg, "emu-3", "u1")
+	plain.TLS = nil
+	if _, err := leafemu.Dial(ctx, plain); err == nil || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("a plaintext link to a TLS hub: %v", err)
+	}
+}
