@@ -134,6 +134,13 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	// Without it every edge server's loop-detection subscription reached
 	// every other leaf, and the hub's memory grew with leafs².
 	opts.LeafNode.IsolateLeafnodeInterest = true
+	// No subject-match caches: each connection's permissions keep one,
+	// and a new leaf link's interest is checked against its permissions
+	// subject by subject, every subscription of the account's other links
+	// included (up to 1,024 results cached per link). With 2,000 edge
+	// leafs that was half of the hub's heap (bench:scale --scale-leafs);
+	// the hub's message rate is low enough to match without them.
+	opts.NoSublistCache = true
 	switch {
 	case h.cfg.LeafTLS.Enabled():
 		certs, err := newCertFiles(h.cfg.LeafTLS)

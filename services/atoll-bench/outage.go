@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -369,6 +370,7 @@ func measureOutage(ctx context.Context, out io.Writer, dir, bin string, n int, s
 		"--webhook-certs=dir", "--webhook-cert-dir="+certDir, "--webhook-ca-file="+cluster.CAFile(),
 		"--webhook-register=true", "--webhook-service=", fmt.Sprintf("--webhook-url=https://127.0.0.1:%d/mutate", webhookPort))
 	cloud.Stdout, cloud.Stderr = cloudLog, cloudLog
+	cloud.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // killed with the benchmark
 	if err := cloud.Start(); err != nil {
 		return row, err
 	}

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -332,6 +333,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		}
 	}
 	cloud := exec.CommandContext(ctx, bin, args...)
+	// Killed with the benchmark, however it ends.
+	cloud.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cloud.Stdout, cloud.Stderr = cloudLog, cloudLog
 	if err := cloud.Start(); err != nil {
 		return row, err
