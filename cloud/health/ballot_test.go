@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/cloud/units"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
@@ -157,30 +158,43 @@ func TestTrackerCut(t *testing.T) {
 	}
 }
 
-// TestLeafLossesFromTheHub: the hub's system events report an edge node's
-// leaf link closing, with the node's name, to a system account connection;
-// the link of a node that stays up reports nothing; the node's next link
-// is reported opening, after the closed one.
-func TestLeafLossesFromTheHub(t *testing.T) {
-	h := natstest.Hub(t)
+// followLeafLinks follows h's leaf link events (FollowLeafLinks) on a
+// system account connection until the test ends: the closes, and the
+// openings.
+func followLeafLinks(t *testing.T, h *hub.Hub) (losses, opened <-chan LeafLink) {
+	t.Helper()
 	log := natstest.Logger(t, slog.LevelError)
 	sys, err := identity.DialSystem(t.Context(), h.ClientConfig(), h.Issuer(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sys.Close)
-	losses, opened := make(chan LeafLink, 16), make(chan LeafLink, 16)
+	lc, oc := make(chan LeafLink, 64), make(chan LeafLink, 64)
 	sub, err := FollowLeafLinks(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLink) {
+		ch := oc
 		if l.Closed {
-			losses <- l
-		} else {
-			opened <- l
+			ch = lc
+		}
+		select {
+		case ch <- l:
+		default:
+			t.Errorf("leaf link event dropped (the test reads too few): %+v", l)
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return lc, oc
+}
+
+// TestLeafLossesFromTheHub: the hub's system events report an edge node's
+// leaf link closing, with the node's name, to a system account connection;
+// the link of a node that stays up reports nothing; the node's next link
+// is reported opening, after the closed one.
+func TestLeafLossesFromTheHub(t *testing.T) {
+	h := natstest.Hub(t)
+	losses, opened := followLeafLinks(t, h)
 	nodes := natstest.Unit(t, h, "u1", natstest.EdgeOptions{}, "e1", "e2")
 	for _, n := range nodes {
 		poll.Eventually(t, 20*time.Second, func() error {
@@ -242,24 +256,7 @@ func TestLeafLossesFromTheHub(t *testing.T) {
 // go unanswered, and reported, within 15 s.
 func TestLeafLossSilentCut(t *testing.T) {
 	h := natstest.Hub(t)
-	log := natstest.Logger(t, slog.LevelError)
-	sys, err := identity.DialSystem(t.Context(), h.ClientConfig(), h.Issuer(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sys.Close)
-	losses, opened := make(chan LeafLink, 16), make(chan LeafLink, 16)
-	sub, err := FollowLeafLinks(sys, h.Issuer().Keys().AccountKey(), log, func(l LeafLink) {
-		if l.Closed {
-			losses <- l
-		} else {
-			opened <- l
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	losses, _ := followLeafLinks(t, h)
 	proxy := natstest.NewProxy(t, h.LeafURL().Host)
 	e := natstest.Edge(t, h, "e1", natstest.EdgeOptions{HubURL: "nats-leaf://" + proxy.Addr()})
 	poll.Eventually(t, 20*time.Second, func() error {

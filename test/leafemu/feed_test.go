@@ -6,14 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
 	"github.com/atoll-edge/atoll/events"
 	"github.com/atoll-edge/atoll/internal/hublink"
-	"github.com/atoll-edge/atoll/test/leafemu"
 	"github.com/atoll-edge/atoll/test/natstest"
 )
 
@@ -32,16 +30,7 @@ func TestFeedOverTheLink(t *testing.T) {
 	h, cfg := tlsHub(t)
 	_, cjs := natstest.CloudStreams(t, h)
 	ctx := t.Context()
-	l, err := leafemu.Dial(ctx, node(t, h, cfg, "emu-1", "u1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	nc, err := l.Connect(nats.CustomInboxPrefix(events.InboxPrefix("emu-1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	l, nc := linkNode(t, h, cfg, "emu-1")
 	js, err := jetstream.NewWithDomain(nc, h.Domain())
 	if err != nil {
 		t.Fatal(err)

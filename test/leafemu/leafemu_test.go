@@ -57,6 +57,24 @@ func node(t *testing.T, h *hub.Hub, cfg *tls.Config, name, unit string) leafemu.
 	return leafemu.Options{URL: h.LeafURL().String(), TLS: cfg, Name: name, JWT: userJWT, Seed: seed}
 }
 
+// linkNode links node (unit u1) to h over TLS and connects a program of
+// the node over the link, with the node's inbox prefix; both close with
+// the test.
+func linkNode(t *testing.T, h *hub.Hub, cfg *tls.Config, name string) (*leafemu.Link, *nats.Conn) {
+	t.Helper()
+	l, err := leafemu.Dial(t.Context(), node(t, h, cfg, name, "u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	nc, err := l.Connect(nats.CustomInboxPrefix(events.InboxPrefix(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return l, nc
+}
+
 // TestLinkThroughTheHub: an emulated node's leaf link authenticates with
 // the node's own credentials over TLS; the hub names the link by the
 // node; a program on the node publishes a ballot to the HEALTH stream
@@ -69,17 +87,7 @@ func TestLinkThroughTheHub(t *testing.T) {
 	cloud, _ := natstest.CloudStreams(t, h)
 	ctx := t.Context()
 
-	o := node(t, h, cfg, "emu-1", "u1")
-	l, err := leafemu.Dial(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	nc, err := l.Connect(nats.CustomInboxPrefix(events.InboxPrefix("emu-1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	l, nc := linkNode(t, h, cfg, "emu-1")
 
 	// The hub sees a leaf named after the node.
 	poll.Eventually(t, 10*time.Second, func() error {
