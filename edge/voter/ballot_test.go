@@ -213,6 +213,39 @@ func TestBallotOnReconnectBetweenTicks(t *testing.T) {
 	}
 }
 
+// TestBallotAgainAfterRelink: after a new leaf connection the ballot
+// goes out at once and once more relinkAgain later (a hub server that
+// notices the old link dead only then has the cloud drop the first one),
+// and not again until the keep-alive.
+func TestBallotAgainAfterRelink(t *testing.T) {
+	c := newClocked(t)
+	conn := uint64(7)
+	c.v.SetLink(func() uint64 { return conn })
+	c.report()
+	if c.v.Evaluate() == nil {
+		t.Fatal("no first ballot")
+	}
+	c.now = c.now.Add(time.Second)
+	conn = 8
+	if b := c.v.Evaluate(); b == nil || b.GetKeepalive() {
+		t.Fatalf("new connection sent %v, want a change ballot at once", b)
+	}
+	c.now = c.now.Add(relinkAgain - time.Second)
+	c.report()
+	if b := c.v.Evaluate(); b != nil {
+		t.Fatalf("sent %v before relinkAgain", b)
+	}
+	c.now = c.now.Add(time.Second)
+	if b := c.v.Evaluate(); b == nil || b.GetKeepalive() {
+		t.Fatalf("relinkAgain after the new connection sent %v, want the ballot again", b)
+	}
+	c.now = c.now.Add(time.Second)
+	c.report()
+	if b := c.v.Evaluate(); b != nil {
+		t.Fatalf("sent %v again after the second ballot", b)
+	}
+}
+
 // TestBallotOnMembershipChange: a member joining or leaving sends a ballot
 // at once, with exactly the other current members.
 func TestBallotOnMembershipChange(t *testing.T) {

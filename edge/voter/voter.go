@@ -17,7 +17,8 @@
 //     verdict or its counts change (a checker's reports went stale or came
 //     back), the membership changes, or the node's leaf link to the hub
 //     comes back up or moves to a new connection (another hub server: a
-//     reconnect between two evaluations counts too); a verdict change
+//     reconnect between two evaluations counts too), and once more
+//     relinkAgain after a new connection; a verdict change
 //     therefore reaches the hub within one Tick of the report that caused
 //     it. In a steady unit nothing of this moves: every checker reports
 //     every 2 s, well within the timeout;
@@ -197,6 +198,9 @@ type Voter struct {
 	// evaluation.
 	ballot *atollv1.Ballot
 	conn   uint64
+	// again is when the ballot goes out once more after a new leaf
+	// connection (zero: not due; relinkAgain).
+	again time.Time
 	// outsiders counts, per checker, the reports ignored as coming from
 	// a non-member since the membership last changed; warned is set once
 	// the WARN about them is out.
@@ -428,8 +432,15 @@ func (v *Voter) Evaluate() *atollv1.Ballot {
 	for _, e := range v.ballot.GetVotes() {
 		prev[e.GetNode()] = e
 	}
-	changed := v.ballot == nil || (conn != 0 && conn != v.conn)
+	relinked := conn != 0 && conn != v.conn
+	changed := v.ballot == nil || relinked
 	v.conn = conn
+	switch {
+	case relinked:
+		v.again = now.Add(relinkAgain)
+	case !v.again.IsZero() && !now.Before(v.again):
+		v.again, changed = time.Time{}, true
+	}
 	votes := make([]*atollv1.Vote, 0, len(v.member))
 	for node := range v.member {
 		normal, abnormal := tally[node].Normal, tally[node].Abnormal
@@ -505,6 +516,14 @@ func (v *Voter) Tracked() (reports, votes, waiting int) {
 	}
 	return reports, votes, waiting
 }
+
+// relinkAgain is when, after a new leaf connection, the voter sends its
+// ballot once more: a hub server notices an old link that died silently
+// only once its pings go unanswered (12 s by default: every 4 s, closed
+// after 2 missed), possibly after the node linked again through another
+// server, and the cloud then drops what the voter sent before that close
+// unless it learnt of the new link first (cloud/health: Tracker.CutAt).
+const relinkAgain = 15 * time.Second
 
 // restampAfter is how old a ballot still waiting to be stored may get
 // before the voter makes it again with a fresh time: well within the
