@@ -203,6 +203,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Manager.LeaderElectionNamespace, "leader-election-namespace", c.Manager.LeaderElectionNamespace, "namespace of the leader election Lease")
 	fs.StringVar(&c.Manager.Identity, "leader-election-identity", c.Manager.Identity, "this replica's name in the Lease, unique among replicas (the pod's name: a restarted container takes its Lease back at once); empty: host name and a random suffix")
 	fs.DurationVar(&c.Health.HoldTime, "hold-time", c.Health.HoldTime, "keep the pods of a unit cut off entirely from the cloud this long (0: never)")
+	fs.DurationVar(&c.Health.CutGrace, "cut-grace", c.Health.CutGrace, "a voter whose leaf link the hub reported closed stops counting at once, but its votes keep protecting this long: a site's links are reported closed one at a time (0: at once)")
 	fs.DurationVar(&c.Health.RejoinGrace, "rejoin-grace", c.Health.RejoinGrace, "keep a held unit held once the cloud hears it again while one of its members is still lost with no verdict of its peers, at most this long (0: the first ballot or Ready member ends the hold)")
 	fs.DurationVar(&c.Health.VoteTTL, "vote-ttl", c.Health.VoteTTL, "lifetime of a vote that carries no TTL")
 	fs.DurationVar(&c.Health.MaxVoteTTL, "max-vote-ttl", c.Health.MaxVoteTTL, "reject a vote that asks to count longer than this")

@@ -188,6 +188,51 @@ func followLeafLinks(t *testing.T, h *hub.Hub) (losses, opened <-chan LeafLink) 
 	return lc, oc
 }
 
+// TestCutGrace: the votes of a cut voter count for no verdict at once,
+// but keep protecting (Tally.Protecting) for the cut grace: a site's
+// links are reported closed one at a time, and the last close, which
+// makes the unit held, must come before its nodes fall below quorum. A
+// ballot the voter stores after the cut counts again at once.
+func TestCutGrace(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	tr := NewTracker(30 * time.Second)
+	tr.SetCutGrace(5 * time.Second)
+	tally := func(at time.Time) Tally { return tr.Tally("x", at, 3, nil) }
+	for _, voter := range []string{"a", "b"} {
+		tr.ObserveBallot(ballot(voter, now, time.Minute, map[string]atollv1.Verdict{"x": healthy}), now)
+	}
+	cutA, cutB := now.Add(time.Second), now.Add(3*time.Second)
+	tr.Cut("a", cutA)
+	if j := tally(cutA); j.Verdict != atollv1.Verdict_VERDICT_NONE || j.Healthy != 1 || j.Graced != 1 || j.Protecting != healthy {
+		t.Fatalf("after a's cut: %+v; want no verdict, a graced, protecting", j)
+	}
+	tr.Cut("b", cutB)
+	if j := tally(cutB); j.Votes() != 0 || j.Graced != 2 || j.Protecting != healthy {
+		t.Fatalf("after b's cut: %+v; want no vote counting, both graced, protecting", j)
+	}
+	if j := tally(cutA.Add(5 * time.Second)); j.Graced != 1 || j.Protecting != atollv1.Verdict_VERDICT_NONE {
+		t.Fatalf("a's grace over: %+v; want b graced alone, not protecting", j)
+	}
+	if got := tr.Votes("x", cutB, nil); len(got) != 0 {
+		t.Fatalf("operators see cut votes: %v", got)
+	}
+	// b is back: its ballot counts, replacing the cut vote.
+	back := cutB.Add(time.Second)
+	if got := tr.ObserveBallot(ballot("b", back, time.Minute, map[string]atollv1.Verdict{"x": healthy}), back); len(got) != 1 {
+		t.Fatalf("b's ballot after its cut touched %v, want x", got)
+	}
+	if j := tally(back); j.Healthy != 1 || j.Graced != 1 {
+		t.Fatalf("b back: %+v", j)
+	}
+	// Past the grace, Prune drops the cut vote.
+	if n := tr.Prune(cutA.Add(6 * time.Second)); n != 1 {
+		t.Fatalf("pruned %d votes, want a's cut one", n)
+	}
+	if _, votes := tr.Size(); votes != 1 {
+		t.Fatalf("%d votes kept, want b's", votes)
+	}
+}
+
 // TestLeafLossesFromTheHub: the hub's system events report an edge node's
 // leaf link closing, with the node's name, to a system account connection;
 // the link of a node that stays up reports nothing; the node's next link

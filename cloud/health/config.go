@@ -22,6 +22,14 @@ type Config struct {
 	// ended the hold while the peers' ballots about the others were on
 	// their way (0: the hold ends with the first sign).
 	RejoinGrace time.Duration
+	// CutGrace: the votes of a voter whose leaf link the hub reported
+	// closed stop counting at once for verdicts and unit states, but keep
+	// protecting for this long. A site cut off has its links reported
+	// closed one at a time (each when its pings go unanswered, up to a
+	// ping interval apart, or at the heal); without it the first closes
+	// took its nodes below quorum before the last made the unit held
+	// (0: votes stop protecting at once).
+	CutGrace time.Duration
 	// SilentAfter: an agent whose leaf link the hub reported closed
 	// counts as silent once it has sent no ballot for this long: longer
 	// than a kubelet's Lease takes to go stale (half its 40 s), so that a
@@ -82,7 +90,7 @@ func (l Limits) validate(name string) error {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, RejoinGrace: 30 * time.Second, SilentAfter: 30 * time.Second, RepairAfter: 3 * time.Second, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
+	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, RejoinGrace: 30 * time.Second, CutGrace: 5 * time.Second, SilentAfter: 30 * time.Second, RepairAfter: 3 * time.Second, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
 		Protect: Limits{QPS: 200, Burst: 400}, Info: Limits{QPS: 20, Burst: 40}, InfoWorkers: 2}
 }
 
@@ -94,6 +102,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.HoldTime < 0:
 		return errors.New("health: hold time must not be negative")
+	case c.CutGrace < 0:
+		return errors.New("health: cut grace must not be negative")
 	case c.RejoinGrace < 0:
 		return errors.New("health: rejoin grace must not be negative")
 	case c.SilentAfter < 0:

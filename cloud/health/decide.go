@@ -54,8 +54,9 @@ type Member struct {
 
 // Lost reports whether the cloud hears nothing of m: its kubelet is not
 // Ready, or its agent's link is down and its kubelet's Lease stale. A
-// site cut off has its links reported closed at once and its Leases go
-// stale within half a Lease's duration, before the node lifecycle
+// site cut off has its links reported closed within a ping interval of
+// each other (its cut voters' votes keep protecting meanwhile:
+// Config.CutGrace) and its Leases go stale within half a Lease's duration, before the node lifecycle
 // controller marks its nodes Unknown one by one: its hold then applies to
 // each node as soon as the controller loses it, before its NoExecute
 // taint.
@@ -98,13 +99,14 @@ func Disruption(members []Member, freshVotes bool) UnitState {
 // Protect is the decision table for one node: the cloud lost it (the node
 // lifecycle controller set Ready=Unknown because the kubelet stopped
 // posting status, protect.LostByCloud) and either its peers see it healthy
-// or its whole unit is held. A node the cloud still hears (Ready True or
+// (their votes that count, with those of voters cut less than the cut
+// grace ago: Tally.Protecting) or its whole unit is held. A node the cloud still hears (Ready True or
 // False), or whose Unknown has another cause, is left to Kubernetes.
 func Protect(node *corev1.Node, t Tally, held bool) bool {
 	if !protect.LostByCloud(node) {
 		return false
 	}
-	return t.Verdict == atollv1.Verdict_VERDICT_HEALTHY || held
+	return t.Verdict == atollv1.Verdict_VERDICT_HEALTHY || t.Protecting == atollv1.Verdict_VERDICT_HEALTHY || held
 }
 
 // ReadyStatus is the status of the node's Ready condition (Unknown when

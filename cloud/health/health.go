@@ -44,8 +44,8 @@
 // (FollowLinks: the hub servers' DISCONNECT system events, recorded in
 // LinksBucket so every replica, and one started later, applies them). A
 // link reported closed after the voter linked again (a server noticing a
-// silently dead link late) cuts only what the voter sent before its new
-// link opened (the CONNECT events; Tracker.CutAt).
+// silently dead link late) cuts nothing: the voter's ballot over its new
+// link replaces its votes (the CONNECT events; Tracker.Superseded).
 //
 // # Write priorities
 //
@@ -187,6 +187,7 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 		leads:        m.Leading,
 		leaderSilent: m.LeaderSilent,
 	}
+	s.tracker.SetCutGrace(cfg.CutGrace)
 	var err error
 	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {
 		return nil, fmt.Errorf("health: protection client: %w", err)

@@ -108,9 +108,8 @@ func leafLink(ev server.DisconnectEventMsg, closed bool) (LeafLink, bool) {
 // FollowLinks has the service stop counting a voter's votes as soon as the
 // hub reports its leaf link closed (FollowLeafLinks over sys), until ctx
 // is done; a link closed by a hub server shutting down is not a loss
-// (LeafLink.ServerShutdown). A link reported closed after the node linked
-// again cuts only what the voter sent before the new link opened
-// (Tracker.CutAt). Each loss is recorded in LinksBucket, which every
+// (LeafLink.ServerShutdown), nor is the close of a link older than the
+// node's newest (Tracker.Superseded). Each loss is recorded in LinksBucket, which every
 // replica follows (Run), so the replicas agree and one that starts later
 // knows it too; every replica records the same loss, which is harmless.
 // Losses while no replica runs are not seen: their ballots expire by their
@@ -136,25 +135,23 @@ func (s *Service) LeafEvent(ctx context.Context, l LeafLink) {
 		s.metrics.linksMoved.Inc()
 		return
 	}
-	at := s.tracker.CutAt(l.Node, l.Start, l.At)
-	if at.Before(l.At) {
+	if s.tracker.Superseded(l.Node, l.Start, l.At) {
 		// The hub noticed an old link dead (its pings unanswered, a read
-		// error) after the node linked again: what the voter sent over
-		// the new link stands.
-		s.log.Info("a voter's old leaf link closed after it linked again: only what it sent before the new link counts no more",
-			"node", l.Node, "server", l.Server, "reason", l.Reason, "closed", l.At, "relinked", at)
-	} else {
-		s.log.Debug("edge leaf link closed", "node", l.Node, "server", l.Server, "reason", l.Reason, "at", l.At)
+		// error, a duplicate) after the node linked again.
+		s.log.Info("a voter's old leaf link closed after it linked again: nothing cut, its ballot over the new link replaces its votes",
+			"node", l.Node, "server", l.Server, "reason", l.Reason, "closed", l.At)
+		return
 	}
+	s.log.Debug("edge leaf link closed", "node", l.Node, "server", l.Server, "reason", l.Reason, "at", l.At)
 	s.metrics.linksLost.Inc()
-	s.LinkLost(ctx, l.Node, at) // at once on this replica
+	s.LinkLost(ctx, l.Node, l.At) // at once on this replica
 	kv := s.links.Load()
 	if kv == nil {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := (*kv).Put(pctx, l.Node, []byte(at.UTC().Format(time.RFC3339Nano))); err != nil {
+	if _, err := (*kv).Put(pctx, l.Node, []byte(l.At.UTC().Format(time.RFC3339Nano))); err != nil {
 		s.log.Warn("cannot record a voter's link loss", "node", l.Node, "err", err)
 	}
 }

@@ -68,51 +68,35 @@ func TestLeafLinkEvents(t *testing.T) {
 
 // TestCutAfterRelink: the hub reports a voter's old link closed after the
 // voter linked again (a silent cut its server noticed late, a reconnect to
-// another server): what the voter sent before the new link stops counting,
-// the ballot it sent over the new link keeps counting; the close of the
-// voter's newest link cuts everything before it.
+// another server): that close cuts nothing, the voter being linked; the
+// close of its newest link, or of one of unknown start, does.
 func TestCutAfterRelink(t *testing.T) {
 	tr := NewTracker(30 * time.Second)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	healthy := atollv1.Verdict_VERDICT_HEALTHY
 	oldLink, newLink := now.Add(-time.Hour), now.Add(10*time.Second)
 	tr.LinkOpened("a", oldLink)
-	tr.ObserveBallot(ballot("a", now, 75*time.Second, map[string]atollv1.Verdict{"x": healthy}), now)
 	tr.LinkOpened("a", newLink)
 	tr.LinkOpened("a", oldLink) // late, and older: changes nothing
-	tr.ObserveBallot(ballot("a", newLink.Add(time.Second), 75*time.Second, map[string]atollv1.Verdict{"x": healthy, "y": healthy}), newLink.Add(time.Second))
 	closed := newLink.Add(2 * time.Second)
-	at := tr.CutAt("a", oldLink, closed)
-	if !at.Equal(newLink) {
-		t.Fatalf("old link's close cuts from %v, want the new link's opening %v", at, newLink)
+	if !tr.Superseded("a", oldLink, closed) {
+		t.Fatal("the old link's close after the new link opened is not superseded")
 	}
-	if got := tr.Cut("a", at); len(got) != 0 {
-		t.Fatalf("the old link's close dropped the votes sent over the new one: %v", got)
+	if tr.Superseded("a", newLink, closed.Add(time.Minute)) {
+		t.Fatal("the newest link's close is superseded")
 	}
-	if j := tr.Tally("y", closed, 2, nil); j.Healthy != 1 {
-		t.Fatalf("y after the old link's close = %+v", j)
+	if tr.Superseded("a", oldLink, newLink.Add(-time.Second)) {
+		t.Fatal("a close before the new link opened is superseded")
 	}
-	if tr.LinkDown("a") {
-		t.Fatal("a is down although it sent a ballot over its new link")
+	if tr.Superseded("a", time.Time{}, closed) {
+		t.Fatal("a close of unknown start is superseded")
 	}
-	if tr.Newer("a", now.Add(5*time.Second), newLink.Add(-time.Second)) {
-		t.Fatal("a ballot stored before the new link opened would count after the old link's close")
-	}
-	// The new link's own close, and a close without a known start, cut
-	// at their time.
-	if got := tr.CutAt("a", newLink, closed.Add(time.Minute)); !got.Equal(closed.Add(time.Minute)) {
-		t.Fatalf("the newest link's close cuts from %v", got)
-	}
-	if got := tr.CutAt("a", time.Time{}, closed); !got.Equal(closed) {
-		t.Fatalf("a close of unknown start cuts from %v", got)
-	}
-	if got := tr.CutAt("b", oldLink, closed); !got.Equal(closed) {
-		t.Fatalf("a voter never seen linking: cut from %v", got)
+	if tr.Superseded("b", oldLink, closed) {
+		t.Fatal("a voter never seen linking is superseded")
 	}
 	// Forgotten with the cuts.
 	tr.Prune(newLink.Add(maxCutAge + 2*time.Minute))
-	if got := tr.CutAt("a", oldLink, closed); !got.Equal(closed) {
-		t.Fatalf("a link's opening long past still caps a close: %v", got)
+	if tr.Superseded("a", oldLink, closed) {
+		t.Fatal("a link's opening long past still supersedes a close")
 	}
 }
 

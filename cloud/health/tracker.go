@@ -28,6 +28,16 @@ type Tally struct {
 	// LastVote is when the ballot of the freshest vote reached the hub
 	// (zero: none).
 	LastVote time.Time
+	// Graced counts the votes of voters whose link the hub reported
+	// closed less than the cut grace ago: they count for no verdict, but
+	// Protecting includes them.
+	Graced int
+	// Protecting is quorum.Verdict over the votes that count and the
+	// graced ones: what protection decides by (Protect), so that the
+	// links of a site cut off, reported closed one at a time, do not take
+	// its nodes below quorum one by one before the last close makes the
+	// unit held.
+	Protecting atollv1.Verdict
 }
 
 // Votes is the number of fresh votes.
@@ -111,6 +121,9 @@ func (t *Tracker) intern(s string) string {
 // voters' clock skew does not matter.
 type Tracker struct {
 	defaultTTL time.Duration
+	// cutGrace: how long a cut voter's votes keep protecting
+	// (Tally.Protecting; SetCutGrace).
+	cutGrace time.Duration
 
 	mu     sync.RWMutex
 	byNode map[string]map[string]stored // node → voter → its vote
@@ -128,7 +141,7 @@ type Tracker struct {
 	cuts map[string]time.Time
 	// links: voter → when its newest leaf connection opened (the hub
 	// server's clock), so the close of an older one reported later cuts
-	// only what the voter stored before the new one (CutAt).
+	// nothing (Superseded).
 	links map[string]time.Time
 	// names holds one copy of each node and unit name the votes use
 	// (intern).
@@ -217,7 +230,7 @@ func (t *Tracker) Refresh(b *atollv1.Ballot, published time.Time) bool {
 	}
 	for i, v := range votes {
 		old, ok := t.byNode[prev.nodes[i]][voter]
-		if !ok || v.GetNode() != prev.nodes[i] || old.verdict != v.GetVerdict() || old.unit != unit || old.expired(published) {
+		if _, cut := t.cutOf(voter, old); !ok || cut || v.GetNode() != prev.nodes[i] || old.verdict != v.GetVerdict() || old.unit != unit || old.expired(published) {
 			return false
 		}
 	}
@@ -247,6 +260,18 @@ func (t *Tracker) dueBy(at time.Time) {
 // voter's last ballot cannot count again.
 func (t *Tracker) forgetBallot(b ballotRecord) time.Time {
 	return b.published.Add(2 * max(b.ttl, t.defaultTTL))
+}
+
+// SetCutGrace sets how long the votes of a voter whose link the hub
+// reported closed keep protecting (Tally.Protecting). Call it before use.
+func (t *Tracker) SetCutGrace(d time.Duration) { t.cutGrace = d }
+
+// cutOf reports whether e, voter's vote, was stored before the hub last
+// reported the voter's link closed, and when that was. The caller holds
+// t.mu.
+func (t *Tracker) cutOf(voter string, e stored) (time.Time, bool) {
+	cut, ok := t.cuts[voter]
+	return cut, ok && !e.published.After(cut)
 }
 
 // Newer reports whether a ballot from voter made at made would be
@@ -291,7 +316,8 @@ func (t *Tracker) Changing(b *atollv1.Ballot, published time.Time) []string {
 // voter's vote about its node counts for. The caller holds t.mu.
 func (t *Tracker) changes(voter, unit string, v *atollv1.Vote, published time.Time) bool {
 	old, ok := t.byNode[v.GetNode()][voter]
-	return !ok || old.verdict != v.GetVerdict() || old.unit != unit || old.expired(published)
+	_, cut := t.cutOf(voter, old)
+	return !ok || cut || old.verdict != v.GetVerdict() || old.unit != unit || old.expired(published)
 }
 
 // LinkDown reports whether the hub reported voter's leaf link closed
@@ -355,10 +381,11 @@ func (t *Tracker) drop(node, voter string) {
 	}
 }
 
-// Cut drops every vote of voter stored by the hub at or before at: the
-// hub reported the voter's leaf connection closed then, so what it said
-// before no longer stands. A ballot stored after at (the voter back on
-// another link) keeps counting. It returns the nodes that lost the
+// Cut stops every vote of voter stored by the hub at or before at from
+// counting: the hub reported the voter's leaf connection closed then, so
+// what it said before no longer stands. They keep protecting for the cut
+// grace (Tally.Protecting), then go. A ballot stored after at (the voter
+// back on another link) counts. It returns the nodes that lost the
 // voter's vote.
 func (t *Tracker) Cut(voter string, at time.Time) []string {
 	t.mu.Lock()
@@ -370,7 +397,11 @@ func (t *Tracker) Cut(voter string, at time.Time) []string {
 	var out []string
 	for node := range t.byVoter[voter] {
 		if e, ok := t.byNode[node][voter]; ok && !e.published.After(at) {
-			t.drop(node, voter)
+			if t.cutGrace <= 0 {
+				t.drop(node, voter)
+			} else {
+				t.dueBy(at.Add(t.cutGrace))
+			}
 			out = append(out, node)
 		}
 	}
@@ -388,20 +419,19 @@ func (t *Tracker) LinkOpened(voter string, start time.Time) {
 	}
 }
 
-// CutAt returns the time from which the close of voter's leaf connection,
-// opened at start and closed at at, cuts its votes (Cut): at, unless the
-// voter opened a newer connection before at — a server notices a link
-// that died silently only after its pings go unanswered, by when the node
-// may have linked again, to it or to another server. Then what the voter
-// stored once the new connection opened came over that one and stands:
-// the cut is when it opened. (A zero start, unknown: at.)
-func (t *Tracker) CutAt(voter string, start, at time.Time) time.Time {
+// Superseded reports whether the close at at of voter's leaf connection
+// opened at start comes after the voter opened a newer one: a server
+// notices a link that died silently only once its pings go unanswered, by
+// when the node may have linked again, to it or to another server. Such
+// a close cuts nothing: the voter is linked, sends its ballot over the
+// new link at once (edge/voter), and that ballot replaces its votes; until
+// it does they count as any voter's do, for their TTL. (A zero start,
+// unknown: false.)
+func (t *Tracker) Superseded(voter string, start, at time.Time) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if newer := t.links[voter]; !start.IsZero() && newer.After(start) && newer.Before(at) {
-		return newer
-	}
-	return at
+	newer := t.links[voter]
+	return !start.IsZero() && newer.After(start) && newer.Before(at)
 }
 
 // expired reports whether the vote no longer counts at now.
@@ -416,8 +446,23 @@ func (t *Tracker) Tally(node string, now time.Time, members int, counts func(vot
 	defer t.mu.RUnlock()
 	tl := Tally{Members: members}
 	var freshest stored
+	var gh, gu, gn int // graced votes, by verdict
 	for voter, e := range t.byNode[node] {
 		if voter == node || e.expired(now) || (counts != nil && !counts(voter, e.unit)) {
+			continue
+		}
+		if cut, ok := t.cutOf(voter, e); ok {
+			if now.Before(cut.Add(t.cutGrace)) {
+				tl.Graced++
+				switch e.verdict {
+				case atollv1.Verdict_VERDICT_HEALTHY:
+					gh++
+				case atollv1.Verdict_VERDICT_UNHEALTHY:
+					gu++
+				default:
+					gn++
+				}
+			}
 			continue
 		}
 		switch e.verdict {
@@ -436,6 +481,10 @@ func (t *Tracker) Tally(node string, now time.Time, members int, counts func(vot
 	// only matters while a report is in flight to some voters and not
 	// others, and then it blocks a verdict rather than making one.
 	tl.Verdict = quorum.Verdict(members, tl.Healthy, tl.Unhealthy, tl.Undecided)
+	tl.Protecting = tl.Verdict
+	if tl.Graced > 0 {
+		tl.Protecting = quorum.Verdict(members, tl.Healthy+gh, tl.Unhealthy+gu, tl.Undecided+gn)
+	}
 	if !tl.LastVote.IsZero() {
 		tl.Normal, tl.Abnormal, tl.Checkers = freshest.normal, freshest.abnormal, freshest.checkers
 		tl.Since = freshest.since
@@ -485,10 +534,15 @@ func (t *Tracker) Prune(now time.Time) int {
 	}
 	for target, voters := range t.byNode {
 		for voter, e := range voters {
-			if e.expired(now) {
+			cut, isCut := t.cutOf(voter, e)
+			switch {
+			case e.expired(now) || (isCut && !now.Before(cut.Add(t.cutGrace))):
 				t.drop(target, voter)
 				n++
-			} else {
+			case isCut:
+				units[e.unit] = true
+				next(cut.Add(t.cutGrace))
+			default:
 				units[e.unit] = true
 				next(e.published.Add(e.ttl))
 			}
@@ -565,7 +619,7 @@ func (t *Tracker) Votes(node string, now time.Time, counts func(voter, unit stri
 	defer t.mu.RUnlock()
 	out := make([]Vote, 0, len(t.byNode[node]))
 	for voter, e := range t.byNode[node] {
-		if voter == node || e.expired(now) || (counts != nil && !counts(voter, e.unit)) {
+		if _, cut := t.cutOf(voter, e); cut || voter == node || e.expired(now) || (counts != nil && !counts(voter, e.unit)) {
 			continue
 		}
 		out = append(out, Vote{Voter: voter, Verdict: e.verdict, Made: e.made, Stored: e.published})

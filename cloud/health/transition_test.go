@@ -262,10 +262,11 @@ func setReady(t *testing.T, ctx context.Context, env testEnv, name string, ready
 // TestOldLinkClosedAfterRelink replays, against a real apiserver and hub,
 // the order of events of a unit whose agents restart while their links are
 // cut and then heal: a lost node (Ready Unknown) is protected by its two
-// peers' healthy votes; one peer links again (a new leaf connection) and
-// sends its ballot over it; only then does the hub notice the peer's old
-// link dead and report it closed. What the peer sent over the new link
-// must keep counting: the node stays protected throughout.
+// peers' healthy votes; one peer links again (a new leaf connection); the
+// hub notices the peer's old link dead only then and reports it closed,
+// before the peer's ballot over the new link arrives (CI34) or after it
+// (CI29). Neither order may leave the node unprotected: the close of a
+// link older than the voter's newest cuts nothing.
 func TestOldLinkClosedAfterRelink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -274,7 +275,8 @@ func TestOldLinkClosedAfterRelink(t *testing.T) {
 	addNode(t, ctx, env.client, "r-1", corev1.ConditionUnknown)
 	addNode(t, ctx, env.client, "r-2", corev1.ConditionTrue)
 	addNode(t, ctx, env.client, "r-3", corev1.ConditionTrue)
-	r := startReplica(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false)
+	const grace = 2 * time.Second
+	r := startReplicaWith(t, ctx, env.rc, hublink.Of(env.nc, env.js), log, false, func(c *health.Config) { c.CutGrace = grace })
 	poll.Eventually(t, 20*time.Second, func() error { return r.s.Ready(ctx) })
 
 	healthy := atollv1.Verdict_VERDICT_HEALTHY
@@ -289,26 +291,48 @@ func TestOldLinkClosedAfterRelink(t *testing.T) {
 		}
 		return nil
 	})
+	protected := func(when string, healthy int) {
+		t.Helper()
+		if j := r.s.Tally("r-1"); !r.s.Protected("r-1") || j.Healthy != healthy {
+			t.Fatalf("%s: r-1 protected %v, tally %+v", when, r.s.Protected("r-1"), j)
+		}
+	}
 
+	// r-2: the old link's close comes before its ballot over the new one.
 	relinked := time.Now()
 	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-2", Start: relinked, At: relinked})
-	publishBallot(t, ctx, env.js, "u1", "r-2", time.Now(), time.Minute, map[string]atollv1.Verdict{"r-1": healthy})
+	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-2", Closed: true, Start: oldLink, At: time.Now(), Reason: "Duplicate Remote LeafNode Connection"})
+	protected("r-2's old link closed before its new ballot", 2)
+	// r-3: after it.
+	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-3", Start: relinked, At: relinked})
+	publishBallot(t, ctx, env.js, "u1", "r-3", time.Now(), time.Minute, map[string]atollv1.Verdict{"r-1": healthy})
 	poll.Eventually(t, 20*time.Second, func() error {
-		if last := r.s.LastBallot("r-2"); !last.After(relinked) {
-			return fmt.Errorf("r-2's ballot over its new link not recorded (last %v)", last)
+		if last := r.s.LastBallot("r-3"); !last.After(relinked) {
+			return fmt.Errorf("r-3's ballot over its new link not recorded (last %v)", last)
 		}
 		return nil
 	})
-	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-2", Closed: true, Start: oldLink, At: time.Now(), Reason: "Stale Connection"})
-	if j := r.s.Tally("r-1"); !r.s.Protected("r-1") || j.Healthy != 2 {
-		t.Fatalf("r-2's old link closed after it linked again: r-1 protected %v, tally %+v", r.s.Protected("r-1"), j)
+	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-3", Closed: true, Start: oldLink, At: time.Now(), Reason: "Stale Connection"})
+	protected("r-3's old link closed after its new ballot", 2)
+	for _, voter := range []string{"r-2", "r-3"} {
+		if r.s.LinkDown(voter) {
+			t.Fatalf("%s reported cut although it linked again", voter)
+		}
 	}
-	if r.s.LinkDown("r-2") {
-		t.Fatal("r-2 reported cut although it sent over its new link")
+	// The newest link closing does cut the voter: its vote counts no
+	// more, protects for the cut grace, then not.
+	cut := time.Now()
+	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-3", Closed: true, Start: relinked, At: cut, Reason: "Stale Connection"})
+	if j := r.s.Tally("r-1"); j.Healthy != 1 || j.Graced != 1 || (time.Since(cut) < grace && !r.s.Protected("r-1")) {
+		t.Fatalf("r-3's newest link closed: r-1 protected %v, tally %+v", r.s.Protected("r-1"), j)
 	}
-	// Its new link closing does cut it.
-	r.s.LeafEvent(ctx, health.LeafLink{Node: "r-2", Closed: true, Start: relinked, At: time.Now(), Reason: "Stale Connection"})
-	if j := r.s.Tally("r-1"); r.s.Protected("r-1") || j.Healthy != 1 {
-		t.Fatalf("r-2's newest link closed: r-1 protected %v, tally %+v", r.s.Protected("r-1"), j)
+	poll.Eventually(t, 10*time.Second, func() error {
+		if r.s.Protected("r-1") {
+			return fmt.Errorf("r-1 still protected %s after r-3's cut: %+v", time.Since(cut).Round(time.Millisecond), r.s.Tally("r-1"))
+		}
+		return nil
+	})
+	if since := time.Since(cut); since < grace {
+		t.Fatalf("r-1 unprotected %s after r-3's cut, within the cut grace", since)
 	}
 }

@@ -522,7 +522,8 @@ func (v *Voter) Tracked() (reports, votes, waiting int) {
 // only once its pings go unanswered (12 s by default: every 4 s, closed
 // after 2 missed), possibly after the node linked again through another
 // server, and the cloud then drops what the voter sent before that close
-// unless it learnt of the new link first (cloud/health: Tracker.CutAt).
+// unless it learnt of the new link first (cloud/health:
+// Tracker.Superseded).
 const relinkAgain = 15 * time.Second
 
 // restampAfter is how old a ballot still waiting to be stored may get

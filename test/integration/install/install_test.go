@@ -34,6 +34,7 @@ import (
 
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/wellknown"
 	"github.com/atoll-edge/atoll/test/kubenode"
 	"github.com/atoll-edge/atoll/test/kubetest"
 	"github.com/atoll-edge/atoll/test/podbed"
@@ -617,8 +618,19 @@ func watchNoExecute(ctx context.Context, t *testing.T, client kubernetes.Interfa
 			}
 			for _, taint := range n.Spec.Taints {
 				if taint.Effect == corev1.TaintEffectNoExecute {
+					// What the node said then, to tell a taint's cause
+					// from the failure alone.
+					ready := "Ready missing"
+					for _, c := range n.Status.Conditions {
+						if c.Type == corev1.NodeReady {
+							ready = fmt.Sprintf("Ready=%s (%s, heartbeat %s, since %s)", c.Status, c.Reason,
+								c.LastHeartbeatTime.UTC().Format("15:04:05"), c.LastTransitionTime.UTC().Format("15:04:05"))
+						}
+					}
 					mu.Lock()
-					seen = append(seen, taint.Key+" at rv "+n.ResourceVersion)
+					seen = append(seen, fmt.Sprintf("%s at rv %s (%s, seen %s, added %v; %s; verdict %q, hold until %q)", taint.Key, n.ResourceVersion, ev.Type,
+						time.Now().UTC().Format("15:04:05.000"), taint.TimeAdded, ready,
+						n.Annotations[wellknown.AnnotationVerdict], n.Annotations[wellknown.AnnotationHoldUntil]))
 					mu.Unlock()
 				}
 			}
