@@ -109,7 +109,8 @@ func leafLink(ev server.DisconnectEventMsg, closed bool) (LeafLink, bool) {
 // hub reports its leaf link closed (FollowLeafLinks over sys), until ctx
 // is done; a link closed by a hub server shutting down is not a loss
 // (LeafLink.ServerShutdown), nor is the close of a link older than the
-// node's newest (Tracker.Superseded). Each loss is recorded in LinksBucket, which every
+// node's newest (Tracker.Superseded; a replica knows of the links opened
+// while it runs). Each loss is recorded in LinksBucket, which every
 // replica follows (Run), so the replicas agree and one that starts later
 // knows it too; every replica records the same loss, which is harmless.
 // Losses while no replica runs are not seen: their ballots expire by their
