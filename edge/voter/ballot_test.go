@@ -157,17 +157,25 @@ func TestBallotKeepAlive(t *testing.T) {
 	}
 }
 
-// TestBallotOnLinkUp: when the node's leaf link comes back the voter sends
-// its ballot at once, without waiting for the keep-alive: the hub stopped
-// counting the voter when the link went (cloud/health).
-func TestBallotOnLinkUp(t *testing.T) {
+// linked is a clocked voter whose leaf connection is *conn, after its
+// first ballot.
+func linked(t *testing.T, conn *uint64) *clocked {
+	t.Helper()
 	c := newClocked(t)
-	conn := uint64(1)
-	c.v.SetLink(func() uint64 { return conn })
+	c.v.SetLink(func() uint64 { return *conn })
 	c.report()
 	if c.v.Evaluate() == nil {
 		t.Fatal("no first ballot")
 	}
+	return c
+}
+
+// TestBallotOnLinkUp: when the node's leaf link comes back the voter sends
+// its ballot at once, without waiting for the keep-alive: the hub stopped
+// counting the voter when the link went (cloud/health).
+func TestBallotOnLinkUp(t *testing.T) {
+	conn := uint64(1)
+	c := linked(t, &conn)
 	c.now = c.now.Add(time.Second)
 	conn = 0
 	if b := c.v.Evaluate(); b != nil {
@@ -191,13 +199,8 @@ func TestBallotOnLinkUp(t *testing.T) {
 // the hub's pings, often before the edge notices), and the cloud stopped
 // counting the voter then.
 func TestBallotOnReconnectBetweenTicks(t *testing.T) {
-	c := newClocked(t)
 	conn := uint64(7)
-	c.v.SetLink(func() uint64 { return conn })
-	c.report()
-	if c.v.Evaluate() == nil {
-		t.Fatal("no first ballot")
-	}
+	c := linked(t, &conn)
 	c.now = c.now.Add(time.Second)
 	if b := c.v.Evaluate(); b != nil {
 		t.Fatalf("same connection sent %v", b)
@@ -218,13 +221,8 @@ func TestBallotOnReconnectBetweenTicks(t *testing.T) {
 // notices the old link dead only then has the cloud drop the first one),
 // and not again until the keep-alive.
 func TestBallotAgainAfterRelink(t *testing.T) {
-	c := newClocked(t)
 	conn := uint64(7)
-	c.v.SetLink(func() uint64 { return conn })
-	c.report()
-	if c.v.Evaluate() == nil {
-		t.Fatal("no first ballot")
-	}
+	c := linked(t, &conn)
 	c.now = c.now.Add(time.Second)
 	conn = 8
 	if b := c.v.Evaluate(); b == nil || b.GetKeepalive() {
