@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/atoll-edge/atoll/cloud/cloudapp"
@@ -458,9 +459,11 @@ func TestPodHardening(t *testing.T) {
 							t.Errorf("%s: no %s request", cname, r)
 						}
 					}
-					if v, _, _ := unstructured.NestedString(c, "resources", "limits", "memory"); v == "" {
+					limit, _, _ := unstructured.NestedString(c, "resources", "limits", "memory")
+					if limit == "" {
 						t.Errorf("%s: no memory limit", cname)
 					}
+					checkMemLimit(t, cname, c, limit)
 					nonRoot, _, _ := unstructured.NestedBool(pod, "runAsNonRoot")
 					if v, ok, _ := unstructured.NestedBool(sc, "runAsNonRoot"); ok {
 						nonRoot = v
@@ -677,6 +680,34 @@ func TestHubVolumeComponent(t *testing.T) {
 	for _, name := range []string{"external-nats", "ha"} {
 		if !reflect.DeepEqual(all[name], all[name+"+hub-volume"]) {
 			t.Errorf("components/hub-volume changes %s", name)
+		}
+	}
+}
+
+// checkMemLimit: a container's GOMEMLIMIT, if it sets one, is below its
+// memory limit, with room for what Go does not count (atoll-cloud and
+// atoll-edge derive theirs from the cgroup: internal/memlimit).
+func checkMemLimit(t *testing.T, cname string, c map[string]any, limit string) {
+	t.Helper()
+	env, _, _ := unstructured.NestedSlice(c, "env")
+	for _, e := range env {
+		e := e.(map[string]any)
+		if e["name"] != "GOMEMLIMIT" {
+			continue
+		}
+		v, _ := e["value"].(string)
+		soft, err := resource.ParseQuantity(strings.TrimSuffix(v, "B"))
+		if err != nil {
+			t.Errorf("%s: GOMEMLIMIT %q: %v", cname, v, err)
+			continue
+		}
+		hard, err := resource.ParseQuantity(limit)
+		if err != nil || limit == "" {
+			t.Errorf("%s: GOMEMLIMIT %s without a memory limit to stay under", cname, v)
+			continue
+		}
+		if r := float64(soft.Value()) / float64(hard.Value()); r > 0.95 || r < 0.7 {
+			t.Errorf("%s: GOMEMLIMIT %s is %.0f %% of the memory limit %s, want 70–95 %%", cname, v, 100*r, limit)
 		}
 	}
 }

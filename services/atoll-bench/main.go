@@ -38,6 +38,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/atoll-edge/atoll/cloud/health"
 	"github.com/atoll-edge/atoll/edge/edgeapp"
 	"github.com/atoll-edge/atoll/edge/prober"
@@ -90,6 +92,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.DurationVar(&o.scale.status, "scale-status", 5*time.Minute, "scale: simulated kubelets' full Node status re-post interval (a kubelet's nodeStatusReportFrequency is 5m)")
 	fs.StringVar(&o.scale.profileDir, "scale-cpuprofile", "", "scale: directory to save a CPU profile of atoll-cloud over each window in (cpu-<N>.pprof)")
 	fs.BoolVar(&o.scale.followers, "scale-followers", true, "scale: each emulated agent follows its five view spaces as a real agent does (edge/viewfeed: core subscriptions on the republished views, a short-lived consumer per catch-up; assignment, unit view, host records, its unit's and the shared object views)")
+	memLimit := fs.String("scale-memory-limit", "2Gi", "scale: atoll-cloud's memory limit, as the embedded-hub overlay's limits.memory (a memory cgroup of its own when the benchmark may make one, else GOMEMLIMIT only; 0: none)")
 	fs.BoolVar(&o.scale.leafs, "scale-leafs", false, "scale: each emulated agent links to the hub over a leaf connection of its own, with its own edge credentials and TLS (test/leafemu), instead of sharing a service connection with 499 others")
 	fs.BoolVar(&o.outage, "scale-outage", false, "scale: run the mass outage at each size instead of the steady state (outage.go)")
 	fs.IntVar(&o.outageOpts.units, "outage-units", 5, "mass outage: units cut whole")
@@ -107,6 +110,11 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		return err
 	}
+	q, err := resource.ParseQuantity(*memLimit)
+	if err != nil || q.Sign() < 0 {
+		return cliflags.Usagef("--scale-memory-limit %q: want a quantity such as 2Gi (0: none)", *memLimit)
+	}
+	o.scale.memLimit = q.Value()
 	for _, v := range sizes {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 2 {

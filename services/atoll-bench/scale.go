@@ -66,6 +66,9 @@ type scaleOptions struct {
 	// profileDir, when set, receives a CPU profile of atoll-cloud over
 	// the window (cpu-<N>.pprof, from its admin endpoint).
 	profileDir string
+	// memLimit is atoll-cloud's memory limit in bytes, as a pod's
+	// limits.memory (0: none).
+	memLimit int64
 
 	progress *progress // long phases' progress lines (stderr)
 }
@@ -95,6 +98,7 @@ type scaleRow struct {
 	viewsConsumers           int            // consumers of VIEWS at the end of the window
 	consumersCreated         int64          // VIEWS consumers created during the window
 	reconnects               uint64         // the emulated agents' connections came back (after a cut by the hub)
+	ooms                     string         // the memory cgroup's OOM account
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -139,6 +143,12 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	defer done()
 	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, then until atoll-cloud's writes stop for 30 s (at most %v), window %v\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.settle, o.window)
+	cg, err := newMemoryCgroup(o.memLimit)
+	if err != nil {
+		return err
+	}
+	cg.remove()
+	fmt.Fprintln(out, cg.how())
 	var rows []scaleRow
 	for i, n := range o.sizes {
 		// A directory per run, not per size: a size given twice starts
@@ -166,6 +176,9 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	for _, r := range rows {
 		if r.reconnects > 0 {
 			fmt.Fprintf(out, "the emulated agents' connections to the hub were cut and came back %d times at %d nodes (each a leaf reconnect for the feeds of up to %d agents)\n", r.reconnects, r.nodes, agentsPerConn)
+		}
+		if r.ooms != "" {
+			fmt.Fprintf(out, "atoll-cloud's memory cgroup at %d nodes: %s\n", r.nodes, r.ooms)
 		}
 		if len(r.writes) > 0 {
 			fmt.Fprintf(out, "atoll-cloud writes in the window at %d nodes: %v; what they changed: %v\n", r.nodes, r.writes, r.paths)
@@ -332,14 +345,33 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 			return row, err
 		}
 	}
+	cg, err := newMemoryCgroup(o.memLimit)
+	if err != nil {
+		return row, err
+	}
+	defer cg.remove()
 	cloud := exec.CommandContext(ctx, bin, args...)
+	cg.command(cloud)
 	// Killed with the benchmark, however it ends.
 	cloud.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cloud.Stdout, cloud.Stderr = cloudLog, cloudLog
 	if err := cloud.Start(); err != nil {
 		return row, err
 	}
-	defer func() { _ = cloud.Process.Signal(os.Interrupt); _ = cloud.Wait() }()
+	exited := make(chan error, 1)
+	go func() { exited <- cloud.Wait() }()
+	defer func() { _ = cloud.Process.Signal(os.Interrupt); <-exited }()
+	// died says whether atoll-cloud ended before the benchmark ended it
+	// (an OOM kill at its memory limit, a crash).
+	died := func() error {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("atoll-cloud exited during the run (%v; %s; see %s)", err, cg.ooms(), cloudLog.Name())
+		default:
+			return nil
+		}
+	}
 	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), 2*time.Minute); err != nil {
 		return row, fmt.Errorf("atoll-cloud not ready (see %s): %w", cloudLog.Name(), err)
 	}
@@ -520,6 +552,10 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	secs := time.Since(start).Seconds()
 	endWindow()
+	if err := died(); err != nil {
+		return row, err
+	}
+	row.ooms = cg.ooms()
 	cores := func(k string) float64 { return (kubetest.ProcessCPU(pids[k]) - before[k]).Seconds() / secs }
 	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
 	row.cloudMiB, row.cloudMedianMiB, row.load1 = rssMax(), rssMedian(), loadAverage()

@@ -27,6 +27,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	"github.com/atoll-edge/atoll/internal/logging"
+	"github.com/atoll-edge/atoll/internal/memlimit"
 )
 
 const prog = "atoll-cloud"
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cliflags.Usage(err)
 	}
+	memlimit.FromContainer(ctx, log)
 	return fxrun.Run(ctx, cloudapp.Options(cfg, log))
 }
 

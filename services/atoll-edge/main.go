@@ -24,6 +24,7 @@ import (
 	"github.com/atoll-edge/atoll/internal/cliflags"
 	"github.com/atoll-edge/atoll/internal/fxrun"
 	"github.com/atoll-edge/atoll/internal/logging"
+	"github.com/atoll-edge/atoll/internal/memlimit"
 )
 
 const prog = "atoll-edge"
@@ -64,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cliflags.Usage(err)
 	}
+	memlimit.FromContainer(ctx, log)
 	return fxrun.Run(ctx, edgeapp.Options(cfg, log))
 }
 
