@@ -6,7 +6,10 @@
 // reach it through their node's server in production: what they
 // subscribe to becomes the leaf link's interest (LS+), what they publish
 // goes to the hub when the hub has interest in it, and what the hub sends
-// reaches their subscriptions.
+// reaches their subscriptions. With Options.Reconnect a lost link dials
+// the hub again, as a node's server does, its programs staying connected
+// meanwhile; each new connection sends the node's interest again and has
+// a new Gen.
 //
 // What it leaves out, by design: routes (a unit's mesh), JetStream on the
 // node, accounts other than the credentials' own, and the loop detection
@@ -53,17 +56,22 @@ type Options struct {
 	// Ping is how often the link pings the hub when quiet; 0: every 4 s,
 	// as atoll-edge's server does.
 	Ping time.Duration
+	// Reconnect, when positive, dials the hub again that long after the
+	// link is lost (and after each failed attempt), as a node's server
+	// does (atoll-edge's every second): the node's clients stay
+	// connected to it meanwhile, and its interest is sent again on the
+	// new link. 0: a lost link closes the node.
+	Reconnect time.Duration
 }
 
 // Link is one emulated node's leaf connection to the hub and the
 // in-process clients using it.
 type Link struct {
 	opts Options
-	conn net.Conn
-	r    *bufio.Reader
 
-	wmu sync.Mutex // guards w and the writes to conn
-	w   *bufio.Writer
+	wmu  sync.Mutex // guards the current connection and the writes to it
+	conn net.Conn
+	w    *bufio.Writer
 
 	mu       sync.Mutex
 	interest map[string]int // the hub's interest: "subject" or "subject queue" → LS+ count
@@ -75,9 +83,13 @@ type Link struct {
 	done   chan struct{}
 	closed atomic.Bool
 
+	// gen numbers the link's connections (1 the first): 0 while the
+	// link is down.
+	gen, last atomic.Uint64
+
 	// In and Out count messages the hub sent this link and it sent the
-	// hub.
-	In, Out atomic.Int64
+	// hub; Reconnects the connections after the first.
+	In, Out, Reconnects atomic.Int64
 }
 
 type sub struct {
@@ -89,10 +101,24 @@ type sub struct {
 // with the signed nonce; it returns once the hub answered a PING, so the
 // credentials were accepted.
 func Dial(ctx context.Context, o Options) (*Link, error) {
-	u, err := url.Parse(o.URL)
-	if err != nil {
+	if _, err := url.Parse(o.URL); err != nil {
 		return nil, fmt.Errorf("leafemu: hub URL %q: %w", o.URL, err)
 	}
+	l := &Link{opts: o, interest: map[string]int{},
+		subs: map[*client]map[string]*sub{}, sent: map[string]int{}, clients: map[*client]bool{}, done: make(chan struct{})}
+	r, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	go l.readLoop(r)
+	go l.pingLoop()
+	return l, nil
+}
+
+// connect dials the hub, links, sends the node's interest and makes the
+// connection the link's current one. It returns the connection's reader.
+func (l *Link) connect(ctx context.Context) (*bufio.Reader, error) {
+	u, _ := url.Parse(l.opts.URL)
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", u.Host)
 	if err != nil {
@@ -101,49 +127,74 @@ func Dial(ctx context.Context, o Options) (*Link, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	l := &Link{opts: o, conn: conn, r: bufio.NewReaderSize(conn, 32<<10), interest: map[string]int{},
-		subs: map[*client]map[string]*sub{}, sent: map[string]int{}, clients: map[*client]bool{}, done: make(chan struct{})}
-	if err := l.handshake(); err != nil {
-		_ = l.conn.Close()
-		return nil, fmt.Errorf("leafemu: %s: %w", o.Name, err)
+	conn, r, w, err := l.handshake(conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("leafemu: %s: %w", l.opts.Name, err)
 	}
-	_ = l.conn.SetDeadline(time.Time{})
-	go l.readLoop()
-	go l.pingLoop()
-	return l, nil
+	_ = conn.SetDeadline(time.Time{})
+	// The node's interest, then the connection is the current one: a
+	// client's subscription recorded after this snapshot is written to
+	// the new connection (it waits for wmu).
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	keys := make([]string, 0, len(l.sent))
+	for k := range l.sent {
+		keys = append(keys, k)
+	}
+	l.mu.Unlock()
+	for _, k := range keys {
+		if strings.Contains(k, " ") {
+			_, _ = w.WriteString("LS+ " + k + " 1\r\n")
+		} else {
+			_, _ = w.WriteString("LS+ " + k + "\r\n")
+		}
+	}
+	if err := w.Flush(); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("leafemu: %s: send interest: %w", l.opts.Name, err)
+	}
+	l.conn, l.w = conn, w
+	l.gen.Store(l.last.Add(1))
+	return r, nil
 }
 
-func (l *Link) handshake() error {
-	line, err := l.r.ReadString('\n')
+// handshake links conn: the hub's INFO, TLS if configured, CONNECT with
+// the signed nonce, until the hub's PONG (its interest recorded on the
+// way).
+func (l *Link) handshake(conn net.Conn) (net.Conn, *bufio.Reader, *bufio.Writer, error) {
+	r := bufio.NewReaderSize(conn, 32<<10)
+	line, err := r.ReadString('\n')
 	if err != nil {
-		return fmt.Errorf("read INFO: %w", err)
+		return conn, nil, nil, fmt.Errorf("read INFO: %w", err)
 	}
 	op, arg, _ := strings.Cut(strings.TrimRight(line, "\r\n"), " ")
 	if op != "INFO" {
-		return fmt.Errorf("want INFO from the hub, got %q", line)
+		return conn, nil, nil, fmt.Errorf("want INFO from the hub, got %q", line)
 	}
 	var info server.Info
 	if err := json.Unmarshal([]byte(arg), &info); err != nil {
-		return fmt.Errorf("hub INFO: %w", err)
+		return conn, nil, nil, fmt.Errorf("hub INFO: %w", err)
 	}
 	if info.TLSRequired != (l.opts.TLS != nil) {
-		return fmt.Errorf("hub requires TLS %v, link has TLS %v", info.TLSRequired, l.opts.TLS != nil)
+		return conn, nil, nil, fmt.Errorf("hub requires TLS %v, link has TLS %v", info.TLSRequired, l.opts.TLS != nil)
 	}
 	if l.opts.TLS != nil {
-		tc := tls.Client(l.conn, l.opts.TLS)
+		tc := tls.Client(conn, l.opts.TLS)
 		if err := tc.Handshake(); err != nil {
-			return fmt.Errorf("TLS: %w", err)
+			return conn, nil, nil, fmt.Errorf("TLS: %w", err)
 		}
-		l.conn, l.r = tc, bufio.NewReaderSize(tc, 32<<10)
+		conn, r = tc, bufio.NewReaderSize(tc, 32<<10)
 	}
-	l.w = bufio.NewWriterSize(l.conn, 4<<10)
+	w := bufio.NewWriterSize(conn, 4<<10)
 	kp, err := nkeys.FromSeed(l.opts.Seed)
 	if err != nil {
-		return fmt.Errorf("seed: %w", err)
+		return conn, nil, nil, fmt.Errorf("seed: %w", err)
 	}
 	sig, err := kp.Sign([]byte(info.Nonce))
 	if err != nil {
-		return fmt.Errorf("sign nonce: %w", err)
+		return conn, nil, nil, fmt.Errorf("sign nonce: %w", err)
 	}
 	connect, err := json.Marshal(map[string]any{
 		"jwt": l.opts.JWT, "sig": base64.RawURLEncoding.EncodeToString(sig),
@@ -151,33 +202,40 @@ func (l *Link) handshake() error {
 		"compress_mode": "off", "protocol": 1,
 	})
 	if err != nil {
-		return err
+		return conn, nil, nil, err
 	}
-	if _, err := fmt.Fprintf(l.w, "CONNECT %s\r\nPING\r\n", connect); err != nil {
-		return err
+	if _, err := fmt.Fprintf(w, "CONNECT %s\r\nPING\r\n", connect); err != nil {
+		return conn, nil, nil, err
 	}
-	if err := l.w.Flush(); err != nil {
-		return err
+	if err := w.Flush(); err != nil {
+		return conn, nil, nil, err
 	}
 	// Until the PONG: the hub's interest, INFO updates, or its refusal.
 	for {
-		line, err := l.r.ReadString('\n')
+		line, err := r.ReadString('\n')
 		if err != nil {
-			return fmt.Errorf("after CONNECT: %w", err)
+			return conn, nil, nil, fmt.Errorf("after CONNECT: %w", err)
 		}
 		line = strings.TrimRight(line, "\r\n")
 		switch op, arg, _ := strings.Cut(line, " "); op {
 		case "PONG":
-			return nil
+			return conn, r, w, nil
 		case "PING":
-			l.write("PONG\r\n")
+			_, _ = w.WriteString("PONG\r\n")
+			if err := w.Flush(); err != nil {
+				return conn, nil, nil, err
+			}
 		case "-ERR":
-			return fmt.Errorf("hub refused the link: %s", arg)
+			return conn, nil, nil, fmt.Errorf("hub refused the link: %s", arg)
 		case "LS+", "LS-":
 			l.leafSub(op == "LS+", arg)
 		}
 	}
 }
+
+// Gen numbers the link's current connection to the hub (1 the first,
+// one more each reconnect); 0 while the link is down.
+func (l *Link) Gen() uint64 { return l.gen.Load() }
 
 // Err is why the link closed (nil while open).
 func (l *Link) Err() error {
@@ -195,6 +253,44 @@ func (l *Link) Close() error {
 	return nil
 }
 
+// lost handles the loss of the connection r reads: without Reconnect
+// the link closes; with it the link is down (no interest of the hub's, so
+// nothing is sent) until a new connection is made.
+func (l *Link) lost(err error) {
+	if l.opts.Reconnect <= 0 || l.closed.Load() {
+		l.fail(err)
+		return
+	}
+	l.wmu.Lock()
+	_ = l.conn.Close()
+	l.gen.Store(0)
+	l.wmu.Unlock()
+	l.mu.Lock()
+	clear(l.interest)
+	l.mu.Unlock()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-time.After(l.opts.Reconnect):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := l.connect(ctx)
+		cancel()
+		if err == nil {
+			l.Reconnects.Add(1)
+			if l.closed.Load() {
+				l.wmu.Lock()
+				_ = l.conn.Close()
+				l.wmu.Unlock()
+				return
+			}
+			go l.readLoop(r)
+			return
+		}
+	}
+}
+
 func (l *Link) fail(err error) {
 	if !l.closed.CompareAndSwap(false, true) {
 		return
@@ -204,7 +300,10 @@ func (l *Link) fail(err error) {
 	clients := l.clients
 	l.clients = map[*client]bool{}
 	l.mu.Unlock()
+	l.wmu.Lock()
 	_ = l.conn.Close()
+	l.gen.Store(0)
+	l.wmu.Unlock()
 	for c := range clients {
 		_ = c.conn.Close()
 	}
@@ -219,7 +318,8 @@ func (l *Link) write(parts ...string) {
 		_, _ = l.w.WriteString(p)
 	}
 	if err := l.w.Flush(); err != nil {
-		go l.fail(err)
+		// Its reader sees the loss and handles it.
+		_ = l.conn.Close()
 	}
 }
 
@@ -249,7 +349,7 @@ func (l *Link) writeMsg(subject, reply string, hdr int, payload []byte) {
 	_, _ = l.w.Write(payload)
 	_, _ = l.w.WriteString("\r\n")
 	if err := l.w.Flush(); err != nil {
-		go l.fail(err)
+		_ = l.conn.Close()
 		return
 	}
 	l.Out.Add(1)
@@ -272,11 +372,12 @@ func (l *Link) pingLoop() {
 	}
 }
 
-func (l *Link) readLoop() {
+// readLoop reads one connection (r) until it ends.
+func (l *Link) readLoop(r *bufio.Reader) {
 	for {
-		line, err := l.r.ReadString('\n')
+		line, err := r.ReadString('\n')
 		if err != nil {
-			l.fail(fmt.Errorf("read: %w", err))
+			l.lost(fmt.Errorf("read: %w", err))
 			return
 		}
 		line = strings.TrimRight(line, "\r\n")
@@ -287,12 +388,12 @@ func (l *Link) readLoop() {
 		case "LS+", "LS-":
 			l.leafSub(op == "LS+", arg)
 		case "LMSG", "HMSG":
-			if err := l.leafMsg(op == "HMSG", arg); err != nil {
-				l.fail(err)
+			if err := l.leafMsg(r, op == "HMSG", arg); err != nil {
+				l.lost(err)
 				return
 			}
 		case "-ERR":
-			l.fail(fmt.Errorf("hub: %s", arg))
+			l.lost(fmt.Errorf("hub: %s", arg))
 			return
 		}
 	}
@@ -333,7 +434,7 @@ func (l *Link) hubWants(subject string) bool {
 // leafMsg reads one message from the hub and delivers it to the
 // subscriptions it matches: "subject [+ reply queues... | | queues... |
 // reply] [hdr] size".
-func (l *Link) leafMsg(headers bool, arg string) error {
+func (l *Link) leafMsg(r *bufio.Reader, headers bool, arg string) error {
 	f := strings.Fields(arg)
 	if len(f) < 2 {
 		return fmt.Errorf("bad message from the hub: %q", arg)
@@ -367,7 +468,7 @@ func (l *Link) leafMsg(headers bool, arg string) error {
 		}
 	}
 	payload := make([]byte, size+2)
-	if _, err := io.ReadFull(l.r, payload); err != nil {
+	if _, err := io.ReadFull(r, payload); err != nil {
 		return fmt.Errorf("read message: %w", err)
 	}
 	l.In.Add(1)

@@ -164,3 +164,108 @@ func TestLinkThroughTheHub(t *testing.T) {
 		t.Fatalf("a plaintext link to a TLS hub: %v", err)
 	}
 }
+
+// TestLinkReconnects: a link with Reconnect set outlives its connection:
+// cut (every connection closed, new ones refused for a while), it is
+// down (Gen 0) and what its programs publish meanwhile is dropped, not
+// queued; let through again, it links on a new connection (a new Gen),
+// sends the node's interest again, so that a subscription its program
+// made before the cut gets the cloud's message, and its program's
+// publishes reach the hub again. Its program stays connected throughout.
+func TestLinkReconnects(t *testing.T) {
+	h, cfg := tlsHub(t)
+	cloud, _ := natstest.CloudStreams(t, h)
+	proxy := natstest.NewProxy(t, h.LeafURL().Host)
+	o := node(t, h, cfg, "emu-r", "u1")
+	o.URL = "nats-leaf://" + proxy.Addr()
+	o.Reconnect = 100 * time.Millisecond
+	l, err := leafemu.Dial(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	nc, err := l.Connect(nats.CustomInboxPrefix(events.InboxPrefix("emu-r")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if l.Gen() != 1 {
+		t.Fatalf("first connection's Gen %d, want 1", l.Gen())
+	}
+	got := make(chan *nats.Msg, 16)
+	if _, err := nc.ChanSubscribe(events.InboxPrefix("emu-r")+".cloud", got); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The cloud's message reaches the node; its reply reaches the cloud.
+	heard := make(chan *nats.Msg, 16)
+	if _, err := cloud.ChanSubscribe("atoll.topo.node.emu-r", heard); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip := func(want string) error {
+		if err := cloud.Publish(events.InboxPrefix("emu-r")+".cloud", []byte(want)); err != nil {
+			return err
+		}
+		select {
+		case m := <-got:
+			if string(m.Data) != want {
+				return fmt.Errorf("the node got %q, want %q", m.Data, want)
+			}
+		case <-time.After(200 * time.Millisecond):
+			return fmt.Errorf("the cloud's %q did not reach the node (Gen %d)", want, l.Gen())
+		}
+		if err := nc.Publish("atoll.topo.node.emu-r", []byte(want)); err != nil {
+			return err
+		}
+		select {
+		case m := <-heard:
+			if string(m.Data) != want {
+				return fmt.Errorf("the cloud heard %q, want %q", m.Data, want)
+			}
+			return nil
+		case <-time.After(200 * time.Millisecond):
+			return fmt.Errorf("the node's %q did not reach the cloud (Gen %d)", want, l.Gen())
+		}
+	}
+	poll.Eventually(t, 10*time.Second, func() error { return roundTrip("before") })
+
+	proxy.Cut()
+	poll.Eventually(t, 10*time.Second, func() error {
+		if g := l.Gen(); g != 0 {
+			return fmt.Errorf("Gen %d after the cut, want 0 (down)", g)
+		}
+		return nil
+	})
+	// Down: the program's publish is dropped (no interest of the hub's),
+	// and the program is still connected.
+	if err := nc.Publish("atoll.topo.node.emu-r", []byte("while down")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatalf("the node's program lost its connection with the link: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // several reconnect attempts, refused
+	proxy.Restore()
+	poll.Eventually(t, 10*time.Second, func() error { return roundTrip("after") })
+	if g := l.Gen(); g < 2 {
+		t.Fatalf("Gen %d after the reconnect, want ≥ 2", g)
+	}
+	if l.Reconnects.Load() < 1 {
+		t.Fatalf("%d reconnects counted", l.Reconnects.Load())
+	}
+	select {
+	case m := <-heard:
+		t.Fatalf("the cloud heard %q: a publish while the link was down was queued", m.Data)
+	default:
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("the link closed: %v", l.Err())
+	default:
+	}
+	if !nc.IsConnected() {
+		t.Fatal("the node's program was disconnected")
+	}
+}
