@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
-	"sigs.k8s.io/yaml"
 
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/natsnode"
@@ -34,16 +33,9 @@ import (
 // identity keys of issuer.
 func externalHub(t *testing.T, trust identity.Trust) (*server.Server, natstest.TLSFiles) {
 	t.Helper()
-	raw, err := os.ReadFile("../../../deploy/overlays/external-nats/hub-external.yaml")
+	conf, err := natstest.ExternalHubConf("../../../deploy/overlays/external-nats/hub-external.yaml")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var cm struct {
-		Kind string            `json:"kind"`
-		Data map[string]string `json:"data"`
-	}
-	if err := yaml.Unmarshal([]byte(strings.SplitN(string(raw), "\n---\n", 2)[0]), &cm); err != nil || cm.Kind != "ConfigMap" {
-		t.Fatalf("first document of hub-external.yaml: kind %q, %v", cm.Kind, err)
 	}
 	dir := t.TempDir()
 	auth := filepath.Join(dir, "auth")
@@ -53,8 +45,8 @@ func externalHub(t *testing.T, trust identity.Trust) (*server.Server, natstest.T
 	// The pod's mounts, here: the leaf certificate atoll-cloud generates
 	// (a test CA's), the pid file's emptyDir.
 	leafTLS := natstest.NewTLS(t, dir, "leaf")
-	conf := strings.NewReplacer("/etc/nats/leaf-tls/tls.crt", leafTLS.CertFile, "/etc/nats/leaf-tls/tls.key", leafTLS.KeyFile,
-		"/var/run/nats/", dir+"/").Replace(cm.Data["nats.conf"])
+	conf = strings.NewReplacer("/etc/nats/leaf-tls/tls.crt", leafTLS.CertFile, "/etc/nats/leaf-tls/tls.key", leafTLS.KeyFile,
+		"/var/run/nats/", dir+"/").Replace(conf)
 	files := map[string]string{
 		filepath.Join(dir, "nats.conf"):   conf,
 		filepath.Join(auth, "trust.conf"): trust.ServerConfig(filepath.Join(dir, "data", "jwt")),
