@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -32,8 +31,9 @@ type leafAgent struct {
 	js   jetstream.JetStream
 }
 
-// HubLink implements viewfeed.Node: the emulated link never reconnects.
-func (a *leafAgent) HubLink() natsnode.HubLink { return natsnode.HubLink{ID: 1} }
+// HubLink implements viewfeed.Node: a new connection of the link (after
+// the hub cut it, or restarted) is a new ID, and the feeds catch up.
+func (a *leafAgent) HubLink() natsnode.HubLink { return natsnode.HubLink{ID: a.link.Gen()} }
 
 func (a *leafAgent) close() {
 	a.nc.Close()
@@ -43,6 +43,11 @@ func (a *leafAgent) close() {
 // leafAgentTTL is the emulated nodes' credentials' lifetime: longer than
 // any run.
 const leafAgentTTL = 24 * time.Hour
+
+// leafReconnect is how long a lost link waits before dialing the hub
+// again, and between attempts: atoll-edge's server's leaf remote
+// reconnect interval (edge/natsnode).
+const leafReconnect = time.Second
 
 // dialLeafAgent issues node's edge credentials in unit and links it to
 // the hub's leaf listener at url over TLS.
@@ -59,7 +64,7 @@ func dialLeafAgent(ctx context.Context, issuer *identity.Issuer, url string, cfg
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	link, err := leafemu.Dial(dctx, leafemu.Options{URL: url, TLS: cfg, Name: node, JWT: userJWT, Seed: seed})
+	link, err := leafemu.Dial(dctx, leafemu.Options{URL: url, TLS: cfg, Name: node, JWT: userJWT, Seed: seed, Reconnect: leafReconnect})
 	if err != nil {
 		return nil, err
 	}
@@ -156,17 +161,22 @@ func leafMsgs(agents []*leafAgent) (out, in int64) {
 	return out, in
 }
 
-// leafsDown is how many agents' links the hub closed.
-func leafsDown(agents []*leafAgent, log *slog.Logger) (n int) {
+// leafsDown is how many agents' links are down (cut by the hub, not
+// linked again yet, or closed).
+func leafsDown(agents []*leafAgent) (n int) {
 	for _, a := range agents {
-		select {
-		case <-a.link.Done():
+		if a.link.Gen() == 0 {
 			n++
-			if n <= 3 {
-				log.Warn("an emulated agent's leaf link closed", "err", a.link.Err())
-			}
-		default:
 		}
+	}
+	return n
+}
+
+// leafReconnects is how many times the agents' links were linked again
+// after the hub cut them.
+func leafReconnects(agents []*leafAgent) (n int64) {
+	for _, a := range agents {
+		n += a.link.Reconnects.Load()
 	}
 	return n
 }

@@ -92,7 +92,11 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.DurationVar(&o.scale.status, "scale-status", 5*time.Minute, "scale: simulated kubelets' full Node status re-post interval (a kubelet's nodeStatusReportFrequency is 5m)")
 	fs.StringVar(&o.scale.profileDir, "scale-cpuprofile", "", "scale: directory to save a CPU profile of atoll-cloud over each window in (cpu-<N>.pprof)")
 	fs.BoolVar(&o.scale.followers, "scale-followers", true, "scale: each emulated agent follows its five view spaces as a real agent does (edge/viewfeed: core subscriptions on the republished views, a short-lived consumer per catch-up; assignment, unit view, host records, its unit's and the shared object views)")
-	memLimit := fs.String("scale-memory-limit", "2Gi", "scale: atoll-cloud's memory limit, as the embedded-hub overlay's limits.memory (a memory cgroup of its own when the benchmark may make one, else GOMEMLIMIT only; 0: none)")
+	memLimit := fs.String("scale-memory-limit", "2Gi", "scale: the hub's process's memory limit (atoll-cloud with the embedded hub, or the external server), as both overlays' limits.memory (a memory cgroup of its own when the benchmark may make one, else GOMEMLIMIT only; 0: none)")
+	cloudMemLimit := fs.String("scale-cloud-memory-limit", "1Gi", "scale: with --scale-hub=external, atoll-cloud's memory limit, as the external-nats overlay's")
+	fs.StringVar(&o.scale.hub, "scale-hub", hubEmbedded, "scale: the hub's shape: embedded (in atoll-cloud's process, overlays/embedded-hub) or external (the external-nats overlay's server alone: stock nats-server in a process and memory cgroup of its own, measured apart from atoll-cloud)")
+	fs.BoolVar(&o.scale.storm, "scale-storm", false, "scale (with --scale-leafs): after each size's window, kill the hub's process (SIGKILL: atoll-cloud with its embedded hub, or the external server) with every leaf linked and start it again on the same store; report how long until every agent is linked again and caught up, links cut again, slow consumers, peak RSS, Atoll's writes and wrong verdicts")
+	fs.DurationVar(&o.scale.stormTimeout, "scale-storm-timeout", 10*time.Minute, "scale: at most this long, after the kill, for every agent to link again and catch up")
 	fs.BoolVar(&o.scale.leafs, "scale-leafs", false, "scale: each emulated agent links to the hub over a leaf connection of its own, with its own edge credentials and TLS (test/leafemu), instead of sharing a service connection with 499 others")
 	fs.BoolVar(&o.outage, "scale-outage", false, "scale: run the mass outage at each size instead of the steady state (outage.go)")
 	fs.IntVar(&o.outageOpts.units, "outage-units", 5, "mass outage: units cut whole")
@@ -110,11 +114,16 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		return err
 	}
-	q, err := resource.ParseQuantity(*memLimit)
-	if err != nil || q.Sign() < 0 {
-		return cliflags.Usagef("--scale-memory-limit %q: want a quantity such as 2Gi (0: none)", *memLimit)
+	for _, l := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--scale-memory-limit", *memLimit, &o.scale.memLimit}, {"--scale-cloud-memory-limit", *cloudMemLimit, &o.scale.cloudMemLimit}} {
+		q, err := resource.ParseQuantity(l.v)
+		if err != nil || q.Sign() < 0 {
+			return cliflags.Usagef("%s %q: want a quantity such as 2Gi (0: none)", l.flag, l.v)
+		}
+		*l.to = q.Value()
 	}
-	o.scale.memLimit = q.Value()
 	for _, v := range sizes {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 2 {
@@ -127,6 +136,10 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return cliflags.Usagef("unexpected argument %q (atoll-bench takes only flags)", fs.Arg(0))
 	case len(o.scale.sizes) > 0 && (o.scale.unit < 2 || o.scale.window <= 0 || o.scale.renew <= 0 || o.scale.renew >= o.scale.grace || o.scale.warmup < 0 || o.scale.settle <= 0 || o.scale.status <= 0):
 		return cliflags.Usagef("--scale-unit must be at least 2, --scale-window positive, --scale-settle, --scale-status and --scale-renew positive, --scale-renew under --scale-grace")
+	case o.scale.hub != hubEmbedded && o.scale.hub != hubExternal:
+		return cliflags.Usagef("--scale-hub %q: want embedded or external", o.scale.hub)
+	case o.scale.storm && (!o.scale.leafs || !o.scale.followers || o.scale.stormTimeout <= 0):
+		return cliflags.Usagef("--scale-storm needs --scale-leafs and --scale-followers (it counts the agents' links and their feeds' catch-ups), and a positive --scale-storm-timeout")
 	case o.outage && len(o.scale.sizes) == 0:
 		return cliflags.Usagef("--scale-outage needs --scale sizes")
 	case o.outage && (o.outageOpts.units < 0 || o.outageOpts.scatter < 0 || o.outageOpts.units+o.outageOpts.scatter == 0 || o.outageOpts.deadEvery < 0):

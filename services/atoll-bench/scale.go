@@ -28,8 +28,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/identity"
@@ -66,9 +68,19 @@ type scaleOptions struct {
 	// profileDir, when set, receives a CPU profile of atoll-cloud over
 	// the window (cpu-<N>.pprof, from its admin endpoint).
 	profileDir string
-	// memLimit is atoll-cloud's memory limit in bytes, as a pod's
-	// limits.memory (0: none).
-	memLimit int64
+	// memLimit is the hub's process's memory limit in bytes (atoll-cloud
+	// with the embedded hub, or the external server), cloudMemLimit
+	// atoll-cloud's with the external hub, as a pod's limits.memory (0:
+	// none).
+	memLimit, cloudMemLimit int64
+	// hub is the hub's shape: hubEmbedded or hubExternal (natsServer is
+	// then the stock server's binary).
+	hub, natsServer string
+	// storm, after each size's window, kills the hub's process with
+	// every leaf linked and starts it again (storm.go); stormTimeout
+	// bounds the fleet's return.
+	storm        bool
+	stormTimeout time.Duration
 
 	progress *progress // long phases' progress lines (stderr)
 }
@@ -76,7 +88,10 @@ type scaleOptions struct {
 // scaleRow is one size's measurement.
 type scaleRow struct {
 	nodes      int
-	cloudCores float64 // atoll-cloud with its embedded hub
+	cloudCores float64 // atoll-cloud (with its embedded hub, unless hubMiB is set)
+	// hubCores and hubMiB: the external hub's server process (its CPU,
+	// and the most of its resident memory over the window).
+	hubCores, hubMiB float64
 	// cloudMiB and cloudMedianMiB: the most and the median of its
 	// resident memory, sampled each second of the window.
 	cloudMiB, cloudMedianMiB float64
@@ -84,7 +99,7 @@ type scaleRow struct {
 	apiCores, etcdCores      float64
 	msgsPerNode              float64 // edge→hub messages/s per node
 	inPerNode                float64 // hub→edge messages/s per node
-	leafLinks, leafsDown     int     // --scale-leafs: the agents' leaf links, and how many the hub closed
+	leafLinks, leafsDown     int     // --scale-leafs: the agents' leaf links, and how many the hub cut in the window (down at its end, or linked again)
 	pending                  uint64  // ballots not yet handled by health-ballots
 	oldest                   time.Duration
 	writesPerSec             float64 // atoll-cloud's apiserver writes/s (audit log)
@@ -99,6 +114,7 @@ type scaleRow struct {
 	consumersCreated         int64          // VIEWS consumers created during the window
 	reconnects               uint64         // the emulated agents' connections came back (after a cut by the hub)
 	ooms                     string         // the memory cgroup's OOM account
+	storm                    *stormRow      // --scale-storm
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -125,16 +141,18 @@ func workDir(ctx context.Context, out io.Writer, prefix string) (dir, bin string
 
 // runScale measures, for each size, the steady state of a real
 // installation of that many nodes: a real etcd, kube-apiserver and
-// kube-controller-manager (test/kubetest); atoll-cloud with
-// its embedded hub in its own process (so its CPU and memory are its
-// own); simulated kubelets registering the Nodes and renewing their
-// Leases every --scale-renew (test/edgesim); and emulated
-// agents publishing what the real ones publish in a steady unit — a
-// TopologyUpdate per reporter period and a Ballot per voter keep-alive,
-// the first of each at once, spread over the period — on the same
-// subjects with the same payloads, over service connections rather than
-// one leaf per node (bench:leafs measures leafs). Not calibrated against
-// real agents yet: compare its edge→hub column with bench:health's.
+// kube-controller-manager (test/kubetest); atoll-cloud in its own
+// process and memory cgroup, its hub embedded or (--scale-hub=external)
+// a stock nats-server in a process and cgroup of its own, so that their
+// CPU and memory are their own; simulated kubelets registering the Nodes
+// and renewing their Leases every --scale-renew (test/edgesim); and
+// emulated agents publishing what the real ones publish in a steady unit
+// — a TopologyUpdate per reporter period and a Ballot per voter
+// keep-alive, the first of each at once, spread over the period — on the
+// same subjects with the same payloads, over service connections, or
+// (--scale-leafs) each over a leaf link of its own (leafs.go). With
+// --scale-storm it then kills the hub's process and measures the fleet's
+// return (storm.go).
 func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	dir, bin, done, err := workDir(ctx, out, "atoll-scale-")
 	if err != nil {
@@ -143,11 +161,24 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	defer done()
 	fmt.Fprintf(out, "\nenvironment: %s/%s, %d CPUs, %s; units of %d; kubelet Lease renewal every %v; warm-up %v, then until atoll-cloud's writes stop for 30 s (at most %v), window %v\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), o.unit, o.renew, o.warmup, o.settle, o.window)
+	if o.hub == hubExternal {
+		fmt.Fprintln(out, "building nats-server ...")
+		if o.natsServer, err = buildNATSServer(ctx, dir); err != nil {
+			return err
+		}
+	}
 	cg, err := newMemoryCgroup(o.memLimit)
 	if err != nil {
 		return err
 	}
 	cg.remove()
+	if o.hub == hubExternal {
+		fmt.Fprintf(out, "hub: the external-nats overlay's server alone, stock nats-server in its own process, %s\n", strings.Replace(cg.how(), "atoll-cloud ", "", 1))
+		if cg, err = newMemoryCgroup(o.cloudMemLimit); err != nil {
+			return err
+		}
+		cg.remove()
+	}
 	fmt.Fprintln(out, cg.how())
 	var rows []scaleRow
 	for i, n := range o.sizes {
@@ -166,10 +197,27 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 		if err := printScaleTable(out, []scaleRow{r}); err != nil {
 			return err
 		}
+		if r.storm != nil {
+			if err := printStorm(out, []stormRow{*r.storm}); err != nil {
+				return err
+			}
+		}
 	}
 	if len(rows) > 1 {
 		fmt.Fprint(out, "\nall sizes:")
 		if err := printScaleTable(out, rows); err != nil {
+			return err
+		}
+	}
+	var storms []stormRow
+	for _, r := range rows {
+		if r.storm != nil {
+			storms = append(storms, *r.storm)
+		}
+	}
+	if len(storms) > 0 {
+		fmt.Fprint(out, "\nreconnect storm (the hub's process killed with every leaf linked, started again):")
+		if err := printStorm(out, storms); err != nil {
 			return err
 		}
 	}
@@ -190,10 +238,14 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 // printScaleTable prints rows as a table.
 func printScaleTable(out io.Writer, rows []scaleRow) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nnodes\tleaf links (closed)\tjoin writes\tsettled in\tatoll-cloud+hub cores\tRSS MiB max\tRSS MiB median\tedge→hub msg/s/node\thub→edge msg/s/node\tVIEWS consumers\tcreated in window\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s\tload (1 min)")
+	fmt.Fprintln(w, "\nnodes\tleaf links (cut in window)\tjoin writes\tsettled in\tatoll-cloud(+hub) cores\tRSS MiB max\tRSS MiB median\thub process cores\thub RSS MiB max\tedge→hub msg/s/node\thub→edge msg/s/node\tVIEWS consumers\tcreated in window\tballots pending\toldest unhandled\tatoll writes/s\tapiserver cores\tetcd cores\tlease renewals/s\tload (1 min)")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%d (%d)\t%d\t%v\t%.3f\t%.0f\t%.0f\t%.4f\t%.4f\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\t%.2f\n", r.nodes, r.leafLinks, r.leafsDown, r.joinWrites, r.settled.Round(time.Second), r.cloudCores,
-			r.cloudMiB, r.cloudMedianMiB, r.msgsPerNode, r.inPerNode, r.viewsConsumers, r.consumersCreated, r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec,
+		hubCols := "embedded\tembedded"
+		if r.hubMiB > 0 {
+			hubCols = fmt.Sprintf("%.3f\t%.0f", r.hubCores, r.hubMiB)
+		}
+		fmt.Fprintf(w, "%d\t%d (%d)\t%d\t%v\t%.3f\t%.0f\t%.0f\t%s\t%.4f\t%.4f\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\t%.2f\n", r.nodes, r.leafLinks, r.leafsDown, r.joinWrites, r.settled.Round(time.Second), r.cloudCores,
+			r.cloudMiB, r.cloudMedianMiB, hubCols, r.msgsPerNode, r.inPerNode, r.viewsConsumers, r.consumersCreated, r.pending, r.oldest.Round(time.Millisecond), r.writesPerSec,
 			r.apiCores, r.etcdCores, r.leaseRenewalsPerSec, r.load1)
 	}
 	return w.Flush()
@@ -329,38 +381,70 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	defer cloudLog.Close()
 	args := []string{"--kubeconfig=" + cluster.KubeconfigPath(), "--leader-elect=false",
-		"--hub-host=127.0.0.1", "--hub-store-dir=" + hubDir,
-		fmt.Sprintf("--hub-client-port=%d", clientPort), fmt.Sprintf("--hub-leaf-port=%d", leafPort),
 		fmt.Sprintf("--admin-addr=127.0.0.1:%d", adminPort), fmt.Sprintf("--webhook-addr=127.0.0.1:%d", webhookPort),
 		"--webhook-certs=dir", "--webhook-cert-dir=" + certDir, "--webhook-register=false"}
+	// Leaf TLS, as deployed: a certificate of the cluster's CA.
+	leafDir := filepath.Join(dir, "leaf-tls")
+	if err := cluster.WriteServingCert(leafDir, "127.0.0.1"); err != nil {
+		return row, err
+	}
+	leafCert, leafKey := filepath.Join(leafDir, "tls.crt"), filepath.Join(leafDir, "tls.key")
 	var leafCfg *tls.Config
 	if o.leafs {
-		// Leaf TLS, as deployed: a certificate of the cluster's CA.
-		leafDir := filepath.Join(dir, "leaf-tls")
-		if err := cluster.WriteServingCert(leafDir, "127.0.0.1"); err != nil {
-			return row, err
-		}
-		args = append(args, "--hub-leaf-tls-cert="+filepath.Join(leafDir, "tls.crt"), "--hub-leaf-tls-key="+filepath.Join(leafDir, "tls.key"))
 		if leafCfg, err = leafTLS(cluster.CAFile()); err != nil {
 			return row, err
 		}
 	}
-	cg, err := newMemoryCgroup(o.memLimit)
+	identityDir := filepath.Join(hubDir, "identity")
+	var extHub *hubProcess
+	if o.hub == hubExternal {
+		if extHub, err = startExternalHub(ctx, o.natsServer, hubDir, identityDir, leafCert, leafKey, clientPort, leafPort, o.memLimit); err != nil {
+			return row, err
+		}
+		defer extHub.stop()
+		args = append(args, fmt.Sprintf("--hub-url=nats://127.0.0.1:%d", clientPort), "--identity-dir="+identityDir, "--stream-replicas=1")
+	} else {
+		args = append(args, "--hub-host=127.0.0.1", "--hub-store-dir="+hubDir,
+			fmt.Sprintf("--hub-client-port=%d", clientPort), fmt.Sprintf("--hub-leaf-port=%d", leafPort))
+		if o.leafs {
+			args = append(args, "--hub-leaf-tls-cert="+leafCert, "--hub-leaf-tls-key="+leafKey)
+		}
+	}
+	cloudLimit := o.memLimit
+	if extHub != nil {
+		cloudLimit = o.cloudMemLimit
+	}
+	cg, err := newMemoryCgroup(cloudLimit)
 	if err != nil {
 		return row, err
 	}
 	defer cg.remove()
-	cloud := exec.CommandContext(ctx, bin, args...)
-	cg.command(cloud)
-	// Killed with the benchmark, however it ends.
-	cloud.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cloud.Stdout, cloud.Stderr = cloudLog, cloudLog
-	if err := cloud.Start(); err != nil {
-		return row, err
+	// startCloud starts atoll-cloud (again, for the reconnect storm: the same
+	// flags and store) and waits until it is ready.
+	var cloud *exec.Cmd
+	var exited chan error
+	startCloud := func() error {
+		cloud = exec.CommandContext(ctx, bin, args...)
+		cg.command(cloud)
+		// Killed with the benchmark, however it ends.
+		cloud.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cloud.Stdout, cloud.Stderr = cloudLog, cloudLog
+		if err := cloud.Start(); err != nil {
+			return err
+		}
+		exited = make(chan error, 1)
+		go func(c *exec.Cmd, e chan<- error) { e <- c.Wait() }(cloud, exited)
+		if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), 2*time.Minute); err != nil {
+			return fmt.Errorf("atoll-cloud not ready (see %s): %w", cloudLog.Name(), err)
+		}
+		return nil
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cloud.Wait() }()
-	defer func() { _ = cloud.Process.Signal(os.Interrupt); <-exited }()
+	defer func() {
+		if cloud != nil && cloud.Process != nil {
+			_ = cloud.Process.Signal(os.Interrupt)
+			<-exited
+		}
+	}()
 	// died says whether atoll-cloud ended before the benchmark ended it
 	// (an OOM kill at its memory limit, a crash).
 	died := func() error {
@@ -372,8 +456,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 			return nil
 		}
 	}
-	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), 2*time.Minute); err != nil {
-		return row, fmt.Errorf("atoll-cloud not ready (see %s): %w", cloudLog.Name(), err)
+	if err := startCloud(); err != nil {
+		return row, err
 	}
 
 	// The emulated agents' connections: service users of the hub's keys,
@@ -381,7 +465,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	// what a busy edge server's leaf carries and the hub cutting one (as
 	// a slow consumer while nodes join) is a leaf reconnect for a few
 	// hundred agents, not all of them.
-	keys, err := identity.LoadKeys(filepath.Join(hubDir, "identity"))
+	keys, err := identity.LoadKeys(identityDir)
 	if err != nil {
 		return row, err
 	}
@@ -430,8 +514,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	// The agents.
 	var ballots, topology atomic.Int64
 	var feeds *viewfeed.Metrics
+	feedReg := prometheus.NewRegistry()
 	if o.followers {
-		feeds = viewfeed.NewMetrics(nil)
+		feeds = viewfeed.NewMetrics(feedReg)
 	}
 	actx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -506,6 +591,9 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	row.settled = time.Since(settleStart)
 	pids := map[string]int{"cloud": cloud.Process.Pid, "etcd": findProcess(cluster.Dir(), "etcd"), "apiserver": findProcess(cluster.Dir(), "kube-apiserver")}
+	if extHub != nil {
+		pids["hub"] = extHub.pid()
+	}
 	before := map[string]time.Duration{}
 	for k, pid := range pids {
 		before[k] = kubetest.ProcessCPU(pid)
@@ -529,12 +617,17 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		return row, err
 	}
 	leafOut0, leafIn0 := leafMsgs(agents)
+	relinked0 := leafReconnects(agents)
 	b0, t0, out0, in0 := ballots.Load(), topology.Load(), outMsgs(conns), inMsgs(conns)
 	start := time.Now()
 	windowDone := make(chan struct{})
 	endWindow := sync.OnceFunc(func() { close(windowDone) })
 	defer endWindow()
 	rssMax, rssMedian := sampleRSS(pids["cloud"], windowDone)
+	hubRSS := func() float64 { return 0 }
+	if extHub != nil {
+		hubRSS, _ = sampleRSS(pids["hub"], windowDone)
+	}
 	profiled := make(chan error, 1)
 	if o.profileDir != "" {
 		go func() {
@@ -559,6 +652,12 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	cores := func(k string) float64 { return (kubetest.ProcessCPU(pids[k]) - before[k]).Seconds() / secs }
 	row.cloudCores, row.apiCores, row.etcdCores = cores("cloud"), cores("apiserver"), cores("etcd")
 	row.cloudMiB, row.cloudMedianMiB, row.load1 = rssMax(), rssMedian(), loadAverage()
+	if extHub != nil {
+		row.hubCores, row.hubMiB = cores("hub"), hubRSS()
+		if err := extHub.died(); err != nil {
+			return row, err
+		}
+	}
 	row.publishedBallots, row.publishedTopology = ballots.Load()-b0, topology.Load()-t0
 	// Everything the agents' connections sent the hub: ballots, topology
 	// and the feeds' catch-ups.
@@ -567,7 +666,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		// The benchmark's own connection is not an agent's.
 		row.msgsPerNode = float64(leafOut-leafOut0) / secs / float64(n)
 		row.inPerNode = float64(leafIn-leafIn0) / secs / float64(n)
-		row.leafLinks, row.leafsDown = len(agents), leafsDown(agents, slog.Default())
+		row.leafLinks, row.leafsDown = len(agents), leafsDown(agents)+int(leafReconnects(agents)-relinked0)
 	} else {
 		row.msgsPerNode = float64(outMsgs(conns)-out0) / secs / float64(n)
 		row.inPerNode = float64(inMsgs(conns)-in0) / secs / float64(n)
@@ -598,6 +697,45 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	}
 	row.leaseRenewalsPerSec = float64(sim.Stats().LeaseRenewals-renew0.LeaseRenewals) / secs
 	row.pending, row.oldest = consumerLag(ctx, js, events.BallotConsumer.Name)
+	if !o.storm {
+		return row, nil
+	}
+	kube, err := kubernetes.NewForConfig(cluster.RESTConfig())
+	if err != nil {
+		return row, err
+	}
+	hubLog := cloudLog.Name()
+	if extHub != nil {
+		hubLog = extHub.log
+	}
+	storm, err := runStorm(ctx, n, stormEnv{
+		agents: agents, feeds: 4, metrics: feedReg, auditDir: auditDir, hubLog: hubLog, kube: kube,
+		timeout: o.stormTimeout, after: time.Minute, progress: o.progress,
+		kill: func() error {
+			if extHub != nil {
+				return extHub.kill()
+			}
+			if err := cloud.Process.Kill(); err != nil {
+				return err
+			}
+			err := <-exited
+			exited <- err // for the deferred stop, if the start fails
+			return nil
+		},
+		restart: func() (int, error) {
+			if extHub != nil {
+				return extHub.restart()
+			}
+			if err := startCloud(); err != nil {
+				return 0, err
+			}
+			return cloud.Process.Pid, nil
+		},
+	})
+	if err != nil {
+		return row, fmt.Errorf("reconnect storm: %w", err)
+	}
+	row.storm = &storm
 	return row, nil
 }
 
