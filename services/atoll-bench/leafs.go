@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -100,6 +101,12 @@ func leafTLS(caFile string) (*tls.Config, error) {
 // waits until the one before has caught up with its views.
 const leafJoinBatch = 250
 
+// leafJoinTries is how many times an agent dials the hub to join before
+// the run fails; joinRetries counts the dials after a first refused one.
+const leafJoinTries = 5
+
+var joinRetries atomic.Int64
+
 // joinLeafAgents links one emulated agent per node, leafJoinBatch at a
 // time, each following its own four view spaces (emulateFeeds) and
 // taking the shared space's changes in its unit's relay queue group, as a
@@ -121,7 +128,14 @@ func joinLeafAgents(ctx context.Context, o scaleOptions, issuer *identity.Issuer
 		var wg sync.WaitGroup
 		for i := start; i < end; i++ {
 			wg.Go(func() {
+				// A node's server dials again after a refusal (a loaded
+				// hub's authentication timeout): a few times here, counted.
 				a, err := dialLeafAgent(ctx, issuer, url, cfg, names[i], units[i])
+				for try := 1; err != nil && try < leafJoinTries && ctx.Err() == nil; try++ {
+					joinRetries.Add(1)
+					time.Sleep(leafReconnect)
+					a, err = dialLeafAgent(ctx, issuer, url, cfg, names[i], units[i])
+				}
 				if err == nil {
 					_, err = a.nc.QueueSubscribe(shared, events.ViewRelayQueue(units[i]), func(*nats.Msg) {})
 				}

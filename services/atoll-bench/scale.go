@@ -115,6 +115,7 @@ type scaleRow struct {
 	reconnects               uint64         // the emulated agents' connections came back (after a cut by the hub)
 	ooms                     string         // the memory cgroup's OOM account
 	storm                    *stormRow      // --scale-storm
+	joinRetries              int64          // --scale-leafs: agents' dials refused while joining, and made again
 }
 
 // workDir makes the run's directory (removed when done, unless
@@ -224,6 +225,9 @@ func runScale(ctx context.Context, out io.Writer, o scaleOptions) error {
 	for _, r := range rows {
 		if r.reconnects > 0 {
 			fmt.Fprintf(out, "the emulated agents' connections to the hub were cut and came back %d times at %d nodes (each a leaf reconnect for the feeds of up to %d agents)\n", r.reconnects, r.nodes, agentsPerConn)
+		}
+		if r.joinRetries > 0 {
+			fmt.Fprintf(out, "%d agents' dials were refused while joining at %d nodes and made again\n", r.joinRetries, r.nodes)
 		}
 		if r.ooms != "" {
 			fmt.Fprintf(out, "atoll-cloud's memory cgroup at %d nodes: %s\n", r.nodes, r.ooms)
@@ -535,6 +539,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		o.progress.begin(fmt.Sprintf("scale %d: agents linking (a leaf each, TLS) and catching up with their views", n))
 		agents, err = joinLeafAgents(actx, o, issuer, fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort), leafCfg, names, units, feeds)
 		o.progress.end()
+		row.joinRetries = joinRetries.Swap(0)
 		if err != nil {
 			return row, err
 		}
