@@ -727,6 +727,12 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 			exited <- err // for the deferred stop, if the start fails
 			return nil
 		},
+		died: func() error {
+			if extHub != nil {
+				return extHub.died()
+			}
+			return died()
+		},
 		restart: func() (int, error) {
 			if extHub != nil {
 				return extHub.restart()

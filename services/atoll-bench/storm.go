@@ -29,6 +29,7 @@ type stormRow struct {
 	unlinked, behind       int     // agents not linked, feeds not caught up, at the timeout
 	recut                  int     // agents whose new link was cut again
 	slowConsumers          int     // the hub's "Slow Consumer" log lines after the restart
+	died                   string  // how the restarted process ended during the storm, if it did
 	peakMiB                float64 // the hub's process's resident memory, most, from the restart until the storm ended
 	writes                 map[string]int
 	paths                  map[string]int
@@ -41,6 +42,7 @@ type stormEnv struct {
 	feeds    int // view feeds per agent
 	kill     func() error
 	restart  func() (pid int, err error)
+	died     func() error        // non-nil once the restarted process has ended (an OOM kill at its limit)
 	metrics  prometheus.Gatherer // the agents' feeds' metrics
 	auditDir string
 	hubLog   string // the hub's server's log (atoll-cloud's with the embedded hub)
@@ -83,6 +85,10 @@ func runStorm(ctx context.Context, n int, e stormEnv) (stormRow, error) {
 	e.progress.begin(fmt.Sprintf("storm %d: agents linking again and catching up", n))
 	deadline := time.Now().Add(e.timeout)
 	for time.Now().Before(deadline) {
+		if err := e.died(); err != nil {
+			row.died = fmt.Sprintf("%v after %v", err, time.Since(killed).Round(time.Second))
+			break
+		}
 		row.unlinked = 0
 		for i, a := range e.agents {
 			if g := a.link.Gen(); g == 0 || g == gen0[i] {
@@ -106,9 +112,14 @@ func runStorm(ctx context.Context, n int, e stormEnv) (stormRow, error) {
 		}
 	}
 	e.progress.end()
-	if err := e.progress.wait(ctx, fmt.Sprintf("storm %d: watching for links cut again", n), e.after); err != nil {
-		close(stop)
-		return row, err
+	if row.died == "" {
+		if err := e.progress.wait(ctx, fmt.Sprintf("storm %d: watching for links cut again", n), e.after); err != nil {
+			close(stop)
+			return row, err
+		}
+		if err := e.died(); err != nil {
+			row.died = err.Error()
+		}
 	}
 	close(stop)
 	row.peakMiB = peak()
@@ -154,19 +165,30 @@ func printStorm(out io.Writer, rows []stormRow) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "\nnodes\tkill → ready\t→ all linked\t→ all caught up\tnot linked / feeds behind at the timeout\tlinks cut again\tslow-consumer lines\tpeak RSS MiB\tatoll writes\tunhealthy verdicts\tNoExecute taints")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%v\t%v\t%v\t%d / %d\t%d\t%d\t%.0f\t%d\t%d\t%d\n", r.nodes, r.ready.Round(100*time.Millisecond),
-			r.linked.Round(100*time.Millisecond), r.current.Round(100*time.Millisecond), r.unlinked, r.behind, r.recut,
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d / %d\t%d\t%d\t%.0f\t%d\t%d\t%d\n", r.nodes, since(r.ready),
+			since(r.linked), since(r.current), r.unlinked, r.behind, r.recut,
 			r.slowConsumers, r.peakMiB, sum(r.writes), r.unhealthy, r.tainted)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	for _, r := range rows {
+		if r.died != "" {
+			fmt.Fprintf(out, "the hub's process ended during the storm at %d nodes: %s\n", r.nodes, r.died)
+		}
 		if len(r.writes) > 0 {
 			fmt.Fprintf(out, "atoll-cloud writes in the storm at %d nodes: %v; what they changed: %v\n", r.nodes, r.writes, r.paths)
 		}
 	}
 	return nil
+}
+
+// since formats a time from the kill; "never" for one not reached.
+func since(d time.Duration) string {
+	if d == 0 {
+		return "never"
+	}
+	return d.Round(100 * time.Millisecond).String()
 }
 
 // reconnectCatchUps is how many catch-ups the agents' feeds made after

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"slices"
@@ -122,7 +123,7 @@ func (l *Link) connect(ctx context.Context) (*bufio.Reader, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", u.Host)
 	if err != nil {
-		return nil, fmt.Errorf("leafemu: dial %s: %w", u.Host, err)
+		return nil, fmt.Errorf("leafemu: %w %s: %w", errDial, u.Host, err)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
@@ -233,6 +234,9 @@ func (l *Link) handshake(conn net.Conn) (net.Conn, *bufio.Reader, *bufio.Writer,
 	}
 }
 
+// errDial marks a connection that failed before the hub accepted it.
+var errDial = errors.New("dial")
+
 // Gen numbers the link's current connection to the hub (1 the first,
 // one more each reconnect); 0 while the link is down.
 func (l *Link) Gen() uint64 { return l.gen.Load() }
@@ -268,15 +272,23 @@ func (l *Link) lost(err error) {
 	l.mu.Lock()
 	clear(l.interest)
 	l.mu.Unlock()
+	// As a node's server's leaf remote: the interval after a lost
+	// connection (and after one the hub closed while linking), the
+	// interval plus up to as much again at random after a failed dial.
+	wait := l.opts.Reconnect
 	for {
 		select {
 		case <-l.done:
 			return
-		case <-time.After(l.opts.Reconnect):
+		case <-time.After(wait):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		r, err := l.connect(ctx)
 		cancel()
+		wait = l.opts.Reconnect
+		if errors.Is(err, errDial) {
+			wait += rand.N(l.opts.Reconnect)
+		}
 		if err == nil {
 			l.Reconnects.Add(1)
 			if l.closed.Load() {
