@@ -109,7 +109,7 @@ func (h *hubProcess) died() error {
 	select {
 	case err := <-h.exited:
 		h.exited <- err
-		return fmt.Errorf("the hub server exited during the run (%v; %s; see %s)", err, h.cg.ooms(), h.log)
+		return fmt.Errorf("the hub server exited during the run (%w; %s; see %s)", err, h.cg.ooms(), h.log)
 	default:
 		return nil
 	}
@@ -141,10 +141,13 @@ func (h *hubProcess) stop() {
 		return
 	}
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	// How it ended stays in exited, for died.
 	select {
-	case <-h.exited:
+	case err := <-h.exited:
+		h.exited <- err
 	case <-time.After(30 * time.Second):
 		_ = h.cmd.Process.Kill()
-		<-h.exited
+		err := <-h.exited
+		h.exited <- err
 	}
 }

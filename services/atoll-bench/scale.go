@@ -446,7 +446,8 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	defer func() {
 		if cloud != nil && cloud.Process != nil {
 			_ = cloud.Process.Signal(os.Interrupt)
-			<-exited
+			err := <-exited
+			exited <- err
 		}
 	}()
 	// died says whether atoll-cloud ended before the benchmark ended it
@@ -455,7 +456,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 		select {
 		case err := <-exited:
 			exited <- err
-			return fmt.Errorf("atoll-cloud exited during the run (%v; %s; see %s)", err, cg.ooms(), cloudLog.Name())
+			return fmt.Errorf("atoll-cloud exited during the run (%w; %s; see %s)", err, cg.ooms(), cloudLog.Name())
 		default:
 			return nil
 		}
