@@ -46,7 +46,7 @@ func FromContainer(ctx context.Context, log *slog.Logger) int64 {
 	)
 	switch {
 	case err != nil:
-		log.Warn("the container's memory limit is unknown; the collector keeps Go's default", "err", err)
+		log.Warn("GOMEMLIMIT not set from the container's memory limit (AUTOMEMLIMIT invalid, or the cgroup unreadable); the collector keeps Go's default", "err", err)
 		return 0
 	case limit == math.MaxInt64:
 		log.Debug("no memory limit")

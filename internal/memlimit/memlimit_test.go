@@ -59,6 +59,8 @@ func inCgroup(t *testing.T, limit int64, env ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// TestFromTheContainersLimit: in a cgroup limited to 512 MiB the soft
+// limit is 90 % of it.
 func TestFromTheContainersLimit(t *testing.T) {
 	var limit int64 = 512 << 20
 	if got, want := inCgroup(t, limit), strconv.FormatInt(int64(float64(limit)*memlimit.Ratio), 10); got != want {
@@ -66,11 +68,16 @@ func TestFromTheContainersLimit(t *testing.T) {
 	}
 }
 
+// TestTheEnvironmentWins: GOMEMLIMIT in the environment is kept;
+// AUTOMEMLIMIT=off, or a ratio outside (0, 1], leaves Go's default.
 func TestTheEnvironmentWins(t *testing.T) {
 	if got := inCgroup(t, 512<<20, "GOMEMLIMIT=100MiB"); got != strconv.Itoa(100<<20) {
 		t.Fatalf("GOMEMLIMIT=100MiB in a container limited to 512 MiB gave %s, want %d", got, 100<<20)
 	}
 	if got := inCgroup(t, 512<<20, "AUTOMEMLIMIT=off"); got != "0" {
 		t.Fatalf("AUTOMEMLIMIT=off gave %s, want 0 (the runtime's default)", got)
+	}
+	if got := inCgroup(t, 512<<20, "AUTOMEMLIMIT=2"); got != "0" {
+		t.Fatalf("AUTOMEMLIMIT=2 (no fraction) gave %s, want 0 (the runtime's default, with a warning)", got)
 	}
 }
