@@ -137,12 +137,23 @@ func (n *Node) create(others []*Node) error {
 		return err
 	}
 	host := HostIP(n.fleet.cfg.Net)
-	// What a killed run left: its containers, shims and namespace.
+	// What a killed run left: its containers, shims, the processes still
+	// in its namespace (a kubelet or containerd whose test was killed),
+	// the namespace and its uplink (a veth outlives a namespace name
+	// while a process holds the namespace).
 	for _, pid := range n.shims() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	n.killContainers()
+	if out, err := exec.Command("ip", "netns", "pids", n.netns).Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
 	_ = ip("netns", "del", n.netns)
+	_ = ip("link", "del", n.hostEnd)
 	if err := ipAll(
 		[]string{"netns", "add", n.netns},
 		[]string{"link", "add", n.hostEnd, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
