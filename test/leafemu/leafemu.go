@@ -146,11 +146,7 @@ func (l *Link) connect(ctx context.Context) (*bufio.Reader, error) {
 	}
 	l.mu.Unlock()
 	for _, k := range keys {
-		if strings.Contains(k, " ") {
-			_, _ = w.WriteString("LS+ " + k + " 1\r\n")
-		} else {
-			_, _ = w.WriteString("LS+ " + k + "\r\n")
-		}
+		_, _ = w.WriteString(lsPlus(k))
 	}
 	if err := w.Flush(); err != nil {
 		_ = conn.Close()
@@ -587,11 +583,16 @@ func (l *Link) subscribe(c *client, s *sub) {
 	if !first {
 		return
 	}
-	if s.queue != "" {
-		l.write("LS+ ", key, " 1\r\n")
-	} else {
-		l.write("LS+ ", key, "\r\n")
+	l.write(lsPlus(key))
+}
+
+// lsPlus is the LS+ of an interest key: "subject", or "subject queue"
+// with the queue's weight.
+func lsPlus(key string) string {
+	if strings.Contains(key, " ") {
+		return "LS+ " + key + " 1\r\n"
 	}
+	return "LS+ " + key + "\r\n"
 }
 
 // unsubscribe drops a client's subscription (after > 0: once it has had
