@@ -132,6 +132,29 @@ func TestAgainstAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("unprotected node that reports itself Ready loses NoExecute", func(t *testing.T) {
+		// The node lifecycle controller taints from its cache: here it
+		// had the loss, and the kubelet has reported Ready since.
+		n, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-back", Labels: map[string]string{unitLabel: "u1"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := addTaints(ctx, client, n.Name, unreachableNoSchedule, unreachableNoExecute); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hasTaint(stored, unreachableNoExecute) || !hasTaint(stored, unreachableNoSchedule) {
+			t.Errorf("taints %v, want unreachable:NoSchedule without unreachable:NoExecute", stored.Spec.Taints)
+		}
+	})
+
 	t.Run("endpointslice", func(t *testing.T) {
 		no := ptr(false)
 		api := client.DiscoveryV1().EndpointSlices(testNamespace)

@@ -26,3 +26,17 @@ func LostByCloud(node *corev1.Node) bool {
 	}
 	return false
 }
+
+// ReportsReady reports whether node's Ready condition is True: only the
+// kubelet reports that.
+func ReportsReady(node *corev1.Node) bool {
+	if node == nil {
+		return false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

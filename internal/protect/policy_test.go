@@ -27,7 +27,7 @@ func TestNodePolicyJudgesTheWrittenObject(t *testing.T) {
 	for _, tt := range []struct {
 		status corev1.ConditionStatus
 		want   bool
-	}{{corev1.ConditionUnknown, true}, {corev1.ConditionTrue, false}} {
+	}{{corev1.ConditionUnknown, true}, {corev1.ConditionFalse, false}} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "not-x-by-name"}, Spec: corev1.NodeSpec{Taints: taints},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tt.status}}}}
 		if _, changed := Node(n, richPolicy{}); changed != tt.want {

@@ -13,12 +13,17 @@ import (
 // result of a no-op.
 
 // Node applies NodeTaints to node with p's judgement of it (NodePolicy
-// first, see NodeProtected).
+// first, see NodeProtected), or as protected when node, as written,
+// reports itself Ready: the node lifecycle controller taints a node from
+// its cache, which may not have seen yet the kubelet's report that ended
+// the loss (it never taints a node it sees Ready, and takes the taint off
+// at its next pass), and meanwhile the taint would evict every pod that
+// does not tolerate it.
 func Node(node *corev1.Node, p Policy) (*corev1.Node, bool) {
 	if node == nil {
 		return node, false
 	}
-	return NodeTaints(node, NodeProtected(node, p))
+	return NodeTaints(node, ReportsReady(node) || NodeProtected(node, p))
 }
 
 // NodeTaints removes the node.kubernetes.io/unreachable:NoExecute taint

@@ -38,6 +38,12 @@ func testNode(name string, taints ...corev1.Taint) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints}}
 }
 
+// withReady gives n a Ready condition of status s.
+func withReady(n *corev1.Node, s corev1.ConditionStatus) *corev1.Node {
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: s})
+	return n
+}
+
 func TestNode(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -89,6 +95,27 @@ func TestNode(t *testing.T) {
 			node:   testNode("b", unreachableNoSchedule, unreachableNoExecute),
 			policy: protect("a"),
 			want:   []corev1.Taint{unreachableNoSchedule, unreachableNoExecute},
+		},
+		{
+			// The node lifecycle controller's cache had the loss; the
+			// kubelet had reported since.
+			name:    "unprotected node that reports itself Ready: NoExecute removed",
+			node:    withReady(testNode("b", unreachableNoSchedule, unreachableNoExecute), corev1.ConditionTrue),
+			policy:  protect("a"),
+			want:    []corev1.Taint{unreachableNoSchedule},
+			changed: true,
+		},
+		{
+			name:   "unprotected node lost by the cloud keeps NoExecute",
+			node:   withReady(testNode("b", unreachableNoExecute), corev1.ConditionUnknown),
+			policy: protect("a"),
+			want:   []corev1.Taint{unreachableNoExecute},
+		},
+		{
+			name:   "unprotected node not ready keeps NoExecute",
+			node:   withReady(testNode("b", unreachableNoExecute), corev1.ConditionFalse),
+			policy: protect("a"),
+			want:   []corev1.Taint{unreachableNoExecute},
 		},
 	}
 	for _, tt := range tests {
