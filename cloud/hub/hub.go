@@ -148,11 +148,10 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 			return nil, err
 		}
 		opts.LeafNode.TLSConfig = certs.serverConfig()
-		opts.LeafNode.TLSTimeout = 5
 	case h.cfg.LeafCertificates != nil:
 		opts.LeafNode.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: h.cfg.LeafCertificates.GetCertificate}
-		opts.LeafNode.TLSTimeout = 5
 	}
+	opts.LeafNode.TLSTimeout, opts.LeafNode.AuthTimeout = LeafTLSTimeout.Seconds(), LeafAuthTimeout.Seconds()
 	if c := h.cfg.Cluster; c.Enabled() {
 		opts.Cluster = server.ClusterOpts{
 			Name:      events.HubCluster,

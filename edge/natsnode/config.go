@@ -166,6 +166,23 @@ const (
 	DefaultHubMaxPingsOut  = 2
 )
 
+// The leaf remote's pace and patience. A lost link dials the hub again
+// after HubReconnectInterval (nats-server adds up to as much again at
+// random after a failed dial). Once the hub accepted the connection, the
+// node waits up to HubInfoTimeout for its INFO and HubTLSTimeout for the
+// TLS handshake: a hub restarted under thousands of links answers
+// slowly, and a node that gave up would be back a second later with a
+// new handshake for the hub to do (nats-server's defaults, 1 s and 2 s,
+// are for a server that has time for each). The hub's own leaf timeouts
+// are as long (cloud/hub). A dead hub server fails the dial; only one
+// that accepts connections and then says nothing costs the wait, before
+// the next server is tried.
+const (
+	HubReconnectInterval = time.Second
+	HubInfoTimeout       = 5 * time.Second
+	HubTLSTimeout        = 30 * time.Second
+)
+
 func parseLeafURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {

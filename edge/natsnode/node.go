@@ -246,7 +246,7 @@ func (n *Node) options() *server.Options {
 		Cluster:      cluster,
 		Routes:       routes,
 		LeafNode: server.LeafNodeOpts{
-			ReconnectInterval: time.Second,
+			ReconnectInterval: HubReconnectInterval,
 			Remotes:           []*server.RemoteLeafOpts{n.remote(hubs)},
 		},
 	}
@@ -259,12 +259,12 @@ func (n *Node) options() *server.Options {
 func (n *Node) remote(hubs []*url.URL) *server.RemoteLeafOpts {
 	// The URLs are already in this node's order (HubOrder): nats-server
 	// must not shuffle them again.
-	r := &server.RemoteLeafOpts{URLs: hubs, NoRandomize: true, Disabled: !n.leafEnabled}
+	r := &server.RemoteLeafOpts{URLs: hubs, NoRandomize: true, Disabled: !n.leafEnabled, FirstInfoTimeout: HubInfoTimeout}
 	if n.cfg.HubCompression != "" {
 		r.Compression.Mode = n.cfg.HubCompression
 	}
 	if n.hubTLS != nil {
-		r.TLS, r.TLSConfig, r.TLSTimeout = true, n.hubTLS.Clone(), 5
+		r.TLS, r.TLSConfig, r.TLSTimeout = true, n.hubTLS.Clone(), HubTLSTimeout.Seconds()
 	}
 	if n.creds == "" {
 		r.Nkey = n.seed

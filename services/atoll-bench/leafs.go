@@ -45,11 +45,6 @@ func (a *leafAgent) close() {
 // any run.
 const leafAgentTTL = 24 * time.Hour
 
-// leafReconnect is how long a lost link waits before dialing the hub
-// again, and between attempts: atoll-edge's server's leaf remote
-// reconnect interval (edge/natsnode).
-const leafReconnect = time.Second
-
 // dialLeafAgent issues node's edge credentials in unit and links it to
 // the hub's leaf listener at url over TLS.
 func dialLeafAgent(ctx context.Context, issuer *identity.Issuer, url string, cfg *tls.Config, node, unit string) (*leafAgent, error) {
@@ -63,9 +58,11 @@ func dialLeafAgent(ctx context.Context, issuer *identity.Issuer, url string, cfg
 	if err != nil {
 		return nil, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	link, err := leafemu.Dial(dctx, leafemu.Options{URL: url, TLS: cfg, Name: node, JWT: userJWT, Seed: seed, Reconnect: leafReconnect})
+	// Paced and as patient as atoll-edge's server's leaf remote.
+	link, err := leafemu.Dial(dctx, leafemu.Options{URL: url, TLS: cfg, Name: node, JWT: userJWT, Seed: seed,
+		Reconnect: natsnode.HubReconnectInterval, InfoTimeout: natsnode.HubInfoTimeout, TLSTimeout: natsnode.HubTLSTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +130,7 @@ func joinLeafAgents(ctx context.Context, o scaleOptions, issuer *identity.Issuer
 				a, err := dialLeafAgent(ctx, issuer, url, cfg, names[i], units[i])
 				for try := 1; err != nil && try < leafJoinTries && ctx.Err() == nil; try++ {
 					joinRetries.Add(1)
-					time.Sleep(leafReconnect)
+					time.Sleep(natsnode.HubReconnectInterval)
 					a, err = dialLeafAgent(ctx, issuer, url, cfg, names[i], units[i])
 				}
 				if err == nil {

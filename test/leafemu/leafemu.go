@@ -19,6 +19,7 @@ package leafemu
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -63,6 +64,12 @@ type Options struct {
 	// connected to it meanwhile, and its interest is sent again on the
 	// new link. 0: a lost link closes the node.
 	Reconnect time.Duration
+	// InfoTimeout and TLSTimeout bound, as a node's leaf remote does,
+	// the wait for the hub's INFO once connected and the TLS handshake;
+	// a link that runs out starts over after Reconnect. 0: nats-server's
+	// defaults, 1 s and 2 s (atoll-edge's are edge/natsnode's
+	// HubInfoTimeout and HubTLSTimeout).
+	InfoTimeout, TLSTimeout time.Duration
 }
 
 // Link is one emulated node's leaf connection to the hub and the
@@ -125,10 +132,8 @@ func (l *Link) connect(ctx context.Context) (*bufio.Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leafemu: %w %s: %w", errDial, u.Host, err)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	conn, r, w, err := l.handshake(conn)
+	dl, _ := ctx.Deadline()
+	conn, r, w, err := l.handshake(conn, dl)
 	if err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("leafemu: %s: %w", l.opts.Name, err)
@@ -159,9 +164,18 @@ func (l *Link) connect(ctx context.Context) (*bufio.Reader, error) {
 
 // handshake links conn: the hub's INFO, TLS if configured, CONNECT with
 // the signed nonce, until the hub's PONG (its interest recorded on the
-// way).
-func (l *Link) handshake(conn net.Conn) (net.Conn, *bufio.Reader, *bufio.Writer, error) {
+// way), all before dl (none if zero).
+func (l *Link) handshake(conn net.Conn, dl time.Time) (net.Conn, *bufio.Reader, *bufio.Writer, error) {
+	// within sets conn's deadline to d from now, or dl if sooner.
+	within := func(d time.Duration) {
+		at := time.Now().Add(d)
+		if !dl.IsZero() && dl.Before(at) {
+			at = dl
+		}
+		_ = conn.SetDeadline(at)
+	}
 	r := bufio.NewReaderSize(conn, 32<<10)
+	within(cmp.Or(l.opts.InfoTimeout, time.Second))
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return conn, nil, nil, fmt.Errorf("read INFO: %w", err)
@@ -179,11 +193,15 @@ func (l *Link) handshake(conn net.Conn) (net.Conn, *bufio.Reader, *bufio.Writer,
 	}
 	if l.opts.TLS != nil {
 		tc := tls.Client(conn, l.opts.TLS)
+		within(cmp.Or(l.opts.TLSTimeout, 2*time.Second))
 		if err := tc.Handshake(); err != nil {
 			return conn, nil, nil, fmt.Errorf("TLS: %w", err)
 		}
 		conn, r = tc, bufio.NewReaderSize(tc, 32<<10)
 	}
+	// Then only dl: the hub's authentication timeout ends a link that
+	// waits too long for its PONG.
+	_ = conn.SetDeadline(dl)
 	w := bufio.NewWriterSize(conn, 4<<10)
 	kp, err := nkeys.FromSeed(l.opts.Seed)
 	if err != nil {
@@ -253,6 +271,10 @@ func (l *Link) Close() error {
 	return nil
 }
 
+// relinkTimeout bounds one attempt to link again: beyond the hub's own
+// bounds (INFO, TLS, authentication), it only ends an attempt that hangs.
+const relinkTimeout = 2 * time.Minute
+
 // lost handles the loss of the connection r reads: without Reconnect
 // the link closes; with it the link is down (no interest of the hub's, so
 // nothing is sent) until a new connection is made.
@@ -278,7 +300,7 @@ func (l *Link) lost(err error) {
 			return
 		case <-time.After(wait):
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), relinkTimeout)
 		r, err := l.connect(ctx)
 		cancel()
 		wait = l.opts.Reconnect

@@ -1,10 +1,12 @@
 package leafemu_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -267,5 +269,45 @@ func TestLinkReconnects(t *testing.T) {
 	}
 	if !nc.IsConnected() {
 		t.Fatal("the node's program was disconnected")
+	}
+}
+
+// TestHubSilent: a hub that accepts the connection and says nothing (no
+// INFO), or says INFO and then nothing (no TLS handshake), fails the
+// dial after the link's InfoTimeout or TLSTimeout, as a node's leaf
+// remote does, well before the dial's own deadline.
+func TestHubSilent(t *testing.T) {
+	_, cfg := tlsHub(t)
+	for _, c := range []struct {
+		name, info, want string
+	}{
+		{"no INFO", "", "read INFO"},
+		{"no TLS handshake", `INFO {"tls_required":true,"nonce":"n"}` + "\r\n", "TLS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					_, _ = conn.Write([]byte(c.info))
+					defer conn.Close()
+				}
+			}()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			_, err = leafemu.Dial(ctx, leafemu.Options{URL: "tls://" + ln.Addr().String(), TLS: cfg, Name: "n1",
+				InfoTimeout: 200 * time.Millisecond, TLSTimeout: 200 * time.Millisecond})
+			if err == nil || !strings.Contains(err.Error(), c.want) || ctx.Err() != nil {
+				t.Fatalf("dial a hub that says %q and then nothing: %v (want a %s timeout, before the dial's deadline)", c.info, err, c.want)
+			}
+			t.Log(err)
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/atoll-edge/atoll/cloud/hub"
 	"github.com/atoll-edge/atoll/cloud/identity"
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/events"
@@ -72,6 +73,10 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 	}
 	if opts.LeafNode.TLSConfig == nil {
 		t.Fatal("nats.conf: the leaf listener does not require TLS")
+	}
+	if hs, auth := opts.LeafNode.TLSTimeout, opts.LeafNode.AuthTimeout; hs != hub.LeafTLSTimeout.Seconds() || auth != hub.LeafAuthTimeout.Seconds() {
+		t.Fatalf("nats.conf: leaf TLS and authentication timeouts %vs and %vs, want the embedded hub's %s and %s (a restarted hub's edges all link again at once)",
+			hs, auth, hub.LeafTLSTimeout, hub.LeafAuthTimeout)
 	}
 	// One server on loopback: no cluster, random ports, a temp store.
 	opts.Cluster, opts.Routes = server.ClusterOpts{}, nil
