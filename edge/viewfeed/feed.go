@@ -35,8 +35,10 @@
 // the verified cursor and was not heard from its republished copy. Every
 // VerifyEvery-th periodic check is full (a stream info, which also finds a
 // rebuilt stream, and a consumer when the space changed since the last
-// catch-up). In steady state an agent holds no consumer on the hub and
-// sends one request per feed per CheckPeriod.
+// catch-up). A light check the hub does not answer fails the catch-up
+// (retried later, jittered); the next one is full. In steady state an
+// agent holds no consumer on the hub and sends one request per feed per
+// CheckPeriod.
 //
 // # Cursors
 //
@@ -102,6 +104,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -330,9 +333,10 @@ func requestTimeout(failures uint64) time.Duration {
 // margin), as the client requires.
 const fetchHeartbeat = 500 * time.Millisecond
 
-// lightTimeout bounds a light check's direct get: it falls back to a full
-// catch-up, so it need not wait for a slow answer.
-const lightTimeout = 2 * time.Second
+// lightTries is how many catch-ups in a row try the light check first:
+// the first that fails is retried later, the second falls back to the
+// full catch-up, whose stream info says what is wrong.
+const lightTries = 2
 
 // Run follows the space until ctx is done. It returns an error only when
 // it cannot subscribe.
@@ -383,7 +387,7 @@ func (f *Feed) Run(ctx context.Context) error {
 					return nil
 				}
 				failures++
-				wait := eventbus.DefaultBackoff(failures)
+				wait := jittered(eventbus.DefaultBackoff(failures))
 				f.m.catchupErrors.WithLabelValues(f.o.Name).Inc()
 				// Expected while the hub is unreachable; a few in a
 				// row with the link up (a permission, a missing
@@ -465,6 +469,13 @@ func (f *Feed) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// jittered is d less up to half of it, at random: feeds that failed
+// together (every agent of a restarted hub's fleet) do not retry
+// together.
+func jittered(d time.Duration) time.Duration {
+	return d - rand.N(d/2+1)
 }
 
 // settleDelay is how long after a catch-up whose consumer may have read
@@ -597,9 +608,14 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	if reason == ReasonPeriodic {
 		f.periodics++
 	}
-	if f.lightCheck(reason) {
-		quiet, err := f.quiet(cctx, reason)
+	if f.lightCheck(reason) && failures < lightTries {
+		quiet, err := f.quiet(cctx, reason, requestTimeout(failures))
 		if err != nil {
+			if failures+1 < lightTries {
+				// A hub too busy to answer one request is not asked for
+				// a stream info and a consumer now: try again later.
+				return fmt.Errorf("read the space's last view: %w", errors.Join(err, context.Cause(cctx)))
+			}
 			// A stream that is gone gives a direct get no answer across
 			// the leaf link, only a timeout: the full catch-up's stream
 			// info says what is wrong.
@@ -792,8 +808,8 @@ func (f *Feed) lightCheck(reason string) bool {
 //
 // After a reconnect only the first holds: views republished after the
 // reconnect may have been heard while others were lost during the drop.
-func (f *Feed) quiet(ctx context.Context, reason string) (bool, error) {
-	rctx, cancel := context.WithTimeout(ctx, lightTimeout)
+func (f *Feed) quiet(ctx context.Context, reason string, timeout time.Duration) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	last, err := f.stream.GetLastMsgForSubject(rctx, f.o.Filter)
 	cancel()
 	switch {

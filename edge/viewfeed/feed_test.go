@@ -971,3 +971,43 @@ func TestLostPullFailsByHeartbeat(t *testing.T) {
 		t.Fatal("the lost pull did not fail")
 	}
 }
+
+// TestReconnectLightCheckUnanswered: after a reconnect, a light check
+// the hub does not answer (here the stream was deleted while the link was
+// down: a direct get across the leaf link gets no answer) fails the
+// catch-up, which is retried; the next goes full, and its stream info
+// says what is wrong. Once the stream is back the space is read again.
+func TestReconnectLightCheckUnanswered(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	h := newHandler()
+	cfg := testConfig()
+	cfg.CheckPeriod = time.Hour
+	_, m := e.run(cfg, h.options("t"))
+	h.holds(t, map[string]string{subject("x"): "x1"})
+	if err := e.node.SetLeafEnabled(false); err != nil {
+		t.Fatal(err)
+	}
+	e.unlinked()
+	if err := e.cloud.DeleteStream(t.Context(), events.StreamViews); err != nil {
+		t.Fatal(err)
+	}
+	errs := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t"))
+	if err := e.node.SetLeafEnabled(true); err != nil {
+		t.Fatal(err)
+	}
+	// The light check's timeout, a retry, the full catch-up's refusal.
+	poll.Eventually(t, 20*time.Second, func() error {
+		if n := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t")); n < errs+2 {
+			return fmt.Errorf("%v catch-ups failed since the reconnect, want 2", n-errs)
+		}
+		return nil
+	})
+	o := events.DefaultStreamOptions()
+	o.Storage = jetstream.MemoryStorage
+	if err := eventbus.EnsureStreams(t.Context(), e.cloud, o); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("y", "y1")
+	h.holds(t, map[string]string{subject("y"): "y1"})
+}
