@@ -1011,3 +1011,41 @@ func TestReconnectLightCheckUnanswered(t *testing.T) {
 	e.publish("y", "y1")
 	h.holds(t, map[string]string{subject("y"): "y1"})
 }
+
+// TestFeedsOneCatchUpAtATime: the feeds of one agent (Feeds) send their
+// catch-ups' JetStream API requests one catch-up at a time: while
+// another feed of the agent holds its turn, a new feed's first catch-up
+// waits; once the turn is given back it catches up.
+func TestFeedsOneCatchUpAtATime(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	fs, err := NewFeeds(testConfig(), e.link, e.leaf, natstest.Logger(t, -4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.api <- struct{}{} // another feed of the agent, in its API requests
+	h := newHandler()
+	f, err := fs.New(h.options("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-f.CaughtUp():
+		t.Fatal("the feed caught up while another feed of its agent held the turn")
+	case <-time.After(time.Second):
+	}
+	if n := e.consumers(); n != 0 {
+		t.Fatalf("VIEWS holds %d consumers while the feed waits its turn", n)
+	}
+	<-fs.api
+	select {
+	case <-f.CaughtUp():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the feed did not catch up once its turn came")
+	}
+	h.holds(t, map[string]string{subject("x"): "x1"})
+}
