@@ -106,7 +106,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -242,7 +241,6 @@ type Feed struct {
 	log  *slog.Logger
 	m    *Metrics
 	up   chan struct{} // closed after the first catch-up
-	api  chan struct{} // held through a catch-up's JetStream API requests (Feeds: shared by an agent's feeds); nil: none
 
 	// Owned by Run's goroutine.
 	applied, verified uint64
@@ -628,18 +626,6 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 			return nil
 		}
 	}
-	// The JetStream API requests (stream info, consumer) wait for the
-	// agent's other feeds' (Feeds); the consumer's reads do not.
-	release := func() {}
-	if f.api != nil {
-		select {
-		case f.api <- struct{}{}:
-			release = sync.OnceFunc(func() { <-f.api })
-			defer release()
-		case <-cctx.Done():
-			return fmt.Errorf("waiting for the agent's other catch-ups: %w", context.Cause(cctx))
-		}
-	}
 	timeout := requestTimeout(failures)
 	rctx, rcancel := context.WithTimeout(cctx, timeout)
 	str, err := js.Stream(rctx, events.StreamViews)
@@ -696,7 +682,6 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	rctx, rcancel = context.WithTimeout(cctx, timeout)
 	cons, err := js.CreateConsumer(rctx, events.StreamViews, cfg)
 	rcancel()
-	release()
 	if err != nil {
 		return fmt.Errorf("catch-up consumer on %s: %w", f.o.Filter, errors.Join(err, context.Cause(cctx)))
 	}

@@ -20,7 +20,6 @@ type Feeds struct {
 	node Node
 	log  *slog.Logger
 	m    *Metrics
-	api  chan struct{} // one catch-up's JetStream API requests of the agent's feeds at a time
 }
 
 // NewFeeds returns the maker of feeds over link, for node. m may be nil
@@ -29,7 +28,7 @@ func NewFeeds(cfg Config, link Link, node Node, log *slog.Logger, m *Metrics) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Feeds{cfg: cfg, link: link, node: &sharedLeaf{n: node, poll: cfg.LeafPoll}, log: log, m: m, api: make(chan struct{}, 1)}, nil
+	return &Feeds{cfg: cfg, link: link, node: &sharedLeaf{n: node, poll: cfg.LeafPoll}, log: log, m: m}, nil
 }
 
 // sharedLeaf asks the node for its leaf link at most once per LeafPoll
@@ -52,21 +51,9 @@ func (s *sharedLeaf) HubLink() natsnode.HubLink {
 	return s.l
 }
 
-// New returns a feed of o.Filter (see New). The agent's feeds send their
-// catch-ups' JetStream API requests (a stream info, a consumer) one
-// catch-up at a time, so that an agent has at most one of them in flight
-// whatever its feeds want: after a hub restart every feed of the fleet
-// wants them at once, and the hub's JetStream API drops its whole queue
-// once 10,000 wait. The consumers' reads are not held. (A request the
-// agent gave up on still waits in the hub's queue: see
-// docs/benchmarks.md, reconnect storm.)
+// New returns a feed of o.Filter (see New).
 func (fs *Feeds) New(o Options) (*Feed, error) {
-	f, err := New(fs.cfg, fs.link, fs.node, o, fs.log, fs.m)
-	if err != nil {
-		return nil, err
-	}
-	f.api = fs.api
-	return f, nil
+	return New(fs.cfg, fs.link, fs.node, o, fs.log, fs.m)
 }
 
 type params struct {

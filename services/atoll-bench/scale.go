@@ -778,12 +778,11 @@ func emulateFeeds(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, n
 	view, _ := events.UnitViewSubject(unit)
 	hosts, _ := events.HostsSubject(unit)
 	objects, _ := events.UnitViewSubjects(unit)
-	fs := feedsOf(link, leaf, m)
 	var up []<-chan struct{}
 	for _, sp := range []struct{ name, filter string }{
 		{"assignment", assign}, {"unit_view", view}, {"hosts", hosts}, {"proxy_unit", objects},
 	} {
-		if f := runFeed(ctx, fs, sp.name, sp.filter); f != nil {
+		if f := runFeed(ctx, link, leaf, sp.name, sp.filter, m); f != nil {
 			up = append(up, f.CaughtUp())
 		}
 	}
@@ -805,7 +804,7 @@ func emulateFeeds(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, n
 // per agent every check period, which the edge→hub column leaves out
 // (sharedChecksPerNode).
 func emulateSharedFeed(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, m *viewfeed.Metrics) <-chan struct{} {
-	if f := runFeed(ctx, feedsOf(link, leaf, m), "proxy_shared", events.SharedSpaceSubjects()); f != nil {
+	if f := runFeed(ctx, link, leaf, "proxy_shared", events.SharedSpaceSubjects(), m); f != nil {
 		return f.CaughtUp()
 	}
 	return nil
@@ -816,10 +815,7 @@ func emulateSharedFeed(ctx context.Context, link viewfeed.Link, leaf viewfeed.No
 // get) per check period.
 func sharedChecksPerNode() float64 { return 1 / viewfeed.DefaultConfig().CheckPeriod.Seconds() }
 
-// feedsOf makes an emulated agent's feeds as atoll-edge does
-// (viewfeed.Feeds: their catch-ups' JetStream API requests one at a
-// time), with the benchmark's settings.
-func feedsOf(link viewfeed.Link, leaf viewfeed.Node, m *viewfeed.Metrics) *viewfeed.Feeds {
+func runFeed(ctx context.Context, link viewfeed.Link, leaf viewfeed.Node, name, filter string, m *viewfeed.Metrics) *viewfeed.Feed {
 	cfg := viewfeed.DefaultConfig()
 	// What waits during a catch-up of a quiet space: a real agent's
 	// default buffer, 10,000 times over, would be the bench's memory.
@@ -828,16 +824,8 @@ func feedsOf(link viewfeed.Link, leaf viewfeed.Node, m *viewfeed.Metrics) *viewf
 	// 160,000 wake-ups a second in one process; the connections rarely
 	// reconnect once the agents have joined.
 	cfg.LeafPoll = 5 * time.Second
-	fs, err := viewfeed.NewFeeds(cfg, link, leaf, slog.New(slog.DiscardHandler), m)
-	if err != nil {
-		panic(err) // the settings above are valid
-	}
-	return fs
-}
-
-func runFeed(ctx context.Context, fs *viewfeed.Feeds, name, filter string) *viewfeed.Feed {
-	f, err := fs.New(viewfeed.Options{Name: name, Filter: filter,
-		Apply: func(context.Context, viewfeed.Msg) error { return nil }})
+	f, err := viewfeed.New(cfg, link, leaf, viewfeed.Options{Name: name, Filter: filter,
+		Apply: func(context.Context, viewfeed.Msg) error { return nil }}, slog.New(slog.DiscardHandler), m)
 	if err != nil {
 		return nil
 	}
