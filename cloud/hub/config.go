@@ -80,11 +80,12 @@ const (
 // LeafTLSTimeout bounds a new leaf connection's TLS handshake, and
 // LeafAuthTimeout its handshake and CONNECT together. After a restart
 // every edge links again at once and the server's cores are shared by
-// thousands of handshakes: with nats-server's defaults (2 s and 3 s)
-// they all ran out together and every edge started over, so a hub of
-// 5,000 links never came back (bench:scale --scale-storm). The edges wait
-// as long (edge/natsnode HubTLSTimeout). The price: a connection that
-// never authenticates holds a goroutine and its buffers that long.
+// thousands of handshakes: with 5 s and 6 s (nats-server's defaults are
+// 2 s and 3 s) they all ran out together and every edge started over, so
+// a hub of 5,000 links never came back (bench:scale --scale-storm). The
+// edges wait as long (edge/natsnode HubTLSTimeout). The price: a
+// connection that never authenticates holds a goroutine and its buffers
+// that long.
 const (
 	LeafTLSTimeout  = 30 * time.Second
 	LeafAuthTimeout = 35 * time.Second
