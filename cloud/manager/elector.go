@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -184,25 +185,36 @@ func (m *Manager) campaign(ctx context.Context) error {
 // it has stopped, so that another replica leads at its next retry
 // instead of after the Lease's duration. The update carries the
 // resource version read, so a Lease another replica took meanwhile is
-// left alone.
+// left alone. A conflict is read again: a renewal this replica sent as
+// it stopped may land between the read and the update.
 func release(lock resourcelock.Interface, id string, timeout time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	rec, _, err := lock.Get(ctx)
-	if err != nil || rec.HolderIdentity != id {
-		return
-	}
-	now := metav1.NewTime(time.Now())
-	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{
-		LeaderTransitions:    rec.LeaderTransitions,
-		LeaseDurationSeconds: 1,
-		RenewTime:            now,
-		AcquireTime:          now,
-	}); err != nil {
+	released := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rec, _, err := lock.Get(ctx)
+		if err != nil || rec.HolderIdentity != id {
+			return nil
+		}
+		now := metav1.NewTime(time.Now())
+		if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{
+			LeaderTransitions:    rec.LeaderTransitions,
+			LeaseDurationSeconds: 1,
+			RenewTime:            now,
+			AcquireTime:          now,
+		}); err != nil {
+			return err
+		}
+		released = true
+		return nil
+	})
+	if err != nil {
 		log.Warn("could not release the leader Lease; another replica leads once it expires", "err", err)
 		return
 	}
-	log.Info("released the leader Lease")
+	if released {
+		log.Info("released the leader Lease")
+	}
 }
 
 // LeaderSilent reports whether the leader Lease has gone unrenewed for
