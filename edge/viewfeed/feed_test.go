@@ -61,6 +61,40 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// deleteViews deletes the hub's VIEWS stream; createViews creates it
+// again, empty.
+func (e *env) deleteViews() {
+	e.t.Helper()
+	if err := e.cloud.DeleteStream(e.t.Context(), events.StreamViews); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) createViews() {
+	e.t.Helper()
+	o := events.DefaultStreamOptions()
+	o.Storage = jetstream.MemoryStorage
+	if err := eventbus.EnsureStreams(e.t.Context(), e.cloud, o); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// catchUpsFail waits until n more of feed "t"'s catch-ups failed than
+// before the calls in then.
+func catchUpsFail(t *testing.T, m *Metrics, n float64, then ...func()) {
+	t.Helper()
+	errs := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t"))
+	for _, f := range then {
+		f()
+	}
+	poll.Eventually(t, 20*time.Second, func() error {
+		if got := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t")); got < errs+n {
+			return fmt.Errorf("%v more failed catch-ups, want %v", got-errs, n)
+		}
+		return nil
+	})
+}
+
 func (e *env) waitLinked() {
 	e.t.Helper()
 	poll.Eventually(e.t, 20*time.Second, func() error {
@@ -648,9 +682,7 @@ func TestCatchUpFailureWarnsOnce(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	h.holds(t, map[string]string{subject("x"): "x1"})
 
-	if err := e.cloud.DeleteStream(t.Context(), events.StreamViews); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteViews()
 	const warning = "catch-up failed"
 	poll.Eventually(t, 20*time.Second, func() error {
 		if !strings.Contains(logs.String(), warning) {
@@ -661,21 +693,11 @@ func TestCatchUpFailureWarnsOnce(t *testing.T) {
 		}
 		return nil
 	})
-	errs := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t"))
-	poll.Eventually(t, 20*time.Second, func() error {
-		if n := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t")); n < errs+2 {
-			return fmt.Errorf("%v more failed catch-ups, want 2", n-errs)
-		}
-		return nil
-	})
+	catchUpsFail(t, m, 2)
 	if n := strings.Count(logs.String(), warning); n != 1 {
 		t.Fatalf("%d WARN lines about failing catch-ups, want 1", n)
 	}
-	o := events.DefaultStreamOptions()
-	o.Storage = jetstream.MemoryStorage
-	if err := eventbus.EnsureStreams(t.Context(), e.cloud, o); err != nil {
-		t.Fatal(err)
-	}
+	e.createViews()
 	e.publish("x", "x2")
 	h.holds(t, map[string]string{subject("x"): "x2"})
 	poll.Eventually(t, 20*time.Second, func() error {
@@ -889,14 +911,8 @@ func TestRebuiltHeard(t *testing.T) {
 	cfg.CheckPeriod = time.Hour
 	_, m := e.run(cfg, h.options("t"))
 	h.holds(t, map[string]string{subject("old4"): "v"})
-	if err := e.cloud.DeleteStream(t.Context(), events.StreamViews); err != nil {
-		t.Fatal(err)
-	}
-	o := events.DefaultStreamOptions()
-	o.Storage = jetstream.MemoryStorage
-	if err := eventbus.EnsureStreams(t.Context(), e.cloud, o); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteViews()
+	e.createViews()
 	e.publish("new", "n1")
 	h.holds(t, map[string]string{subject("new"): "n1"})
 	poll.Eventually(t, 20*time.Second, func() error {
@@ -989,25 +1005,14 @@ func TestReconnectLightCheckUnanswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.unlinked()
-	if err := e.cloud.DeleteStream(t.Context(), events.StreamViews); err != nil {
-		t.Fatal(err)
-	}
-	errs := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t"))
-	if err := e.node.SetLeafEnabled(true); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteViews()
 	// The light check's timeout, a retry, the full catch-up's refusal.
-	poll.Eventually(t, 20*time.Second, func() error {
-		if n := testutil.ToFloat64(m.catchupErrors.WithLabelValues("t")); n < errs+2 {
-			return fmt.Errorf("%v catch-ups failed since the reconnect, want 2", n-errs)
+	catchUpsFail(t, m, 2, func() {
+		if err := e.node.SetLeafEnabled(true); err != nil {
+			t.Fatal(err)
 		}
-		return nil
 	})
-	o := events.DefaultStreamOptions()
-	o.Storage = jetstream.MemoryStorage
-	if err := eventbus.EnsureStreams(t.Context(), e.cloud, o); err != nil {
-		t.Fatal(err)
-	}
+	e.createViews()
 	e.publish("y", "y1")
 	h.holds(t, map[string]string{subject("y"): "y1"})
 }
