@@ -44,12 +44,15 @@ type hubProcess struct {
 	cg     *memoryCgroup
 	start  func() error
 	log    string
+	// profPort serves the server's /debug/pprof (nats-server's
+	// prof_port), 0 when not asked for.
+	profPort int
 }
 
 // startExternalHub writes the server's configuration into hubDir (the
 // identity keys into identityDir), starts it and waits until JetStream
-// is up.
-func startExternalHub(ctx context.Context, bin, hubDir, identityDir, leafCert, leafKey string, clientPort, leafPort int, memLimit int64) (*hubProcess, error) {
+// is up. With profile, the server also serves /debug/pprof (prof_port).
+func startExternalHub(ctx context.Context, bin, hubDir, identityDir, leafCert, leafKey string, clientPort, leafPort int, memLimit int64, profile bool) (*hubProcess, error) {
 	_, trust, err := identity.Setup(identityDir)
 	if err != nil {
 		return nil, err
@@ -63,11 +66,20 @@ func startExternalHub(ctx context.Context, bin, hubDir, identityDir, leafCert, l
 	if err != nil {
 		return nil, err
 	}
+	profPort := 0
+	if profile {
+		if profPort, err = natstest.FreePort(); err != nil {
+			return nil, err
+		}
+		if err := appendFile(conf, fmt.Sprintf("\nprof_port: %d\n", profPort)); err != nil {
+			return nil, err
+		}
+	}
 	cg, err := newMemoryCgroup(memLimit)
 	if err != nil {
 		return nil, err
 	}
-	h := &hubProcess{cg: cg, log: filepath.Join(hubDir, "nats-server.log")}
+	h := &hubProcess{cg: cg, log: filepath.Join(hubDir, "nats-server.log"), profPort: profPort}
 	h.start = func() error {
 		logf, err := os.OpenFile(h.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -150,4 +162,17 @@ func (h *hubProcess) stop() {
 		err := <-h.exited
 		h.exited <- err
 	}
+}
+
+// appendFile appends text to the file at path.
+func appendFile(path, text string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.DurationVar(&o.scale.renew, "scale-renew", 10*time.Second, "scale: simulated kubelets' Lease renewal interval (a kubelet's is 10 s)")
 	fs.DurationVar(&o.scale.grace, "scale-grace", 40*time.Second, "scale: kube-controller-manager's --node-monitor-grace-period (production's 40 s; longer with a longer --scale-renew)")
 	fs.DurationVar(&o.scale.status, "scale-status", 5*time.Minute, "scale: simulated kubelets' full Node status re-post interval (a kubelet's nodeStatusReportFrequency is 5m)")
-	fs.StringVar(&o.scale.profileDir, "scale-cpuprofile", "", "scale: directory to save a CPU profile of atoll-cloud over each window in (cpu-<N>.pprof)")
+	fs.StringVar(&o.scale.profileDir, "scale-cpuprofile", "", "scale: directory to save a CPU profile of atoll-cloud over each window in (cpu-<N>.pprof), and of the external hub over a storm's first 2 minutes (hub-storm-<N>.pprof)")
 	fs.BoolVar(&o.scale.followers, "scale-followers", true, "scale: each emulated agent follows its five view spaces as a real agent does (edge/viewfeed: core subscriptions on the republished views, a short-lived consumer per catch-up; assignment, unit view, host records, its unit's and the shared object views)")
 	memLimit := fs.String("scale-memory-limit", "2Gi", "scale: the hub's process's memory limit (atoll-cloud with the embedded hub, or the external server), as both overlays' limits.memory (a memory cgroup of its own when the benchmark may make one, else GOMEMLIMIT only; 0: none)")
 	cloudMemLimit := fs.String("scale-cloud-memory-limit", "1Gi", "scale: with --scale-hub=external, atoll-cloud's memory limit, as the external-nats overlay's")

@@ -66,7 +66,9 @@ type scaleOptions struct {
 	// connection.
 	leafs bool
 	// profileDir, when set, receives a CPU profile of atoll-cloud over
-	// the window (cpu-<N>.pprof, from its admin endpoint).
+	// the window (cpu-<N>.pprof, from its admin endpoint) and, in a
+	// storm with the external hub, one of the hub's server over the
+	// storm's first stormProfile (hub-storm-<N>.pprof).
 	profileDir string
 	// memLimit is the hub's process's memory limit in bytes (atoll-cloud
 	// with the embedded hub, or the external server), cloudMemLimit
@@ -402,7 +404,7 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	identityDir := filepath.Join(hubDir, "identity")
 	var extHub *hubProcess
 	if o.hub == hubExternal {
-		if extHub, err = startExternalHub(ctx, o.natsServer, hubDir, identityDir, leafCert, leafKey, clientPort, leafPort, o.memLimit); err != nil {
+		if extHub, err = startExternalHub(ctx, o.natsServer, hubDir, identityDir, leafCert, leafKey, clientPort, leafPort, o.memLimit, o.profileDir != ""); err != nil {
 			return row, err
 		}
 		defer extHub.stop()
@@ -717,6 +719,13 @@ func measureScale(ctx context.Context, dir, bin string, n int, o scaleOptions) (
 	storm, err := runStorm(ctx, n, stormEnv{
 		agents: agents, feeds: 4, metrics: feedReg, auditDir: auditDir, hubLog: hubLog, kube: kube,
 		timeout: o.stormTimeout, after: time.Minute, progress: o.progress,
+		profile: func(ctx context.Context) error {
+			if extHub == nil || extHub.profPort == 0 {
+				return nil
+			}
+			return cpuProfile(ctx, fmt.Sprintf("http://127.0.0.1:%d", extHub.profPort), stormProfile,
+				filepath.Join(o.profileDir, fmt.Sprintf("hub-storm-%d.pprof", n)))
+		},
 		kill: func() error {
 			if extHub != nil {
 				return extHub.kill()

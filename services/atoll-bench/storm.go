@@ -50,7 +50,13 @@ type stormEnv struct {
 	timeout  time.Duration // for every agent to link and catch up
 	after    time.Duration // watched after that, for links cut again
 	progress *progress
+	// profile, when set, saves a CPU profile of the restarted hub over
+	// the storm's first stormProfile.
+	profile func(context.Context) error
 }
+
+// stormProfile is how long a storm's hub profile runs from the restart.
+const stormProfile = 2 * time.Minute
 
 // runStorm kills the hub's process with every agent linked, starts it
 // again on the same store, and measures how the fleet comes back.
@@ -81,6 +87,12 @@ func runStorm(ctx context.Context, n int, e stormEnv) (stormRow, error) {
 	stop := make(chan struct{})
 	peak, _ := sampleRSS(pid, stop)
 	e.progress.end()
+	profiled := make(chan error, 1)
+	if e.profile != nil {
+		go func() { profiled <- e.profile(ctx) }()
+	} else {
+		profiled <- nil
+	}
 
 	e.progress.begin(fmt.Sprintf("storm %d: agents linking again and catching up", n))
 	deadline := time.Now().Add(e.timeout)
@@ -122,6 +134,9 @@ func runStorm(ctx context.Context, n int, e stormEnv) (stormRow, error) {
 		}
 	}
 	close(stop)
+	if err := <-profiled; err != nil {
+		return row, fmt.Errorf("the hub's profile: %w", err)
+	}
 	row.peakMiB = peak()
 	for i, a := range e.agents {
 		if a.link.Reconnects.Load()-re0[i] > 1 {
