@@ -259,7 +259,14 @@ func (n *Node) options() *server.Options {
 func (n *Node) remote(hubs []*url.URL) *server.RemoteLeafOpts {
 	// The URLs are already in this node's order (HubOrder): nats-server
 	// must not shuffle them again.
-	r := &server.RemoteLeafOpts{URLs: hubs, NoRandomize: true, Disabled: !n.leafEnabled, FirstInfoTimeout: HubInfoTimeout}
+	// RequestIsolation: the hub keeps other leafs' subscriptions to
+	// itself, whether or not its operator set isolate_leafnode_interest
+	// (both of Atoll's hub shapes do). Nothing an agent follows is
+	// published by another node through the hub (a unit's members talk
+	// over their routes); without it, every agent's queue subscription
+	// to the shared views would reach every other leaf as each links.
+	r := &server.RemoteLeafOpts{URLs: hubs, NoRandomize: true, Disabled: !n.leafEnabled, FirstInfoTimeout: HubInfoTimeout,
+		RequestIsolation: true}
 	if n.cfg.HubCompression != "" {
 		r.Compression.Mode = n.cfg.HubCompression
 	}

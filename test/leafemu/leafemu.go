@@ -215,6 +215,9 @@ func (l *Link) handshake(conn net.Conn, dl time.Time) (net.Conn, *bufio.Reader, 
 		"jwt": l.opts.JWT, "sig": base64.RawURLEncoding.EncodeToString(sig),
 		"name": l.opts.Name, "server_id": l.opts.Name, "headers": true,
 		"compress_mode": "off", "protocol": 1,
+		// As atoll-edge's server asks (natsnode's RequestIsolation): no
+		// other leaf's interest.
+		"isolate": true,
 	})
 	if err != nil {
 		return conn, nil, nil, err

@@ -31,8 +31,8 @@ import (
 // deploy/overlays/external-nats/hub-external.yaml (listeners moved to
 // random loopback ports, no routes) with the trust.conf of `atoll-cloud
 // hub-trust` as the manifest's header describes: the servers trust the
-// identity keys of issuer.
-func externalHub(t *testing.T, trust identity.Trust) (*server.Server, natstest.TLSFiles) {
+// identity keys of issuer. mutate changes the options read from it.
+func externalHub(t *testing.T, trust identity.Trust, mutate ...func(*server.Options)) (*server.Server, natstest.TLSFiles) {
 	t.Helper()
 	conf, err := natstest.ExternalHubConf("../../../deploy/overlays/external-nats/hub-external.yaml")
 	if err != nil {
@@ -84,6 +84,9 @@ routes: [nats-route://route:pw@127.0.0.1:1]
 	opts.LeafNode.Host, opts.LeafNode.Port = "127.0.0.1", -1
 	opts.StoreDir = filepath.Join(dir, "data")
 	opts.NoSigs = true
+	for _, m := range mutate {
+		m(opts)
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
