@@ -27,18 +27,25 @@
 // A catch-up creates an ephemeral pull consumer filtered on the space
 // (the edge's permissions name the filter), reads it until nothing is
 // pending and lets it go: the edge may not delete consumers, so the hub
-// drops it CatchUpLinger after its last request. Two occasions first make
-// a light check, one direct get of the space's last view (no stream info,
-// no consumer), and catch up in full only when it shows a need: after a
-// reconnect, when that view is above the verified cursor (something was
-// stored since the last catch-up); at a periodic check, when it is above
-// the verified cursor and was not heard from its republished copy. Every
-// VerifyEvery-th periodic check is full (a stream info, which also finds a
-// rebuilt stream, and a consumer when the space changed since the last
-// catch-up). A light check the hub does not answer fails the catch-up
-// (retried later, jittered); the next one is full. In steady state an
-// agent holds no consumer on the hub and sends one request per feed per
-// CheckPeriod.
+// drops it CatchUpLinger after its last request. A consumer is created
+// only when the space holds views above the verified cursor: each one
+// costs the hub a check of its subscriptions against every leaf link's
+// permissions, as its deletion does, which in a fleet's reconnect storm
+// was most of the hub's core. Two occasions first make a light check,
+// one direct get of the space's last view (no stream info, no consumer),
+// and catch up in full only when it shows a need: after a reconnect, when
+// that view is above the verified cursor (something was stored since the
+// last catch-up); at a periodic check, when it is above the verified
+// cursor and was not heard from its republished copy. A full catch-up
+// reads the stream info (which finds a rebuilt stream, or says what is
+// wrong), then, at start from a kept cursor and for the occasions above,
+// the space's last view again, and creates a consumer only when that view
+// is above the verified cursor (or the stream serves no direct gets); a
+// direct get the hub does not answer fails the catch-up, retried later,
+// instead of creating one. Every VerifyEvery-th periodic check is full. A
+// light check the hub does not answer fails the catch-up (retried later,
+// jittered); the next one is full. In steady state an agent holds no
+// consumer on the hub and sends one request per feed per CheckPeriod.
 //
 // # Cursors
 //
@@ -653,19 +660,32 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	if f.o.Relay != nil {
 		f.forged += f.dropForged(info.State.LastSeq)
 	}
-	if reason == ReasonPeriodic && !reload && f.verified > 0 {
-		// The full check's cheap path: when the space's last view is
-		// at or below the verified cursor, nothing was stored there
-		// since, and no consumer is needed. The cursor stays where it
-		// is: a replica may answer a direct get slightly behind.
+	if !reload && f.verified > 0 && info.Config.AllowDirect && mayBeQuiet(reason) {
+		// The cheap path: when the space's last view is at or below the
+		// verified cursor, nothing was stored there since, and no
+		// consumer is needed. The cursor stays where it is: a replica
+		// may answer a direct get slightly behind.
 		rctx, rcancel = context.WithTimeout(cctx, timeout)
 		last, err := str.GetLastMsgForSubject(rctx, f.o.Filter)
 		rcancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && last.Sequence <= f.verified) {
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && last.Sequence <= f.verified):
 			f.stream, f.caughtAt, f.caughtSeq, f.created, f.periodics = str, info.TimeStamp, info.State.LastSeq, info.Created, 0
-			f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
-			f.log.Debug("nothing stored in the space since the last catch-up", "verified", f.verified)
+			f.log.Debug("nothing stored in the space since the last catch-up", "reason", reason, "verified", f.verified)
+			if reason == ReasonPeriodic {
+				f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
+				return nil
+			}
+			f.forged += f.unpark()
+			f.caughtUp(ctx, reason, 0, false)
 			return nil
+		case err != nil:
+			// A hub that does not answer a direct get gets no consumer:
+			// creating one costs it a check against every leaf link's
+			// permissions (its subscriptions), and deleting it as much
+			// again; a fleet's worth of them in a reconnect storm was
+			// most of a hub's core. Retried later.
+			return fmt.Errorf("read the space's last view: %w", errors.Join(err, context.Cause(cctx)))
 		}
 	}
 	cfg := jetstream.ConsumerConfig{
@@ -713,6 +733,13 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	f.created = info.Created
 	f.stream, f.caughtAt, f.caughtSeq, f.periodics = str, info.TimeStamp, info.State.LastSeq, 0
 	f.forged += f.unpark()
+	f.caughtUp(ctx, reason, n, reload)
+	return nil
+}
+
+// caughtUp ends a catch-up that handed n views over: the feed is ready,
+// and the handler learns the verified cursor.
+func (f *Feed) caughtUp(ctx context.Context, reason string, n int, reload bool) {
 	f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()
 	level := slog.LevelDebug
 	if reason != ReasonPeriodic {
@@ -727,7 +754,17 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	if f.o.CaughtUp != nil {
 		f.o.CaughtUp(ctx, CatchUp{Verified: f.verified, Created: f.created, Reloaded: reload})
 	}
-	return nil
+}
+
+// mayBeQuiet reports whether a catch-up for reason may find nothing
+// stored in the space since the last one (reasons that saw a view
+// missing know better).
+func mayBeQuiet(reason string) bool {
+	switch reason {
+	case ReasonStart, ReasonPeriodic, ReasonReconnect, ReasonSettle, ReasonMesh, ReasonRefused, ReasonPeerReconnect:
+		return true
+	}
+	return false
 }
 
 // clustered reports whether the stream is replicated across a hub

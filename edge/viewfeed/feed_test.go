@@ -551,6 +551,73 @@ func TestRestart(t *testing.T) {
 	}
 }
 
+// TestRestartQuiet: a feed restarted from its kept cursor on a space
+// where nothing was stored since creates no consumer: the stream info
+// and the space's last view say so. It is ready, its handler learns the
+// same cursor, and a view stored afterwards still arrives. With direct
+// gets off on the stream, the same restart catches up with a consumer.
+func TestRestartQuiet(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		t.Run(fmt.Sprintf("direct gets %v", direct), func(t *testing.T) {
+			e := newEnv(t)
+			e.publish("x", "x1")
+			h := newHandler()
+			ctx, cancel := context.WithCancel(context.Background())
+			f, err := New(testConfig(), e.link, e.leaf, h.options("t"), natstest.Logger(t, 0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); _ = f.Run(ctx) }()
+			<-f.CaughtUp()
+			cancel()
+			<-done
+			h.mu.Lock()
+			kept := h.catchups[len(h.catchups)-1]
+			h.mu.Unlock()
+			if !direct {
+				s, err := e.cloud.Stream(t.Context(), events.StreamViews)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg := s.CachedInfo().Config
+				cfg.AllowDirect = false
+				if _, err := e.cloud.UpdateStream(t.Context(), cfg); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			created := e.createdCounter()
+			h2 := newHandler()
+			o := h2.options("t")
+			o.Start, o.Created = kept.Verified, kept.Created
+			e.run(testConfig(), o)
+			h2.mu.Lock()
+			got := h2.catchups
+			h2.mu.Unlock()
+			if len(got) != 1 || got[0].Verified != kept.Verified || got[0].Reloaded {
+				t.Fatalf("catch-ups after the restart: %+v, want one at %d, not reloaded", got, kept.Verified)
+			}
+			e.publish("y", "y1")
+			h2.holds(t, map[string]string{subject("y"): "y1"})
+			// The hub's advisories come after its replies: counted once
+			// the view stored after the restart arrived.
+			if direct {
+				if n := created(); n != 0 {
+					t.Fatalf("%d consumers created for a restart on a space where nothing was stored", n)
+				}
+				return
+			}
+			poll.Eventually(t, 10*time.Second, func() error {
+				if n := created(); n != 1 {
+					return fmt.Errorf("%d consumers created for a restart on a stream without direct gets, want 1", n)
+				}
+				return nil
+			})
+		})
+	}
+}
+
 // TestRebuiltStream: a cursor above the stream's last sequence, or a
 // stream created at another time, means the stream was rebuilt: the
 // handler is reset and the space read again in full.
