@@ -44,8 +44,10 @@
 // direct get the hub does not answer fails the catch-up, retried later,
 // instead of creating one. Every VerifyEvery-th periodic check is full. A
 // light check the hub does not answer fails the catch-up (retried later,
-// jittered); the next one is full. In steady state an agent holds no
-// consumer on the hub and sends one request per feed per CheckPeriod.
+// jittered, as a light check again); the second such failure in a row,
+// then every eighth, goes on to the full catch-up, whose stream info says
+// what is wrong. In steady state an agent holds no consumer on the hub
+// and sends one request per feed per CheckPeriod.
 //
 // # Cursors
 //
@@ -340,10 +342,24 @@ func requestTimeout(failures uint64) time.Duration {
 // margin), as the client requires.
 const fetchHeartbeat = 500 * time.Millisecond
 
-// lightTries is how many catch-ups in a row try the light check first:
-// the first that fails is retried later, the second falls back to the
-// full catch-up, whose stream info says what is wrong.
-const lightTries = 2
+// diagnose reports whether a catch-up that follows failures failed ones
+// in a row, and whose light check the hub did not answer, goes on to the
+// full catch-up, whose stream info says what is wrong (a stream that is
+// gone gives a direct get no answer across the leaf link, only a
+// timeout): the second, then every diagnoseEvery-th. The others fail and
+// are retried later, as light checks again: a hub too busy to answer one
+// request is not asked for a stream info, which nats-server queues apart
+// and drops whole at 10,000 (a fleet's feeds escalating together after a
+// hub restart kept that queue overflowing).
+func diagnose(failures uint64) bool {
+	n := failures + 1
+	return n >= lightTries && (n-lightTries)%diagnoseEvery == 0
+}
+
+const (
+	lightTries    = 2
+	diagnoseEvery = 8
+)
 
 // Run follows the space until ctx is done. It returns an error only when
 // it cannot subscribe.
@@ -615,18 +631,13 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	if reason == ReasonPeriodic {
 		f.periodics++
 	}
-	if f.lightCheck(reason) && failures < lightTries {
+	if f.lightCheck(reason) {
 		quiet, err := f.quiet(cctx, reason, requestTimeout(failures))
 		if err != nil {
-			if failures+1 < lightTries {
-				// A hub too busy to answer one request is not asked for
-				// a stream info and a consumer now: try again later.
+			if !diagnose(failures) {
 				return fmt.Errorf("read the space's last view: %w", errors.Join(err, context.Cause(cctx)))
 			}
-			// A stream that is gone gives a direct get no answer across
-			// the leaf link, only a timeout: the full catch-up's stream
-			// info says what is wrong.
-			f.log.Debug("cannot read the space's last view; catching up in full", "reason", reason, "err", err)
+			f.log.Debug("cannot read the space's last view; reading the stream info", "reason", reason, "err", err)
 		}
 		if quiet {
 			f.m.catchups.WithLabelValues(f.o.Name, reason).Inc()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -760,7 +761,9 @@ func TestCatchUpFailureWarnsOnce(t *testing.T) {
 		}
 		return nil
 	})
-	catchUpsFail(t, m, 2)
+	// Another failure (a light check's timeout, most of them) logs no
+	// second WARN.
+	catchUpsFail(t, m, 1)
 	if n := strings.Count(logs.String(), warning); n != 1 {
 		t.Fatalf("%d WARN lines about failing catch-ups, want 1", n)
 	}
@@ -1082,4 +1085,19 @@ func TestReconnectLightCheckUnanswered(t *testing.T) {
 	e.createViews()
 	e.publish("y", "y1")
 	h.holds(t, map[string]string{subject("y"): "y1"})
+}
+
+// TestDiagnose: of the catch-ups whose light check the hub does not
+// answer, the second in a row and every eighth after it read the stream
+// info; the others are retried as light checks.
+func TestDiagnose(t *testing.T) {
+	var got []uint64
+	for failures := range uint64(20) {
+		if diagnose(failures) {
+			got = append(got, failures+1)
+		}
+	}
+	if want := []uint64{2, 10, 18}; !slices.Equal(got, want) {
+		t.Fatalf("catch-ups that read the stream info after unanswered light checks: %v, want %v", got, want)
+	}
 }
