@@ -716,6 +716,7 @@ func (f *Feed) catchUp(ctx context.Context, reason string, failures uint64) erro
 	if err != nil {
 		return fmt.Errorf("catch-up consumer on %s: %w", f.o.Filter, errors.Join(err, context.Cause(cctx)))
 	}
+	f.m.consumers.WithLabelValues(f.o.Name, reason).Inc()
 	r := reader{f: f, pending: cons.CachedInfo().NumPending, next: 1, timeout: timeout}
 	for r.pending > 0 {
 		if err := r.fetch(ctx, cctx, cons); err != nil {

@@ -592,7 +592,10 @@ func TestRestartQuiet(t *testing.T) {
 			h2 := newHandler()
 			o := h2.options("t")
 			o.Start, o.Created = kept.Verified, kept.Created
-			e.run(testConfig(), o)
+			_, m := e.run(testConfig(), o)
+			if n, want := testutil.ToFloat64(m.consumers.WithLabelValues("t", ReasonStart)), map[bool]float64{true: 0, false: 1}[direct]; n != want {
+				t.Fatalf("atoll_viewfeed_consumers_total{reason=start} %v, want %v", n, want)
+			}
 			h2.mu.Lock()
 			got := h2.catchups
 			h2.mu.Unlock()

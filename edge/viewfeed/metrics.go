@@ -44,6 +44,7 @@ const (
 type Metrics struct {
 	catchups      *prometheus.CounterVec
 	catchupErrors *prometheus.CounterVec
+	consumers     *prometheus.CounterVec
 	behind        *prometheus.GaugeVec
 	gaps          *prometheus.CounterVec
 	applied       *prometheus.CounterVec
@@ -63,6 +64,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "catchup_errors_total",
 			Help: "Catch-ups that failed (hub unreachable, a delivery lost on the way) and are retried with backoff.",
 		}, []string{"feed"}),
+		consumers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "atoll", Subsystem: "viewfeed", Name: "consumers_total",
+			Help: "Short-lived consumers on VIEWS created for catch-ups, by feed and the catch-up's reason: each costs the hub a check against every leaf link's permissions as it is created and as it is dropped.",
+		}, []string{"feed", "reason"}),
 		behind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "atoll", Subsystem: "viewfeed", Name: "behind_seconds",
 			Help: "How long a catch-up has been due (the feed may have missed a view) without completing, while the leaf link is up; 0 when none is due.",
@@ -89,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"feed"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.catchups, m.catchupErrors, m.behind, m.gaps, m.applied, m.skipped, m.relayed, m.direct)
+		reg.MustRegister(m.catchups, m.catchupErrors, m.consumers, m.behind, m.gaps, m.applied, m.skipped, m.relayed, m.direct)
 	}
 	return m
 }
@@ -98,6 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) init(feed string) {
 	for _, r := range reasons {
 		m.catchups.WithLabelValues(feed, r)
+		m.consumers.WithLabelValues(feed, r)
 	}
 	m.catchupErrors.WithLabelValues(feed)
 	m.behind.WithLabelValues(feed).Set(0)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -34,6 +35,11 @@ type stormRow struct {
 	writes                 map[string]int
 	paths                  map[string]int
 	unhealthy, tainted     int // Nodes with an unhealthy verdict, with a NoExecute taint, after the storm
+	// The feeds' catch-ups from the kill until the storm ended, by
+	// reason, those that created a consumer, by reason, and those that
+	// failed.
+	catchUps, consumers map[string]int
+	failed              int
 }
 
 // stormEnv is what the storm acts on and reads.
@@ -68,6 +74,7 @@ func runStorm(ctx context.Context, n int, e stormEnv) (stormRow, error) {
 		gen0[i], re0[i] = a.link.Gen(), a.link.Reconnects.Load()
 	}
 	caught0 := reconnectCatchUps(e.metrics)
+	reasons0, consumers0, failed0 := catchUps(e.metrics)
 	writes0, err := atollWrites(e.auditDir)
 	if err != nil {
 		return row, err
@@ -144,6 +151,8 @@ func runStorm(ctx context.Context, n int, e stormEnv) (stormRow, error) {
 		}
 	}
 	row.slowConsumers = countLines(e.hubLog, logAt, "Slow Consumer")
+	reasons1, consumers1, failed1 := catchUps(e.metrics)
+	row.catchUps, row.consumers, row.failed = since0(reasons0, reasons1), since0(consumers0, consumers1), int(failed1-failed0)
 	writes1, err := atollWrites(e.auditDir)
 	if err != nil {
 		return row, err
@@ -194,6 +203,7 @@ func printStorm(out io.Writer, rows []stormRow) error {
 		if len(r.writes) > 0 {
 			fmt.Fprintf(out, "atoll-cloud writes in the storm at %d nodes: %v; what they changed: %v\n", r.nodes, r.writes, r.paths)
 		}
+		fmt.Fprintf(out, "the feeds' catch-ups in the storm at %d nodes, by reason: %v; of which with a consumer: %v; failed: %d\n", r.nodes, r.catchUps, r.consumers, r.failed)
 	}
 	return nil
 }
@@ -226,6 +236,49 @@ func reconnectCatchUps(g prometheus.Gatherer) (n float64) {
 		}
 	}
 	return n
+}
+
+// catchUps is how many catch-ups the agents' feeds made and how many
+// consumers they created, by reason, and how many catch-ups failed.
+func catchUps(g prometheus.Gatherer) (made, consumers map[string]float64, failed float64) {
+	made, consumers = map[string]float64{}, map[string]float64{}
+	mfs, err := g.Gather()
+	if err != nil {
+		return made, consumers, 0
+	}
+	byReason := func(mf *dto.MetricFamily, into map[string]float64) {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					into[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "atoll_viewfeed_catchups_total":
+			byReason(mf, made)
+		case "atoll_viewfeed_consumers_total":
+			byReason(mf, consumers)
+		case "atoll_viewfeed_catchup_errors_total":
+			for _, m := range mf.GetMetric() {
+				failed += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return made, consumers, failed
+}
+
+// since0 is what grew from before to after, by key.
+func since0(before, after map[string]float64) map[string]int {
+	out := map[string]int{}
+	for k, n := range after {
+		if d := int(n - before[k]); d > 0 {
+			out[k] = d
+		}
+	}
+	return out
 }
 
 func fileSize(path string) int64 {
