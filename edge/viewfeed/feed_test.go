@@ -512,17 +512,16 @@ func catchupsReach(t *testing.T, m *Metrics, reason string, least, most int) {
 	}
 }
 
-// TestRestart: a feed started from the verified cursor of an earlier run
-// reads only what was stored after it.
-func TestRestart(t *testing.T) {
-	e := newEnv(t)
-	e.publish("x", "x1")
-	e.publish("y", "y1")
+// firstRun runs a feed until its first catch-up and stops it; it
+// returns what that catch-up told its handler (the cursor a restart
+// starts from).
+func (e *env) firstRun() CatchUp {
+	e.t.Helper()
 	h := newHandler()
 	ctx, cancel := context.WithCancel(context.Background())
-	f, err := New(testConfig(), e.link, e.leaf, h.options("t"), natstest.Logger(t, 0), nil)
+	f, err := New(testConfig(), e.link, e.leaf, h.options("t"), natstest.Logger(e.t, 0), nil)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = f.Run(ctx) }()
@@ -530,8 +529,17 @@ func TestRestart(t *testing.T) {
 	cancel()
 	<-done
 	h.mu.Lock()
-	kept := h.catchups[len(h.catchups)-1]
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	return h.catchups[len(h.catchups)-1]
+}
+
+// TestRestart: a feed started from the verified cursor of an earlier run
+// reads only what was stored after it.
+func TestRestart(t *testing.T) {
+	e := newEnv(t)
+	e.publish("x", "x1")
+	e.publish("y", "y1")
+	kept := e.firstRun()
 
 	e.publish("y", "y2")
 	e.publish("z", "z1")
@@ -562,20 +570,7 @@ func TestRestartQuiet(t *testing.T) {
 		t.Run(fmt.Sprintf("direct gets %v", direct), func(t *testing.T) {
 			e := newEnv(t)
 			e.publish("x", "x1")
-			h := newHandler()
-			ctx, cancel := context.WithCancel(context.Background())
-			f, err := New(testConfig(), e.link, e.leaf, h.options("t"), natstest.Logger(t, 0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan struct{})
-			go func() { defer close(done); _ = f.Run(ctx) }()
-			<-f.CaughtUp()
-			cancel()
-			<-done
-			h.mu.Lock()
-			kept := h.catchups[len(h.catchups)-1]
-			h.mu.Unlock()
+			kept := e.firstRun()
 			if !direct {
 				s, err := e.cloud.Stream(t.Context(), events.StreamViews)
 				if err != nil {
