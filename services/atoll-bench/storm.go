@@ -218,24 +218,9 @@ func since(d time.Duration) string {
 
 // reconnectCatchUps is how many catch-ups the agents' feeds made after
 // their link came back.
-func reconnectCatchUps(g prometheus.Gatherer) (n float64) {
-	mfs, err := g.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "atoll_viewfeed_catchups_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == "reconnect" {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
+func reconnectCatchUps(g prometheus.Gatherer) float64 {
+	made, _, _ := catchUps(g)
+	return made["reconnect"]
 }
 
 // catchUps is how many catch-ups the agents' feeds made and how many
