@@ -181,6 +181,64 @@ func (c *Cluster) pause(component string) (func() error, error) {
 	}, nil
 }
 
+// Restart kills component (etcd, kube-apiserver, kube-controller-manager
+// or kube-scheduler) with SIGKILL, as a host that crashes does, and starts
+// it again with the same flags, ports and log. It returns once the new
+// process serves (kube-apiserver: /readyz; the others: still running a
+// second later).
+func (c *Cluster) Restart(ctx context.Context, component string) error {
+	c.mu.Lock()
+	i := slices.IndexFunc(c.procs, func(p *process) bool { return p.name == component })
+	var old *process
+	if i >= 0 {
+		old = c.procs[i]
+	}
+	c.mu.Unlock()
+	if old == nil {
+		return fmt.Errorf("kubetest: restart: %s is not running", component)
+	}
+	_ = syscall.Kill(-old.cmd.Process.Pid, syscall.SIGKILL)
+	<-old.done
+	p, err := startProcess(component, old.cmd.Path, old.cmd.Args[1:], old.logPath)
+	if err != nil {
+		return fmt.Errorf("kubetest: restart: %w", err)
+	}
+	c.mu.Lock()
+	c.procs[i] = p
+	c.mu.Unlock()
+	ready := func(ctx context.Context) error {
+		if done, err := p.exited(); done {
+			return err
+		}
+		if component == binAPIServer {
+			return apiServerReady(ctx, c.restConfig)
+		}
+		return nil
+	}
+	if component != binAPIServer {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	for {
+		err := ready(ctx)
+		if err == nil {
+			c.log.Info("kubetest: restarted", "component", component)
+			return nil
+		}
+		if done, _ := p.exited(); done {
+			return fmt.Errorf("kubetest: restart: %w\n%s", err, p.tail(30))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubetest: restart %s: %w (last: %v)", component, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // CPU is the CPU time (user and system) each running component (etcd,
 // kube-apiserver, kube-controller-manager, kube-scheduler) has used so
 // far, by name, read from /proc: benchmarks subtract two readings.
