@@ -435,6 +435,43 @@ func (n *Node) Heal() error {
 	return nil
 }
 
+const degradeTable = "kubenode-degrade"
+
+// Degrade makes the node's link poor, both ways and for every peer: a
+// share of lossPercent of its packets dropped at random, and its uplink's
+// sending rate limited to rate (a tc rate such as "2mbit"; empty: no
+// limit), whose queue delays what exceeds it. This kernel has no netem,
+// so a fixed delay is not available. Restore undoes it.
+func (n *Node) Degrade(lossPercent int, rate string) error {
+	n.Restore()
+	if lossPercent > 0 {
+		rules := fmt.Sprintf(`table inet %[1]s {
+	chain out { type filter hook output priority -190; numgen random mod 100 < %[2]d drop; }
+	chain in { type filter hook input priority -190; numgen random mod 100 < %[2]d drop; }
+	chain fwd { type filter hook forward priority -190; numgen random mod 100 < %[2]d drop; }
+}
+`, degradeTable, lossPercent)
+		cmd := exec.Command("ip", "netns", "exec", n.netns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubenode: %s: degrade: %w: %s", n.Name, err, out)
+		}
+	}
+	if rate != "" {
+		if out, err := exec.Command("ip", "netns", "exec", n.netns, "tc", "qdisc", "replace", "dev", "eth0", "root",
+			"tbf", "rate", rate, "burst", "32kbit", "latency", "400ms").CombinedOutput(); err != nil {
+			return fmt.Errorf("kubenode: %s: degrade: %w: %s", n.Name, err, out)
+		}
+	}
+	return nil
+}
+
+// Restore ends a Degrade.
+func (n *Node) Restore() {
+	_ = exec.Command("ip", "netns", "exec", n.netns, "nft", "delete", "table", "inet", degradeTable).Run()
+	_ = exec.Command("ip", "netns", "exec", n.netns, "tc", "qdisc", "del", "dev", "eth0", "root").Run()
+}
+
 // start runs bin in the node's network and mount namespaces, its output
 // appended to logs/<name>.log.
 func (n *Node) start(name, bin string, args ...string) (*process, error) {
@@ -670,6 +707,18 @@ func (n *Node) shims() []int {
 			continue
 		}
 		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Processes are the pids of the node's container processes named comm
+// (as /proc/<pid>/comm says), in no order.
+func (n *Node) Processes(comm string) []int {
+	var out []int
+	for _, pid := range n.cgroupPids() {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == comm {
 			out = append(out, pid)
 		}
 	}

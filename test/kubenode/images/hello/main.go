@@ -1,7 +1,10 @@
 // Command hello is the test workload of test/kubenode's nodes: an HTTP
 // server on :8080 that answers every request with "hello from <pod>"
 // (its hostname), and exits on SIGTERM. `hello get URL` is its client:
-// it prints the body of one GET of URL (within 3 s), or fails.
+// it prints the body of one GET of URL (within 3 s), or fails. `hello
+// poll URL` calls URL every half second until SIGTERM and prints a line
+// per call, "ok <body>" or "fail <error>" (test/chaos reads them from
+// the node's container logs).
 package main
 
 import (
@@ -11,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -21,6 +25,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "poll" {
+		poll(os.Args[2])
 		return
 	}
 	host, _ := os.Hostname()
@@ -45,8 +53,30 @@ func main() {
 	}
 }
 
-func get(url string) error {
-	c := &http.Client{Timeout: 3 * time.Second}
+func poll(url string) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var body strings.Builder
+		if err := fetch(url, 2*time.Second, &body); err != nil {
+			fmt.Println("fail", err)
+		} else {
+			fmt.Println("ok", strings.TrimSpace(body.String()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func get(url string) error { return fetch(url, 3*time.Second, os.Stdout) }
+
+func fetch(url string, timeout time.Duration, out io.Writer) error {
+	c := &http.Client{Timeout: timeout}
 	resp, err := c.Get(url) //nolint:noctx // bounded by the client's timeout
 	if err != nil {
 		return err
@@ -55,6 +85,6 @@ func get(url string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	_, err = io.Copy(os.Stdout, resp.Body)
+	_, err = io.Copy(out, resp.Body)
 	return err
 }
