@@ -10,6 +10,7 @@ module=$(go list -m)
 long=(
 	test/integration/install
 	services/atoll-demo
+	test/chaos
 	cloud/grid
 	cloud/webhook
 	cloud/health

@@ -61,9 +61,9 @@ func under(pkg string, trees ...string) bool {
 }
 
 // harnessUsers may depend on the harnesses: the harnesses themselves, the
-// end-to-end tests, and the two programs that run a whole installation on
-// one machine (the demo and the benchmark).
-var harnessUsers = []string{"test", "test/e2e", "services/atoll-demo", "services/atoll-bench"}
+// end-to-end tests, and the programs that run a whole installation on one
+// machine (the demo, the benchmark and the chaos soak).
+var harnessUsers = []string{"test", "test/e2e", "services/atoll-demo", "services/atoll-bench", "services/atoll-soak"}
 
 func TestImportsPointDown(t *testing.T) {
 	rules := []struct {
@@ -193,6 +193,9 @@ var harnessStarts = map[string][]string{
 	"test/testbed": {"cloud", "edge", "deploy", "test/edgesim", "test/gobuild", "test/kubetest", "test/natstest", "test/sitesim"},
 	// Atoll installed as pods on real nodes: its manifests and images.
 	"test/podbed": {"deploy", "test/kubenode", "test/kubetest", "test/poll"},
+	// The chaos soak: faults played on a podbed installation, and its
+	// checker.
+	"test/chaos": {"test/gobuild", "test/kubenode", "test/kubetest", "test/podbed", "test/poll"},
 }
 
 // TestHarnessesStartOnlyTheirOwn: each harness imports only what

@@ -86,6 +86,9 @@ type Options struct {
 // atoll-admin-token).
 const AdminToken = "podbed-admin-token-0123456789"
 
+// Namespace is where the overlays install Atoll.
+const Namespace = "atoll-system"
+
 // CloudNode is the name of the node atoll-cloud runs on (the first one,
 // with ShapeHA).
 const CloudNode = "cloud-1"
@@ -529,6 +532,9 @@ func (b *Bed) edgesServing(ctx context.Context, begin time.Time) error {
 	}
 	return b.WaitSafe(ctx, time.Minute)
 }
+
+// Units are the edge nodes by unit, as Options gave them.
+func (b *Bed) Units() map[string][]string { return b.opts.Units }
 
 // AuditLog is kube-apiserver's audit log with Options.Audit.
 func (b *Bed) AuditLog() string { return kubetest.AuditLog(filepath.Join(b.opts.Dir, "audit")) }

@@ -1,0 +1,596 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Invariants the checker holds the installation to.
+const (
+	// InvProtected: no unreachable:NoExecute taint (beyond TaintBound),
+	// eviction or not-ready endpoint for a node that is alive and
+	// reachable by its peers.
+	InvProtected = 1
+	// InvDeadEvicted: a dead node is tainted within Grace +
+	// DeadTaintBound and its pods deleted within Toleration + EvictBound
+	// of the taint.
+	InvDeadEvicted = 2
+	// InvQuiet: atoll-cloud writes nothing but its Lease while nothing
+	// happens.
+	InvQuiet = 3
+	// InvViews: a linked agent's view feeds catch up within ViewsBound.
+	InvViews = 4
+	// InvClients: a unit's client succeeds while its unit is cut from the
+	// cloud, and is answered by its own unit.
+	InvClients = 5
+	// InvFlat: memory and descriptors flat after warm-up.
+	InvFlat = 6
+)
+
+// Violation is an invariant broken: when, what, and the faults in force.
+type Violation struct {
+	T         time.Time `json:"t"`
+	Invariant int       `json:"invariant"`
+	Object    string    `json:"object"`
+	Detail    string    `json:"detail"`
+	Faults    []string  `json:"faults,omitempty"`
+}
+
+// Sample is what the checker measured over one sampling period.
+type Sample struct {
+	T     time.Time        `json:"t"`
+	Usage map[string]Usage `json:"usage"`
+	// Writes and LeaseWrites are atoll-cloud's writes in the period.
+	Writes      int `json:"writes"`
+	LeaseWrites int `json:"leaseWrites"`
+	// Calls are each unit's client calls in the period: ok, failed.
+	Calls  map[string][2]int `json:"calls"`
+	Faults int               `json:"faults"`
+	// Agents are the agents that answered, by node.
+	Agents map[string]AgentMetrics `json:"agents"`
+}
+
+// SampleEvery is the checker's sampling period.
+const SampleEvery = 15 * time.Second
+
+// maxPerObject is how many violations of one invariant and object are
+// written out; the rest are counted.
+const maxPerObject = 20
+
+// Checker watches an installation from the outside — the apiserver, the
+// audit log, the nodes' container logs and /proc — and checks the
+// invariants against what the journal says happened. It never asks Atoll.
+type Checker struct {
+	plan    Plan
+	dir     string
+	log     *slog.Logger
+	client  kubernetes.Interface
+	truth   truth
+	journal *JournalReader
+	logs    tailer
+	audit   tailer
+	edges   map[string]string // edge node → unit
+
+	mu          sync.Mutex
+	taintSince  map[string]time.Time   // node → unreachable:NoExecute first seen
+	taintSeen   map[string][]time.Time // node → every such first sighting
+	reported    map[string]bool        // node whose taint was reported
+	notReady    map[string]time.Time   // node → last seen Ready=False by its kubelet
+	ready       map[string]bool        // endpoint's pod UID → ready
+	podNode     map[string]string      // workload pod → its node
+	deleted     map[string]time.Time   // workload pod → deletion first seen
+	snapshots   map[int][]string       // NodeDies fault → the pods on its node then
+	evaluated   map[int]bool
+	violations  []Violation
+	perObject   map[string]int
+	dropped     int
+	samples     []Sample
+	vout, sout  *os.File
+	bounds      Bounds
+	calls       map[string]*CallStats
+	writeCounts map[string]int // object → atoll-cloud writes (Leases apart)
+}
+
+// Bounds are the worst times seen.
+type Bounds struct {
+	// ProtectedTaint is the longest unreachable:NoExecute on a node that
+	// was protected.
+	ProtectedTaint time.Duration `json:"protectedTaint"`
+	// DeadTaint is the longest time from a power cut to the node's taint;
+	// DeadEvict from the taint to its last pod's deletion.
+	DeadTaint time.Duration `json:"deadTaint"`
+	DeadEvict time.Duration `json:"deadEvict"`
+}
+
+// CallStats count a unit's client calls.
+type CallStats struct {
+	OK, Failed             int
+	CutOK, CutFailed       int // while the unit was cut from the cloud
+	Foreign                int // answered by another unit
+	OtherFaultOK, OtherBad int // while another fault touched the unit
+}
+
+// NewChecker checks the run of dir (its Plan and journal).
+func NewChecker(dir string, log *slog.Logger) (*Checker, error) {
+	plan, err := ReadPlan(dir)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", plan.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: kubeconfig: %w", err)
+	}
+	rc.QPS, rc.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return newChecker(plan, dir, log, client), nil
+}
+
+func newChecker(plan Plan, dir string, log *slog.Logger, client kubernetes.Interface) *Checker {
+	c := &Checker{plan: plan, dir: dir, log: log, client: client,
+		journal: NewJournalReader(filepath.Join(dir, JournalFile)), edges: map[string]string{},
+		taintSince: map[string]time.Time{}, taintSeen: map[string][]time.Time{}, reported: map[string]bool{},
+		notReady: map[string]time.Time{}, ready: map[string]bool{}, podNode: map[string]string{},
+		deleted: map[string]time.Time{}, snapshots: map[int][]string{}, evaluated: map[int]bool{},
+		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{}}
+	for unit, nodes := range plan.Schedule.Topology.Units {
+		for _, n := range nodes {
+			c.edges[n] = unit
+		}
+		c.calls[unit] = &CallStats{}
+	}
+	return c
+}
+
+// Run checks until the journal says the schedule is done, then writes
+// the summary and the report. It returns the violations.
+func (c *Checker) Run(ctx context.Context) ([]Violation, error) {
+	var err error
+	if c.vout, err = os.Create(filepath.Join(c.dir, ViolationsFile)); err != nil {
+		return nil, err
+	}
+	defer c.vout.Close()
+	if c.sout, err = os.Create(filepath.Join(c.dir, SamplesFile)); err != nil {
+		return nil, err
+	}
+	defer c.sout.Close()
+
+	f := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithNamespace(c.plan.Namespace))
+	nodes := informers.NewSharedInformerFactory(c.client, 0).Core().V1().Nodes().Informer()
+	pods := f.Core().V1().Pods().Informer()
+	eps := f.Discovery().V1().EndpointSlices().Informer()
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		fn  func(any)
+	}{{nodes, c.onNode}, {pods, c.onPod}, {eps, c.onSlice}}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    h.fn,
+			UpdateFunc: func(_, obj any) { h.fn(obj) },
+		}); err != nil {
+			return nil, err
+		}
+		go h.inf.Run(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pods.HasSynced, eps.HasSynced) {
+		return nil, ctx.Err()
+	}
+	c.log.Info("chaos: checker watching", "namespace", c.plan.Namespace, "edges", len(c.edges))
+	c.audit.writes(c.plan.AuditLog, c.plan.CloudUser) // the installation's: not judged
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	nextSample := time.Now().Add(SampleEvery)
+	for {
+		select {
+		case <-ctx.Done():
+			return c.finish()
+		case now := <-tick.C:
+			entries, err := c.journal.Next()
+			if err != nil {
+				return nil, err
+			}
+			c.truth.add(entries)
+			for _, e := range entries {
+				if e.Phase == PhaseBegin && e.Fault.Kind == NodeDies {
+					c.snapshot(e.Fault)
+				}
+			}
+			c.checkTaints(now)
+			c.checkDead()
+			if now.After(nextSample) {
+				c.sample(now)
+				nextSample = now.Add(SampleEvery)
+			}
+			if done, ok := c.truth.finished(); ok && now.After(done) {
+				c.sample(now)
+				return c.finish()
+			}
+		}
+	}
+}
+
+// violate records a violation, with the faults in force at t.
+func (c *Checker) violate(t time.Time, inv int, object, format string, args ...any) {
+	v := Violation{T: t, Invariant: inv, Object: object, Detail: fmt.Sprintf(format, args...)}
+	for _, f := range c.truth.active(t) {
+		v.Faults = append(v.Faults, f.String())
+	}
+	key := fmt.Sprintf("%d/%s", inv, object)
+	c.perObject[key]++
+	if c.perObject[key] > maxPerObject {
+		c.dropped++
+		return
+	}
+	c.violations = append(c.violations, v)
+	c.log.Warn("chaos: VIOLATION", "invariant", inv, "object", object, "detail", v.Detail, "faults", v.Faults)
+	b, _ := json.Marshal(v)
+	_, _ = c.vout.Write(append(b, '\n'))
+}
+
+// exempt tells whether Kubernetes may act on node at t without Atoll
+// failing: it was powered off around then, or its kubelet itself said
+// it was not ready.
+func (c *Checker) exempt(node string, t time.Time) bool {
+	if c.truth.died(node, t.Add(-c.plan.Grace-DeadTaintBound-c.plan.Toleration-EvictBound), t) {
+		return true
+	}
+	last, ok := c.notReady[node]
+	return ok && t.Sub(last) < time.Minute
+}
+
+func (c *Checker) onNode(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionFalse {
+			c.notReady[n.Name] = now
+		}
+	}
+	if _, edge := c.edges[n.Name]; !edge {
+		return
+	}
+	tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute
+	})
+	_, was := c.taintSince[n.Name]
+	switch {
+	case tainted && !was:
+		c.taintSince[n.Name] = now
+		c.taintSeen[n.Name] = append(c.taintSeen[n.Name], now)
+	case !tainted && was:
+		if !c.exempt(n.Name, now) {
+			c.bounds.ProtectedTaint = max(c.bounds.ProtectedTaint, now.Sub(c.taintSince[n.Name]))
+		}
+		delete(c.taintSince, n.Name)
+		delete(c.reported, n.Name)
+	}
+}
+
+// checkTaints reports a node protected by the truth that carried
+// unreachable:NoExecute for longer than TaintBound.
+func (c *Checker) checkTaints(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for node, since := range c.taintSince {
+		if c.reported[node] || now.Sub(since) <= TaintBound || c.exempt(node, now) {
+			continue
+		}
+		c.reported[node] = true
+		c.violate(since, InvProtected, "node/"+node, "alive and reachable by its peers, tainted unreachable:NoExecute for over %s", TaintBound)
+	}
+}
+
+func (c *Checker) onPod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || p.Spec.NodeName == "" {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.podNode[p.Name] = p.Spec.NodeName
+	if p.DeletionTimestamp == nil {
+		return
+	}
+	if _, seen := c.deleted[p.Name]; seen {
+		return
+	}
+	c.deleted[p.Name] = now
+	if _, edge := c.edges[p.Spec.NodeName]; edge && !c.exempt(p.Spec.NodeName, now) {
+		c.violate(now, InvProtected, "pod/"+p.Name, "deleted on %s, alive and reachable by its peers", p.Spec.NodeName)
+	}
+}
+
+func (c *Checker) onSlice(obj any) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ep := range s.Endpoints {
+		if ep.TargetRef == nil || ep.NodeName == nil {
+			continue
+		}
+		uid := string(ep.TargetRef.UID)
+		ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+		terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
+		was, known := c.ready[uid]
+		c.ready[uid] = ready
+		if !known || !was || ready || terminating {
+			continue
+		}
+		if _, edge := c.edges[*ep.NodeName]; edge && !c.exempt(*ep.NodeName, now) {
+			c.violate(now, InvProtected, "pod/"+ep.TargetRef.Name, "endpoint in %s turned not ready on %s, alive and reachable by its peers",
+				s.Name, *ep.NodeName)
+		}
+	}
+}
+
+// snapshot records the workload's pods on a node that just died.
+func (c *Checker) snapshot(f Fault) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var pods []string
+	for pod, node := range c.podNode {
+		if _, gone := c.deleted[pod]; node == f.Node && !gone {
+			pods = append(pods, pod)
+		}
+	}
+	c.snapshots[f.ID] = pods
+}
+
+// checkDead checks each NodeDies that ended: the node was tainted and
+// its pods deleted in time.
+func (c *Checker) checkDead() {
+	c.truth.mu.Lock()
+	var ended []*episode
+	for _, ep := range c.truth.episodes {
+		if ep.f.Kind == NodeDies && !ep.end.IsZero() && ep.failed == "" {
+			ended = append(ended, ep)
+		}
+	}
+	c.truth.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ep := range ended {
+		if c.evaluated[ep.f.ID] {
+			continue
+		}
+		c.evaluated[ep.f.ID] = true
+		node := ep.f.Node
+		var taint time.Time
+		for _, t := range c.taintSeen[node] {
+			if !t.Before(ep.begin) && t.Before(ep.end) {
+				taint = t
+				break
+			}
+		}
+		if since, ok := c.taintSince[node]; taint.IsZero() && ok && since.Before(ep.begin) {
+			taint = ep.begin // tainted already (a cut before): as good as at once
+		}
+		deadline := ep.begin.Add(c.plan.Grace + DeadTaintBound)
+		if taint.IsZero() {
+			c.violate(ep.end, InvDeadEvicted, "node/"+node, "dead for %s, never tainted unreachable:NoExecute", ep.end.Sub(ep.begin).Round(time.Second))
+			continue
+		}
+		c.bounds.DeadTaint = max(c.bounds.DeadTaint, taint.Sub(ep.begin))
+		if taint.After(deadline) {
+			c.violate(taint, InvDeadEvicted, "node/"+node, "tainted %s after its power cut (bound %s)",
+				taint.Sub(ep.begin).Round(time.Second), c.plan.Grace+DeadTaintBound)
+		}
+		for _, pod := range c.snapshots[ep.f.ID] {
+			del, ok := c.deleted[pod]
+			if !ok || del.After(ep.end) {
+				c.violate(ep.end, InvDeadEvicted, "pod/"+pod, "on %s, dead for %s, not deleted", node, ep.end.Sub(ep.begin).Round(time.Second))
+				continue
+			}
+			c.bounds.DeadEvict = max(c.bounds.DeadEvict, del.Sub(taint))
+			if del.Sub(taint) > c.plan.Toleration+EvictBound {
+				c.violate(del, InvDeadEvicted, "pod/"+pod, "deleted %s after %s's taint (bound %s)",
+					del.Sub(taint).Round(time.Second), node, c.plan.Toleration+EvictBound)
+			}
+		}
+	}
+}
+
+// sample measures the period that ends now and checks the clients' calls
+// and atoll-cloud's writes of it.
+func (c *Checker) sample(now time.Time) {
+	s := Sample{T: now, Usage: usage(c.plan.Net), Calls: map[string][2]int{}, Faults: len(c.truth.active(now))}
+	for _, e := range c.audit.writes(c.plan.AuditLog, c.plan.CloudUser) {
+		if leaseWrite(e) {
+			s.LeaseWrites++
+			continue
+		}
+		s.Writes++
+		c.mu.Lock()
+		c.writeCounts[e.Object()]++
+		if c.truth.quiet(e.Received) {
+			c.violate(e.Received, InvQuiet, e.Object(), "atoll-cloud wrote (%s) while nothing happened", e.Verb)
+		}
+		c.mu.Unlock()
+	}
+	s.Agents = agentMetrics(context.Background(), c.plan.Agents, c.plan.AdminToken)
+	for _, node := range slices.Sorted(maps.Keys(s.Agents)) {
+		if behind := time.Duration(s.Agents[node].Behind * float64(time.Second)); behind > ViewsBound {
+			c.mu.Lock()
+			c.violate(now, InvViews, "agent/"+node, "a view feed has been behind for %s while linked (bound %s)", behind.Round(time.Second), ViewsBound)
+			c.mu.Unlock()
+		}
+	}
+	calls := c.logs.calls(c.plan.Disks, c.plan.Namespace)
+	start, started := c.truth.started()
+	c.mu.Lock()
+	for _, call := range calls {
+		// The warm-up settles the workload: its calls are not judged.
+		if started && !call.T.Before(start) {
+			c.call(call, s.Calls)
+		}
+	}
+	c.samples = append(c.samples, s)
+	c.mu.Unlock()
+	b, _ := json.Marshal(s)
+	_, _ = c.sout.Write(append(b, '\n'))
+}
+
+func (c *Checker) call(call Call, counts map[string][2]int) {
+	st := c.calls[call.Unit]
+	if st == nil {
+		st = &CallStats{}
+		c.calls[call.Unit] = st
+	}
+	n := counts[call.Unit]
+	cut := c.truth.unitCut(call.Unit, call.T, call.T)
+	touched := len(c.truth.overlapping(call.T.Add(-Settle), call.T, func(f Fault) bool { return f.Unit == call.Unit || f.To == call.Unit })) > 0
+	switch {
+	case call.OK:
+		n[0]++
+		st.OK++
+		if cut {
+			st.CutOK++
+		} else if touched {
+			st.OtherFaultOK++
+		}
+		// The answer comes from the client's unit: a web pod of its grid
+		// child, or one on a node moved into it.
+		if unit, _, _ := strings.Cut(strings.TrimPrefix(call.Detail, "web-"), "-"); unit != call.Unit &&
+			!c.truth.moved(call.Node, call.T.Add(-Settle), call.T) && !c.truth.moved(c.podNode[call.Detail], call.T.Add(-Settle), call.T) {
+			st.Foreign++
+			c.violate(call.T, InvClients, "unit/"+call.Unit, "the client on %s was answered by %s, of another unit", call.Node, call.Detail)
+		}
+	default:
+		n[1]++
+		st.Failed++
+		if cut {
+			st.CutFailed++
+			c.violate(call.T, InvClients, "unit/"+call.Unit, "the client on %s failed while its unit was cut from the cloud: %s", call.Node, call.Detail)
+		} else if touched {
+			st.OtherBad++
+		}
+	}
+	counts[call.Unit] = n
+}
+
+// Result is the checker's summary of a run.
+type Result struct {
+	Schedule   Schedule              `json:"schedule"`
+	Violations []Violation           `json:"violations"`
+	Dropped    int                   `json:"dropped"`
+	Bounds     Bounds                `json:"bounds"`
+	Calls      map[string]*CallStats `json:"calls"`
+	// Slopes are each component's RSS (MiB/h) and descriptors (/h) per
+	// process over the last hour (the second half of a shorter run).
+	Slopes map[string][2]float64 `json:"slopes"`
+	// Writes are atoll-cloud's writes (Leases apart); MaxPerObject the
+	// most to one object.
+	Writes, LeaseWrites int
+	MaxPerObject        int
+	MaxObject           string
+	// Start is the schedule's time 0; Played the faults as they happened.
+	Start   time.Time `json:"start"`
+	Played  []Played  `json:"played"`
+	Samples []Sample  `json:"samples"`
+}
+
+// finish evaluates what needs the whole run and writes the summary and
+// the report.
+func (c *Checker) finish() ([]Violation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := Result{Schedule: c.plan.Schedule, Bounds: c.bounds, Calls: c.calls, Slopes: map[string][2]float64{}, Samples: c.samples}
+	for _, s := range c.samples {
+		r.Writes += s.Writes
+		r.LeaseWrites += s.LeaseWrites
+	}
+	for _, obj := range slices.Sorted(maps.Keys(c.writeCounts)) {
+		if n := c.writeCounts[obj]; n > r.MaxPerObject {
+			r.MaxPerObject, r.MaxObject = n, obj
+		}
+	}
+	if len(c.samples) > 2 {
+		last := c.samples[len(c.samples)-1].T
+		from := max(last.Add(-time.Hour).Unix(), c.samples[len(c.samples)/2].T.Unix())
+		for _, comp := range components {
+			var ts, rss, fds []float64
+			for _, s := range c.samples {
+				// Per process: a node powered off takes its agent away
+				// for a while, which is no leak.
+				if u, ok := s.Usage[comp]; ok && u.Procs > 0 && s.T.Unix() >= from {
+					ts = append(ts, s.T.Sub(last).Hours())
+					rss = append(rss, u.RSSMiB/float64(u.Procs))
+					fds = append(fds, float64(u.FDs)/float64(u.Procs))
+				}
+			}
+			if len(ts) < 3 {
+				continue
+			}
+			slope := [2]float64{fit(ts, rss), fit(ts, fds)}
+			r.Slopes[comp] = slope
+			window := time.Duration((ts[len(ts)-1] - ts[0]) * float64(time.Hour))
+			// Judged over half an hour or more: growth of a tenth of the
+			// mean per hour, or two descriptors per process per hour.
+			if window >= 30*time.Minute && (slope[0] > 0.1*mean(rss) || slope[1] > 2) {
+				c.violate(last, InvFlat, "component/"+comp, "grows over the last %s: %+.1f MiB/h (mean %.0f MiB), %+.1f descriptors/h",
+					window.Round(time.Minute), slope[0], mean(rss), slope[1])
+			}
+		}
+	}
+	r.Violations, r.Dropped = c.violations, c.dropped
+	r.Start, _ = c.truth.started()
+	r.Played = c.truth.played()
+	if err := WriteResult(c.dir, r); err != nil {
+		return c.violations, err
+	}
+	return c.violations, nil
+}
+
+// fit is the least-squares slope of ys over xs.
+func fit(xs, ys []float64) float64 {
+	mx, my := mean(xs), mean(ys)
+	var num, den float64
+	for i := range xs {
+		num += (xs[i] - mx) * (ys[i] - my)
+		den += (xs[i] - mx) * (xs[i] - mx)
+	}
+	if den == 0 {
+		return 0
+	}
+	return num / den
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}

@@ -1,0 +1,128 @@
+package chaos
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// testChecker is a checker of a two-unit plan fed by hand: no apiserver.
+func testChecker(t *testing.T) *Checker {
+	t.Helper()
+	dir := t.TempDir()
+	plan := Plan{Schedule: Schedule{Topology: Options{Units: 2, Nodes: 3}.Topo()}, Namespace: Workload,
+		Grace: 20 * time.Second, Toleration: 30 * time.Second}
+	c := newChecker(plan, dir, slog.New(slog.DiscardHandler), nil)
+	var err error
+	if c.vout, err = os.Create(filepath.Join(dir, ViolationsFile)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.vout.Close() })
+	return c
+}
+
+// play records f in force from ago before now (still in force when
+// lasted is 0).
+func (c *Checker) play(f Fault, ago, lasted time.Duration) {
+	begin := time.Now().Add(-ago)
+	entries := []Entry{{T: begin.Add(-time.Hour), Phase: PhaseStart}, {T: begin, Phase: PhaseBegin, Fault: f}}
+	if lasted > 0 {
+		entries = append(entries, Entry{T: begin.Add(lasted), Phase: PhaseEnd, Fault: f})
+	}
+	c.truth.add(entries)
+}
+
+func tainted(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}}}
+}
+
+func deleting(name, node string) *corev1.Pod {
+	now := metav1.Now()
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, DeletionTimestamp: &now}, Spec: corev1.PodSpec{NodeName: node}}
+}
+
+func slice(pod, node string, ready bool) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-svc-x"}, Endpoints: []discoveryv1.Endpoint{{
+		NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+		TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID(pod)},
+	}}}
+}
+
+// A node cut from the cloud whose peers see it: a taint held past the
+// bound, an eviction and an endpoint turned not ready are each caught.
+func TestCheckerCatchesAnUnprotectedNode(t *testing.T) {
+	c := testChecker(t)
+	c.play(Fault{ID: 1, Kind: NodeCut, Unit: "a", Node: "edge-a1"}, time.Minute, 0)
+	c.onNode(tainted("edge-a1"))
+	c.checkTaints(time.Now().Add(TaintBound / 2))
+	if len(c.violations) != 0 {
+		t.Fatalf("a taint within the bound reported: %v", c.violations)
+	}
+	c.checkTaints(time.Now().Add(TaintBound + time.Second))
+	c.onPod(deleting("web-a-1", "edge-a1"))
+	c.onSlice(slice("web-a-2", "edge-a1", true))
+	c.onSlice(slice("web-a-2", "edge-a1", false))
+	if len(c.violations) != 3 {
+		t.Fatalf("want the taint, the eviction and the endpoint, got %d: %+v", len(c.violations), c.violations)
+	}
+	for _, v := range c.violations {
+		if v.Invariant != InvProtected || len(v.Faults) != 1 {
+			t.Errorf("want invariant 1 with the cut in force: %+v", v)
+		}
+	}
+}
+
+// A dead node may be tainted and evicted; one never evicted is caught
+// when it boots.
+func TestCheckerLetsDeadNodesGo(t *testing.T) {
+	c := testChecker(t)
+	dies := Fault{ID: 1, Kind: NodeDies, Unit: "a", Node: "edge-a2"}
+	c.podNode["web-a-1"] = "edge-a2"
+	c.play(dies, 10*time.Second, 0)
+	c.snapshot(dies)
+	c.onNode(tainted("edge-a2"))
+	c.checkTaints(time.Now().Add(time.Minute))
+	c.onSlice(slice("web-a-1", "edge-a2", true))
+	c.onSlice(slice("web-a-1", "edge-a2", false))
+	if len(c.violations) != 0 {
+		t.Fatalf("a dead node's taint or endpoint reported: %+v", c.violations)
+	}
+	c.truth.add([]Entry{{T: time.Now(), Phase: PhaseEnd, Fault: dies}})
+	c.checkDead()
+	if len(c.violations) != 1 || c.violations[0].Invariant != InvDeadEvicted || c.violations[0].Object != "pod/web-a-1" {
+		t.Fatalf("want its pod reported as never deleted: %+v", c.violations)
+	}
+	if d := c.bounds.DeadTaint; d < 10*time.Second || d > 11*time.Second {
+		t.Errorf("the taint came %s after the power cut, want 10 s", d)
+	}
+}
+
+// A client failing while its unit is cut, or answered by another unit,
+// is caught; a failure while its unit is whole is counted only.
+func TestCheckerJudgesClients(t *testing.T) {
+	c := testChecker(t)
+	c.play(Fault{ID: 1, Kind: UnitCut, Unit: "a"}, time.Minute, 0)
+	counts := map[string][2]int{}
+	now := time.Now()
+	c.call(Call{T: now, Unit: "a", Node: "edge-a1", OK: true, Detail: "web-a-x-1"}, counts)
+	c.call(Call{T: now, Unit: "a", Node: "edge-a1", Detail: "timeout"}, counts)
+	c.call(Call{T: now, Unit: "b", Node: "edge-b1", Detail: "timeout"}, counts)
+	c.call(Call{T: now, Unit: "b", Node: "edge-b1", OK: true, Detail: "web-a-x-2"}, counts)
+	if len(c.violations) != 2 {
+		t.Fatalf("want the failure in the cut unit and the foreign answer, got %+v", c.violations)
+	}
+	if a, b := c.calls["a"], c.calls["b"]; a.CutOK != 1 || a.CutFailed != 1 || b.Failed != 1 || b.Foreign != 1 {
+		t.Errorf("counts: a %+v, b %+v", *a, *b)
+	}
+	if counts["a"] != [2]int{1, 1} || counts["b"] != [2]int{1, 1} {
+		t.Errorf("sample counts: %v", counts)
+	}
+}

@@ -1,0 +1,254 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/atoll-edge/atoll/test/kubenode"
+	"github.com/atoll-edge/atoll/test/kubetest"
+)
+
+// Usage is what the processes of one component hold, summed.
+type Usage struct {
+	Procs   int     `json:"procs"`
+	RSSMiB  float64 `json:"rssMiB"`
+	FDs     int     `json:"fds"`
+	Threads int     `json:"threads"`
+	// MaxRSSMiB is the largest process's.
+	MaxRSSMiB float64 `json:"maxRssMiB"`
+}
+
+// components are the programs of Atoll whose resources are followed.
+var components = []string{"atoll-cloud", "atoll-edge", "nats-server"}
+
+// usage reads /proc for every process of the fleet net named as a
+// component.
+func usage(net int) map[string]Usage {
+	out := map[string]Usage{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, c := range procs {
+		b, err := os.ReadFile(c)
+		if err != nil {
+			continue
+		}
+		comm := strings.TrimSpace(string(b))
+		known := false
+		for _, k := range components {
+			known = known || comm == k
+		}
+		if !known {
+			continue
+		}
+		dir := filepath.Dir(c)
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil || !kubenode.InFleet(pid, net) {
+			continue
+		}
+		u := out[comm]
+		rss, threads := procStatus(dir)
+		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
+		u.Procs++
+		u.RSSMiB += rss
+		u.MaxRSSMiB = max(u.MaxRSSMiB, rss)
+		u.FDs += len(fds)
+		u.Threads += threads
+		out[comm] = u
+	}
+	return out
+}
+
+// procStatus reads VmRSS (MiB) and Threads from /proc/<pid>/status.
+func procStatus(dir string) (rssMiB float64, threads int) {
+	b, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			kb, _ := strconv.ParseFloat(f[0], 64)
+			rssMiB = kb / 1024
+		case "Threads":
+			threads, _ = strconv.Atoi(f[0])
+		}
+	}
+	return rssMiB, threads
+}
+
+// tailer reads what files gain, line by line, from where it left off.
+type tailer struct {
+	off map[string]int64
+}
+
+// lines calls fn for each complete line path gained since the last call.
+func (t *tailer) lines(path string, fn func(line []byte)) error {
+	if t.off == nil {
+		t.off = map[string]int64{}
+	}
+	f, err := os.Open(filepath.Clean(path))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() < t.off[path] {
+		t.off[path] = 0 // rotated (kube-apiserver's audit log at 100 MB)
+	}
+	if _, err := f.Seek(t.off[path], io.SeekStart); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(f, 1<<16)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return nil //nolint:nilerr // io.EOF, or a line still being written: read again later
+		}
+		t.off[path] += int64(len(line))
+		fn(bytes.TrimRight(line, "\n"))
+	}
+}
+
+// Call is one call of a unit's client, as its container log has it.
+type Call struct {
+	T    time.Time
+	Unit string
+	// Node is where the client ran.
+	Node string
+	OK   bool
+	// Pod is the pod that answered (OK), or the error.
+	Detail string
+}
+
+// calls reads the calls the clients logged on each node's disk since the
+// last reading. A client pod is client-<unit>-…, its log
+// host/var/log/pods/<ns>_<pod>_<uid>/client/<n>.log in CRI format
+// ("<time> stdout F ok hello from <pod>").
+func (t *tailer) calls(disks map[string]string, ns string) []Call {
+	var out []Call
+	for node, disk := range disks {
+		files, _ := filepath.Glob(filepath.Join(disk, "host/var/log/pods", ns+"_client-*", "client", "*.log"))
+		for _, path := range files {
+			pod := strings.TrimPrefix(filepath.Base(filepath.Dir(filepath.Dir(path))), ns+"_client-")
+			unit, _, _ := strings.Cut(pod, "-")
+			_ = t.lines(path, func(line []byte) {
+				f := strings.SplitN(string(line), " ", 4)
+				if len(f) < 4 || f[2] != "F" {
+					return
+				}
+				ts, err := time.Parse(time.RFC3339Nano, f[0])
+				if err != nil {
+					return
+				}
+				word, detail, _ := strings.Cut(f[3], " ")
+				c := Call{T: ts, Unit: unit, Node: node, OK: word == "ok", Detail: detail}
+				if c.OK {
+					c.Detail = strings.TrimPrefix(detail, "hello from ")
+				}
+				out = append(out, c)
+			})
+		}
+	}
+	return out
+}
+
+// writes reads the audit log's events since the last reading and returns
+// the writes user made.
+func (t *tailer) writes(path, user string) []kubetest.AuditEvent {
+	var out []kubetest.AuditEvent
+	_ = t.lines(path, func(line []byte) {
+		if !bytes.Contains(line, []byte(user)) {
+			return
+		}
+		var e kubetest.AuditEvent
+		if err := json.Unmarshal(line, &e); err != nil || e.User.Username != user {
+			return
+		}
+		switch e.Verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+			out = append(out, e)
+		}
+	})
+	return out
+}
+
+// leaseWrite tells a write of a Lease (atoll-cloud's leader election),
+// which a quiet installation makes all the time.
+func leaseWrite(e kubetest.AuditEvent) bool {
+	return e.ObjectRef.Resource == "leases"
+}
+
+func (u Usage) String() string {
+	return fmt.Sprintf("%d procs, %.0f MiB (max %.0f), %d fds, %d threads", u.Procs, u.RSSMiB, u.MaxRSSMiB, u.FDs, u.Threads)
+}
+
+// AgentMetrics is what an agent's admin endpoint says.
+type AgentMetrics struct {
+	// Behind is the longest a view feed's catch-up has been due
+	// (atoll_viewfeed_behind_seconds, the largest over the feeds).
+	Behind     float64 `json:"behind"`
+	Goroutines float64 `json:"goroutines"`
+}
+
+// agentMetrics reads each agent's /metrics (addrs: node → host:port)
+// with the admin token; an agent that does not answer within 2 s (its
+// node dead or cut off from the host) is left out.
+func agentMetrics(ctx context.Context, addrs map[string]string, token string) map[string]AgentMetrics {
+	client := &http.Client{Timeout: 2 * time.Second}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := map[string]AgentMetrics{}
+	for node, addr := range addrs {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := client.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return
+			}
+			parser := expfmt.NewTextParser(model.UTF8Validation)
+			families, err := parser.TextToMetricFamilies(resp.Body)
+			if err != nil {
+				return
+			}
+			var m AgentMetrics
+			if f := families["atoll_viewfeed_behind_seconds"]; f != nil {
+				for _, g := range f.GetMetric() {
+					m.Behind = max(m.Behind, g.GetGauge().GetValue())
+				}
+			}
+			if f := families["go_goroutines"]; f != nil && len(f.GetMetric()) > 0 {
+				m.Goroutines = f.GetMetric()[0].GetGauge().GetValue()
+			}
+			mu.Lock()
+			out[node] = m
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
