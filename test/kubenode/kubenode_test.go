@@ -67,6 +67,30 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
+	t.Run("degraded link", func(t *testing.T) {
+		// Every packet lost: the pod does not answer; a 1 Mbit/s rate
+		// with no loss: it does. Restore ends both.
+		if err := node.Degrade(100, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hello(ctx, first.Status.PodIP); err == nil {
+			t.Error("the pod of a node losing every packet answered")
+		}
+		if err := node.Degrade(0, "1mbit"); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := node.Exec(ctx, "tc", "qdisc", "show", "dev", "eth0"); err != nil || !strings.Contains(out, "tbf") {
+			t.Errorf("the rate limit is not set: %v %s", err, out)
+		}
+		if _, err := hello(ctx, first.Status.PodIP); err != nil {
+			t.Errorf("rate limited: %v", err)
+		}
+		node.Restore()
+		if out, _ := node.Exec(ctx, "tc", "qdisc", "show", "dev", "eth0"); strings.Contains(out, "tbf") {
+			t.Errorf("the rate limit outlived Restore: %s", out)
+		}
+	})
+
 	t.Run("kubelet authentication", func(t *testing.T) {
 		url := "https://" + net.JoinHostPort(node.IP, "10250")
 		if code, _ := kubeletGet(t, cluster, url+"/healthz", nil); code != http.StatusUnauthorized {

@@ -443,14 +443,21 @@ const degradeTable = "kubenode-degrade"
 // limit), whose queue delays what exceeds it. This kernel has no netem,
 // so a fixed delay is not available. Restore undoes it.
 func (n *Node) Degrade(lossPercent int, rate string) error {
+	if lossPercent < 0 || lossPercent > 100 {
+		return fmt.Errorf("kubenode: %s: degrade: loss %d %%: want 0 to 100", n.Name, lossPercent)
+	}
 	n.Restore()
 	if lossPercent > 0 {
+		drop := fmt.Sprintf("numgen random mod 100 < %d drop", lossPercent)
+		if lossPercent == 100 {
+			drop = "drop"
+		}
 		rules := fmt.Sprintf(`table inet %[1]s {
-	chain out { type filter hook output priority -190; numgen random mod 100 < %[2]d drop; }
-	chain in { type filter hook input priority -190; numgen random mod 100 < %[2]d drop; }
-	chain fwd { type filter hook forward priority -190; numgen random mod 100 < %[2]d drop; }
+	chain loss_out { type filter hook output priority -190; %[2]s; }
+	chain loss_in { type filter hook input priority -190; %[2]s; }
+	chain loss_fwd { type filter hook forward priority -190; %[2]s; }
 }
-`, degradeTable, lossPercent)
+`, degradeTable, drop)
 		cmd := exec.Command("ip", "netns", "exec", n.netns, "nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(rules)
 		if out, err := cmd.CombinedOutput(); err != nil {
