@@ -56,6 +56,7 @@ type Violation struct {
 type Sample struct {
 	T     time.Time        `json:"t"`
 	Usage map[string]Usage `json:"usage"`
+	Procs []ProcUsage      `json:"procs"`
 	// Writes and LeaseWrites are atoll-cloud's writes in the period.
 	Writes      int `json:"writes"`
 	LeaseWrites int `json:"leaseWrites"`
@@ -422,7 +423,8 @@ func (c *Checker) checkDead() {
 // sample measures the period that ends now and checks the clients' calls
 // and atoll-cloud's writes of it.
 func (c *Checker) sample(now time.Time) {
-	s := Sample{T: now, Usage: usage(c.plan.Net), Calls: map[string][2]int{}, Faults: len(c.truth.active(now))}
+	s := Sample{T: now, Calls: map[string][2]int{}, Faults: len(c.truth.active(now))}
+	s.Usage, s.Procs = usage(c.plan.Net)
 	for _, e := range c.audit.writes(c.plan.AuditLog, c.plan.CloudUser) {
 		if leaseWrite(e) {
 			s.LeaseWrites++
@@ -504,9 +506,8 @@ type Result struct {
 	Dropped    int                   `json:"dropped"`
 	Bounds     Bounds                `json:"bounds"`
 	Calls      map[string]*CallStats `json:"calls"`
-	// Slopes are each component's RSS (MiB/h) and descriptors (/h) per
-	// process over the last hour (the second half of a shorter run).
-	Slopes map[string][2]float64 `json:"slopes"`
+	// Slopes are each component's growth (growth).
+	Slopes map[string]Slope `json:"slopes"`
 	// Writes are atoll-cloud's writes (Leases apart); MaxPerObject the
 	// most to one object.
 	Writes, LeaseWrites int
@@ -523,7 +524,7 @@ type Result struct {
 func (c *Checker) finish() ([]Violation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := Result{Schedule: c.plan.Schedule, Bounds: c.bounds, Calls: c.calls, Slopes: map[string][2]float64{}, Samples: c.samples}
+	r := Result{Schedule: c.plan.Schedule, Bounds: c.bounds, Calls: c.calls, Slopes: map[string]Slope{}, Samples: c.samples}
 	for _, s := range c.samples {
 		r.Writes += s.Writes
 		r.LeaseWrites += s.LeaseWrites
@@ -533,31 +534,19 @@ func (c *Checker) finish() ([]Violation, error) {
 			r.MaxPerObject, r.MaxObject = n, obj
 		}
 	}
-	if len(c.samples) > 2 {
-		last := c.samples[len(c.samples)-1].T
-		from := max(last.Add(-time.Hour).Unix(), c.samples[len(c.samples)/2].T.Unix())
+	if n := len(c.samples); n > 0 {
+		last := c.samples[n-1].T
 		for _, comp := range components {
-			var ts, rss, fds []float64
-			for _, s := range c.samples {
-				// Per process: a node powered off takes its agent away
-				// for a while, which is no leak.
-				if u, ok := s.Usage[comp]; ok && u.Procs > 0 && s.T.Unix() >= from {
-					ts = append(ts, s.T.Sub(last).Hours())
-					rss = append(rss, u.RSSMiB/float64(u.Procs))
-					fds = append(fds, float64(u.FDs)/float64(u.Procs))
-				}
-			}
-			if len(ts) < 3 {
+			slope, judged := growth(c.samples, comp, last)
+			r.Slopes[comp] = slope
+			if judged == 0 {
 				continue
 			}
-			slope := [2]float64{fit(ts, rss), fit(ts, fds)}
-			r.Slopes[comp] = slope
-			window := time.Duration((ts[len(ts)-1] - ts[0]) * float64(time.Hour))
-			// Judged over half an hour or more: growth of a tenth of the
-			// mean per hour, or two descriptors per process per hour.
-			if window >= 30*time.Minute && (slope[0] > 0.1*mean(rss) || slope[1] > 2) {
-				c.violate(last, InvFlat, "component/"+comp, "grows over the last %s: %+.1f MiB/h (mean %.0f MiB), %+.1f descriptors/h",
-					window.Round(time.Minute), slope[0], mean(rss), slope[1])
+			// Growth of a tenth of the process's mean RSS per hour, or
+			// two descriptors per hour, by the median process judged.
+			if slope.RSS > 0.1*slope.MeanRSS || slope.FDs > 2 {
+				c.violate(last, InvFlat, "component/"+comp, "grows: %+.1f MiB/h (mean %.0f MiB), %+.1f descriptors/h (median of %d processes that ran %s or more)",
+					slope.RSS, slope.MeanRSS, slope.FDs, judged, JudgeAfter)
 			}
 		}
 	}
@@ -568,6 +557,69 @@ func (c *Checker) finish() ([]Violation, error) {
 		return c.violations, err
 	}
 	return c.violations, nil
+}
+
+// Slope is how a component's processes grow: the median over its
+// processes judged of each one's least-squares slope over its last hour.
+type Slope struct {
+	RSS     float64 `json:"rssMiBPerHour"`
+	FDs     float64 `json:"fdsPerHour"`
+	MeanRSS float64 `json:"meanRssMiB"`
+	// Judged is how many processes ran long enough to be judged.
+	Judged int `json:"judged"`
+}
+
+// JudgeAfter is how long a process must have been sampled, after its own
+// first ten minutes, for its growth to be judged: atoll-cloud killed by
+// the schedule every few minutes is judged only where it ran that long.
+const JudgeAfter = 30 * time.Minute
+
+// growth is comp's Slope at last, and how many processes it judged.
+func growth(samples []Sample, comp string, last time.Time) (Slope, int) {
+	type series struct{ ts, rss, fds []float64 }
+	byPID := map[int]*series{}
+	first := map[int]time.Time{}
+	for _, s := range samples {
+		for _, p := range s.Procs {
+			if p.Comm != comp {
+				continue
+			}
+			if _, ok := first[p.PID]; !ok {
+				first[p.PID] = s.T
+			}
+			// A process's own warm-up and all but its last hour are
+			// left out.
+			if s.T.Before(first[p.PID].Add(10*time.Minute)) || s.T.Before(last.Add(-time.Hour)) {
+				continue
+			}
+			if byPID[p.PID] == nil {
+				byPID[p.PID] = &series{}
+			}
+			ser := byPID[p.PID]
+			ser.ts = append(ser.ts, s.T.Sub(last).Hours())
+			ser.rss = append(ser.rss, p.RSSMiB)
+			ser.fds = append(ser.fds, float64(p.FDs))
+		}
+	}
+	var rss, fds, means []float64
+	for _, ser := range byPID {
+		if n := len(ser.ts); n < 3 || time.Duration((ser.ts[n-1]-ser.ts[0])*float64(time.Hour)) < JudgeAfter {
+			continue
+		}
+		rss = append(rss, fit(ser.ts, ser.rss))
+		fds = append(fds, fit(ser.ts, ser.fds))
+		means = append(means, mean(ser.rss))
+	}
+	if len(rss) == 0 {
+		return Slope{}, 0
+	}
+	return Slope{RSS: median(rss), FDs: median(fds), MeanRSS: median(means), Judged: len(rss)}, len(rss)
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 // fit is the least-squares slope of ys over xs.

@@ -126,3 +126,39 @@ func TestCheckerJudgesClients(t *testing.T) {
 		t.Errorf("sample counts: %v", counts)
 	}
 }
+
+// Memory is judged per process, past its first ten minutes, over its
+// last hour: processes that ran too briefly are not judged, and the
+// median of those judged decides.
+func TestGrowthIsJudgedPerProcess(t *testing.T) {
+	start := time.Now()
+	var samples []Sample
+	for i := range 240 { // an hour, every 15 s
+		at := start.Add(time.Duration(i) * SampleEvery)
+		h := at.Sub(start).Hours()
+		s := Sample{T: at, Procs: []ProcUsage{
+			{Comm: "atoll-edge", PID: 1, RSSMiB: 40, FDs: 20},
+			{Comm: "atoll-edge", PID: 2, RSSMiB: 40 + 30*h, FDs: 20 + int(50*h)}, // leaks
+			{Comm: "atoll-edge", PID: 3, RSSMiB: 41, FDs: 21},
+		}}
+		if i < 40 { // killed after 10 minutes, growing all along
+			s.Procs = append(s.Procs, ProcUsage{Comm: "atoll-cloud", PID: 9, RSSMiB: 50 + 600*h, FDs: 30})
+		}
+		samples = append(samples, s)
+	}
+	last := samples[len(samples)-1].T
+	edge, judged := growth(samples, "atoll-edge", last)
+	if judged != 3 || edge.RSS > 0.1 || edge.FDs > 0.1 || edge.MeanRSS < 40 || edge.MeanRSS > 41 {
+		t.Errorf("atoll-edge: %+v, judged %d; want the median of three (flat)", edge, judged)
+	}
+	if cloud, judged := growth(samples, "atoll-cloud", last); judged != 0 || cloud.Judged != 0 {
+		t.Errorf("atoll-cloud killed after 10 minutes judged: %+v", cloud)
+	}
+	samples = samples[:200]
+	for i := range samples {
+		samples[i].Procs = samples[i].Procs[1:2] // the leaking one alone
+	}
+	if leak, judged := growth(samples, "atoll-edge", samples[len(samples)-1].T); judged != 1 || leak.RSS < 29 || leak.RSS > 31 || leak.FDs < 49 {
+		t.Errorf("the leaking process: %+v, judged %d; want +30 MiB/h, +50 fds/h", leak, judged)
+	}
+}

@@ -86,17 +86,20 @@ func Summary(r Result) string {
 		c := r.Calls[u]
 		fmt.Fprintf(&b, "| %s | %d | %d | %d / %d | %d | %d / %d |\n", u, c.OK+c.Failed, c.Failed, c.CutOK, c.CutFailed, c.Foreign, c.OtherFaultOK, c.OtherBad)
 	}
-	b.WriteString("\n| component | RSS slope per process (MiB/h) | descriptors slope per process (/h) | last RSS, all processes (MiB) |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| component | processes judged (ran %s past their first 10 min) | RSS slope (MiB/h, median) | descriptors slope (/h, median) | last RSS, all processes (MiB) |\n|---|---|---|---|---|\n", JudgeAfter)
 	for _, comp := range components {
 		sl, ok := r.Slopes[comp]
-		if !ok {
-			continue
-		}
 		var last float64
 		if n := len(r.Samples); n > 0 {
 			last = r.Samples[n-1].Usage[comp].RSSMiB
 		}
-		fmt.Fprintf(&b, "| %s | %+.1f | %+.1f | %.0f |\n", comp, sl[0], sl[1], last)
+		switch {
+		case !ok || last == 0:
+		case sl.Judged == 0:
+			fmt.Fprintf(&b, "| %s | 0 | – | – | %.0f |\n", comp, last)
+		default:
+			fmt.Fprintf(&b, "| %s | %d | %+.1f | %+.1f | %.0f |\n", comp, sl.Judged, sl.RSS, sl.FDs, last)
+		}
 	}
 	if len(r.Violations) > 0 {
 		b.WriteString("\n## Violations\n\n")

@@ -32,13 +32,22 @@ type Usage struct {
 	MaxRSSMiB float64 `json:"maxRssMiB"`
 }
 
+// ProcUsage is one process's.
+type ProcUsage struct {
+	Comm   string  `json:"comm"`
+	PID    int     `json:"pid"`
+	RSSMiB float64 `json:"rssMiB"`
+	FDs    int     `json:"fds"`
+}
+
 // components are the programs of Atoll whose resources are followed.
 var components = []string{"atoll-cloud", "atoll-edge", "nats-server"}
 
 // usage reads /proc for every process of the fleet net named as a
-// component.
-func usage(net int) map[string]Usage {
+// component: the sums by component, and each process.
+func usage(net int) (map[string]Usage, []ProcUsage) {
 	out := map[string]Usage{}
+	var procsOut []ProcUsage
 	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
 	for _, c := range procs {
 		b, err := os.ReadFile(c)
@@ -67,8 +76,9 @@ func usage(net int) map[string]Usage {
 		u.FDs += len(fds)
 		u.Threads += threads
 		out[comm] = u
+		procsOut = append(procsOut, ProcUsage{Comm: comm, PID: pid, RSSMiB: rss, FDs: len(fds)})
 	}
-	return out
+	return out, procsOut
 }
 
 // procStatus reads VmRSS (MiB) and Threads from /proc/<pid>/status.

@@ -93,7 +93,11 @@ func (f Fault) String() string {
 	case NodeFlap:
 		s += fmt.Sprintf(" (%d cuts)", f.Flaps)
 	case Degrade:
-		s += fmt.Sprintf(" (%d %% loss, %s)", f.Loss, f.Rate)
+		rate := f.Rate
+		if rate == "" {
+			rate = "no rate limit"
+		}
+		s += fmt.Sprintf(" (%d %% loss, %s)", f.Loss, rate)
 	}
 	return s
 }
