@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -234,8 +235,10 @@ func (in *Injector) flap(ctx context.Context, f Fault, node *kubenode.Node) (fun
 	}, nil
 }
 
+// label moves node to unit: its unit and its zone, as the operator guide
+// labels them.
 func (in *Injector) label(ctx context.Context, node, unit string) error {
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, wellknown.LabelUnit, unit)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q,%q:%q}}}`, wellknown.LabelUnit, unit, corev1.LabelTopologyZone, unit)
 	_, err := in.bed.Cluster.Client().CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
 }

@@ -1,8 +1,9 @@
 // Package podbed installs Atoll as a user installs it, on real nodes
 // (test/kubenode): a kubetest control plane, a fleet of real nodes with
 // the cluster DNS (cloud nodes labelled control-plane, the edge nodes
-// labelled with their units), Atoll's images built by deploy/images in
-// the fleet's registry, and an overlay of the user's own — one of
+// labelled with their units and zones of the same names, as the
+// operator guide says), Atoll's images built by deploy/images in the
+// fleet's registry, and an overlay of the user's own — one of
 // deploy/overlays with components/hub-nodeport, the images and the edges'
 // hub address — applied with `kubectl apply --server-side -k`.
 //
@@ -193,7 +194,7 @@ func Start(ctx context.Context, o Options) (*Bed, error) {
 		if !b.hubOnly(node) {
 			return nil
 		}
-		return map[string]string{wellknown.LabelUnit: b.unitOf(node), wellknown.LabelAgent: wellknown.AgentHost}
+		return map[string]string{wellknown.LabelUnit: b.unitOf(node), corev1.LabelTopologyZone: b.unitOf(node), wellknown.LabelAgent: wellknown.AgentHost}
 	}
 	if o.Autonomy {
 		fleet.LocalAPI, fleet.KeepPodIPs = true, true
@@ -275,7 +276,9 @@ func (b *Bed) addNodes(ctx context.Context) error {
 				return err
 			}
 			b.Edges[name], b.Unit[name] = n, unit
-			if err := b.label(ctx, name, map[string]string{wellknown.LabelUnit: unit}); err != nil {
+			// The operator guide's step: a unit and a zone of the same
+			// name, so that KCM judges each site's outage apart.
+			if err := b.label(ctx, name, map[string]string{wellknown.LabelUnit: unit, corev1.LabelTopologyZone: unit}); err != nil {
 				return err
 			}
 		}
