@@ -82,6 +82,10 @@ func (in *Injector) Run(ctx context.Context, s Schedule) error {
 // play makes f, waits its duration (or for ctx) and undoes it.
 func (in *Injector) play(ctx context.Context, f Fault) error {
 	in.log.Info("chaos: fault", "fault", f.String())
+	// The fault is in force from its first step: a unit-reboot's cut
+	// comes 15 s before its power cut, a restart's kill before the
+	// component serves again.
+	began := time.Now()
 	undo, err := in.begin(ctx, f)
 	if err != nil {
 		if undo != nil {
@@ -89,7 +93,7 @@ func (in *Injector) play(ctx context.Context, f Fault) error {
 		}
 		return err
 	}
-	if err := in.journal.Add(Entry{Phase: PhaseBegin, Fault: f}); err != nil {
+	if err := in.journal.Add(Entry{T: began, Phase: PhaseBegin, Fault: f}); err != nil {
 		return err
 	}
 	select {
