@@ -79,7 +79,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	o.Seed = *seed
 	if o.Seed == 0 {
-		o.Seed = uint64(time.Now().UnixNano() % 1_000_000) //nolint:gosec // a positive number below a million
+		o.Seed = uint64(time.Now().UnixNano()%1_000_000) + 1 //nolint:gosec // a positive number up to a million
 	}
 	if *printOnly {
 		fmt.Fprint(out, chaos.MakeSchedule(o.Seed, o.Duration, o.Topo()).String())
