@@ -314,7 +314,7 @@ func (b *Bed) install(ctx context.Context) error {
 	b.log.Info("podbed: atoll-cloud Ready", "after", time.Since(begin).Round(100*time.Millisecond))
 
 	// An operator's credentials, as the operator guide has it.
-	creds, err := b.Kubectl(ctx, "-n", "atoll-system", "exec", "atoll-cloud-0", "--",
+	creds, err := b.Kubectl(ctx, "-n", Namespace, "exec", "atoll-cloud-0", "--",
 		"/atoll-cloud", "operator-creds", "--identity-dir=/var/lib/atoll/identity", "--name=podbed", "--ttl=24h")
 	if err != nil {
 		return err
@@ -375,10 +375,10 @@ func (b *Bed) installHA(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(auth, "cluster.conf"), []byte(cluster), 0o600); err != nil {
 		return err
 	}
-	if _, err := b.Kubectl(ctx, "-n", "atoll-system", "create", "secret", "generic", "atoll-cloud-identity", "--from-file="+identityDir); err != nil {
+	if _, err := b.Kubectl(ctx, "-n", Namespace, "create", "secret", "generic", "atoll-cloud-identity", "--from-file="+identityDir); err != nil {
 		return err
 	}
-	if _, err := b.Kubectl(ctx, "-n", "atoll-system", "create", "secret", "generic", "atoll-hub-auth", "--from-file="+auth); err != nil {
+	if _, err := b.Kubectl(ctx, "-n", Namespace, "create", "secret", "generic", "atoll-hub-auth", "--from-file="+auth); err != nil {
 		return err
 	}
 	if err := b.WaitPodsReady(ctx, "atoll-hub", 3, 5*time.Minute); err != nil {
@@ -476,7 +476,7 @@ func (b *Bed) apply(ctx context.Context) error {
 	if _, err := b.Kubectl(ctx, "apply", "--server-side", "-k", b.Overlay); err != nil {
 		return err
 	}
-	_, err := b.Kubectl(ctx, "-n", "atoll-system", "create", "secret", "generic", "atoll-admin-token", "--from-literal=token="+AdminToken)
+	_, err := b.Kubectl(ctx, "-n", Namespace, "create", "secret", "generic", "atoll-admin-token", "--from-literal=token="+AdminToken)
 	return err
 }
 
@@ -566,7 +566,7 @@ func (b *Bed) addHubOnly(ctx context.Context) error {
 	if len(b.opts.HubOnlyUnits) == 0 {
 		return nil
 	}
-	ca, err := b.Cluster.Client().CoreV1().ConfigMaps("atoll-system").Get(ctx, "atoll-hub-ca", metav1.GetOptions{})
+	ca, err := b.Cluster.Client().CoreV1().ConfigMaps(Namespace).Get(ctx, "atoll-hub-ca", metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("podbed: the hub's CA bundle: %w", err)
 	}
@@ -711,7 +711,7 @@ func (b *Bed) WaitPodsReady(ctx context.Context, app string, n int, timeout time
 		if err := b.Fleet.Exited(); err != nil {
 			return poll.Permanent(err)
 		}
-		pods, err := b.Cluster.Client().CoreV1().Pods("atoll-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
+		pods, err := b.Cluster.Client().CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
 		if err != nil {
 			return err
 		}
@@ -762,13 +762,13 @@ func (b *Bed) Diagnostics() string {
 		s, err = b.Atoll(ctx, "status", "-o", "wide")
 		section("atoll status -o wide", s, err)
 	}
-	s, err = b.Kubectl(ctx, "-n", "atoll-system", "logs", "--tail=60", "--prefix", "-l", "app.kubernetes.io/name=atoll-cloud")
+	s, err = b.Kubectl(ctx, "-n", Namespace, "logs", "--tail=60", "--prefix", "-l", "app.kubernetes.io/name=atoll-cloud")
 	section("atoll-cloud logs", s, err)
 	if b.opts.Shape == ShapeHA {
-		s, err = b.Kubectl(ctx, "-n", "atoll-system", "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-hub")
+		s, err = b.Kubectl(ctx, "-n", Namespace, "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-hub")
 		section("atoll-hub logs", s, err)
 	}
-	s, err = b.Kubectl(ctx, "-n", "atoll-system", "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-edge")
+	s, err = b.Kubectl(ctx, "-n", Namespace, "logs", "--tail=30", "--prefix", "-l", "app.kubernetes.io/name=atoll-edge")
 	section("atoll-edge logs", s, err)
 	if b.Fleet != nil {
 		for _, n := range b.Fleet.Nodes() {
