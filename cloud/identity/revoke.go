@@ -96,8 +96,10 @@ func (r *Revoker) update(ctx context.Context, change func(jwt.RevocationList)) e
 		change(ac.Revocations)
 		return r.push(ctx, ac)
 	}
+	var written uint64
 	for attempt := 0; ; attempt++ {
-		err := r.casOnce(ctx, change)
+		var err error
+		written, err = r.casOnce(ctx, change)
 		if err == nil {
 			break
 		}
@@ -117,7 +119,7 @@ func (r *Revoker) update(ctx context.Context, change func(jwt.RevocationList)) e
 		case <-time.After(pause):
 		}
 	}
-	return r.syncLocked(ctx)
+	return r.syncLocked(ctx, written)
 }
 
 // retryPause separates attempts after a transient error, and bounds the
@@ -127,23 +129,22 @@ const (
 	casAttempts = 30
 )
 
-// casOnce applies change to the registry's list with compare-and-set.
-func (r *Revoker) casOnce(ctx context.Context, change func(jwt.RevocationList)) error {
+// casOnce applies change to the registry's list with compare-and-set and
+// returns the revision it wrote.
+func (r *Revoker) casOnce(ctx context.Context, change func(jwt.RevocationList)) (uint64, error) {
 	list, rev, err := r.registered(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	change(list)
 	data, err := json.Marshal(list)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if rev == 0 {
-		_, err = r.kv.Create(ctx, revocationsKey, data)
-	} else {
-		_, err = r.kv.Update(ctx, revocationsKey, data, rev)
+		return r.kv.Create(ctx, revocationsKey, data)
 	}
-	return err
+	return r.kv.Update(ctx, revocationsKey, data, rev)
 }
 
 // registered reads the registry's revocation list and its revision (0:
@@ -177,17 +178,20 @@ func (r *Revoker) registered(ctx context.Context) (jwt.RevocationList, uint64, e
 func (r *Revoker) Sync(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.syncLocked(ctx)
+	return r.syncLocked(ctx, 0)
 }
 
-func (r *Revoker) syncLocked(ctx context.Context) error {
+// syncLocked pushes the registry's list, read at revision written or
+// later: a replica of the bucket may answer a read from behind the
+// write this revoker just made.
+func (r *Revoker) syncLocked(ctx context.Context, written uint64) error {
 	if r.kv == nil {
 		return nil
 	}
 	var err error
 	for range updateAttempts {
 		var done bool
-		if done, err = r.syncOnce(ctx); done && err == nil {
+		if done, err = r.syncOnce(ctx, written); done && err == nil {
 			return nil
 		}
 		if err != nil {
@@ -205,10 +209,15 @@ func (r *Revoker) syncLocked(ctx context.Context) error {
 
 // syncOnce pushes the registry's list if the resolver's differs; done
 // when the resolver holds the list as it still is.
-func (r *Revoker) syncOnce(ctx context.Context) (done bool, err error) {
+func (r *Revoker) syncOnce(ctx context.Context, written uint64) (done bool, err error) {
 	list, rev, err := r.registered(ctx)
-	if err != nil || rev == 0 {
-		return err == nil, err
+	switch {
+	case err != nil:
+		return false, err
+	case rev < written:
+		return false, fmt.Errorf("identity: the registry answered revision %d of the revocations, older than %d just written", rev, written)
+	case rev == 0:
+		return true, nil
 	}
 	ac, err := r.AccountJWT(ctx)
 	if err != nil {

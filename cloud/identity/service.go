@@ -191,23 +191,34 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("identity: registry bucket: %w", err)
 	}
 	s.revoker.UseRegistry(s.kv)
-	w, err := s.kv.Watch(ctx, "node.>")
+	// The watchers follow the registry for as long as the service runs,
+	// not for as long as ctx (the start's deadline): a watcher ends with
+	// the context it was made with.
+	wctx, cancel := context.WithCancel(context.Background())
+	running := false
+	defer func() {
+		if !running {
+			cancel()
+		}
+	}()
+	w, err := s.kv.Watch(wctx, "node.>")
 	if err != nil {
 		return fmt.Errorf("identity: watch registry: %w", err)
 	}
 	// Caught up once the watcher sends its nil marker.
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		s.apply(e)
+	if err := s.catchUp(ctx, w); err != nil {
+		return err
 	}
 	if s.durable != nil {
 		if err := s.restoreDurable(ctx); err != nil {
 			return err
 		}
 	}
-	wctx, cancel := context.WithCancel(context.Background())
+	revs, err := s.kv.Watch(wctx, revocationsKey, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("identity: watch revocations: %w", err)
+	}
+	running = true
 	s.stop, s.done = cancel, make(chan struct{})
 	if s.durable != nil {
 		s.dirty, s.durableDone = make(chan struct{}, 1), make(chan struct{})
@@ -216,10 +227,6 @@ func (s *Service) Start(ctx context.Context) error {
 			defer close(s.durableDone)
 			s.keepDurable(wctx)
 		}()
-	}
-	revs, err := s.kv.Watch(ctx, revocationsKey, jetstream.UpdatesOnly())
-	if err != nil {
-		return fmt.Errorf("identity: watch revocations: %w", err)
 	}
 	go func() {
 		defer close(s.done)
@@ -291,6 +298,24 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// catchUp applies the registry's records until w sends its nil marker.
+func (s *Service) catchUp(ctx context.Context, w jetstream.KeyWatcher) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("identity: read the registry: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return errors.New("identity: read the registry: the watcher stopped")
+			case e == nil:
+				return nil
+			}
+			s.apply(e)
+		}
+	}
 }
 
 // Stop stops serving. Spent bootstrap tokens waiting out their grace

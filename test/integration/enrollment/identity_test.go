@@ -477,6 +477,66 @@ func TestConcurrentRevocations(t *testing.T) {
 	})
 }
 
+// TestReplicaFollowsAfterItsStart: a replica keeps following the
+// registry once the context it was started with is over (an app's start
+// deadline): it learns a node another replica enrolled, and pushes to the
+// hub a revocation another replica recorded but did not push (it died
+// between the two).
+func TestReplicaFollowsAfterItsStart(t *testing.T) {
+	f := start(t, "embedded", identity.DefaultConfig())
+	log := natstest.Logger(t, slog.LevelWarn)
+	sys, err := identity.DialSystem(t.Context(), f.client, f.issuer, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Close)
+	other, err := identity.NewService(identity.DefaultConfig(), f.issuer, f.cloud, sys, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startCtx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	err = other.Start(startCtx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Stop() })
+
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	if _, err := f.IssueEdge("a", "u1", pub); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if key, ok := other.NodeKey("a"); !ok || key != pub {
+			return fmt.Errorf("the other replica knows a's key as %q", key)
+		}
+		return nil
+	})
+
+	js, err := jetstream.NewWithDomain(f.cloud, f.issuer.Domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), identity.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, _ := nkeys.CreateUser()
+	lostPub, _ := lost.PublicKey()
+	list, _ := json.Marshal(jwt.RevocationList{lostPub: time.Now().Unix()})
+	if _, err := kv.Put(t.Context(), "revocations", list); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 15*time.Second, func() error {
+		revoked, err := other.Revoker().Revoked(t.Context(), lostPub, time.Now().Add(-time.Minute))
+		if err != nil || !revoked {
+			return fmt.Errorf("the recorded revocation is not at the hub (%v)", err)
+		}
+		return nil
+	})
+}
+
 // TestRenewUnknownNode: the registry does not know a node whose
 // credentials the hub accepts (it was lost). Its renewal records its key
 // again once the topology assigns it (not before: a node the cloud does
