@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -66,10 +67,14 @@ type Writer struct {
 	units UnitSource
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	last   []byte // content last written or found
-	writes int
+	mu      sync.Mutex
+	last    []byte // content last written or found
+	pending []byte // content the disk refused, written again by Run
+	writes  int
 }
+
+// writeRetry is how often Run writes again a file the disk refused.
+const writeRetry = 10 * time.Second
 
 // New returns a writer following the records with a feed of feeds.
 func New(cfg Config, feeds *viewfeed.Feeds, units UnitSource, log *slog.Logger) (*Writer, error) {
@@ -127,15 +132,48 @@ func (w *Writer) Apply(recs *atollv1.HostRecords) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if bytes.Equal(b, w.last) {
+		w.pending = nil
 		return nil
 	}
 	if err := writeAtomic(w.cfg.Path, b); err != nil {
+		// Kept: Run writes it once the disk takes it.
+		w.pending = b
 		return err
 	}
+	w.pending = nil
 	w.last = b
 	w.writes++
 	w.log.Info("hosts file written", "path", w.cfg.Path, "unit", recs.GetUnit(), "records", len(recs.GetRecords()))
 	return nil
+}
+
+// retry writes the content the disk last refused, if any.
+func (w *Writer) retry() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending == nil {
+		return
+	}
+	if err := writeAtomic(w.cfg.Path, w.pending); err != nil {
+		return
+	}
+	w.last, w.pending = w.pending, nil
+	w.writes++
+	w.log.Info("hosts file written after the disk refused it", "path", w.cfg.Path)
+}
+
+// keepRetrying calls retry every writeRetry until ctx is done.
+func (w *Writer) keepRetrying(ctx context.Context) {
+	t := time.NewTicker(writeRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.retry()
+		}
+	}
 }
 
 // Writes counts the files written.
@@ -177,6 +215,13 @@ func writeAtomic(path string, b []byte) error {
 // is idempotent (a file that holds the records is left alone), as the
 // feed requires.
 func (w *Writer) Run(ctx context.Context) error {
+	retryCtx, stopRetrying := context.WithCancel(ctx)
+	retrying := make(chan struct{})
+	go func() {
+		defer close(retrying)
+		w.keepRetrying(retryCtx)
+	}()
+	defer func() { stopRetrying(); <-retrying }()
 	changes := w.units.Changes()
 	for ctx.Err() == nil {
 		unit := w.units.Unit()

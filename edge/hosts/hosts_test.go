@@ -154,3 +154,37 @@ func TestWriterFollowsRecords(t *testing.T) {
 		t.Fatalf("hosts file changed after a restart with the hub down: %q → %q (%v)", before, after, err)
 	}
 }
+
+// TestWriterKeepsWhatTheDiskRefused: records that arrive while the
+// file cannot be written (here its directory is a file; a full disk on
+// real nodes) are written once it can be, though no new records come.
+func TestWriterKeepsWhatTheDiskRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "coredns")
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Config{Path: filepath.Join(dir, "atoll.hosts"), ClusterDomain: "cluster.local"}, nil, staticUnit("u1"), natstest.Logger(t, slog.LevelError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := &atollv1.HostRecords{Unit: "u1", Records: []*atollv1.HostRecord{{Ip: "10.0.0.1", Hostnames: []string{"db-0.db.soak.svc"}}}}
+	if err := w.Apply(recs); err == nil {
+		t.Fatal("written into a file's place")
+	}
+	w.retry()
+	if w.Writes() != 0 {
+		t.Fatal("written while the disk refuses")
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	w.retry()
+	b, err := os.ReadFile(filepath.Join(dir, "atoll.hosts"))
+	if err != nil || string(b) != string(Render(recs, "cluster.local")) || w.Writes() != 1 {
+		t.Fatalf("after the disk took it again: %d writes, %q, %v", w.Writes(), b, err)
+	}
+	w.retry()
+	if w.Writes() != 1 {
+		t.Fatal("written again with nothing pending")
+	}
+}

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atoll-edge/atoll/internal/atomicfile"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -71,7 +73,13 @@ type Membership struct {
 	unitCancel context.CancelFunc
 	unitDone   chan struct{}
 	views      jetstream.Stream // the VIEWS stream, for reading a view before joining
+
+	saveMu  sync.Mutex
+	unsaved map[string]proto.Message // by file: the state a full or failing disk refused
 }
+
+// saveRetry is how often state the disk refused is written again.
+const saveRetry = 10 * time.Second
 
 // New returns the membership of node, following views with feeds and
 // reading a new unit's view over link before joining it.
@@ -162,6 +170,13 @@ func (m *Membership) Run(ctx context.Context) error {
 		return err
 	}
 	m.followUnit(ctx, m.Current().Unit)
+	savingCtx, stopSaving := context.WithCancel(ctx)
+	saving := make(chan struct{})
+	go func() {
+		defer close(saving)
+		m.keepSaving(savingCtx)
+	}()
+	defer func() { stopSaving(); <-saving }()
 	err = feed.Run(ctx)
 	m.mu.Lock()
 	cancel, done := m.unitCancel, m.unitDone
@@ -400,8 +415,54 @@ func (m *Membership) save(name string, msg proto.Message) {
 	if m.cfg.StateDir == "" {
 		return
 	}
-	if err := writeAtomic(filepath.Join(m.cfg.StateDir, name), msg); err != nil {
-		m.log.Warn("cannot keep membership state", "file", name, "err", err)
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	m.saveLocked(name, msg)
+}
+
+// saveLocked writes msg to name, or keeps it for keepSaving when the disk
+// refuses it: a reboot must find the newest state, not the one before a
+// full disk.
+func (m *Membership) saveLocked(name string, msg proto.Message) {
+	b, err := proto.Marshal(msg)
+	if err == nil {
+		err = atomicfile.Write(filepath.Join(m.cfg.StateDir, name), b, 0o600)
+	}
+	if err != nil {
+		if _, failing := m.unsaved[name]; !failing {
+			m.log.Warn("cannot keep membership state; trying again", "file", name, "every", saveRetry.String(), "err", err)
+		}
+		if m.unsaved == nil {
+			m.unsaved = map[string]proto.Message{}
+		}
+		m.unsaved[name] = msg
+		return
+	}
+	if _, failing := m.unsaved[name]; failing {
+		delete(m.unsaved, name)
+		m.log.Info("membership state kept again", "file", name)
+	}
+}
+
+// keepSaving writes again what the disk refused, every saveRetry, until
+// ctx is done.
+func (m *Membership) keepSaving(ctx context.Context) {
+	if m.cfg.StateDir == "" {
+		return
+	}
+	t := time.NewTicker(saveRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.saveMu.Lock()
+		for name, msg := range m.unsaved {
+			m.saveLocked(name, msg)
+		}
+		m.saveMu.Unlock()
 	}
 }
 
@@ -429,33 +490,6 @@ func (m *Membership) restore() {
 	m.mu.Unlock()
 	m.log.Info("restored membership from disk", "unit", a.GetUnit())
 	m.apply()
-}
-
-func writeAtomic(path string, msg proto.Message) error {
-	b, err := proto.Marshal(msg)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 func readProto(path string, msg proto.Message) error {

@@ -25,6 +25,9 @@ type Config struct {
 	MaxTombstones int
 	// SaveDelay coalesces the changes written to disk.
 	SaveDelay time.Duration
+	// SaveRetry is how often the views are written again while the disk
+	// refuses them (full, failing).
+	SaveRetry time.Duration
 	// RelayViews shares the hub's copies of the shared views with the
 	// unit (viewfeed.Relay): one agent of the unit gets each and relays
 	// it on the unit's routes, so a change crosses the hub's links once
@@ -43,6 +46,7 @@ func DefaultConfig() Config {
 		Bookmark:       time.Minute,
 		MaxTombstones:  10000,
 		SaveDelay:      100 * time.Millisecond,
+		SaveRetry:      10 * time.Second,
 		RelayViews:     true,
 		RelayFreshness: 2 * time.Minute,
 	}
@@ -63,6 +67,8 @@ func (c Config) Validate() error {
 		return errors.New("proxy: MaxTombstones must not be negative")
 	case c.SaveDelay < 0:
 		return errors.New("proxy: SaveDelay must not be negative")
+	case c.SaveRetry <= 0:
+		return errors.New("proxy: SaveRetry must be positive")
 	case c.RelayViews && c.RelayFreshness <= 0:
 		return errors.New("proxy: RelayFreshness must be positive")
 	}

@@ -152,26 +152,39 @@ func (p *Proxy) Run(ctx context.Context) error {
 }
 
 // keep writes the store to disk after each change (coalesced over
-// SaveDelay) and once more at the end.
+// SaveDelay), again every SaveRetry while the disk refuses it, and once
+// more at the end.
 func (p *Proxy) keep(ctx context.Context) {
 	if p.cfg.StateDir == "" {
 		return
 	}
+	failing := false
 	save := func() {
-		if n, err := p.store.Save(p.cfg.StateDir); err != nil {
-			p.log.Warn("keeping the views on disk failed", "err", err)
-		} else {
+		n, err := p.store.Save(p.cfg.StateDir)
+		switch {
+		case err != nil && !failing:
+			p.log.Warn("keeping the views on disk failed; trying again", "every", p.cfg.SaveRetry.String(), "err", err)
+		case err == nil && failing:
+			p.log.Info("keeping the views on disk again")
+		}
+		failing = err != nil
+		if err == nil {
 			p.store.metrics.stateBytes.Set(float64(n))
 		}
 	}
 	for {
 		changed := p.store.Changed()
+		var retry <-chan time.Time
+		if failing {
+			retry = time.After(p.cfg.SaveRetry)
+		}
 		select {
 		case <-ctx.Done():
 			save()
 			p.store.Close()
 			return
 		case <-changed:
+		case <-retry:
 		}
 		select {
 		case <-ctx.Done():

@@ -1,14 +1,18 @@
 package proxy
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
+	"github.com/atoll-edge/atoll/test/poll"
 )
 
 func save(t *testing.T, s *Store, dir string) {
@@ -195,5 +199,36 @@ func TestStateCompaction(t *testing.T) {
 	}
 	if _, got := loaded(t, dir); !proto.Equal(got, snapshotOf(t, s)) {
 		t.Fatal("the state does not load as saved")
+	}
+}
+
+// TestKeepWritesWhatTheDiskRefused: views the disk refuses (here the
+// state directory is a file; a full disk on real nodes) are written once
+// it takes them again, though no view changes meanwhile.
+func TestKeepWritesWhatTheDiskRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.StateDir, cfg.SaveRetry = dir, 50*time.Millisecond
+	s := NewStore("a1", 100, newMetrics(nil))
+	p := &Proxy{cfg: cfg, store: s, log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); p.keep(ctx) }()
+	feedBase(t, s)
+	time.Sleep(5 * cfg.SaveRetry)
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 5*time.Second, func() error {
+		_, err := os.Stat(filepath.Join(dir, StateFile))
+		return err
+	})
+	cancel()
+	<-done
+	if _, got := loaded(t, dir); !proto.Equal(got, snapshotOf(t, s)) {
+		t.Fatal("the state does not load as the store holds it")
 	}
 }
