@@ -151,6 +151,11 @@ func (in *Injector) begin(ctx context.Context, f Fault) (func(context.Context) e
 		return node.Boot, nil
 	case AgentKill:
 		return nil, kill(node, "atoll-edge")
+	case DiskFull:
+		if _, err := node.FillDisk(); err != nil {
+			return func(context.Context) error { return node.FreeDisk() }, err
+		}
+		return func(context.Context) error { return node.FreeDisk() }, nil
 	case Relabel:
 		if err := in.label(ctx, f.Node, f.To); err != nil {
 			return nil, err

@@ -42,6 +42,10 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
+// StateDiskSize is the size of each node's /var/lib/atoll (DiskFull
+// fills it): room for its state many times over.
+const StateDiskSize = "64m"
+
 // SabotageNoAgents is Options.Sabotage's one way to break Atoll.
 const SabotageNoAgents = "no-agents"
 
@@ -82,7 +86,7 @@ func Soak(ctx context.Context, o Options) (Result, error) {
 	}
 	begin := time.Now()
 	bed, err := podbed.Start(ctx, podbed.Options{Net: o.Net, Dir: filepath.Join(o.Dir, "bed"), Units: s.Topology.Units,
-		Shape: shape, Autonomy: true, Audit: true, Logger: log})
+		Shape: shape, Autonomy: true, Audit: true, StateDiskSize: StateDiskSize, Logger: log})
 	if bed != nil {
 		defer func() {
 			if err := bed.Stop(); err != nil {

@@ -38,6 +38,10 @@ const (
 	AgentKill Kind = "agent-kill"
 	// Relabel moves a node to another unit and, later, back.
 	Relabel Kind = "relabel"
+	// DiskFull fills a node's atoll-edge state disk (/var/lib/atoll:
+	// its membership, the local API endpoint's cache, the pods'
+	// addresses, the endpoints proxy's store) for minutes, then frees it.
+	DiskFull Kind = "disk-full"
 	// CloudKill kills an atoll-cloud replica with SIGKILL (its kubelet
 	// starts it again; with the embedded hub, the hub goes with it).
 	CloudKill Kind = "cloud-kill"
@@ -169,6 +173,7 @@ var weights = []struct {
 }{
 	{NodeFlap, 4}, {NodeCut, 4}, {UnitCut, 3}, {UnitReboot, 2}, {Degrade, 3}, {NodeDies, 3},
 	{AgentKill, 3}, {Relabel, 1}, {CloudKill, 2}, {HubKill, 2}, {KCMRestart, 1}, {APIServerRestart, 1},
+	{DiskFull, 2},
 }
 
 // pick is the kind whose share of the weights holds n.
@@ -224,6 +229,8 @@ func MakeSchedule(seed uint64, d time.Duration, topo Topology) Schedule {
 			f.For = 30 * time.Second
 		case Relabel:
 			f.For = between(120*time.Second, 240*time.Second)
+		case DiskFull:
+			f.For = between(60*time.Second, 240*time.Second)
 		case HubKill:
 			if topo.Shape != ShapeCluster {
 				continue // the hub is atoll-cloud's: cloud-kill

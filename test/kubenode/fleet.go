@@ -68,6 +68,12 @@ type Config struct {
 	// Labels, when set, are the labels each node's kubelet registers its
 	// Node with (--node-labels).
 	Labels func(node string) map[string]string
+	// StateDiskSize, when set (a tmpfs size: "64m"), gives each node's
+	// /var/lib/atoll a filesystem of its own of that size, as a small
+	// state partition: a tmpfs mounted on the host over the node's
+	// HostPath, so it outlives power cuts as a disk does (it goes when
+	// the fleet stops). FillDisk fills it.
+	StateDiskSize string
 }
 
 // LocalAPIAddr is where a node's local API endpoint listens (on the

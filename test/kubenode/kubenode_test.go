@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ import (
 // gets an address from the node's pod network and answers HTTP from the
 // host; the kubelet refuses an unauthenticated request (401) and one of
 // a user without the right (403), and serves /healthz to a user granted
-// only get nodes/healthz; NodeRestriction keeps the node's credentials to
+// only get nodes/healthz; the node's state disk fills up and frees
+// while the pod serves; NodeRestriction keeps the node's credentials to
 // its own Node; after a power cut (kubelet, containerd and the
 // containers SIGKILLed) and a boot on the same disk, the pod runs and
 // answers again.
@@ -41,7 +43,7 @@ func TestRealNode(t *testing.T) {
 	// Kubernetes' default tolerations (300 s): a node cut off below is
 	// not Atoll-protected here, and the test's 10 s would evict its pod
 	// while it reboots offline.
-	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 1, LocalAPI: true, KeepPodIPs: true}, "edge-1",
+	cluster, fleet, node := kubenode.StartWithNode(t, kubenode.Config{Net: 1, LocalAPI: true, KeepPodIPs: true, StateDiskSize: "64m"}, "edge-1",
 		kubetest.WithTolerationSeconds(300, 300))
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -89,6 +91,31 @@ func TestRealNode(t *testing.T) {
 		if out, _ := node.Exec(ctx, "tc", "qdisc", "show", "dev", "eth0"); strings.Contains(out, "tbf") {
 			t.Errorf("the rate limit outlived Restore: %s", out)
 		}
+	})
+
+	t.Run("state disk full", func(t *testing.T) {
+		// Nothing can be written to /var/lib/atoll (the local API
+		// endpoint's cache is there) while the pod keeps serving; freed,
+		// it can again.
+		took, err := node.FillDisk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("filled with %d MiB", took>>20)
+		probe := filepath.Join(node.HostPath("/var/lib/atoll"), "probe")
+		if err := os.WriteFile(probe, []byte("x"), 0o600); !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("write to the full state disk: %v, want ENOSPC", err)
+		}
+		if _, err := hello(ctx, first.Status.PodIP); err != nil {
+			t.Errorf("with the state disk full: %v", err)
+		}
+		if err := node.FreeDisk(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(probe, []byte("x"), 0o600); err != nil {
+			t.Errorf("write to the freed state disk: %v", err)
+		}
+		_ = os.Remove(probe)
 	})
 
 	t.Run("kubelet authentication", func(t *testing.T) {

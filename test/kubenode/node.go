@@ -94,7 +94,10 @@ func newNode(f *Fleet, name string, i int) *Node {
 var hostPaths = []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/var/log/containers",
 	// atoll-edge's state (its DaemonSet's hostPath), and its
 	// configuration as a host service (deploy/host).
-	"/var/lib/atoll", "/etc/atoll"}
+	stateDir, "/etc/atoll"}
+
+// stateDir is atoll-edge's state directory (Config.StateDiskSize).
+const stateDir = "/var/lib/atoll"
 
 // HostIP is the host's address on the node's bridge (HostIP of its
 // fleet's net): where the node reaches the control plane.
@@ -533,6 +536,11 @@ func (n *Node) mountNamespace() error {
 		if err := os.MkdirAll(own, 0o700); err != nil {
 			return err
 		}
+		if size := n.fleet.cfg.StateDiskSize; p == stateDir && size != "" && !isMountPoint(own) {
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "atoll-state", own).CombinedOutput(); err != nil {
+				return fmt.Errorf("kubenode: %s: state disk: %w: %s", n.Name, err, out)
+			}
+		}
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return err
 		}
@@ -766,6 +774,9 @@ func (n *Node) remove() error {
 		err = fmt.Errorf("kubenode: %s: processes %v survive its power cut", n.Name, pids)
 	}
 	n.dropMounts()
+	if state := n.HostPath(stateDir); isMountPoint(state) {
+		_ = exec.Command("umount", "-l", state).Run()
+	}
 	_ = os.RemoveAll(n.Run)
 	// On a hybrid v1 layout the runtime also makes the containers'
 	// cgroups in the unified hierarchy.

@@ -79,6 +79,10 @@ type Options struct {
 	// write to Nodes, Endpoints and EndpointSlices, to Bed.AuditLog
 	// (kubetest.Audit).
 	Audit bool
+	// StateDiskSize gives each edge node's /var/lib/atoll a filesystem
+	// of its own of that size (kubenode.Config.StateDiskSize), which a
+	// test can fill.
+	StateDiskSize string
 	// Logger receives progress (nil: discarded).
 	Logger *slog.Logger
 }
@@ -184,7 +188,7 @@ func Start(ctx context.Context, o Options) (*Bed, error) {
 		return nil, err
 	}
 	b := &Bed{Cluster: cluster, Edges: map[string]*kubenode.Node{}, Unit: map[string]string{}, KubectlPath: kubectl, opts: o, log: log}
-	fleet := kubenode.Config{Net: o.Net, Dir: filepath.Join(o.Dir, "nodes"), DNS: true}
+	fleet := kubenode.Config{Net: o.Net, Dir: filepath.Join(o.Dir, "nodes"), DNS: true, StateDiskSize: o.StateDiskSize}
 	if len(o.HubOnlyUnits) > 0 && !o.Autonomy {
 		return b, errors.New("podbed: hub-only units need Autonomy (the local API endpoint)")
 	}
