@@ -170,6 +170,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*cliflags.List)(&c.HubLeafHosts), "hub-leaf-tls-hosts", "comma-separated names of the generated leaf certificate, which edges check with --hub-tls-server-name (default "+hubtls.DefaultHost+")")
 	fs.DurationVar(&c.Hub.PingInterval, "hub-ping-interval", hub.DefaultPingInterval, "embedded hub: how often it pings a quiet connection (edge leaf links included); one leaving --hub-max-pings-out unanswered is closed, so a silently dead leaf link is closed within (max+1) × interval")
 	fs.IntVar(&c.Hub.MaxPingsOut, "hub-max-pings-out", hub.DefaultMaxPingsOut, "embedded hub: unanswered pings before a connection is closed")
+	fs.StringVar(&c.Hub.MonitorAddr, "hub-monitor-listen", c.Hub.MonitorAddr, "embedded hub: host:port of nats-server's HTTP monitoring (/varz, /jsz, /connz, /leafz, /healthz; read-only, unauthenticated: bind it where only monitoring reaches; empty: off)")
 	fs.StringVar(&c.Hub.StoreDir, "hub-store-dir", c.Hub.StoreDir, "JetStream storage directory")
 	fs.Int64Var(&c.Hub.MaxMemory, "hub-max-memory", c.Hub.MaxMemory, "JetStream memory limit in bytes (0: server default)")
 	fs.Int64Var(&c.Hub.MaxStore, "hub-max-store", c.Hub.MaxStore, "JetStream storage limit in bytes (0: server default)")
@@ -300,6 +301,7 @@ func (c Config) hubFlags() error {
 		{"--hub-routes", len(h.Cluster.Routes) > 0},
 		{"--hub-cluster-user", h.Cluster.User != dh.Cluster.User},
 		{"--hub-cluster-password", h.Cluster.Password != dh.Cluster.Password},
+		{"--hub-monitor-listen", h.MonitorAddr != dh.MonitorAddr},
 	}); f != "" {
 		return fmt.Errorf("hub url: %s configures the embedded hub, which does not run with --hub-url", f)
 	}

@@ -68,6 +68,11 @@ type Config struct {
 	// edge leafs move to the other servers of a cluster without a
 	// reconnect storm (0: nats-server's 2 minutes).
 	LameDuck time.Duration
+	// MonitorAddr, when set (host:port), serves nats-server's HTTP
+	// monitoring there (/varz, /jsz, /connz, /leafz, /healthz): read-only
+	// and unauthenticated, so bind it to an address only monitoring
+	// reaches. Empty: off.
+	MonitorAddr string
 }
 
 // DefaultPingInterval and MaxPingsOut bound how long a silently dead
@@ -192,6 +197,11 @@ func (c Config) Validate() error {
 		return errors.New("hub: max pings out must not be negative")
 	case c.LameDuck < 0:
 		return errors.New("hub: lame duck duration must not be negative")
+	}
+	if c.MonitorAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MonitorAddr); err != nil || port == "" {
+			return fmt.Errorf("hub: monitor address %q is not host:port", c.MonitorAddr)
+		}
 	}
 	if err := c.LeafTLS.Validate(); err != nil {
 		return err

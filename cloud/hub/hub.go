@@ -122,6 +122,14 @@ jetstream { domain: %q, store_dir: %q, max_memory_store: %d, max_file_store: %d 
 	if opts.MaxPingsOut == 0 {
 		opts.MaxPingsOut = DefaultMaxPingsOut
 	}
+	if h.cfg.MonitorAddr != "" {
+		host, port, _ := net.SplitHostPort(h.cfg.MonitorAddr) // checked by Validate
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("hub: monitor port %q: %w", port, err)
+		}
+		opts.HTTPHost, opts.HTTPPort = host, p
+	}
 	if h.cfg.LameDuck > 0 {
 		opts.LameDuckDuration, opts.LameDuckGracePeriod = h.cfg.LameDuck, h.cfg.LameDuck/5
 	}
