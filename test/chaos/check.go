@@ -34,7 +34,9 @@ const (
 	// InvQuiet: atoll-cloud writes nothing but its Lease while nothing
 	// happens.
 	InvQuiet = 3
-	// InvViews: a linked agent's view feeds catch up within ViewsBound.
+	// InvViews: a linked agent's view feeds catch up within ViewsBound;
+	// the hub loses no acknowledged ballot, and its durable consumers
+	// keep up while nothing happens (checkHub).
 	InvViews = 4
 	// InvClients: a unit's client succeeds while its unit is cut from the
 	// cloud, and is answered by its own unit.
@@ -65,6 +67,8 @@ type Sample struct {
 	Faults int               `json:"faults"`
 	// Agents are the agents that answered, by node.
 	Agents map[string]AgentMetrics `json:"agents"`
+	// Hub are the hub's servers that answered.
+	Hub []HubServer `json:"hub,omitempty"`
 }
 
 // SampleEvery is the checker's sampling period.
@@ -106,6 +110,7 @@ type Checker struct {
 	bounds      Bounds
 	calls       map[string]*CallStats
 	writeCounts map[string]int // object → atoll-cloud writes (Leases apart)
+	hub         hubState
 }
 
 // Bounds are the worst times seen.
@@ -117,6 +122,11 @@ type Bounds struct {
 	// DeadEvict from the taint to its last pod's deletion.
 	DeadTaint time.Duration `json:"deadTaint"`
 	DeadEvict time.Duration `json:"deadEvict"`
+	// ConsumerBacklog is the largest backlog of a durable consumer of
+	// the hub seen in a quiet period; HubSamples how many samples read
+	// the hub's servers (0: the hub was not watched).
+	ConsumerBacklog uint64 `json:"consumerBacklog"`
+	HubSamples      int    `json:"hubSamples"`
 }
 
 // CallStats count a unit's client calls.
@@ -151,7 +161,8 @@ func newChecker(plan Plan, dir string, log *slog.Logger, client kubernetes.Inter
 		taintSince: map[string]time.Time{}, taintSeen: map[string][]time.Time{}, reported: map[string]bool{},
 		notReady: map[string]time.Time{}, ready: map[string]bool{}, podNode: map[string]string{},
 		deleted: map[string]time.Time{}, snapshots: map[int][]string{}, evaluated: map[int]bool{},
-		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{}}
+		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{},
+		hub: hubState{lastSeq: map[string]uint64{}, backlog: map[string]HubConsumer{}}}
 	for unit, nodes := range plan.Schedule.Topology.Units {
 		for _, n := range nodes {
 			c.edges[n] = unit
@@ -439,6 +450,16 @@ func (c *Checker) sample(now time.Time) {
 		c.mu.Unlock()
 	}
 	s.Agents = agentMetrics(context.Background(), c.plan.Agents, c.plan.AdminToken)
+	if c.plan.HubSelector != "" {
+		s.Hub = hubServers(context.Background(), c.client, c.plan.HubNamespace, c.plan.HubSelector, c.plan.HubMonitorPort)
+		c.mu.Lock()
+		c.checkHub(now, s.Hub)
+		if len(s.Hub) > 0 {
+			c.bounds.HubSamples++
+		}
+		c.bounds.ConsumerBacklog = c.hub.worstBacklog
+		c.mu.Unlock()
+	}
 	for _, node := range slices.Sorted(maps.Keys(s.Agents)) {
 		if behind := time.Duration(s.Agents[node].Behind * float64(time.Second)); behind > ViewsBound {
 			c.mu.Lock()

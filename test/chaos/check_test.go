@@ -162,3 +162,46 @@ func TestGrowthIsJudgedPerProcess(t *testing.T) {
 		t.Errorf("the leaking process: %+v, judged %d; want +30 MiB/h, +50 fds/h", leak, judged)
 	}
 }
+
+// The hub: a server whose ballots' stream goes back lost acknowledged
+// messages; a durable consumer with a backlog over the bound, or one
+// that does not move, in a quiet period is caught; a backlog during a
+// fault, or one that moves, is not.
+func TestCheckerJudgesTheHub(t *testing.T) {
+	c := testChecker(t)
+	// A fault ended 10 minutes ago: quiet now.
+	c.play(Fault{Kind: NodeCut, Node: "edge-a1", Unit: "a"}, 11*time.Minute, time.Minute)
+	now := time.Now()
+	server := func(lastSeq uint64, consumers ...HubConsumer) []HubServer {
+		return []HubServer{{Pod: "atoll-cloud-0", UID: "u1", Name: "hub-0",
+			Streams: map[string]HubStream{AckedStream: {LastSeq: lastSeq}, "VIEWS": {LastSeq: 7}}, Consumers: consumers}}
+	}
+	c.checkHub(now, server(100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 3, AckFloor: 97}))
+	c.checkHub(now.Add(SampleEvery), server(104, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 2, AckFloor: 102}))
+	if len(c.violations) != 0 {
+		t.Fatalf("a moving backlog: %+v", c.violations)
+	}
+	c.checkHub(now.Add(2*SampleEvery), server(90, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 2, AckFloor: 102}))
+	c.checkHub(now.Add(3*SampleEvery), server(120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}))
+	want := []string{"stream/HEALTH", "consumer/HEALTH/ballots", "consumer/HEALTH/ballots"}
+	if len(c.violations) != len(want) {
+		t.Fatalf("violations %+v, want on %v", c.violations, want)
+	}
+	for i, v := range c.violations {
+		if v.Object != want[i] || v.Invariant != InvViews {
+			t.Errorf("violation %d: %+v, want invariant %d on %s", i, v, InvViews, want[i])
+		}
+	}
+	if c.hub.worstBacklog != 500 {
+		t.Errorf("worst backlog %d, want 500", c.hub.worstBacklog)
+	}
+
+	// During a fault a backlog is no violation.
+	c = testChecker(t)
+	c.play(Fault{Kind: UnitCut, Unit: "a"}, time.Minute, 0)
+	c.checkHub(now, server(100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 5000}))
+	c.checkHub(now.Add(SampleEvery), server(100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 5000}))
+	if len(c.violations) != 0 {
+		t.Errorf("a backlog during a unit cut: %+v", c.violations)
+	}
+}

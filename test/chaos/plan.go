@@ -30,6 +30,12 @@ type Plan struct {
 	CloudUser string `json:"cloudUser"`
 	// Namespace holds the workload.
 	Namespace string `json:"namespace"`
+	// HubSelector selects the pods of HubNamespace that run the hub's
+	// servers, whose nats-server monitoring is on HubMonitorPort (empty:
+	// the hub is not watched).
+	HubSelector    string `json:"hubSelector,omitempty"`
+	HubNamespace   string `json:"hubNamespace,omitempty"`
+	HubMonitorPort string `json:"hubMonitorPort,omitempty"`
 	// Grace is KCM's node monitor grace period; Toleration the
 	// workload's tolerationSeconds for unreachable and not-ready.
 	Grace      time.Duration `json:"grace"`

@@ -42,7 +42,7 @@ var invariantNames = map[int]string{
 	InvProtected:   "1 alive nodes protected (no taint > 5 s, eviction or not-ready endpoint)",
 	InvDeadEvicted: "2 dead nodes evicted in time",
 	InvQuiet:       "3 no atoll-cloud write while nothing happens",
-	InvViews:       "4 linked agents' views caught up within a minute",
+	InvViews:       "4 views caught up within a minute; no acked ballot lost; hub consumers caught up",
 	InvClients:     "5 clients served in their unit while it is cut off",
 	InvFlat:        "6 memory and descriptors flat",
 }
@@ -80,7 +80,11 @@ func Summary(r Result) string {
 	}
 	fmt.Fprintf(&b, "\nWorst bounds seen: protected node tainted %s; dead node tainted %s after its power cut, its last pod deleted %s after the taint.\n",
 		r.Bounds.ProtectedTaint.Round(time.Second), r.Bounds.DeadTaint.Round(time.Second), r.Bounds.DeadEvict.Round(time.Second))
-	fmt.Fprintf(&b, "atoll-cloud writes: %d (most to one object: %d, %s), Lease writes %d.\n\n", r.Writes, r.MaxPerObject, r.MaxObject, r.LeaseWrites)
+	fmt.Fprintf(&b, "atoll-cloud writes: %d (most to one object: %d, %s), Lease writes %d.\n", r.Writes, r.MaxPerObject, r.MaxObject, r.LeaseWrites)
+	if r.Bounds.HubSamples > 0 {
+		fmt.Fprintf(&b, "Hub: read %d times; largest backlog of a durable consumer while nothing happened: %d messages.\n", r.Bounds.HubSamples, r.Bounds.ConsumerBacklog)
+	}
+	b.WriteString("\n")
 	b.WriteString("| unit | client calls | failed | while cut off: ok / failed | answered by another unit | during its other faults: ok / failed |\n|---|---|---|---|---|---|\n")
 	for _, u := range slices.Sorted(maps.Keys(r.Calls)) {
 		c := r.Calls[u]

@@ -86,7 +86,7 @@ func Soak(ctx context.Context, o Options) (Result, error) {
 	}
 	begin := time.Now()
 	bed, err := podbed.Start(ctx, podbed.Options{Net: o.Net, Dir: filepath.Join(o.Dir, "bed"), Units: s.Topology.Units,
-		Shape: shape, Autonomy: true, Audit: true, StateDiskSize: StateDiskSize, Logger: log})
+		Shape: shape, Autonomy: true, Audit: true, StateDiskSize: StateDiskSize, HubMonitor: true, Logger: log})
 	if bed != nil {
 		defer func() {
 			if err := bed.Stop(); err != nil {
@@ -117,7 +117,11 @@ func Soak(ctx context.Context, o Options) (Result, error) {
 
 	plan := Plan{Schedule: s, Kubeconfig: bed.Cluster.KubeconfigPath(), Net: o.Net, Disks: map[string]string{},
 		AuditLog: bed.AuditLog(), CloudUser: "system:serviceaccount:" + podbed.Namespace + ":atoll-cloud",
-		Namespace: Workload, Grace: 20 * time.Second, Toleration: toleration}
+		Namespace: Workload, Grace: 20 * time.Second, Toleration: toleration,
+		HubNamespace: podbed.Namespace, HubMonitorPort: podbed.HubMonitorPort, HubSelector: "app.kubernetes.io/name=atoll-cloud"}
+	if shape == podbed.ShapeHA {
+		plan.HubSelector = "app.kubernetes.io/name=atoll-hub"
+	}
 	for _, n := range bed.Fleet.Nodes() {
 		plan.Disks[n.Name] = n.Disk
 	}

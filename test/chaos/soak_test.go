@@ -17,8 +17,8 @@ const fleetNet = 8
 // TestChaosShort keeps the soak's machinery alive: three minutes of seed
 // 1609's schedule (edge-b1's state disk full for 1 min 19 s, unit a cut
 // from the cloud for 1 min 49 s) on two units of three real nodes, the
-// checker in a process of its own; no invariant may break, and the
-// report is written.
+// checker in a process of its own; no invariant may break, the hub's
+// servers are read, and the report is written.
 func TestChaosShort(t *testing.T) {
 	if err := kubenode.Prerequisites(); err != nil {
 		t.Skip(err)
@@ -45,6 +45,17 @@ func TestChaosShort(t *testing.T) {
 	t.Logf("\n%s", Summary(r))
 	if len(r.Played) != 2 || r.Calls["a"].CutOK == 0 {
 		t.Errorf("want both faults played and unit a's client served while cut off: %d played, %+v", len(r.Played), r.Calls["a"])
+	}
+	// The hub was read: the ballots' stream and Atoll's durable consumers.
+	var stream, consumers bool
+	for _, sm := range r.Samples {
+		for _, h := range sm.Hub {
+			stream = stream || h.Streams[AckedStream].LastSeq > 0
+			consumers = consumers || len(h.Consumers) > 0
+		}
+	}
+	if r.Bounds.HubSamples == 0 || !stream || !consumers {
+		t.Errorf("the hub's monitoring: read %d times, %s stream seen %v, durable consumers seen %v", r.Bounds.HubSamples, AckedStream, stream, consumers)
 	}
 	for _, f := range []string{ReportFile, SummaryFile, SamplesFile} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {

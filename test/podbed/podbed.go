@@ -79,6 +79,10 @@ type Options struct {
 	// write to Nodes, Endpoints and EndpointSlices, to Bed.AuditLog
 	// (kubetest.Audit).
 	Audit bool
+	// HubMonitor serves nats-server's monitoring on port HubMonitorPort
+	// of every hub pod (the embedded hub with --hub-monitor-listen; the
+	// external servers serve it already), for a checker to read.
+	HubMonitor bool
 	// StateDiskSize gives each edge node's /var/lib/atoll a filesystem
 	// of its own of that size (kubenode.Config.StateDiskSize), which a
 	// test can fill.
@@ -305,7 +309,15 @@ func (b *Bed) label(ctx context.Context, node string, labels map[string]string) 
 // to serve.
 func (b *Bed) install(ctx context.Context) error {
 	// The default shape: no volume to provide.
-	if err := b.writeOverlay(""); err != nil {
+	patches := ""
+	if b.opts.HubMonitor {
+		patches = `  - target: {group: apps, version: v1, kind: StatefulSet, name: atoll-cloud, namespace: atoll-system}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --hub-monitor-listen=:` + HubMonitorPort + "\n"
+	}
+	if err := b.writeOverlay(patches); err != nil {
 		return err
 	}
 	begin := time.Now()
@@ -328,6 +340,10 @@ func (b *Bed) install(ctx context.Context) error {
 	}
 	return b.edgesServing(ctx, begin)
 }
+
+// HubMonitorPort is where each hub pod serves nats-server's monitoring
+// (Options.HubMonitor).
+const HubMonitorPort = "8222"
 
 // RoutePassword is the route password of ShapeHA's hub servers.
 const RoutePassword = "podbed-route-password-0123456789"

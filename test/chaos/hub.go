@@ -1,0 +1,195 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// HubServer is what one hub server's monitoring (/varz, /jsz) said.
+type HubServer struct {
+	// Pod is the server's pod, UID its identity: a pod made again
+	// starts a new history.
+	Pod string `json:"pod"`
+	UID string `json:"uid"`
+	// Name is the server's name.
+	Name string `json:"name"`
+	// Streams are its replicas' states by stream.
+	Streams map[string]HubStream `json:"streams"`
+	// Consumers are the durable consumers it leads.
+	Consumers []HubConsumer `json:"consumers,omitempty"`
+}
+
+// HubStream is one stream's state on one server.
+type HubStream struct {
+	Msgs    uint64 `json:"msgs"`
+	LastSeq uint64 `json:"lastSeq"`
+	// Lost are the messages the server found lost from its store.
+	Lost int `json:"lost,omitempty"`
+}
+
+// HubConsumer is one durable consumer as its leader sees it.
+type HubConsumer struct {
+	Stream string `json:"stream"`
+	Name   string `json:"name"`
+	// Pending are the messages not delivered yet, AckPending those
+	// delivered and not acknowledged.
+	Pending    uint64 `json:"pending"`
+	AckPending int    `json:"ackPending"`
+	// AckFloor is the stream sequence every message up to which is
+	// acknowledged.
+	AckFloor uint64 `json:"ackFloor"`
+}
+
+// hubServers reads the monitoring of every running pod of selector in
+// namespace on port (each pod's hub server); a server that does not
+// answer within 3 s is left out.
+func hubServers(ctx context.Context, client kubernetes.Interface, namespace, selector, port string) []HubServer {
+	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil
+	}
+	httpc := &http.Client{Timeout: 3 * time.Second}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var out []HubServer
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			continue
+		}
+		base := "http://" + net.JoinHostPort(p.Status.PodIP, port)
+		wg.Go(func() {
+			s, err := hubServer(ctx, httpc, base)
+			if err != nil {
+				return
+			}
+			s.Pod, s.UID = p.Name, string(p.UID)
+			mu.Lock()
+			out = append(out, s)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func hubServer(ctx context.Context, httpc *http.Client, base string) (HubServer, error) {
+	var varz server.Varz
+	if err := getJSON(ctx, httpc, base+"/varz", &varz); err != nil {
+		return HubServer{}, err
+	}
+	var jsz server.JSInfo
+	if err := getJSON(ctx, httpc, base+"/jsz?accounts=true&streams=true&consumers=true&config=true", &jsz); err != nil {
+		return HubServer{}, err
+	}
+	s := HubServer{Name: varz.Name, Streams: map[string]HubStream{}}
+	for _, acc := range jsz.AccountDetails {
+		for _, st := range acc.Streams {
+			hs := HubStream{Msgs: st.State.Msgs, LastSeq: st.State.LastSeq}
+			if st.State.Lost != nil {
+				hs.Lost = len(st.State.Lost.Msgs)
+			}
+			s.Streams[st.Name] = hs
+			for _, ci := range st.Consumer {
+				if ci == nil || ci.Config == nil || ci.Config.Durable == "" {
+					continue // an agent's short-lived catch-up, an ordered consumer
+				}
+				if ci.Cluster != nil && ci.Cluster.Leader != "" && ci.Cluster.Leader != varz.Name {
+					continue // its leader reports it
+				}
+				s.Consumers = append(s.Consumers, HubConsumer{Stream: st.Name, Name: ci.Name,
+					Pending: ci.NumPending, AckPending: ci.NumAckPending, AckFloor: ci.AckFloor.Stream})
+			}
+		}
+	}
+	return s, nil
+}
+
+func getJSON(ctx context.Context, httpc *http.Client, url string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := httpc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(into)
+}
+
+// AckedStream is the stream whose acknowledged messages must never be
+// lost: the ballots and probe results (events.StreamHealth). The views'
+// stream may be rebuilt by design.
+const AckedStream = "HEALTH"
+
+// ConsumerLagBound is how many messages a durable consumer may have
+// pending (undelivered or unacknowledged) in a quiet period.
+const ConsumerLagBound = 100
+
+// hubState is what the checker remembers of the hub between samples.
+type hubState struct {
+	lastSeq map[string]uint64      // pod UID/stream → last sequence seen
+	backlog map[string]HubConsumer // stream/consumer → its state at the last quiet sample with a backlog
+	// WorstBacklog is the largest backlog of a durable consumer seen in
+	// a quiet period.
+	worstBacklog uint64
+}
+
+// checkHub judges a sample of the hub's servers at now: no acknowledged
+// message of AckedStream lost (a server's last sequence never goes back,
+// no message found lost), and, in quiet periods, every durable consumer
+// caught up (a backlog of at most ConsumerLagBound that moves). Call with
+// c.mu held.
+func (c *Checker) checkHub(now time.Time, servers []HubServer) {
+	h := &c.hub
+	quiet := c.truth.quiet(now)
+	seen := map[string]bool{}
+	for _, s := range servers {
+		for name, st := range s.Streams {
+			if st.Lost > 0 {
+				c.violate(now, InvViews, "stream/"+name, "server %s found %d messages lost from its store", s.Name, st.Lost)
+			}
+			if name != AckedStream {
+				continue
+			}
+			key := s.UID + "/" + name
+			if last, ok := h.lastSeq[key]; ok && st.LastSeq < last {
+				c.violate(now, InvViews, "stream/"+name, "server %s's last sequence went back from %d to %d: acknowledged messages lost", s.Name, last, st.LastSeq)
+			}
+			h.lastSeq[key] = max(h.lastSeq[key], st.LastSeq)
+		}
+		for _, co := range s.Consumers {
+			key := co.Stream + "/" + co.Name
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			backlog := co.Pending + uint64(co.AckPending)
+			if !quiet || backlog == 0 {
+				delete(h.backlog, key)
+				continue
+			}
+			h.worstBacklog = max(h.worstBacklog, backlog)
+			switch prev, ok := h.backlog[key]; {
+			case backlog > ConsumerLagBound:
+				c.violate(now, InvViews, "consumer/"+key, "%d messages pending while nothing happens (bound %d)", backlog, ConsumerLagBound)
+			case ok && co.AckFloor == prev.AckFloor:
+				c.violate(now, InvViews, "consumer/"+key, "%d messages pending and nothing acknowledged for %s while nothing happens", backlog, SampleEvery)
+			}
+			h.backlog[key] = co
+		}
+	}
+}
