@@ -111,7 +111,23 @@ type Checker struct {
 	calls       map[string]*CallStats
 	writeCounts map[string]int // object → atoll-cloud writes (Leases apart)
 	hub         hubState
+	// containersNotReady: workload pod → when its ContainersReady was
+	// last seen False (the kubelet's own judgement of its containers;
+	// the node lifecycle controller turns only Ready False).
+	containersNotReady map[string]time.Time
+	turned             []turnedNotReady // endpoints turned not ready, judged once the pods are current
 }
+
+// turnedNotReady is an endpoint of a live edge node seen turning not
+// ready, waiting for its judgement.
+type turnedNotReady struct {
+	t                time.Time
+	pod, slice, node string
+}
+
+// podsCatchUp is how long the checker waits before judging an endpoint
+// turned not ready: its pod's status, on another watch, may come later.
+const podsCatchUp = 5 * time.Second
 
 // Bounds are the worst times seen.
 type Bounds struct {
@@ -127,6 +143,10 @@ type Bounds struct {
 	// the hub's servers (0: the hub was not watched).
 	ConsumerBacklog uint64 `json:"consumerBacklog"`
 	HubSamples      int    `json:"hubSamples"`
+	// ContainersNotReady counts endpoints of live nodes turned not ready
+	// because the kubelet found their containers not ready (no
+	// violation).
+	ContainersNotReady int `json:"containersNotReady"`
 }
 
 // CallStats count a unit's client calls.
@@ -162,7 +182,8 @@ func newChecker(plan Plan, dir string, log *slog.Logger, client kubernetes.Inter
 		notReady: map[string]time.Time{}, ready: map[string]bool{}, podNode: map[string]string{},
 		deleted: map[string]time.Time{}, snapshots: map[int][]string{}, evaluated: map[int]bool{},
 		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{},
-		hub: hubState{lastSeq: map[string]uint64{}, backlog: map[string]HubConsumer{}}}
+		hub:                hubState{lastSeq: map[string]uint64{}, backlog: map[string]HubConsumer{}},
+		containersNotReady: map[string]time.Time{}}
 	for unit, nodes := range plan.Schedule.Topology.Units {
 		for _, n := range nodes {
 			c.edges[n] = unit
@@ -227,6 +248,7 @@ func (c *Checker) Run(ctx context.Context) ([]Violation, error) {
 				}
 			}
 			c.checkTaints(now)
+			c.judgeTurned(now)
 			c.checkDead()
 			if now.After(nextSample) {
 				c.sample(now)
@@ -325,6 +347,11 @@ func (c *Checker) onPod(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.podNode[p.Name] = p.Spec.NodeName
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.ContainersReady && cond.Status == corev1.ConditionFalse {
+			c.containersNotReady[p.Name] = now
+		}
+	}
 	if p.DeletionTimestamp == nil {
 		return
 	}
@@ -358,10 +385,32 @@ func (c *Checker) onSlice(obj any) {
 			continue
 		}
 		if _, edge := c.edges[*ep.NodeName]; edge && !c.exempt(*ep.NodeName, now) {
-			c.violate(now, InvProtected, "pod/"+ep.TargetRef.Name, "endpoint in %s turned not ready on %s, alive and reachable by its peers",
-				s.Name, *ep.NodeName)
+			c.turned = append(c.turned, turnedNotReady{t: now, pod: ep.TargetRef.Name, slice: s.Name, node: *ep.NodeName})
 		}
 	}
+}
+
+// judgeTurned judges the endpoints turned not ready podsCatchUp ago or
+// more: a violation unless the kubelet itself found the pod's containers
+// not ready around then (a failing readiness probe is the workload's
+// own verdict, which Atoll does not overrule).
+func (c *Checker) judgeTurned(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	waiting := c.turned[:0]
+	for _, e := range c.turned {
+		if now.Sub(e.t) < podsCatchUp {
+			waiting = append(waiting, e)
+			continue
+		}
+		if last, ok := c.containersNotReady[e.pod]; ok && last.After(e.t.Add(-time.Minute)) {
+			c.bounds.ContainersNotReady++
+			continue
+		}
+		c.violate(e.t, InvProtected, "pod/"+e.pod, "endpoint in %s turned not ready on %s, alive and reachable by its peers, its containers ready",
+			e.slice, e.node)
+	}
+	c.turned = waiting
 }
 
 // snapshot records the workload's pods on a node that just died.
@@ -543,6 +592,7 @@ type Result struct {
 // finish evaluates what needs the whole run and writes the summary and
 // the report.
 func (c *Checker) finish() ([]Violation, error) {
+	c.judgeTurned(time.Now().Add(podsCatchUp))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := Result{Schedule: c.plan.Schedule, Bounds: c.bounds, Calls: c.calls, Slopes: map[string]Slope{}, Samples: c.samples}

@@ -70,6 +70,7 @@ func TestCheckerCatchesAnUnprotectedNode(t *testing.T) {
 	c.onPod(deleting("web-a-1", "edge-a1"))
 	c.onSlice(slice("web-a-2", "edge-a1", true))
 	c.onSlice(slice("web-a-2", "edge-a1", false))
+	c.judgeTurned(time.Now().Add(podsCatchUp))
 	if len(c.violations) != 3 {
 		t.Fatalf("want the taint, the eviction and the endpoint, got %d: %+v", len(c.violations), c.violations)
 	}
@@ -77,6 +78,26 @@ func TestCheckerCatchesAnUnprotectedNode(t *testing.T) {
 		if v.Invariant != InvProtected || len(v.Faults) != 1 {
 			t.Errorf("want invariant 1 with the cut in force: %+v", v)
 		}
+	}
+}
+
+// An endpoint turned not ready because the kubelet found its pod's
+// containers not ready (a readiness probe failing) is the workload's own
+// verdict: counted, not a violation, even when the pod's status arrives
+// after the slice's.
+func TestCheckerLeavesTheKubeletsVerdict(t *testing.T) {
+	c := testChecker(t)
+	c.play(Fault{ID: 1, Kind: Degrade, Unit: "a", Node: "edge-a1"}, time.Minute, 0)
+	c.onSlice(slice("web-a-2", "edge-a1", true))
+	c.onSlice(slice("web-a-2", "edge-a1", false))
+	c.judgeTurned(time.Now())
+	notReady := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-a-2"}, Spec: corev1.PodSpec{NodeName: "edge-a1"},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.ContainersReady, Status: corev1.ConditionFalse}, {Type: corev1.PodReady, Status: corev1.ConditionFalse}}}}
+	c.onPod(notReady)
+	c.judgeTurned(time.Now().Add(podsCatchUp))
+	if len(c.violations) != 0 || c.bounds.ContainersNotReady != 1 {
+		t.Fatalf("the kubelet's verdict: %d counted, violations %+v", c.bounds.ContainersNotReady, c.violations)
 	}
 }
 
@@ -92,6 +113,7 @@ func TestCheckerLetsDeadNodesGo(t *testing.T) {
 	c.checkTaints(time.Now().Add(time.Minute))
 	c.onSlice(slice("web-a-1", "edge-a2", true))
 	c.onSlice(slice("web-a-1", "edge-a2", false))
+	c.judgeTurned(time.Now().Add(podsCatchUp))
 	if len(c.violations) != 0 {
 		t.Fatalf("a dead node's taint or endpoint reported: %+v", c.violations)
 	}

@@ -80,6 +80,9 @@ func Summary(r Result) string {
 	}
 	fmt.Fprintf(&b, "\nWorst bounds seen: protected node tainted %s; dead node tainted %s after its power cut, its last pod deleted %s after the taint.\n",
 		r.Bounds.ProtectedTaint.Round(time.Second), r.Bounds.DeadTaint.Round(time.Second), r.Bounds.DeadEvict.Round(time.Second))
+	if r.Bounds.ContainersNotReady > 0 {
+		fmt.Fprintf(&b, "Endpoints of live nodes the kubelet itself turned not ready (their containers failed readiness; no violation): %d.\n", r.Bounds.ContainersNotReady)
+	}
 	fmt.Fprintf(&b, "atoll-cloud writes: %d (most to one object: %d, %s), Lease writes %d.\n", r.Writes, r.MaxPerObject, r.MaxObject, r.LeaseWrites)
 	if r.Bounds.HubSamples > 0 {
 		fmt.Fprintf(&b, "Hub: read %d times; largest backlog of a durable consumer while nothing happened: %d messages.\n", r.Bounds.HubSamples, r.Bounds.ConsumerBacklog)

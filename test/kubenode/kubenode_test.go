@@ -70,13 +70,17 @@ func TestRealNode(t *testing.T) {
 	})
 
 	t.Run("degraded link", func(t *testing.T) {
-		// Every packet lost: the pod does not answer; a 1 Mbit/s rate
-		// with no loss: it does. Restore ends both.
+		// Every packet of the uplink lost: the pod does not answer from
+		// outside, but does inside the node (the kubelet's probes); a
+		// 1 Mbit/s rate with no loss: it does. Restore ends both.
 		if err := node.Degrade(100, ""); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := hello(ctx, first.Status.PodIP); err == nil {
 			t.Error("the pod of a node losing every packet answered")
+		}
+		if out, err := node.Exec(ctx, "curl", "-sS", "--max-time", "2", "http://"+net.JoinHostPort(first.Status.PodIP, "8080")+"/"); err != nil {
+			t.Errorf("from inside the node, with its uplink losing every packet: %v %s", err, out)
 		}
 		if err := node.Degrade(0, "1mbit"); err != nil {
 			t.Fatal(err)

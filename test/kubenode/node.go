@@ -441,8 +441,10 @@ func (n *Node) Heal() error {
 const degradeTable = "kubenode-degrade"
 
 // Degrade makes the node's link poor, both ways and for every peer: a
-// share of lossPercent of its packets dropped at random, and its uplink's
-// sending rate limited to rate (a tc rate such as "2mbit"; empty: no
+// share of lossPercent of the packets through its uplink (eth0) dropped
+// at random — what stays inside the node, such as the kubelet's probes
+// of its pods, is not touched — and its uplink's sending rate limited to
+// rate (a tc rate such as "2mbit"; empty: no
 // limit), whose queue delays what exceeds it. This kernel has no netem,
 // so a fixed delay is not available. Restore undoes it.
 func (n *Node) Degrade(lossPercent int, rate string) error {
@@ -456,9 +458,9 @@ func (n *Node) Degrade(lossPercent int, rate string) error {
 			drop = "drop"
 		}
 		rules := fmt.Sprintf(`table inet %[1]s {
-	chain loss_out { type filter hook output priority -190; %[2]s; }
-	chain loss_in { type filter hook input priority -190; %[2]s; }
-	chain loss_fwd { type filter hook forward priority -190; %[2]s; }
+	chain loss_out { type filter hook output priority -190; oifname "eth0" %[2]s; }
+	chain loss_in { type filter hook input priority -190; iifname "eth0" %[2]s; }
+	chain loss_fwd { type filter hook forward priority -190; iifname "eth0" %[2]s; oifname "eth0" %[2]s; }
 }
 `, degradeTable, drop)
 		cmd := exec.Command("ip", "netns", "exec", n.netns, "nft", "-f", "-")
