@@ -69,6 +69,8 @@ type Sample struct {
 	Agents map[string]AgentMetrics `json:"agents"`
 	// Hub are the hub's servers that answered.
 	Hub []HubServer `json:"hub,omitempty"`
+	// HubRunning is how many of the hub's pods ran.
+	HubRunning int `json:"hubRunning,omitempty"`
 }
 
 // SampleEvery is the checker's sampling period.
@@ -182,7 +184,7 @@ func newChecker(plan Plan, dir string, log *slog.Logger, client kubernetes.Inter
 		notReady: map[string]time.Time{}, ready: map[string]bool{}, podNode: map[string]string{},
 		deleted: map[string]time.Time{}, snapshots: map[int][]string{}, evaluated: map[int]bool{},
 		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{},
-		hub:                hubState{lastSeq: map[string]uint64{}, backlog: map[string]HubConsumer{}},
+		hub:                hubState{last: map[string]uint64{}, short: map[string]time.Time{}, pods: map[string]bool{}, backlog: map[string]HubConsumer{}},
 		containersNotReady: map[string]time.Time{}}
 	for unit, nodes := range plan.Schedule.Topology.Units {
 		for _, n := range nodes {
@@ -500,9 +502,9 @@ func (c *Checker) sample(now time.Time) {
 	}
 	s.Agents = agentMetrics(context.Background(), c.plan.Agents, c.plan.AdminToken)
 	if c.plan.HubSelector != "" {
-		s.Hub = hubServers(context.Background(), c.client, c.plan.HubNamespace, c.plan.HubSelector, c.plan.HubMonitorPort)
+		s.Hub, s.HubRunning = hubServers(context.Background(), c.client, c.plan.HubNamespace, c.plan.HubSelector, c.plan.HubMonitorPort)
 		c.mu.Lock()
-		c.checkHub(now, s.Hub)
+		c.checkHub(now, s.Hub, s.HubRunning)
 		if len(s.Hub) > 0 {
 			c.bounds.HubSamples++
 		}
@@ -614,9 +616,10 @@ func (c *Checker) finish() ([]Violation, error) {
 				continue
 			}
 			// Growth of a tenth of the process's mean RSS per hour, or
-			// two descriptors per hour, by the median process judged.
+			// two descriptors per hour other than established
+			// connections, by the median process judged.
 			if slope.RSS > 0.1*slope.MeanRSS || slope.FDs > 2 {
-				c.violate(last, InvFlat, "component/"+comp, "grows: %+.1f MiB/h (mean %.0f MiB), %+.1f descriptors/h (median of %d processes that ran %s or more)",
+				c.violate(last, InvFlat, "component/"+comp, "grows: %+.1f MiB/h (mean %.0f MiB), %+.1f descriptors/h other than connections (median of %d processes that ran %s or more)",
 					slope.RSS, slope.MeanRSS, slope.FDs, judged, JudgeAfter)
 			}
 		}
@@ -669,7 +672,7 @@ func growth(samples []Sample, comp string, last time.Time) (Slope, int) {
 			ser := byPID[p.PID]
 			ser.ts = append(ser.ts, s.T.Sub(last).Hours())
 			ser.rss = append(ser.rss, p.RSSMiB)
-			ser.fds = append(ser.fds, float64(p.FDs))
+			ser.fds = append(ser.fds, float64(p.FDs-p.Conns))
 		}
 	}
 	var rss, fds, means []float64

@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -150,8 +152,9 @@ func TestCheckerJudgesClients(t *testing.T) {
 }
 
 // Memory is judged per process, past its first ten minutes, over its
-// last hour: processes that ran too briefly are not judged, and the
-// median of those judged decides.
+// last hour: processes that ran too briefly are not judged, the median
+// of those judged decides, and a server's established connections are
+// no leak.
 func TestGrowthIsJudgedPerProcess(t *testing.T) {
 	start := time.Now()
 	var samples []Sample
@@ -162,6 +165,8 @@ func TestGrowthIsJudgedPerProcess(t *testing.T) {
 			{Comm: "atoll-edge", PID: 1, RSSMiB: 40, FDs: 20},
 			{Comm: "atoll-edge", PID: 2, RSSMiB: 40 + 30*h, FDs: 20 + int(50*h)}, // leaks
 			{Comm: "atoll-edge", PID: 3, RSSMiB: 41, FDs: 21},
+			// a server whose leafs link as the hour goes on
+			{Comm: "nats-server", PID: 5, RSSMiB: 40, FDs: 30 + int(20*h), Conns: 10 + int(20*h)},
 		}}
 		if i < 40 { // killed after 10 minutes, growing all along
 			s.Procs = append(s.Procs, ProcUsage{Comm: "atoll-cloud", PID: 9, RSSMiB: 50 + 600*h, FDs: 30})
@@ -172,6 +177,9 @@ func TestGrowthIsJudgedPerProcess(t *testing.T) {
 	edge, judged := growth(samples, "atoll-edge", last)
 	if judged != 3 || edge.RSS > 0.1 || edge.FDs > 0.1 || edge.MeanRSS < 40 || edge.MeanRSS > 41 {
 		t.Errorf("atoll-edge: %+v, judged %d; want the median of three (flat)", edge, judged)
+	}
+	if hub, judged := growth(samples, "nats-server", last); judged != 1 || hub.FDs > 0.1 || hub.FDs < -0.1 {
+		t.Errorf("nats-server gaining connections: %+v, judged %d; want flat", hub, judged)
 	}
 	if cloud, judged := growth(samples, "atoll-cloud", last); judged != 0 || cloud.Judged != 0 {
 		t.Errorf("atoll-cloud killed after 10 minutes judged: %+v", cloud)
@@ -185,27 +193,44 @@ func TestGrowthIsJudgedPerProcess(t *testing.T) {
 	}
 }
 
-// The hub: a server whose ballots' stream goes back lost acknowledged
-// messages; a durable consumer with a backlog over the bound, or one
-// that does not move, in a quiet period is caught; a backlog during a
-// fault, or one that moves, is not.
+// The hub: acknowledged messages no server holds any more are lost; one
+// server going back while another holds them is not, nor a shortfall
+// seen once (a new leader applying what its log holds) or while a
+// server does not answer; a hub remade with no pod of the old one starts
+// again. A durable consumer with a backlog over the bound, or one that
+// does not move, in a quiet period is caught; a backlog during a fault,
+// or one that moves, is not.
 func TestCheckerJudgesTheHub(t *testing.T) {
 	c := testChecker(t)
 	// A fault ended 10 minutes ago: quiet now.
 	c.play(Fault{Kind: NodeCut, Node: "edge-a1", Unit: "a"}, 11*time.Minute, time.Minute)
 	now := time.Now()
-	server := func(lastSeq uint64, consumers ...HubConsumer) []HubServer {
-		return []HubServer{{Pod: "atoll-cloud-0", UID: "u1", Name: "hub-0",
-			Streams: map[string]HubStream{AckedStream: {LastSeq: lastSeq}, "VIEWS": {LastSeq: 7}}, Consumers: consumers}}
+	at := func(i int) time.Time { return now.Add(time.Duration(i) * SampleEvery) }
+	server := func(uid string, lastSeq uint64, consumers ...HubConsumer) HubServer {
+		return HubServer{Pod: "atoll-hub-" + uid, UID: uid, Name: "hub-" + uid,
+			Streams: map[string]HubStream{AckedStream: {LastSeq: lastSeq}, "VIEWS": {LastSeq: 7}}, Consumers: consumers}
 	}
-	c.checkHub(now, server(100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 3, AckFloor: 97}))
-	c.checkHub(now.Add(SampleEvery), server(104, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 2, AckFloor: 102}))
+	hub := func(servers ...HubServer) []HubServer { return servers }
+	c.checkHub(at(0), hub(server("0", 100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 3, AckFloor: 97}), server("1", 100), server("2", 99)), 3)
+	c.checkHub(at(1), hub(server("0", 104, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 2, AckFloor: 102}), server("1", 104), server("2", 104)), 3)
+	// Server 0 killed: 1 restarts below, 2 holds everything.
+	c.checkHub(at(2), hub(server("1", 90), server("2", 104)), 2)
+	// 2 does not answer: nothing judged.
+	c.checkHub(at(3), hub(server("1", 90)), 2)
+	c.checkHub(at(4), hub(server("1", 90)), 2)
+	// Once short, then caught up.
+	c.checkHub(at(5), hub(server("1", 101), server("2", 101)), 2)
+	c.checkHub(at(6), hub(server("0", 110), server("1", 110), server("2", 110)), 3)
 	if len(c.violations) != 0 {
-		t.Fatalf("a moving backlog: %+v", c.violations)
+		t.Fatalf("a moving backlog, a server behind, a shortfall seen once: %+v", c.violations)
 	}
-	c.checkHub(now.Add(2*SampleEvery), server(90, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 2, AckFloor: 102}))
-	c.checkHub(now.Add(3*SampleEvery), server(120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}))
-	want := []string{"stream/HEALTH", "consumer/HEALTH/ballots", "consumer/HEALTH/ballots"}
+	// Short twice in a row with every server answering: lost.
+	c.checkHub(at(7), hub(server("0", 90), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(8), hub(server("0", 120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(9), hub(server("0", 120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(10), hub(server("0", 90), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(11), hub(server("0", 80), server("1", 80), server("2", 80)), 3)
+	want := []string{"consumer/HEALTH/ballots", "consumer/HEALTH/ballots", "stream/HEALTH"}
 	if len(c.violations) != len(want) {
 		t.Fatalf("violations %+v, want on %v", c.violations, want)
 	}
@@ -217,13 +242,51 @@ func TestCheckerJudgesTheHub(t *testing.T) {
 	if c.hub.worstBacklog != 500 {
 		t.Errorf("worst backlog %d, want 500", c.hub.worstBacklog)
 	}
+	// A hub remade with none of the old pods starts again.
+	c.checkHub(at(12), hub(server("n", 3)), 1)
+	c.checkHub(at(13), hub(server("n", 5)), 1)
+	if len(c.violations) != len(want) {
+		t.Errorf("a hub remade without its volume: %+v", c.violations[len(want):])
+	}
 
 	// During a fault a backlog is no violation.
 	c = testChecker(t)
 	c.play(Fault{Kind: UnitCut, Unit: "a"}, time.Minute, 0)
-	c.checkHub(now, server(100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 5000}))
-	c.checkHub(now.Add(SampleEvery), server(100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 5000}))
+	c.checkHub(now, hub(server("0", 100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 5000})), 1)
+	c.checkHub(at(1), hub(server("0", 100, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 5000})), 1)
 	if len(c.violations) != 0 {
 		t.Errorf("a backlog during a unit cut: %+v", c.violations)
+	}
+}
+
+// A process's established TCP connections are counted from its own
+// descriptors: both ends of a loopback connection, not the listener.
+func TestConnectionsCountsEstablishedSockets(t *testing.T) {
+	dir := "/proc/" + strconv.Itoa(os.Getpid())
+	count := func() int {
+		fds, err := os.ReadDir(dir + "/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return connections(dir, fds)
+	}
+	before := count()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	if got := count(); got != before+2 {
+		t.Errorf("%d established connections, want %d", got, before+2)
 	}
 }

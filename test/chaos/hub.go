@@ -51,21 +51,21 @@ type HubConsumer struct {
 }
 
 // hubServers reads the monitoring of every running pod of selector in
-// namespace on port (each pod's hub server); a server that does not
-// answer within 3 s is left out.
-func hubServers(ctx context.Context, client kubernetes.Interface, namespace, selector, port string) []HubServer {
+// namespace on port (each pod's hub server) and says how many pods run;
+// a server that does not answer within 3 s is left out.
+func hubServers(ctx context.Context, client kubernetes.Interface, namespace, selector, port string) (servers []HubServer, running int) {
 	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	httpc := &http.Client{Timeout: 3 * time.Second}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var out []HubServer
 	for _, p := range pods.Items {
 		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
 			continue
 		}
+		running++
 		base := "http://" + net.JoinHostPort(p.Status.PodIP, port)
 		wg.Go(func() {
 			s, err := hubServer(ctx, httpc, base)
@@ -74,12 +74,12 @@ func hubServers(ctx context.Context, client kubernetes.Interface, namespace, sel
 			}
 			s.Pod, s.UID = p.Name, string(p.UID)
 			mu.Lock()
-			out = append(out, s)
+			servers = append(servers, s)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return out
+	return servers, running
 }
 
 func hubServer(ctx context.Context, httpc *http.Client, base string) (HubServer, error) {
@@ -141,36 +141,63 @@ const ConsumerLagBound = 100
 
 // hubState is what the checker remembers of the hub between samples.
 type hubState struct {
-	lastSeq map[string]uint64      // pod UID/stream → last sequence seen
+	// last is, by stream, the highest last sequence any server held;
+	// short since when every running server has held less.
+	last    map[string]uint64
+	short   map[string]time.Time
+	pods    map[string]bool        // UIDs of the pods seen
 	backlog map[string]HubConsumer // stream/consumer → its state at the last quiet sample with a backlog
 	// WorstBacklog is the largest backlog of a durable consumer seen in
 	// a quiet period.
 	worstBacklog uint64
 }
 
-// checkHub judges a sample of the hub's servers at now: no acknowledged
-// message of AckedStream lost (a server's last sequence never goes back,
-// no message found lost), and, in quiet periods, every durable consumer
-// caught up (a backlog of at most ConsumerLagBound that moves). Call with
-// c.mu held.
-func (c *Checker) checkHub(now time.Time, servers []HubServer) {
+// checkHub judges a sample of the hub's servers at now, of which running
+// pods run: no acknowledged message of AckedStream lost, and, in quiet
+// periods, every durable consumer caught up (a backlog of at most
+// ConsumerLagBound that moves). Call with c.mu held.
+//
+// A message is lost when no server holds it: every running server
+// answered and the highest last sequence among them stayed below the
+// highest seen for two samples in a row. One server going back is not
+// a loss: a replica killed with SIGKILL restarts from what its store
+// had flushed and catches up from its peers' log (each server's own
+// sequence is in the samples). A hub whose every answering pod is new
+// starts a history of its own (a hub without a volume, remade).
+func (c *Checker) checkHub(now time.Time, servers []HubServer, running int) {
 	h := &c.hub
-	quiet := c.truth.quiet(now)
-	seen := map[string]bool{}
+	highest := map[string]uint64{}
+	known := false
 	for _, s := range servers {
+		known = known || h.pods[s.UID]
 		for name, st := range s.Streams {
 			if st.Lost > 0 {
 				c.violate(now, InvViews, "stream/"+name, "server %s found %d messages lost from its store", s.Name, st.Lost)
 			}
-			if name != AckedStream {
-				continue
-			}
-			key := s.UID + "/" + name
-			if last, ok := h.lastSeq[key]; ok && st.LastSeq < last {
-				c.violate(now, InvViews, "stream/"+name, "server %s's last sequence went back from %d to %d: acknowledged messages lost", s.Name, last, st.LastSeq)
-			}
-			h.lastSeq[key] = max(h.lastSeq[key], st.LastSeq)
+			highest[name] = max(highest[name], st.LastSeq)
 		}
+	}
+	for _, s := range servers {
+		h.pods[s.UID] = true
+	}
+	if len(servers) > 0 && !known {
+		clear(h.last)
+		clear(h.short)
+	}
+	if last, held := h.last[AckedStream], highest[AckedStream]; len(servers) == running && held < last {
+		if since, ok := h.short[AckedStream]; !ok {
+			h.short[AckedStream] = now
+		} else if now.Sub(since) >= SampleEvery {
+			c.violate(now, InvViews, "stream/"+AckedStream, "no server holds messages past %d for %s, %d were stored: acknowledged messages lost", held, now.Sub(since).Round(time.Second), last)
+		}
+	} else {
+		delete(h.short, AckedStream)
+	}
+	h.last[AckedStream] = max(h.last[AckedStream], highest[AckedStream])
+
+	quiet := c.truth.quiet(now)
+	seen := map[string]bool{}
+	for _, s := range servers {
 		for _, co := range s.Consumers {
 			key := co.Stream + "/" + co.Name
 			if seen[key] {

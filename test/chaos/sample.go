@@ -38,6 +38,8 @@ type ProcUsage struct {
 	PID    int     `json:"pid"`
 	RSSMiB float64 `json:"rssMiB"`
 	FDs    int     `json:"fds"`
+	// Conns are the descriptors that are established TCP connections.
+	Conns int `json:"conns"`
 }
 
 // components are the programs of Atoll whose resources are followed.
@@ -70,13 +72,14 @@ func usage(net int) (map[string]Usage, []ProcUsage) {
 		u := out[comm]
 		rss, threads := procStatus(dir)
 		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
+		conns := connections(dir, fds)
 		u.Procs++
 		u.RSSMiB += rss
 		u.MaxRSSMiB = max(u.MaxRSSMiB, rss)
 		u.FDs += len(fds)
 		u.Threads += threads
 		out[comm] = u
-		procsOut = append(procsOut, ProcUsage{Comm: comm, PID: pid, RSSMiB: rss, FDs: len(fds)})
+		procsOut = append(procsOut, ProcUsage{Comm: comm, PID: pid, RSSMiB: rss, FDs: len(fds), Conns: conns})
 	}
 	return out, procsOut
 }
@@ -103,6 +106,37 @@ func procStatus(dir string) (rssMiB float64, threads int) {
 	}
 	return rssMiB, threads
 }
+
+// connections counts the descriptors fds of the process at dir that are
+// established TCP connections: what a server holds because peers are
+// linked to it, not because it leaks.
+func connections(dir string, fds []os.DirEntry) int {
+	sockets := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
+			sockets[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	n := 0
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(filepath.Join(dir, "net", table))
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			// sl local remote st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) > 9 && f[3] == tcpEstablished && sockets[f[9]] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// tcpEstablished is the state TCP_ESTABLISHED as /proc/net/tcp shows it.
+const tcpEstablished = "01"
 
 // tailer reads what files gain, line by line, from where it left off.
 type tailer struct {
