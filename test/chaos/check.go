@@ -19,6 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/atoll-edge/atoll/internal/wellknown"
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // Invariants the checker holds the installation to.
@@ -32,7 +35,7 @@ const (
 	// of the taint.
 	InvDeadEvicted = 2
 	// InvQuiet: atoll-cloud writes nothing but its Lease while nothing
-	// happens.
+	// happens, and writes a Node only to change what it owns there.
 	InvQuiet = 3
 	// InvViews: a linked agent's view feeds catch up within ViewsBound;
 	// the hub loses no acknowledged ballot, and its durable consumers
@@ -59,9 +62,11 @@ type Sample struct {
 	T     time.Time        `json:"t"`
 	Usage map[string]Usage `json:"usage"`
 	Procs []ProcUsage      `json:"procs"`
-	// Writes and LeaseWrites are atoll-cloud's writes in the period.
+	// Writes and LeaseWrites are atoll-cloud's writes in the period;
+	// Reviews its TokenReviews (which store nothing).
 	Writes      int `json:"writes"`
 	LeaseWrites int `json:"leaseWrites"`
+	Reviews     int `json:"reviews,omitempty"`
 	// Calls are each unit's client calls in the period: ok, failed.
 	Calls  map[string][2]int `json:"calls"`
 	Faults int               `json:"faults"`
@@ -112,7 +117,10 @@ type Checker struct {
 	bounds      Bounds
 	calls       map[string]*CallStats
 	writeCounts map[string]int // object → atoll-cloud writes (Leases apart)
-	hub         hubState
+	// nodeState: Node → the annotations Atoll owns on it, as atoll-cloud's
+	// last write left them.
+	nodeState map[string]string
+	hub       hubState
 	// containersNotReady: workload pod → when its ContainersReady was
 	// last seen False (the kubelet's own judgement of its containers;
 	// the node lifecycle controller turns only Ready False).
@@ -183,7 +191,7 @@ func newChecker(plan Plan, dir string, log *slog.Logger, client kubernetes.Inter
 		taintSince: map[string]time.Time{}, taintSeen: map[string][]time.Time{}, reported: map[string]bool{},
 		notReady: map[string]time.Time{}, ready: map[string]bool{}, podNode: map[string]string{},
 		deleted: map[string]time.Time{}, snapshots: map[int][]string{}, evaluated: map[int]bool{},
-		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{},
+		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{}, nodeState: map[string]string{},
 		hub:                hubState{last: map[string]uint64{}, short: map[string]time.Time{}, pods: map[string]bool{}, backlog: map[string]HubConsumer{}},
 		containersNotReady: map[string]time.Time{}}
 	for unit, nodes := range plan.Schedule.Topology.Units {
@@ -482,14 +490,43 @@ func (c *Checker) checkDead() {
 	}
 }
 
+// checkNodeWrite judges a write of atoll-cloud's to a Node: what Atoll
+// owns there (its verdict and since, its unit's hold) moves only with a
+// transition, so a write that leaves them as the last one left them
+// answers none. Call with c.mu held.
+func (c *Checker) checkNodeWrite(e kubetest.AuditEvent) {
+	if e.ObjectRef.Resource != "nodes" || e.ResponseStatus.Code >= 300 || len(e.ResponseObject) == 0 {
+		return
+	}
+	var node struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(e.ResponseObject, &node) != nil {
+		return
+	}
+	a := node.Metadata.Annotations
+	owned := fmt.Sprintf("verdict %q since %q, hold until %q",
+		a[wellknown.AnnotationVerdict], a[wellknown.AnnotationVerdictSince], a[wellknown.AnnotationHoldUntil])
+	if prev, ok := c.nodeState[e.ObjectRef.Name]; ok && prev == owned {
+		c.violate(e.Received, InvQuiet, e.Object(), "atoll-cloud wrote the Node leaving what it owns there as it was (%s): a write with no transition", owned)
+	}
+	c.nodeState[e.ObjectRef.Name] = owned
+}
+
 // sample measures the period that ends now and checks the clients' calls
 // and atoll-cloud's writes of it.
 func (c *Checker) sample(now time.Time) {
 	s := Sample{T: now, Calls: map[string][2]int{}, Faults: len(c.truth.active(now))}
 	s.Usage, s.Procs = usage(c.plan.Net)
 	for _, e := range c.audit.writes(c.plan.AuditLog, c.plan.CloudUser) {
-		if leaseWrite(e) {
+		switch {
+		case leaseWrite(e):
 			s.LeaseWrites++
+			continue
+		case review(e):
+			s.Reviews++
 			continue
 		}
 		s.Writes++
@@ -498,6 +535,7 @@ func (c *Checker) sample(now time.Time) {
 		if c.truth.quiet(e.Received) {
 			c.violate(e.Received, InvQuiet, e.Object(), "atoll-cloud wrote (%s) while nothing happened", e.Verb)
 		}
+		c.checkNodeWrite(e)
 		c.mu.Unlock()
 	}
 	s.Agents = agentMetrics(context.Background(), c.plan.Agents, c.plan.AdminToken)
@@ -581,10 +619,10 @@ type Result struct {
 	// Slopes are each component's growth (growth).
 	Slopes map[string]Slope `json:"slopes"`
 	// Writes are atoll-cloud's writes (Leases apart); MaxPerObject the
-	// most to one object.
-	Writes, LeaseWrites int
-	MaxPerObject        int
-	MaxObject           string
+	// most to one object. Reviews are its TokenReviews.
+	Writes, LeaseWrites, Reviews int
+	MaxPerObject                 int
+	MaxObject                    string
 	// Start is the schedule's time 0; Played the faults as they happened.
 	Start   time.Time `json:"start"`
 	Played  []Played  `json:"played"`
@@ -601,6 +639,7 @@ func (c *Checker) finish() ([]Violation, error) {
 	for _, s := range c.samples {
 		r.Writes += s.Writes
 		r.LeaseWrites += s.LeaseWrites
+		r.Reviews += s.Reviews
 	}
 	for _, obj := range slices.Sorted(maps.Keys(c.writeCounts)) {
 		if n := c.writeCounts[obj]; n > r.MaxPerObject {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net"
 	"os"
@@ -13,6 +14,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/atoll-edge/atoll/test/kubetest"
 )
 
 // testChecker is a checker of a two-unit plan fed by hand: no apiserver.
@@ -288,5 +291,35 @@ func TestConnectionsCountsEstablishedSockets(t *testing.T) {
 	defer server.Close()
 	if got := count(); got != before+2 {
 		t.Errorf("%d established connections, want %d", got, before+2)
+	}
+}
+
+// A Node write that leaves what Atoll owns there as the last one left it
+// answers no transition; a changed verdict or hold does, and a refused
+// write (a stale resourceVersion) stores nothing.
+func TestCheckerJudgesNodeWrites(t *testing.T) {
+	c := testChecker(t)
+	now := time.Now()
+	write := func(code int, annotations string) kubetest.AuditEvent {
+		e := kubetest.AuditEvent{Received: now, Verb: "patch"}
+		e.ObjectRef.Resource, e.ObjectRef.Name = "nodes", "edge-a1"
+		e.ResponseStatus.Code = code
+		e.ResponseObject = json.RawMessage(`{"metadata":{"annotations":{` + annotations + `}}}`)
+		return e
+	}
+	for _, e := range []kubetest.AuditEvent{
+		write(200, `"atoll.io/health-verdict":"none"`),
+		write(200, `"atoll.io/health-verdict":"healthy","atoll.io/health-verdict-since":"2026-12-01T00:57:21Z"`),
+		write(422, `"atoll.io/health-verdict":"healthy","atoll.io/health-verdict-since":"2026-12-01T00:57:21Z"`),
+		write(200, `"atoll.io/health-verdict":"healthy","atoll.io/health-verdict-since":"2026-12-01T00:57:21Z","atoll.io/unit-hold-until":"2026-12-01T01:20:00Z"`),
+	} {
+		c.checkNodeWrite(e)
+	}
+	if len(c.violations) != 0 {
+		t.Fatalf("each write a transition: %+v", c.violations)
+	}
+	c.checkNodeWrite(write(200, `"atoll.io/health-verdict":"healthy","atoll.io/health-verdict-since":"2026-12-01T00:57:21Z","atoll.io/unit-hold-until":"2026-12-01T01:20:00Z","other":"x"`))
+	if len(c.violations) != 1 || c.violations[0].Invariant != InvQuiet || c.violations[0].Object != "nodes//edge-a1" {
+		t.Errorf("a write with no transition: %+v", c.violations)
 	}
 }

@@ -41,7 +41,7 @@ func WriteResult(dir string, r Result) error {
 var invariantNames = map[int]string{
 	InvProtected:   "1 alive nodes protected (no taint > 5 s, eviction or not-ready endpoint)",
 	InvDeadEvicted: "2 dead nodes evicted in time",
-	InvQuiet:       "3 no atoll-cloud write while nothing happens",
+	InvQuiet:       "3 no atoll-cloud write while nothing happens, nor a Node write without a transition",
 	InvViews:       "4 views caught up within a minute; no acked ballot lost; hub consumers caught up",
 	InvClients:     "5 clients served in their unit while it is cut off",
 	InvFlat:        "6 memory and descriptors flat",
@@ -83,7 +83,7 @@ func Summary(r Result) string {
 	if r.Bounds.ContainersNotReady > 0 {
 		fmt.Fprintf(&b, "Endpoints of live nodes the kubelet itself turned not ready (their containers failed readiness; no violation): %d.\n", r.Bounds.ContainersNotReady)
 	}
-	fmt.Fprintf(&b, "atoll-cloud writes: %d (most to one object: %d, %s), Lease writes %d.\n", r.Writes, r.MaxPerObject, r.MaxObject, r.LeaseWrites)
+	fmt.Fprintf(&b, "atoll-cloud writes: %d (most to one object: %d, %s), Lease writes %d, TokenReviews %d.\n", r.Writes, r.MaxPerObject, r.MaxObject, r.LeaseWrites, r.Reviews)
 	if r.Bounds.HubSamples > 0 {
 		fmt.Fprintf(&b, "Hub: read %d times; largest backlog of a durable consumer while nothing happened: %d messages.\n", r.Bounds.HubSamples, r.Bounds.ConsumerBacklog)
 	}

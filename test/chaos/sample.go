@@ -233,6 +233,13 @@ func (t *tailer) writes(path, user string) []kubetest.AuditEvent {
 	return out
 }
 
+// review tells a TokenReview or an access review: a question to the
+// apiserver that stores nothing (atoll-cloud asks one when an agent
+// enrolls).
+func review(e kubetest.AuditEvent) bool {
+	return strings.HasSuffix(e.ObjectRef.Resource, "reviews")
+}
+
 // leaseWrite tells a write of a Lease (atoll-cloud's leader election),
 // which a quiet installation makes all the time.
 func leaseWrite(e kubetest.AuditEvent) bool {
