@@ -218,21 +218,23 @@ func TestCheckerJudgesTheHub(t *testing.T) {
 	c.checkHub(at(1), hub(server("0", 104, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 2, AckFloor: 102}), server("1", 104), server("2", 104)), 3)
 	// Server 0 killed: 1 restarts below, 2 holds everything.
 	c.checkHub(at(2), hub(server("1", 90), server("2", 104)), 2)
-	// 2 does not answer: nothing judged.
+	// 2 does not answer, then the pods cannot be listed: nothing judged.
 	c.checkHub(at(3), hub(server("1", 90)), 2)
 	c.checkHub(at(4), hub(server("1", 90)), 2)
+	c.checkHub(at(5), nil, 0)
+	c.checkHub(at(6), nil, 0)
 	// Once short, then caught up.
-	c.checkHub(at(5), hub(server("1", 101), server("2", 101)), 2)
-	c.checkHub(at(6), hub(server("0", 110), server("1", 110), server("2", 110)), 3)
+	c.checkHub(at(7), hub(server("1", 101), server("2", 101)), 2)
+	c.checkHub(at(8), hub(server("0", 110), server("1", 110), server("2", 110)), 3)
 	if len(c.violations) != 0 {
 		t.Fatalf("a moving backlog, a server behind, a shortfall seen once: %+v", c.violations)
 	}
 	// Short twice in a row with every server answering: lost.
-	c.checkHub(at(7), hub(server("0", 90), server("1", 90), server("2", 90)), 3)
-	c.checkHub(at(8), hub(server("0", 120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}), server("1", 90), server("2", 90)), 3)
-	c.checkHub(at(9), hub(server("0", 120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}), server("1", 90), server("2", 90)), 3)
-	c.checkHub(at(10), hub(server("0", 90), server("1", 90), server("2", 90)), 3)
-	c.checkHub(at(11), hub(server("0", 80), server("1", 80), server("2", 80)), 3)
+	c.checkHub(at(9), hub(server("0", 90), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(10), hub(server("0", 120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(11), hub(server("0", 120, HubConsumer{Stream: AckedStream, Name: "ballots", Pending: 500, AckFloor: 110}), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(12), hub(server("0", 90), server("1", 90), server("2", 90)), 3)
+	c.checkHub(at(13), hub(server("0", 80), server("1", 80), server("2", 80)), 3)
 	want := []string{"consumer/HEALTH/ballots", "consumer/HEALTH/ballots", "stream/HEALTH"}
 	if len(c.violations) != len(want) {
 		t.Fatalf("violations %+v, want on %v", c.violations, want)
@@ -246,8 +248,8 @@ func TestCheckerJudgesTheHub(t *testing.T) {
 		t.Errorf("worst backlog %d, want 500", c.hub.worstBacklog)
 	}
 	// A hub remade with none of the old pods starts again.
-	c.checkHub(at(12), hub(server("n", 3)), 1)
-	c.checkHub(at(13), hub(server("n", 5)), 1)
+	c.checkHub(at(14), hub(server("n", 3)), 1)
+	c.checkHub(at(15), hub(server("n", 5)), 1)
 	if len(c.violations) != len(want) {
 		t.Errorf("a hub remade without its volume: %+v", c.violations[len(want):])
 	}

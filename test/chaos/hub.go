@@ -158,7 +158,8 @@ type hubState struct {
 // ConsumerLagBound that moves). Call with c.mu held.
 //
 // A message is lost when no server holds it: every running server
-// answered and the highest last sequence among them stayed below the
+// answered (one at least: a sample the apiserver could not list judges
+// nothing) and the highest last sequence among them stayed below the
 // highest seen for two samples in a row. One server going back is not
 // a loss: a replica killed with SIGKILL restarts from what its store
 // had flushed and catches up from its peers' log (each server's own
@@ -184,7 +185,7 @@ func (c *Checker) checkHub(now time.Time, servers []HubServer, running int) {
 		clear(h.last)
 		clear(h.short)
 	}
-	if last, held := h.last[AckedStream], highest[AckedStream]; len(servers) == running && held < last {
+	if last, held := h.last[AckedStream], highest[AckedStream]; len(servers) > 0 && len(servers) == running && held < last {
 		if since, ok := h.short[AckedStream]; !ok {
 			h.short[AckedStream] = now
 		} else if now.Sub(since) >= SampleEvery {
