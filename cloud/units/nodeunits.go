@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -57,6 +59,13 @@ func (f UnitStatesFunc) UnitDisruption(unit string) (string, bool) { return f(un
 // OnChange does nothing: f's states never change.
 func (f UnitStatesFunc) OnChange(func(string)) {}
 
+// statusSettle is how long a unit's status waits after a Node event or
+// a disruption change before it is computed and written: a Node turning
+// Ready or not changes the unit's counts and, a moment later, the
+// disruption state the health service derives from it; both land in one
+// write.
+const statusSettle = 2 * time.Second
+
 // nodeUnits keeps the NodeUnits.
 type nodeUnits struct {
 	c      client.Client
@@ -69,7 +78,8 @@ type nodeUnits struct {
 // SetupNodeUnits keeps one NodeUnit per unit of rule with m
 // (leader only): created for a unit's first node, its status (members,
 // Ready and not Ready counts, the disruption state of states, if any)
-// written when it changes (on Node events and on states' changes),
+// written when it changes (statusSettle after Node events and states'
+// changes, so that one transition is one write),
 // deleted with the unit's last node. Only
 // NodeUnits labeled app.kubernetes.io/managed-by=atoll-cloud are deleted;
 // labels set by hand on them are kept (the apply owns none), so grid
@@ -94,12 +104,27 @@ func SetupNodeUnits(m *manager.Manager, rule Rule, states UnitStates, log *slog.
 		}
 		return nil
 	}
+	settle := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
+		for _, o := range objs {
+			for _, req := range unitOf(o) {
+				q.AddAfter(req, statusSettle)
+			}
+		}
+	}
 	b := builder.ControllerManagedBy(m).
 		Named(NodeUnitController).
 		For(&appsv1alpha1.NodeUnit{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return unitOf(o)
-		})).
+		Watches(&corev1.Node{}, handler.Funcs{
+			CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				settle(q, e.Object)
+			},
+			UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				settle(q, e.ObjectOld, e.ObjectNew)
+			},
+			DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				settle(q, e.Object)
+			},
+		}).
 		// A new term: every NodeUnit and every unit of a node (one may
 		// have none yet), as a new leader's controller would.
 		WatchesRawSource(m.TermSource(&appsv1alpha1.NodeUnitList{})).
@@ -111,7 +136,7 @@ func SetupNodeUnits(m *manager.Manager, rule Rule, states UnitStates, log *slog.
 		var queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 		states.OnChange(func(unit string) {
 			if q := queue.Load(); q != nil && unit != "" {
-				(*q).Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: unit}})
+				(*q).AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Name: unit}}, statusSettle)
 			}
 		})
 		b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {

@@ -130,13 +130,34 @@ func TestNodeUnits(t *testing.T) {
 	states.unknown = false
 	states.mu.Unlock()
 
+	// One transition, one write: a Node turns Ready, and the disruption
+	// state the health service derives from it follows a moment later.
+	writes = nodeUnitWrites(t, reg)
+	var a2 corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: "a-2"}, &a2); err != nil {
+		t.Fatal(err)
+	}
+	a2.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if err := c.Status().Update(ctx, &a2); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	disruption = "Normal"
+	states.set("a", disruption)
+	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2"}, 2, 0))
+	notice(false)
+	notice(false)
+	if w := nodeUnitWrites(t, reg); w != writes+1 {
+		t.Errorf("%v NodeUnit writes for a Node turning Ready and its unit's state following, want 1", w-writes)
+	}
+
 	// A label set by hand stays (for unitSelector).
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"tier":"gold"}}}`))
 	if err := c.Patch(ctx, &appsv1alpha1.NodeUnit{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, patch); err != nil {
 		t.Fatal(err)
 	}
 	mkNode("a-3", "a", corev1.ConditionTrue)
-	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2", "a-3"}, 2, 1))
+	poll.Eventually(t, 20*time.Second, unit("a", []string{"a-1", "a-2", "a-3"}, 3, 0))
 	var nu appsv1alpha1.NodeUnit
 	if err := c.Get(ctx, client.ObjectKey{Name: "a"}, &nu); err != nil || nu.Labels["tier"] != "gold" {
 		t.Fatalf("hand label lost: %v %v", nu.Labels, err)
