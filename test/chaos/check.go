@@ -654,9 +654,10 @@ func (c *Checker) finish() ([]Violation, error) {
 			if judged == 0 {
 				continue
 			}
-			// Growth of a tenth of the process's mean RSS per hour, or
-			// two descriptors per hour other than established
-			// connections, by the median process judged.
+			// Growth of a tenth of the process's mean RSS per hour
+			// (beside its established connections), or two
+			// descriptors per hour other than those connections, by
+			// the median process judged.
 			if slope.RSS > 0.1*slope.MeanRSS || slope.FDs > 2 {
 				c.violate(last, InvFlat, "component/"+comp, "grows: %+.1f MiB/h (mean %.0f MiB), %+.1f descriptors/h other than connections (median of %d processes that ran %s or more)",
 					slope.RSS, slope.MeanRSS, slope.FDs, judged, JudgeAfter)
@@ -689,7 +690,7 @@ const JudgeAfter = 30 * time.Minute
 
 // growth is comp's Slope at last, and how many processes it judged.
 func growth(samples []Sample, comp string, last time.Time) (Slope, int) {
-	type series struct{ ts, rss, fds []float64 }
+	type series struct{ ts, rss, fds, conns []float64 }
 	byPID := map[int]*series{}
 	first := map[int]time.Time{}
 	for _, s := range samples {
@@ -712,6 +713,7 @@ func growth(samples []Sample, comp string, last time.Time) (Slope, int) {
 			ser.ts = append(ser.ts, s.T.Sub(last).Hours())
 			ser.rss = append(ser.rss, p.RSSMiB)
 			ser.fds = append(ser.fds, float64(p.FDs-p.Conns))
+			ser.conns = append(ser.conns, float64(p.Conns))
 		}
 	}
 	var rss, fds, means []float64
@@ -719,7 +721,7 @@ func growth(samples []Sample, comp string, last time.Time) (Slope, int) {
 		if n := len(ser.ts); n < 3 || time.Duration((ser.ts[n-1]-ser.ts[0])*float64(time.Hour)) < JudgeAfter {
 			continue
 		}
-		rss = append(rss, fit(ser.ts, ser.rss))
+		rss = append(rss, fitBeside(ser.ts, ser.conns, ser.rss))
 		fds = append(fds, fit(ser.ts, ser.fds))
 		means = append(means, mean(ser.rss))
 	}
@@ -733,6 +735,29 @@ func median(xs []float64) float64 {
 	xs = slices.Clone(xs)
 	slices.Sort(xs)
 	return xs[len(xs)/2]
+}
+
+// fitBeside is the least-squares slope of ys over xs with zs beside xs
+// (ys ≈ a + b·xs + c·zs; b): a server's memory that follows the links it
+// holds (more when its peers die and their leafs move to it) is load,
+// not growth; a leak grows with time whatever the links. With zs steady
+// (or moving with xs alone) it is fit's slope.
+func fitBeside(xs, zs, ys []float64) float64 {
+	mx, mz, my := mean(xs), mean(zs), mean(ys)
+	var sxx, szz, sxz, sxy, szy float64
+	for i := range xs {
+		dx, dz, dy := xs[i]-mx, zs[i]-mz, ys[i]-my
+		sxx += dx * dx
+		szz += dz * dz
+		sxz += dx * dz
+		sxy += dx * dy
+		szy += dz * dy
+	}
+	det := sxx*szz - sxz*sxz
+	if szz == 0 || det <= 1e-9*sxx*szz {
+		return fit(xs, ys)
+	}
+	return (sxy*szz - szy*sxz) / det
 }
 
 // fit is the least-squares slope of ys over xs.

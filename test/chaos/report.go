@@ -93,7 +93,7 @@ func Summary(r Result) string {
 		c := r.Calls[u]
 		fmt.Fprintf(&b, "| %s | %d | %d | %d / %d | %d | %d / %d |\n", u, c.OK+c.Failed, c.Failed, c.CutOK, c.CutFailed, c.Foreign, c.OtherFaultOK, c.OtherBad)
 	}
-	fmt.Fprintf(&b, "\n| component | processes judged (ran %s past their first 10 min) | RSS slope (MiB/h, median) | descriptors slope, connections apart (/h, median) | last RSS, all processes (MiB) |\n|---|---|---|---|---|\n", JudgeAfter)
+	fmt.Fprintf(&b, "\n| component | processes judged (ran %s past their first 10 min) | RSS slope beside connections (MiB/h, median) | descriptors slope, connections apart (/h, median) | last RSS, all processes (MiB) |\n|---|---|---|---|---|\n", JudgeAfter)
 	for _, comp := range components {
 		sl, ok := r.Slopes[comp]
 		var last float64
