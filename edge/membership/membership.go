@@ -31,8 +31,8 @@ import (
 
 	"github.com/atoll-edge/atoll/edge/natsnode"
 	"github.com/atoll-edge/atoll/edge/viewfeed"
-	"github.com/atoll-edge/atoll/internal/atomicfile"
 	"github.com/atoll-edge/atoll/events"
+	"github.com/atoll-edge/atoll/internal/atomicfile"
 	"github.com/atoll-edge/atoll/internal/hublink"
 	atollv1 "github.com/atoll-edge/atoll/schemas/atoll/v1"
 )
