@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -76,6 +77,11 @@ type Sample struct {
 	Hub []HubServer `json:"hub,omitempty"`
 	// HubRunning is how many of the hub's pods ran.
 	HubRunning int `json:"hubRunning,omitempty"`
+	// CPU is what each component's processes used in the period, and
+	// Machine what the whole machine did (everything on it, the control
+	// plane, the nodes and the checker included), in cores.
+	CPU     map[string]float64 `json:"cpu,omitempty"`
+	Machine float64            `json:"machineCores,omitempty"`
 }
 
 // SampleEvery is the checker's sampling period.
@@ -117,6 +123,10 @@ type Checker struct {
 	bounds      Bounds
 	calls       map[string]*CallStats
 	writeCounts map[string]int // object → atoll-cloud writes (Leases apart)
+	// procCPU: process → its CPU seconds at the last sample; busy and
+	// total the machine's, then.
+	procCPU     map[int]float64
+	busy, total float64
 	// nodeState: Node → the annotations Atoll owns on it, as atoll-cloud's
 	// last write left them.
 	nodeState map[string]string
@@ -191,7 +201,7 @@ func newChecker(plan Plan, dir string, log *slog.Logger, client kubernetes.Inter
 		taintSince: map[string]time.Time{}, taintSeen: map[string][]time.Time{}, reported: map[string]bool{},
 		notReady: map[string]time.Time{}, ready: map[string]bool{}, podNode: map[string]string{},
 		deleted: map[string]time.Time{}, snapshots: map[int][]string{}, evaluated: map[int]bool{},
-		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{}, nodeState: map[string]string{},
+		perObject: map[string]int{}, calls: map[string]*CallStats{}, writeCounts: map[string]int{}, nodeState: map[string]string{}, procCPU: map[int]float64{},
 		hub:                hubState{last: map[string]uint64{}, short: map[string]time.Time{}, pods: map[string]bool{}, backlog: map[string]HubConsumer{}},
 		containersNotReady: map[string]time.Time{}}
 	for unit, nodes := range plan.Schedule.Topology.Units {
@@ -490,6 +500,27 @@ func (c *Checker) checkDead() {
 	}
 }
 
+// cpu fills s's CPU from what each process and the machine used since
+// the last sample (a process first seen counts from its next sample).
+func (c *Checker) cpu(s *Sample) {
+	busy, total := machineCPU()
+	if c.total > 0 && total > c.total {
+		s.Machine = float64(runtime.NumCPU()) * (busy - c.busy) / (total - c.total)
+	}
+	c.busy, c.total = busy, total
+	seen := map[int]float64{}
+	for _, p := range s.Procs {
+		if prev, ok := c.procCPU[p.PID]; ok && p.CPU >= prev {
+			if s.CPU == nil {
+				s.CPU = map[string]float64{}
+			}
+			s.CPU[p.Comm] += (p.CPU - prev) / SampleEvery.Seconds()
+		}
+		seen[p.PID] = p.CPU
+	}
+	c.procCPU = seen
+}
+
 // checkNodeWrite judges a write of atoll-cloud's to a Node: what Atoll
 // owns there (its verdict and since, its unit's hold) moves only with a
 // transition, so a write that leaves them as the last one left them
@@ -520,6 +551,7 @@ func (c *Checker) checkNodeWrite(e kubetest.AuditEvent) {
 func (c *Checker) sample(now time.Time) {
 	s := Sample{T: now, Calls: map[string][2]int{}, Faults: len(c.truth.active(now))}
 	s.Usage, s.Procs = usage(c.plan.Net)
+	c.cpu(&s)
 	for _, e := range c.audit.writes(c.plan.AuditLog, c.plan.CloudUser) {
 		switch {
 		case leaseWrite(e):

@@ -333,3 +333,19 @@ func TestCheckerJudgesNodeWrites(t *testing.T) {
 		t.Errorf("a write with no transition: %+v", c.violations)
 	}
 }
+
+// CPU times come from /proc: the process's own grow as it works, and
+// the machine's busy time is part of its total.
+func TestCPUTimes(t *testing.T) {
+	dir := "/proc/" + strconv.Itoa(os.Getpid())
+	before := procCPU(dir)
+	for x, end := 0, time.Now().Add(300*time.Millisecond); time.Now().Before(end); x++ {
+		_ = x * x
+	}
+	if after := procCPU(dir); after <= before {
+		t.Errorf("CPU time %v after working, %v before", after, before)
+	}
+	if busy, total := machineCPU(); busy <= 0 || total < busy {
+		t.Errorf("machine: busy %v of %v", busy, total)
+	}
+}

@@ -216,13 +216,19 @@ func report(r Result, summary string) string {
 	xmax := max(end.Sub(origin).Minutes(), 1)
 	at := r.Start.Sub(origin).Minutes()
 	success, rss, fds, writes := map[string][]point{}, map[string][]point{}, map[string][]point{}, map[string][]point{}
-	goroutines, lag := map[string][]point{}, map[string][]point{}
+	goroutines, lag, cpu := map[string][]point{}, map[string][]point{}, map[string][]point{}
 	for _, s := range r.Samples {
 		x := s.T.Sub(start).Minutes()
 		for u, c := range s.Calls {
 			if c[0]+c[1] > 0 {
 				success["unit "+u] = append(success["unit "+u], point{x, 100 * float64(c[0]) / float64(c[0]+c[1])})
 			}
+		}
+		for comp, cores := range s.CPU {
+			cpu[comp] = append(cpu[comp], point{x, cores})
+		}
+		if s.Machine > 0 {
+			cpu["the whole machine"] = append(cpu["the whole machine"], point{x, s.Machine})
 		}
 		for comp, u := range s.Usage {
 			rss[comp] = append(rss[comp], point{x, u.RSSMiB})
@@ -245,6 +251,7 @@ func report(r Result, summary string) string {
 	fmt.Fprintf(&b, "<!doctype html><html><head><meta charset=\"utf-8\"><title>Chaos soak, seed %d</title></head><body style=\"font-family:sans-serif\">", r.Schedule.Seed)
 	b.WriteString(timeline(r.Played, r.Violations, units, origin, xmax))
 	b.WriteString(chart("Client calls answered, per unit (from the schedule's start)", "%", xmax, 100, at, success))
+	b.WriteString(chart("CPU by component (sum of processes) and of the whole machine", "cores", xmax, 0, at, cpu))
 	b.WriteString(chart("RSS by component (sum of processes)", "MiB", xmax, 0, at, rss))
 	b.WriteString(chart("Open descriptors by component (sum of processes)", "fds", xmax, 0, at, fds))
 	b.WriteString(chart("Goroutines", "", xmax, 0, at, goroutines))

@@ -40,6 +40,8 @@ type ProcUsage struct {
 	FDs    int     `json:"fds"`
 	// Conns are the descriptors that are established TCP connections.
 	Conns int `json:"conns"`
+	// CPU is the CPU time it has used (user and system), in seconds.
+	CPU float64 `json:"cpuSeconds"`
 }
 
 // components are the programs of Atoll whose resources are followed.
@@ -79,7 +81,7 @@ func usage(net int) (map[string]Usage, []ProcUsage) {
 		u.FDs += len(fds)
 		u.Threads += threads
 		out[comm] = u
-		procsOut = append(procsOut, ProcUsage{Comm: comm, PID: pid, RSSMiB: rss, FDs: len(fds), Conns: conns})
+		procsOut = append(procsOut, ProcUsage{Comm: comm, PID: pid, RSSMiB: rss, FDs: len(fds), Conns: conns, CPU: procCPU(dir)})
 	}
 	return out, procsOut
 }
@@ -105,6 +107,54 @@ func procStatus(dir string) (rssMiB float64, threads int) {
 		}
 	}
 	return rssMiB, threads
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times (100
+// on every Linux architecture Go runs on).
+const clockTicks = 100
+
+// procCPU is the CPU time (user and system, seconds) the process at dir
+// has used: /proc/<pid>/stat's utime and stime, the 14th and 15th
+// fields (the command, 2nd, may hold spaces: fields are counted after
+// its closing parenthesis).
+func procCPU(dir string) float64 {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:])) // from the 3rd field, state
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// machineCPU reads /proc/stat's first line: the CPU time all cores have
+// been busy and in all (seconds).
+func machineCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseFloat(v, 64)
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy / clockTicks, total / clockTicks
 }
 
 // connections counts the descriptors fds of the process at dir that are
