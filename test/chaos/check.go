@@ -127,6 +127,7 @@ type Checker struct {
 	// total the machine's, then.
 	procCPU     map[int]float64
 	busy, total float64
+	cpuAt       time.Time
 	// nodeState: Node → the annotations Atoll owns on it, as atoll-cloud's
 	// last write left them.
 	nodeState map[string]string
@@ -501,7 +502,9 @@ func (c *Checker) checkDead() {
 }
 
 // cpu fills s's CPU from what each process and the machine used since
-// the last sample (a process first seen counts from its next sample).
+// the last sample, over the time between the two (a sample can be late:
+// a slow apiserver holds the checker up); a process first seen counts
+// from its next sample.
 func (c *Checker) cpu(s *Sample) {
 	busy, total := machineCPU()
 	if c.total > 0 && total > c.total {
@@ -509,16 +512,17 @@ func (c *Checker) cpu(s *Sample) {
 	}
 	c.busy, c.total = busy, total
 	seen := map[int]float64{}
+	elapsed := s.T.Sub(c.cpuAt).Seconds()
 	for _, p := range s.Procs {
-		if prev, ok := c.procCPU[p.PID]; ok && p.CPU >= prev {
+		if prev, ok := c.procCPU[p.PID]; ok && p.CPU >= prev && elapsed > 0 {
 			if s.CPU == nil {
 				s.CPU = map[string]float64{}
 			}
-			s.CPU[p.Comm] += (p.CPU - prev) / SampleEvery.Seconds()
+			s.CPU[p.Comm] += (p.CPU - prev) / elapsed
 		}
 		seen[p.PID] = p.CPU
 	}
-	c.procCPU = seen
+	c.procCPU, c.cpuAt = seen, s.T
 }
 
 // checkNodeWrite judges a write of atoll-cloud's to a Node: what Atoll

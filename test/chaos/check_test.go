@@ -349,3 +349,20 @@ func TestCPUTimes(t *testing.T) {
 		t.Errorf("machine: busy %v of %v", busy, total)
 	}
 }
+
+// A component's cores are its processes' CPU time over the time between
+// two samples, however late the second came; a process first seen waits
+// for its next sample.
+func TestCheckerCPU(t *testing.T) {
+	c := testChecker(t)
+	t0 := time.Now()
+	c.cpu(&Sample{T: t0, Procs: []ProcUsage{{Comm: "atoll-edge", PID: 1, CPU: 10}}})
+	s := Sample{T: t0.Add(20 * time.Second), Procs: []ProcUsage{
+		{Comm: "atoll-edge", PID: 1, CPU: 20},
+		{Comm: "atoll-edge", PID: 2, CPU: 50},
+	}}
+	c.cpu(&s)
+	if got := s.CPU["atoll-edge"]; math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("atoll-edge used %v cores, want 0.5", got)
+	}
+}
