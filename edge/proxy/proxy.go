@@ -172,8 +172,12 @@ func (p *Proxy) keep(ctx context.Context) {
 			p.store.metrics.stateBytes.Set(float64(n))
 		}
 	}
+	// What changed before keep ran (follow starts beside it) is written
+	// at once. The next change is awaited from before each write: one
+	// made while a write runs comes round again.
+	changed := p.store.Changed()
+	save()
 	for {
-		changed := p.store.Changed()
 		var retry <-chan time.Time
 		if failing {
 			retry = time.After(p.cfg.SaveRetry)
@@ -186,6 +190,7 @@ func (p *Proxy) keep(ctx context.Context) {
 		case <-changed:
 		case <-retry:
 		}
+		changed = p.store.Changed()
 		select {
 		case <-ctx.Done():
 		case <-time.After(p.cfg.SaveDelay):

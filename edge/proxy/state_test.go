@@ -204,7 +204,9 @@ func TestStateCompaction(t *testing.T) {
 
 // TestKeepWritesWhatTheDiskRefused: views the disk refuses (here the
 // state directory is a file; a full disk on real nodes) are written once
-// it takes them again, though no view changes meanwhile.
+// it takes them again, though no view changes meanwhile; views applied
+// before the writer starts (the proxy follows the hub beside it) are
+// written too.
 func TestKeepWritesWhatTheDiskRefused(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	if err := os.WriteFile(dir, nil, 0o600); err != nil {
@@ -216,8 +218,8 @@ func TestKeepWritesWhatTheDiskRefused(t *testing.T) {
 	p := &Proxy{cfg: cfg, store: s, log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); p.keep(ctx) }()
 	feedBase(t, s)
+	go func() { defer close(done); p.keep(ctx) }()
 	time.Sleep(5 * cfg.SaveRetry)
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
