@@ -348,6 +348,12 @@ func TestCPUTimes(t *testing.T) {
 	if busy, total := machineCPU(); busy <= 0 || total < busy {
 		t.Errorf("machine: busy %v of %v", busy, total)
 	}
+	// user nice system idle iowait irq softirq steal guest guest_nice:
+	// the guest columns are already in user and nice.
+	busy, total := statCPU("cpu  100 20 30 400 50 6 7 8 90 10")
+	if busy != 1.71 || total != 6.21 {
+		t.Errorf("statCPU: busy %v of %v, want 1.71 of 6.21", busy, total)
+	}
 }
 
 // A component's cores are its processes' CPU time over the time between

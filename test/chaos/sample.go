@@ -143,11 +143,18 @@ func machineCPU() (busy, total float64) {
 		return 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	return statCPU(line)
+}
+
+// statCPU sums /proc/stat's cpu line: user, nice, system, idle, iowait,
+// irq, softirq and steal. guest and guest_nice, after them, are already
+// counted in user and nice.
+func statCPU(line string) (busy, total float64) {
 	f := strings.Fields(line)
 	if len(f) < 6 || f[0] != "cpu" {
 		return 0, 0
 	}
-	for i, v := range f[1:] {
+	for i, v := range f[1:min(len(f), 9)] {
 		n, _ := strconv.ParseFloat(v, 64)
 		total += n
 		if i != 3 && i != 4 { // idle, iowait
