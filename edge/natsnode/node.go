@@ -91,11 +91,13 @@ type Node struct {
 	// every connect (empty: plain nkey authentication), a copy of the
 	// credentials in use; src says whose they are (a bootstrap token's or
 	// the shared enrollment credentials until the node enrolls).
-	creds   string
-	userJWT string
-	src     credSource
-	agent   nkeys.KeyPair
-	users   []*server.NkeyUser
+	creds string
+	// credsTemp is the temporary directory holding creds, if it is one.
+	credsTemp string
+	userJWT   string
+	src       credSource
+	agent     nkeys.KeyPair
+	users     []*server.NkeyUser
 	// solo authenticates routes while the node is in no unit: nobody
 	// knows it, so nobody can route in.
 	solo string
@@ -165,11 +167,9 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n.userJWT, n.src = userJWT, src
 	if userJWT != "" || src == credEnrollPending {
-		dir, err := os.MkdirTemp("", "atoll-natsnode-")
-		if err != nil {
-			return nil, fmt.Errorf("natsnode: credentials: %w", err)
+		if err := n.makeCredsCopy(); err != nil {
+			return nil, err
 		}
-		n.creds = filepath.Join(dir, "leaf.creds")
 		if userJWT != "" {
 			if err := writeCreds(n.creds, userJWT, key); err != nil {
 				return nil, err
@@ -181,6 +181,28 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// makeCredsCopy chooses where the leaf link's copy of the credentials in
+// use lives: beside the node's creds file, where the next start writes it
+// again, or in a directory of its own under the system's temporary
+// directory when the node has no creds file (Shutdown removes it; a
+// killed process leaves it behind).
+func (n *Node) makeCredsCopy() error {
+	if f := n.cfg.CredsFile; f != "" && n.cfg.Seed == "" {
+		dir := filepath.Dir(f)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("natsnode: credentials: %w", err)
+		}
+		n.creds = filepath.Join(dir, "."+filepath.Base(f)+".link")
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "atoll-natsnode-")
+	if err != nil {
+		return fmt.Errorf("natsnode: credentials: %w", err)
+	}
+	n.creds, n.credsTemp = filepath.Join(dir, "leaf.creds"), dir
+	return nil
 }
 
 // newServer makes the server for the current options; callers hold mu
@@ -563,8 +585,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	err := natsembed.Shutdown(ctx, n.srv)
-	if n.creds != "" {
-		_ = os.RemoveAll(filepath.Dir(n.creds))
+	if n.credsTemp != "" {
+		_ = os.RemoveAll(n.credsTemp)
+	} else if n.creds != "" {
+		_ = os.Remove(n.creds)
 	}
 	return err
 }
