@@ -248,7 +248,7 @@ func (c *Checker) Run(ctx context.Context) ([]Violation, error) {
 		return nil, ctx.Err()
 	}
 	c.log.Info("chaos: checker watching", "namespace", c.plan.Namespace, "edges", len(c.edges))
-	c.audit.writes(c.plan.AuditLog, c.plan.CloudUser) // the installation's: not judged
+	c.audit.audit(c.plan.AuditLog, c.plan.CloudUser) // the installation's: not judged
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -288,6 +288,9 @@ func (c *Checker) violate(t time.Time, inv int, object, format string, args ...a
 	v := Violation{T: t, Invariant: inv, Object: object, Detail: fmt.Sprintf(format, args...)}
 	for _, f := range c.truth.active(t) {
 		v.Faults = append(v.Faults, f.String())
+	}
+	for _, st := range c.truth.stalled(t.Add(-QuietAfter), t) {
+		v.Faults = append(v.Faults, st.String())
 	}
 	key := fmt.Sprintf("%d/%s", inv, object)
 	c.perObject[key]++
@@ -476,15 +479,19 @@ func (c *Checker) checkDead() {
 		if since, ok := c.taintSince[node]; taint.IsZero() && ok && since.Before(ep.begin) {
 			taint = ep.begin // tainted already (a cut before): as good as at once
 		}
-		deadline := ep.begin.Add(c.plan.Grace + DeadTaintBound)
+		// KCM taints only while it and the kube-apiserver run: the bound
+		// counts from when the last restart or stall of either in force
+		// since the power cut ended.
+		from := c.truth.controlPlaneBack(ep.begin, later(taint, ep.end))
+		deadline := from.Add(c.plan.Grace + DeadTaintBound)
 		if taint.IsZero() {
 			c.violate(ep.end, InvDeadEvicted, "node/"+node, "dead for %s, never tainted unreachable:NoExecute", ep.end.Sub(ep.begin).Round(time.Second))
 			continue
 		}
 		c.bounds.DeadTaint = max(c.bounds.DeadTaint, taint.Sub(ep.begin))
 		if taint.After(deadline) {
-			c.violate(taint, InvDeadEvicted, "node/"+node, "tainted %s after its power cut (bound %s)",
-				taint.Sub(ep.begin).Round(time.Second), c.plan.Grace+DeadTaintBound)
+			c.violate(taint, InvDeadEvicted, "node/"+node, "tainted %s after its power cut, %s after the control plane was back (bound %s)",
+				taint.Sub(ep.begin).Round(time.Second), taint.Sub(from).Round(time.Second), c.plan.Grace+DeadTaintBound)
 		}
 		for _, pod := range c.snapshots[ep.f.ID] {
 			del, ok := c.deleted[pod]
@@ -556,7 +563,11 @@ func (c *Checker) sample(now time.Time) {
 	s := Sample{T: now, Calls: map[string][2]int{}, Faults: len(c.truth.active(now))}
 	s.Usage, s.Procs = usage(c.plan.Net)
 	c.cpu(&s)
-	for _, e := range c.audit.writes(c.plan.AuditLog, c.plan.CloudUser) {
+	writes, failed := c.audit.audit(c.plan.AuditLog, c.plan.CloudUser)
+	for _, at := range failed {
+		c.truth.serverError(at)
+	}
+	for _, e := range writes {
 		switch {
 		case leaseWrite(e):
 			s.LeaseWrites++
@@ -660,9 +671,11 @@ type Result struct {
 	MaxPerObject                 int
 	MaxObject                    string
 	// Start is the schedule's time 0; Played the faults as they happened.
-	Start   time.Time `json:"start"`
-	Played  []Played  `json:"played"`
-	Samples []Sample  `json:"samples"`
+	Start  time.Time `json:"start"`
+	Played []Played  `json:"played"`
+	// Stalls are the kube-apiserver's stalls no fault made.
+	Stalls  []Stall  `json:"stalls"`
+	Samples []Sample `json:"samples"`
 }
 
 // finish evaluates what needs the whole run and writes the summary and
@@ -703,6 +716,7 @@ func (c *Checker) finish() ([]Violation, error) {
 	r.Violations, r.Dropped = c.violations, c.dropped
 	r.Start, _ = c.truth.started()
 	r.Played = c.truth.played()
+	r.Stalls = c.truth.stalled(time.Time{}, time.Now())
 	if err := WriteResult(c.dir, r); err != nil {
 		return c.violations, err
 	}

@@ -2,12 +2,15 @@ package chaos
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -370,5 +373,86 @@ func TestCheckerCPU(t *testing.T) {
 	c.cpu(&s)
 	if got := s.CPU["atoll-edge"]; math.Abs(got-0.5) > 1e-9 {
 		t.Errorf("atoll-edge used %v cores, want 0.5", got)
+	}
+}
+
+// The kube-apiserver failing kubelets with no restart of it in force is
+// a stall: from StallErrors server errors on, what atoll-cloud writes
+// then and for QuietAfter after follows real transitions, and the report
+// names it. Fewer errors, or errors during a scheduled restart, are no
+// stall.
+func TestCheckerJudgesStalls(t *testing.T) {
+	c := testChecker(t)
+	t0 := time.Now().Add(-time.Hour)
+	c.truth.add([]Entry{{T: t0.Add(-time.Hour), Phase: PhaseStart}})
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	line := func(at time.Time, user string, code int, verb string) string {
+		return fmt.Sprintf(`{"verb":%q,"user":{"username":%q},"objectRef":{"resource":"leases","name":"x"},"responseStatus":{"metadata":{},"code":%d},"requestReceivedTimestamp":%q}`+"\n",
+			verb, user, code, at.UTC().Format(time.RFC3339Nano))
+	}
+	content := line(t0, "system:node:edge-a1", 500, "update") +
+		line(t0.Add(time.Second), "system:node:edge-a2", 504, "update") +
+		line(t0.Add(2*time.Second), "system:node:edge-a1", 200, "update") +
+		line(t0.Add(3*time.Second), "system:serviceaccount:kube-system:node-controller", 500, "patch") +
+		line(t0.Add(4*time.Second), "system:node:edge-a3", 500, "update") +
+		line(t0.Add(5*time.Second), "cloud", 200, "patch")
+	if err := os.WriteFile(audit, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writes, failed := c.audit.audit(audit, "cloud")
+	if len(writes) != 1 || len(failed) != 3 {
+		t.Fatalf("read %d writes and %d kubelet server errors, want 1 and 3", len(writes), len(failed))
+	}
+	for _, at := range failed[:2] {
+		c.truth.serverError(at)
+	}
+	if !c.truth.quiet(t0.Add(time.Minute)) {
+		t.Error("two server errors made a stall")
+	}
+	c.truth.serverError(failed[2])
+	if c.truth.quiet(t0.Add(time.Minute)) || c.truth.quiet(t0.Add(4*time.Second+QuietAfter)) {
+		t.Error("quiet during a stall or within QuietAfter of its end")
+	}
+	if !c.truth.quiet(t0.Add(5*time.Second + QuietAfter)) {
+		t.Error("not quiet QuietAfter after the stall")
+	}
+	st := c.truth.stalled(time.Time{}, time.Now())
+	if len(st) != 1 || !st[0].From.Equal(t0) || !st[0].To.Equal(t0.Add(4*time.Second)) || st[0].Errors != 3 {
+		t.Fatalf("stalls %+v", st)
+	}
+	// During a scheduled restart (and the minute after), errors are the
+	// restart's.
+	c.play(Fault{ID: 9, Kind: APIServerRestart}, 10*time.Minute, time.Minute)
+	restart := time.Now().Add(-10 * time.Minute)
+	for i := range 5 {
+		c.truth.serverError(restart.Add(time.Duration(i) * 20 * time.Second))
+	}
+	if got := c.truth.stalled(restart, time.Now()); len(got) != 0 {
+		t.Errorf("a scheduled restart made stalls %+v", got)
+	}
+	if s := Summary(Result{Stalls: st}); !strings.Contains(s, "kube-apiserver stalls with no fault in force: 1") {
+		t.Errorf("the summary does not name the stall:\n%s", s)
+	}
+}
+
+// KCM taints a dead node only while it and the kube-apiserver run: a
+// restart of either after the power cut moves the bound to its end.
+func TestCheckerCountsDeadTaintFromTheControlPlane(t *testing.T) {
+	for _, restart := range []bool{true, false} {
+		c := testChecker(t)
+		dies := Fault{ID: 1, Kind: NodeDies, Unit: "a", Node: "edge-a2"}
+		c.play(dies, 3*time.Minute, 0)
+		if restart {
+			c.play(Fault{ID: 2, Kind: APIServerRestart}, 170*time.Second, 140*time.Second)
+		}
+		c.onNode(tainted("edge-a2")) // 3 min after the power cut, 30 s after the restart
+		c.truth.add([]Entry{{T: time.Now().Add(time.Second), Phase: PhaseEnd, Fault: dies}})
+		c.checkDead()
+		late := slices.ContainsFunc(c.violations, func(v Violation) bool {
+			return v.Invariant == InvDeadEvicted && v.Object == "node/edge-a2"
+		})
+		if late == restart {
+			t.Errorf("apiserver restart %v: taint reported late %v: %+v", restart, late, c.violations)
+		}
 	}
 }

@@ -67,6 +67,12 @@ func Summary(r Result) string {
 	for _, k := range slices.Sorted(maps.Keys(planned)) {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", k, planned[k], playedN[k], failed[k])
 	}
+	if len(r.Stalls) > 0 {
+		fmt.Fprintf(&b, "\nkube-apiserver stalls with no fault in force: %d (judged as faults, for %s after too):\n\n", len(r.Stalls), QuietAfter)
+		for _, st := range r.Stalls {
+			fmt.Fprintf(&b, "- %s\n", st)
+		}
+	}
 	byInv := map[int]int{}
 	for _, v := range r.Violations {
 		byInv[v.Invariant]++

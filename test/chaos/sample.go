@@ -270,24 +270,32 @@ func (t *tailer) calls(disks map[string]string, ns string) []Call {
 	return out
 }
 
-// writes reads the audit log's events since the last reading and returns
-// the writes user made.
-func (t *tailer) writes(path, user string) []kubetest.AuditEvent {
-	var out []kubetest.AuditEvent
+// audit reads the audit log's events since the last reading: the writes
+// user made, and when the apiserver answered a kubelet with a server
+// error (500 and up).
+func (t *tailer) audit(path, user string) (writes []kubetest.AuditEvent, failed []time.Time) {
 	_ = t.lines(path, func(line []byte) {
-		if !bytes.Contains(line, []byte(user)) {
+		mine := bytes.Contains(line, []byte(user))
+		kubelet := bytes.Contains(line, []byte(`"system:node:`)) && bytes.Contains(line, []byte(`"code":5`))
+		if !mine && !kubelet {
 			return
 		}
 		var e kubetest.AuditEvent
-		if err := json.Unmarshal(line, &e); err != nil || e.User.Username != user {
+		if err := json.Unmarshal(line, &e); err != nil {
+			return
+		}
+		if strings.HasPrefix(e.User.Username, "system:node:") && e.ResponseStatus.Code >= 500 {
+			failed = append(failed, e.Received)
+		}
+		if e.User.Username != user {
 			return
 		}
 		switch e.Verb {
 		case "create", "update", "patch", "delete", "deletecollection":
-			out = append(out, e)
+			writes = append(writes, e)
 		}
 	})
-	return out
+	return writes, failed
 }
 
 // review tells a TokenReview or an access review: a question to the

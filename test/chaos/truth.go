@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -14,12 +15,106 @@ type episode struct {
 	failed     string
 }
 
-// truth is what the journal says happened.
+// truth is what the journal says happened, and the stalls of the
+// kube-apiserver no fault of the schedule made.
 type truth struct {
 	mu       sync.Mutex
 	start    time.Time
 	done     time.Time
 	episodes []*episode
+	stalls   []*Stall
+}
+
+// Stall is a time the kube-apiserver answered kubelets with server
+// errors (500 and up; their Lease renewals and status reports) with no
+// kube-apiserver restart of the schedule in force: on a machine whose
+// cores are all busy it stalls now and then, and the node lifecycle
+// controller then loses nodes nobody cut. Such a time is a fault of its
+// own: what the installation writes then and after follows real
+// transitions.
+type Stall struct {
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	Errors int       `json:"errors"`
+}
+
+// Stall timing: server errors less than StallGap apart are one stall,
+// and it counts from StallErrors errors on.
+const (
+	StallGap    = 10 * time.Second
+	StallErrors = 3
+)
+
+// serverError records a server error the kube-apiserver answered a
+// kubelet with at at, unless a restart of it was in force within the
+// minute before.
+func (t *truth) serverError(at time.Time) {
+	if len(t.overlapping(at.Add(-time.Minute), at, func(f Fault) bool { return f.Kind == APIServerRestart })) > 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.stalls); n > 0 && at.Sub(t.stalls[n-1].To) <= StallGap {
+		st := t.stalls[n-1]
+		if at.After(st.To) {
+			st.To = at
+		}
+		if at.Before(st.From) {
+			st.From = at
+		}
+		st.Errors++
+		return
+	}
+	t.stalls = append(t.stalls, &Stall{From: at, To: at, Errors: 1})
+}
+
+// stalled are the stalls (of StallErrors errors or more) in force at
+// some time in [from, to].
+func (t *truth) stalled(from, to time.Time) []Stall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Stall
+	for _, st := range t.stalls {
+		if st.Errors >= StallErrors && !st.From.After(to) && !st.To.Before(from) {
+			out = append(out, *st)
+		}
+	}
+	return out
+}
+
+// controlPlaneBack is when the control plane was last back within
+// [from, to]: the latest end of a kube-apiserver or KCM restart, or of a
+// stall, in force in that time, or from when there was none.
+func (t *truth) controlPlaneBack(from, to time.Time) time.Time {
+	back := from
+	for _, st := range t.stalled(from, to) {
+		back = later(back, st.To)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ep := range t.episodes {
+		if ep.f.Kind != APIServerRestart && ep.f.Kind != KCMRestart || ep.begin.After(to) {
+			continue
+		}
+		if ep.end.IsZero() {
+			back = later(back, to)
+		} else if !ep.end.Before(from) {
+			back = later(back, ep.end)
+		}
+	}
+	return back
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (s Stall) String() string {
+	return fmt.Sprintf("kube-apiserver stall (no fault of the schedule) %s–%s, %d server errors to kubelets",
+		s.From.Format("15:04:05"), s.To.Format("15:04:05"), s.Errors)
 }
 
 func (t *truth) add(entries []Entry) {
@@ -119,13 +214,14 @@ func (t *truth) unitCut(unit string, from, to time.Time) bool {
 }
 
 // quiet tells whether nothing happened in [at-QuietAfter, at]: the
-// schedule started, no fault in force and none ended in that time.
+// schedule started, no fault (nor stall) in force and none ended in that
+// time.
 func (t *truth) quiet(at time.Time) bool {
 	start, ok := t.started()
 	if !ok || at.Before(start.Add(QuietAfter)) {
 		return false
 	}
-	return len(t.overlapping(at.Add(-QuietAfter), at, nil)) == 0
+	return len(t.overlapping(at.Add(-QuietAfter), at, nil)) == 0 && len(t.stalled(at.Add(-QuietAfter), at)) == 0
 }
 
 // QuietAfter is how long after the last fault ended the installation

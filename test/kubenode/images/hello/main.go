@@ -2,9 +2,9 @@
 // server on :8080 that answers every request with "hello from <pod>"
 // (its hostname), and exits on SIGTERM. `hello get URL` is its client:
 // it prints the body of one GET of URL (within 3 s), or fails. `hello
-// poll URL` calls URL every half second until SIGTERM and prints a line
-// per call, "ok <body>" or "fail <error>" (test/chaos reads them from
-// the node's container logs).
+// poll URL` calls URL every half second, on a new connection each time,
+// until SIGTERM and prints a line per call, "ok <body>" or "fail <error>"
+// (test/chaos reads them from the node's container logs).
 package main
 
 import (
@@ -76,7 +76,10 @@ func poll(url string) {
 func get(url string) error { return fetch(url, 3*time.Second, os.Stdout) }
 
 func fetch(url string, timeout time.Duration, out io.Writer) error {
-	c := &http.Client{Timeout: timeout}
+	// A connection per call: each is routed anew (a kept-alive one stays
+	// with its backend after the Service's endpoints move, as any
+	// established connection does through kube-proxy).
+	c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := c.Get(url) //nolint:noctx // bounded by the client's timeout
 	if err != nil {
 		return err
