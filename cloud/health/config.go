@@ -30,6 +30,26 @@ type Config struct {
 	// took its nodes below quorum before the last made the unit held
 	// (0: votes stop protecting at once).
 	CutGrace time.Duration
+	// UnheardAfter: a unit whose every member the cloud lost is held
+	// (FullDisruption) once no ballot of its voters has reached the hub
+	// for this long, though the last ones' votes still count. Voters send
+	// one at least every keep-alive (30 s) and their votes count 2.5
+	// keep-alives (75 s), so the last ballots of a site that went dark
+	// run out up to a keep-alive apart; waiting for the last one took the
+	// first nodes' verdicts, and their protection, away before the unit
+	// was held (the hub reports a dark site's links closed before that,
+	// unless they closed while no replica ran). Longer than the voters'
+	// keep-alive, shorter than their TTL less a keep-alive and a Resync
+	// (0: only once the last vote ran out).
+	UnheardAfter time.Duration
+	// ReturnGrace: a node protected until its kubelet reported again
+	// keeps its serving pods' endpoints ready this long after: the node
+	// lifecycle controller marked its pods not ready while it was lost,
+	// and they stay so until the kubelet posts their status, moments
+	// after the node's own (within a status sync, 10 s). A pod whose
+	// containers the kubelet reports not ready is never kept (0: the
+	// endpoints follow the pods at once).
+	ReturnGrace time.Duration
 	// SilentAfter: an agent whose leaf link the hub reported closed
 	// counts as silent once it has sent no ballot for this long: longer
 	// than a kubelet's Lease takes to go stale (half its 40 s), so that a
@@ -90,7 +110,7 @@ func (l Limits) validate(name string) error {
 
 // DefaultConfig holds a silent unit for 10 minutes.
 func DefaultConfig() Config {
-	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, RejoinGrace: 30 * time.Second, CutGrace: 5 * time.Second, SilentAfter: 30 * time.Second, RepairAfter: 3 * time.Second, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
+	return Config{Units: units.DefaultRule(), HoldTime: 10 * time.Minute, RejoinGrace: 30 * time.Second, CutGrace: 5 * time.Second, UnheardAfter: 35 * time.Second, ReturnGrace: 20 * time.Second, SilentAfter: 30 * time.Second, RepairAfter: 3 * time.Second, VoteTTL: 30 * time.Second, MaxVoteTTL: 3 * time.Minute, MaxVoteSkew: 30 * time.Second, Resync: 2 * time.Second, Workers: 4, Replicas: 1,
 		Protect: Limits{QPS: 200, Burst: 400}, Info: Limits{QPS: 20, Burst: 40}, InfoWorkers: 2}
 }
 
@@ -104,6 +124,10 @@ func (c Config) Validate() error {
 		return errors.New("health: hold time must not be negative")
 	case c.CutGrace < 0:
 		return errors.New("health: cut grace must not be negative")
+	case c.UnheardAfter < 0:
+		return errors.New("health: unheard after must not be negative")
+	case c.ReturnGrace < 0:
+		return errors.New("health: return grace must not be negative")
 	case c.RejoinGrace < 0:
 		return errors.New("health: rejoin grace must not be negative")
 	case c.SilentAfter < 0:

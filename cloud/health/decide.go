@@ -65,7 +65,8 @@ func (m Member) Lost() bool {
 }
 
 // Disruption classifies a unit from what the cloud hears of its members
-// and whether any fresh vote about any of them reached the cloud.
+// and whether fresh votes about any of them still reach the cloud
+// (Config.UnheardAfter).
 func Disruption(members []Member, freshVotes bool) UnitState {
 	notReady, lost, silent := 0, 0, 0
 	for _, m := range members {

@@ -163,6 +163,9 @@ type Service struct {
 	unitLocks sync.Map
 	// members indexes each unit's members (the Node informer's events).
 	members *units.Index
+	// returned: node → when it turned Ready again while protected
+	// (KeepsEndpoints).
+	returned sync.Map
 	// protected keeps the protected set (protected.go); nil: none.
 	protected *protectedSets
 }
@@ -261,6 +264,49 @@ func (s *Service) holdsWith(unit string, n *corev1.Node, now time.Time) bool {
 	}
 	st, _, _ := s.disruption(ctx, members, now)
 	return st == FullDisruption
+}
+
+// KeepsEndpoints reports whether the serving pods of node keep their
+// endpoints ready (protect.EndpointPolicy): it is protected, or it was
+// until its kubelet reported again less than ReturnGrace ago. The node
+// lifecycle controller marked its pods not ready while it was lost (their
+// containers still ready: Serving), and the kubelet posts their status
+// moments after the node's own: meanwhile the endpoints of a node its
+// peers saw healthy throughout would turn not ready for nothing.
+func (s *Service) KeepsEndpoints(node string) bool {
+	var n corev1.Node
+	if err := s.cache.Get(context.Background(), types.NamespacedName{Name: node}, &n); err != nil {
+		return false
+	}
+	if s.ProtectedNode(&n) {
+		return true
+	}
+	at, ok := s.returned.Load(node)
+	if !ok {
+		return false
+	}
+	if ReadyStatus(&n) != corev1.ConditionTrue || s.now().Sub(at.(time.Time)) >= s.cfg.ReturnGrace {
+		s.returned.CompareAndDelete(node, at)
+		return false
+	}
+	return true
+}
+
+// nodeReturned records, from the Node informer's update events, a node
+// that turns Ready while protected (KeepsEndpoints).
+func (s *Service) nodeReturned(oldObj, newObj any) {
+	if s.cfg.ReturnGrace <= 0 {
+		return
+	}
+	old, ok1 := oldObj.(*corev1.Node)
+	n, ok2 := newObj.(*corev1.Node)
+	if !ok1 || !ok2 || ReadyStatus(n) != corev1.ConditionTrue || ReadyStatus(old) == corev1.ConditionTrue {
+		return
+	}
+	if s.ProtectedNode(old) {
+		s.returned.Store(n.Name, s.now())
+		s.log.Info("protected node back: its pods' endpoints stay ready while its kubelet posts their status", "node", n.Name, "grace", s.cfg.ReturnGrace)
+	}
 }
 
 // decided reports whether this replica decides from its own state: it has
@@ -840,12 +886,19 @@ func (s *Service) disruption(ctx context.Context, members []*corev1.Node, now ti
 	fresh := false
 	if quiet == len(members) {
 		for _, n := range members {
-			if fresh = s.tally(n, now).Votes() > 0; fresh {
+			if fresh = s.heard(s.tally(n, now), now); fresh {
 				break
 			}
 		}
 	}
 	return Disruption(heard, fresh), names, byName
+}
+
+// heard reports whether t has fresh votes, the newest of them stored by
+// the hub less than UnheardAfter before now: the voters that cast them
+// still reach the cloud.
+func (s *Service) heard(t Tally, now time.Time) bool {
+	return t.Votes() > 0 && (s.cfg.UnheardAfter <= 0 || now.Sub(t.LastVote) < s.cfg.UnheardAfter)
 }
 
 // member is what the cloud hears of node n at now: its Ready condition,

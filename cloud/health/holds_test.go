@@ -326,3 +326,151 @@ func TestHoldOutlastsTheFirstBallot(t *testing.T) {
 		}
 	}
 }
+
+// TestUnitUnheardIsHeld: a site goes dark while the cloud knows nothing of
+// its links (they closed while no replica ran, or before the hub
+// restarted), so only its votes' TTLs and the node lifecycle controller
+// tell. Its voters' last ballots were sent up to a keep-alive apart and
+// run out as far apart; the node lifecycle controller has lost every
+// member before the first runs out. Every member must stay protected
+// throughout: the unit is held once no ballot has come for UnheardAfter,
+// before the first vote runs out, not after the last.
+func TestUnitUnheardIsHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	names := []string{"dark-1", "dark-2", "dark-3"}
+	for _, n := range names {
+		unitNode(t, ctx, env.client, n, "dark", corev1.ConditionTrue)
+	}
+	const ttl, apart = 8 * time.Second, time.Second
+	r := startReplicaWith(t, ctx, env.rc, hublink.Of(env.nc, env.js), natstest.Logger(t, slog.LevelWarn), false,
+		func(c *health.Config) { c.UnheardAfter = 3 * time.Second })
+	poll.Eventually(t, 30*time.Second, func() error {
+		if st, known := r.s.UnitStateKnown("dark"); st != health.Normal || !known {
+			return fmt.Errorf("unit dark is %s (known: %v), want %s", st, known, health.Normal)
+		}
+		return nil
+	})
+	// Each voter's last ballot, a second apart: the first runs out at
+	// first+ttl, taking dark-2's and dark-3's quorum; the last at
+	// first+ttl+2s.
+	first := time.Now()
+	for i, voter := range names {
+		if wait := time.Until(first.Add(time.Duration(i) * apart)); wait > 0 {
+			time.Sleep(wait)
+		}
+		verdicts := map[string]atollv1.Verdict{}
+		for _, n := range names {
+			if n != voter {
+				verdicts[n] = atollv1.Verdict_VERDICT_HEALTHY
+			}
+		}
+		sent := time.Now()
+		publishBallot(t, ctx, env.js, "dark", voter, sent, ttl, verdicts)
+		poll.Eventually(t, 5*time.Second, func() error {
+			if !r.s.LastBallot(voter).After(sent.Add(-time.Second)) {
+				return fmt.Errorf("%s's ballot not recorded", voter)
+			}
+			return nil
+		})
+	}
+	for _, n := range names {
+		setReady(t, ctx, env, n, corev1.ConditionUnknown)
+	}
+	protected := func() error {
+		for _, n := range names {
+			if !r.s.Protected(n) {
+				st, _ := r.s.UnitState("dark")
+				return fmt.Errorf("%s not protected: unit dark %s, tally %+v", n, st, r.s.Tally(n))
+			}
+		}
+		return nil
+	}
+	poll.Eventually(t, 5*time.Second, protected)
+	if time.Since(first) > ttl {
+		t.Fatalf("the setup took %s, past the first vote's TTL: this run shows nothing", time.Since(first))
+	}
+	// Past the last vote's TTL, every 50 ms.
+	for end := first.Add(ttl + 2*apart + 2*time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := protected(); err != nil {
+			t.Fatalf("%s after the first ballot: %v", time.Since(first).Round(time.Millisecond), err)
+		}
+	}
+	if st, hold := r.s.UnitState("dark"); st != health.FullDisruption || hold.IsZero() {
+		t.Fatalf("unit dark is %s, hold until %v; want held", st, hold)
+	}
+}
+
+// TestReturnedNodeKeepsEndpoints: a node protected while lost comes back
+// (its kubelet reports Ready again). The node lifecycle controller marked
+// its pods not ready meanwhile, and its kubelet posts their status only
+// after the node's: its endpoints stay ready for ReturnGrace, and no
+// longer. A node that was lost unprotected gets nothing of it.
+func TestReturnedNodeKeepsEndpoints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	for i := 1; i <= 3; i++ {
+		unitNode(t, ctx, env.client, fmt.Sprintf("back-%d", i), "back", corev1.ConditionTrue)
+	}
+	const grace = 3 * time.Second
+	r := startReplicaWith(t, ctx, env.rc, hublink.Of(env.nc, env.js), natstest.Logger(t, slog.LevelWarn), false,
+		func(c *health.Config) { c.ReturnGrace = grace })
+	poll.Eventually(t, 30*time.Second, func() error {
+		if st, known := r.s.UnitStateKnown("back"); st != health.Normal || !known {
+			return fmt.Errorf("unit back is %s (known: %v), want %s", st, known, health.Normal)
+		}
+		return nil
+	})
+	for _, voter := range []string{"back-2", "back-3"} {
+		sent := time.Now()
+		publishBallot(t, ctx, env.js, "back", voter, sent, time.Minute, map[string]atollv1.Verdict{"back-1": atollv1.Verdict_VERDICT_HEALTHY})
+		poll.Eventually(t, 5*time.Second, func() error {
+			if !r.s.LastBallot(voter).After(sent.Add(-time.Second)) {
+				return fmt.Errorf("%s's ballot not recorded", voter)
+			}
+			return nil
+		})
+	}
+	// back-1 lost with its peers' verdict, back-2 without one.
+	setReady(t, ctx, env, "back-1", corev1.ConditionUnknown)
+	setReady(t, ctx, env, "back-2", corev1.ConditionUnknown)
+	poll.Eventually(t, 5*time.Second, func() error {
+		if !r.s.Protected("back-1") || !r.s.KeepsEndpoints("back-1") {
+			return fmt.Errorf("back-1 not protected: tally %+v", r.s.Tally("back-1"))
+		}
+		return nil
+	})
+	if r.s.Protected("back-2") || r.s.KeepsEndpoints("back-2") {
+		t.Fatal("back-2 protected without a verdict")
+	}
+	setReady(t, ctx, env, "back-1", corev1.ConditionTrue)
+	setReady(t, ctx, env, "back-2", corev1.ConditionTrue)
+	back := time.Now()
+	poll.Eventually(t, 5*time.Second, func() error {
+		if r.s.Protected("back-1") {
+			return errors.New("back-1 still lost in the cache")
+		}
+		return nil
+	})
+	// The cache holds the node before its informer's handlers see it.
+	poll.Eventually(t, time.Second, func() error {
+		if !r.s.KeepsEndpoints("back-1") {
+			return fmt.Errorf("back-1 back %s ago: its endpoints are not kept", time.Since(back).Round(time.Millisecond))
+		}
+		return nil
+	})
+	if r.s.KeepsEndpoints("back-2") {
+		t.Error("back-2, lost unprotected, keeps its endpoints once back")
+	}
+	poll.Eventually(t, grace+5*time.Second, func() error {
+		if r.s.KeepsEndpoints("back-1") {
+			return errors.New("back-1's endpoints still kept")
+		}
+		return nil
+	})
+	if d := time.Since(back); d < grace {
+		t.Errorf("back-1's endpoints kept %s, less than the grace %s", d, grace)
+	}
+}

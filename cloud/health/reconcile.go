@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -83,6 +84,9 @@ func (s *Service) setupWithManager(m *manager.Manager) error {
 		}
 		if _, ok := o.(*corev1.Node); ok {
 			if _, err := inf.AddEventHandler(s.members.Handler()); err != nil {
+				return fmt.Errorf("node informer handler: %w", err)
+			}
+			if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: s.nodeReturned}); err != nil {
 				return fmt.Errorf("node informer handler: %w", err)
 			}
 		}
@@ -356,4 +360,9 @@ func (s *Service) annotate(ctx context.Context, name string) error {
 	})
 }
 
-var _ protect.Policy = (*Service)(nil)
+var (
+	_ protect.Policy         = (*Service)(nil)
+	_ protect.NodePolicy     = (*Service)(nil)
+	_ protect.PodPolicy      = (*Service)(nil)
+	_ protect.EndpointPolicy = (*Service)(nil)
+)

@@ -45,6 +45,23 @@ type PodPolicy interface {
 	Serving(namespace, pod string) bool
 }
 
+// EndpointPolicy is implemented by policies that keep a node's serving
+// pods' endpoints ready a little beyond the node's protection: the node
+// lifecycle controller marked its pods not ready while it was lost, and
+// when it comes back they stay so until its kubelet posts their status
+// again, moments after the node's own.
+type EndpointPolicy interface {
+	KeepsEndpoints(node string) bool
+}
+
+// keepsEndpoints asks p about node's endpoints, preferring EndpointPolicy.
+func keepsEndpoints(node string, p Policy) bool {
+	if ep, ok := p.(EndpointPolicy); ok {
+		return ep.KeepsEndpoints(node)
+	}
+	return p.Protected(node)
+}
+
 // NodeProtected asks p about node, preferring NodePolicy.
 func NodeProtected(node *corev1.Node, p Policy) bool {
 	if np, ok := p.(NodePolicy); ok {

@@ -58,3 +58,39 @@ func TestPodPolicyKeepsFailingPodsNotReady(t *testing.T) {
 		t.Fatalf("changed=%v subsets=%+v", changed, oute.Subsets)
 	}
 }
+
+// returningPolicy protects node x and keeps the endpoints of x and of y,
+// a node that came back.
+type returningPolicy struct{}
+
+func (returningPolicy) Protected(node string) bool      { return node == "x" }
+func (returningPolicy) KeepsEndpoints(node string) bool { return node == "x" || node == "y" }
+
+// An EndpointPolicy decides the endpoints, for both kinds, and only them:
+// a node whose endpoints it keeps keeps no taint.
+func TestEndpointPolicyKeepsEndpoints(t *testing.T) {
+	no := false
+	nodes := []string{"x", "y", "z"}
+	var eps []discoveryv1.Endpoint
+	var addrs []corev1.EndpointAddress
+	for _, n := range nodes {
+		eps = append(eps, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, NodeName: &n,
+			Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &no}})
+		addrs = append(addrs, corev1.EndpointAddress{IP: "10.0.0.1", NodeName: &n})
+	}
+	out, _ := EndpointSlice(&discoveryv1.EndpointSlice{Endpoints: eps}, returningPolicy{})
+	for i, want := range []bool{true, true, false} {
+		if got := isTrue(out.Endpoints[i].Conditions.Ready); got != want {
+			t.Errorf("slice endpoint on %s ready: %v, want %v", nodes[i], got, want)
+		}
+	}
+	oute, _ := Endpoints(&corev1.Endpoints{Subsets: []corev1.EndpointSubset{{NotReadyAddresses: addrs}}}, returningPolicy{})
+	if sub := oute.Subsets[0]; len(sub.Addresses) != 2 || len(sub.NotReadyAddresses) != 1 || *sub.NotReadyAddresses[0].NodeName != "z" {
+		t.Errorf("endpoints: %+v, want x and y ready, z not", sub)
+	}
+	taints := []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "y"}, Spec: corev1.NodeSpec{Taints: taints}}
+	if _, changed := Node(n, returningPolicy{}); changed {
+		t.Error("the taint of a node whose endpoints are kept was removed: only protection does that")
+	}
+}

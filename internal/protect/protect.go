@@ -56,7 +56,8 @@ func isUnreachableNoExecute(t corev1.Taint) bool {
 	return t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute
 }
 
-// EndpointSlice marks every endpoint on a protected node that is not
+// EndpointSlice marks every endpoint on a protected node (with an
+// EndpointPolicy: a node whose endpoints it keeps) that is not
 // terminating ready and serving (with a PodPolicy: only if its pod was
 // serving). Endpoints on other nodes, without a node name, or terminating
 // are left as they are.
@@ -91,11 +92,12 @@ func endpointNeedsProtection(ep discoveryv1.Endpoint, p Policy) bool {
 	case isTrue(c.Ready) && isTrue(c.Serving):
 		return false // already what we would write; skip the policy lookup
 	}
-	return p.Protected(*ep.NodeName) && podServing(ep.TargetRef, p)
+	return keepsEndpoints(*ep.NodeName, p) && podServing(ep.TargetRef, p)
 }
 
 // Endpoints moves, in every subset, the not-ready addresses of
-// protected nodes to the ready addresses: the existing ready addresses
+// protected nodes (with an EndpointPolicy: nodes whose endpoints it
+// keeps) to the ready addresses: the existing ready addresses
 // first, then the moved ones in their original order. Ports stay with their
 // subset; addresses of other nodes stay where they are (with a PodPolicy,
 // so do addresses of pods that were not serving).
@@ -109,7 +111,7 @@ func Endpoints(ep *corev1.Endpoints, p Policy) (*corev1.Endpoints, bool) {
 		// if the policy changes meanwhile.
 		var move []bool
 		for ai, a := range ep.Subsets[si].NotReadyAddresses {
-			if a.NodeName == nil || *a.NodeName == "" || !p.Protected(*a.NodeName) || !podServing(a.TargetRef, p) {
+			if a.NodeName == nil || *a.NodeName == "" || !keepsEndpoints(*a.NodeName, p) || !podServing(a.TargetRef, p) {
 				continue
 			}
 			if move == nil {
