@@ -445,9 +445,9 @@ func TestReturnedNodeKeepsEndpoints(t *testing.T) {
 	if r.s.Protected("back-2") || r.s.KeepsEndpoints("back-2") {
 		t.Fatal("back-2 protected without a verdict")
 	}
+	back := time.Now() // the grace runs from the informer's event, later
 	setReady(t, ctx, env, "back-1", corev1.ConditionTrue)
 	setReady(t, ctx, env, "back-2", corev1.ConditionTrue)
-	back := time.Now()
 	poll.Eventually(t, 5*time.Second, func() error {
 		if r.s.Protected("back-1") {
 			return errors.New("back-1 still lost in the cache")
