@@ -410,6 +410,31 @@ func (e *env) publishUntilHeard(h *handler, name string) (string, uint64) {
 	return val, seq
 }
 
+// hearFresh publishes a view until the feed applies one, on a subject of
+// its own at each try: a try lost while the link comes back (the leaf's
+// interest reaches the hub a moment after the link) leaves no gap on its
+// subject for the next one to reveal, so nothing is caught up by it.
+func (e *env) hearFresh(h *handler) {
+	e.t.Helper()
+	try := 0
+	poll.Eventually(e.t, 20*time.Second, func() error {
+		try++
+		name := fmt.Sprintf("y%d", try)
+		e.publish(name, "v")
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			h.mu.Lock()
+			got := h.views[subject(name)]
+			h.mu.Unlock()
+			if got == "v" {
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return fmt.Errorf("%s not heard", name)
+	})
+}
+
 // TestReconnectRace: views republished after the link is back are
 // applied before the agent learns of the reconnect; a view lost during
 // the drop (another subject, below what was applied) is still caught up,
@@ -424,7 +449,7 @@ func TestReconnectRace(t *testing.T) {
 	e.noConsumers()
 
 	e.cutUnnoticed(func() { e.publish("x", "x2") })
-	e.publishUntilHeard(h, "y")
+	e.hearFresh(h)
 	h.mu.Lock()
 	lost := h.views[subject("x")]
 	h.mu.Unlock()
@@ -470,26 +495,9 @@ func TestOutOfOrder(t *testing.T) {
 	_, m := e.run(testConfig(), h.options("t"))
 	var late uint64
 	e.cutUnnoticed(func() { late = e.publish("w", "w1") })
-	// Something heard after the cut, on a subject of its own at each try:
-	// a try lost while the link comes back must leave no gap for the next
-	// one to reveal (that would catch w1 up before its late copy).
-	try := 0
-	poll.Eventually(t, 20*time.Second, func() error {
-		try++
-		name := fmt.Sprintf("y%d", try)
-		e.publish(name, "v")
-		deadline := time.Now().Add(500 * time.Millisecond)
-		for time.Now().Before(deadline) {
-			h.mu.Lock()
-			got := h.views[subject(name)]
-			h.mu.Unlock()
-			if got == "v" {
-				return nil
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return fmt.Errorf("%s not heard", name)
-	})
+	// Something heard after the cut (that would catch w1 up before its
+	// late copy).
+	e.hearFresh(h)
 	e.republish("w", "w1", late, 0)
 	h.holds(t, map[string]string{subject("w"): "w1"})
 	catchupsReach(t, m, ReasonOutOfOrder, 1, 1)
