@@ -79,3 +79,62 @@ func TestWaitsForEnrollmentCredentials(t *testing.T) {
 			n.EnrollmentPending(), n.EnrollingByServiceAccount(), n.PublicKey(), pub)
 	}
 }
+
+// TestCredsCopyBesideTheCredsFile: the copy of the credentials the leaf
+// link reads lives beside the node's creds file, where the next start
+// writes it again, and never in the temporary directory, where a killed
+// agent would leave the node's key behind.
+func TestCredsCopyBesideTheCredsFile(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	h := natstest.Hub(t)
+	dir := t.TempDir()
+	cfg := natsnode.Default()
+	cfg.NodeName = "e1"
+	cfg.ClientPort, cfg.RoutePort, cfg.RouteHost = -1, -1, "127.0.0.1"
+	cfg.HubURLs = h.LeafURLs()
+	cfg.CredsFile = filepath.Join(dir, "node.creds")
+	cfg.EnrollCredsFile = filepath.Join(dir, "enroll.creds")
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	userJWT, err := h.Issuer().Enroller(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(userJWT, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.EnrollCredsFile, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := natsnode.New(cfg, natstest.Logger(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if !n.Status().HubConnected {
+			return errors.New("not linked to the hub yet")
+		}
+		return nil
+	})
+	link := filepath.Join(dir, ".node.creds.link")
+	if st, err := os.Stat(link); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the link's credentials copy: %v (mode %v), want %s, 0600", err, st, link)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("%d entries in the temporary directory, want none", len(left))
+	}
+	if err := n.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(link); !os.IsNotExist(err) {
+		t.Errorf("the copy outlived Shutdown: %v", err)
+	}
+}
