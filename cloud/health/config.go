@@ -38,9 +38,13 @@ type Config struct {
 	// run out up to a keep-alive apart; waiting for the last one took the
 	// first nodes' verdicts, and their protection, away before the unit
 	// was held (the hub reports a dark site's links closed before that,
-	// unless they closed while no replica ran). Longer than the voters'
+	// unless they closed while no replica ran). A member whose agent sent
+	// nothing for this long counts as one whose link closed (Member.Unheard):
+	// a site cut off while no replica ran, whose links' closes nobody
+	// saw, is held once its Leases go stale, not only once the node
+	// lifecycle controller has lost its last node. Longer than the voters'
 	// keep-alive, shorter than their TTL less a keep-alive and a Resync
-	// (0: only once the last vote ran out).
+	// (0: only once the last vote ran out; no member is ever unheard).
 	UnheardAfter time.Duration
 	// ReturnGrace: a node protected until its kubelet reported again
 	// keeps its serving pods' endpoints ready this long after: the node

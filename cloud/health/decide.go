@@ -47,21 +47,27 @@ type Member struct {
 	LinkDown bool
 	// Silent: LinkDown, for SilentAfter already.
 	Silent bool
+	// Unheard: no ballot of its agent reached the hub for UnheardAfter
+	// (none since this replica started: since then), though no close of
+	// its link was reported: the hub's report went unseen (the link
+	// closed while no replica ran, or with the hub server that held it).
+	Unheard bool
 	// LeaseStale: its kubelet's Lease was not renewed for half its
 	// duration (or it has none).
 	LeaseStale bool
 }
 
 // Lost reports whether the cloud hears nothing of m: its kubelet is not
-// Ready, or its agent's link is down and its kubelet's Lease stale. A
-// site cut off has its links reported closed within a ping interval of
-// each other (its cut voters' votes keep protecting meanwhile:
-// Config.CutGrace) and its Leases go stale within half a Lease's duration, before the node lifecycle
-// controller marks its nodes Unknown one by one: its hold then applies to
-// each node as soon as the controller loses it, before its NoExecute
-// taint.
+// Ready, or its agent is not heard (its link down, or Unheard) and its
+// kubelet's Lease stale. A site cut off has its links reported closed
+// within a ping interval of each other (its cut voters' votes keep
+// protecting meanwhile: Config.CutGrace) and its Leases go stale within
+// half a Lease's duration, before the node lifecycle controller marks its
+// nodes Unknown one by one: its hold then applies to each node as soon as
+// the controller loses it, before its NoExecute taint. A site cut off
+// while no atoll-cloud replica ran is seen by its silence instead.
 func (m Member) Lost() bool {
-	return m.Ready != corev1.ConditionTrue || (m.LinkDown && m.LeaseStale)
+	return m.Ready != corev1.ConditionTrue || ((m.LinkDown || m.Unheard) && m.LeaseStale)
 }
 
 // Disruption classifies a unit from what the cloud hears of its members

@@ -57,13 +57,14 @@ func TestProtect(t *testing.T) {
 
 func TestDisruption(t *testing.T) {
 	// A member: Ready (T) or lost by the controller (U); its agent's link
-	// up, down (d) or down for SilentAfter (D); its Lease renewed or
-	// stale (s).
+	// up, down (d) or down for SilentAfter (D), or its close unseen and
+	// the agent unheard (h); its Lease renewed or stale (s).
 	m := func(spec string) Member {
 		return Member{
 			Ready:      map[byte]corev1.ConditionStatus{'T': corev1.ConditionTrue, 'U': corev1.ConditionUnknown}[spec[0]],
 			LinkDown:   strings.ContainsAny(spec, "dD"),
 			Silent:     strings.Contains(spec, "D"),
+			Unheard:    strings.Contains(spec, "h"),
 			LeaseStale: strings.Contains(spec, "s"),
 		}
 	}
@@ -106,6 +107,12 @@ func TestDisruption(t *testing.T) {
 		// ballot, their kubelets report.
 		{"forming", unit("Td", "Td"), false, Normal},
 		{"a stale Lease alone is not lost", unit("Ts", "Ts"), false, Normal},
+		// The site cut off while no replica ran: no close reported, its
+		// agents unheard.
+		{"site cut unseen, none lost yet", unit("Ths", "Ths", "Ths"), false, FullDisruption},
+		{"site cut unseen, one lost", unit("Uhs", "Ths", "Tds"), false, FullDisruption},
+		{"agents unheard, kubelets report", unit("Uhs", "Th", "Th"), false, PartialDisruption},
+		{"agents unheard, all ready", unit("Th", "Th"), false, Normal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

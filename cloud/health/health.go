@@ -136,6 +136,9 @@ type Service struct {
 	metrics *metrics
 	tracker *Tracker
 	now     func() time.Time
+	// started is when this replica began: a voter it has heard nothing
+	// from is unheard since then (member).
+	started time.Time
 
 	cache client.Reader                                // the manager's cache
 	patch *patcher                                     // protection writes
@@ -190,6 +193,7 @@ func New(cfg Config, b *hublink.Link, m *manager.Manager, log *slog.Logger, reg 
 		leads:        m.Leading,
 		leaderSilent: m.LeaderSilent,
 	}
+	s.started = s.now()
 	s.tracker.SetCutGrace(cfg.CutGrace)
 	var err error
 	if s.patch, err = newPatcher(m, cfg.Protect, s.metrics); err != nil {
@@ -902,13 +906,19 @@ func (s *Service) heard(t Tally, now time.Time) bool {
 }
 
 // member is what the cloud hears of node n at now: its Ready condition,
-// whether its agent's link is down (and for SilentAfter already), and
-// whether its kubelet's Lease is stale (not renewed for half its
-// duration, or missing).
+// whether its agent's link is down (and for SilentAfter already) or its
+// agent unheard for UnheardAfter, and whether its kubelet's Lease is
+// stale (not renewed for half its duration, or missing).
 func (s *Service) member(ctx context.Context, n *corev1.Node, now time.Time) Member {
 	m := Member{Ready: ReadyStatus(n), LeaseStale: true}
 	if since, down := s.tracker.LinkDownSince(n.Name); down {
 		m.LinkDown, m.Silent = true, now.Sub(since) >= s.cfg.SilentAfter
+	} else if s.cfg.UnheardAfter > 0 {
+		last := s.tracker.LastBallot(n.Name)
+		if last.IsZero() {
+			last = s.started
+		}
+		m.Unheard = now.Sub(last) >= s.cfg.UnheardAfter
 	}
 	var lease coordinationv1.Lease
 	if err := s.cache.Get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: n.Name}, &lease, client.UnsafeDisableDeepCopy); err == nil {

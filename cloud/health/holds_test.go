@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -399,6 +400,102 @@ func TestUnitUnheardIsHeld(t *testing.T) {
 	}
 	if st, hold := r.s.UnitState("dark"); st != health.FullDisruption || hold.IsZero() {
 		t.Fatalf("unit dark is %s, hold until %v; want held", st, hold)
+	}
+}
+
+// TestUnitCutUnseenIsHeld: a site cut off while no atoll-cloud replica
+// ran (with an embedded hub, the same SIGKILL ends both): the new replica
+// never hears its links close. Its agents' last ballots ran out, its
+// kubelets' Leases go stale, and the node lifecycle controller loses its
+// nodes one at a time (slowly, on a loaded apiserver). The unit is held
+// from its silence, before the controller loses its last node: the first
+// node lost is protected though its peers' votes expired and the others
+// are still Ready. While the kubelets still report, unheard agents alone
+// hold nothing.
+func TestUnitCutUnseenIsHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	env := startEnv(t, ctx)
+	names := []string{"unseen-1", "unseen-2", "unseen-3"}
+	for _, n := range names {
+		unitNode(t, ctx, env.client, n, "unseen", corev1.ConditionTrue)
+		renewLease(t, ctx, env.client, n, time.Now())
+	}
+	const unheard, ttl = 3 * time.Second, 2 * time.Second
+	r := startReplicaWith(t, ctx, env.rc, hublink.Of(env.nc, env.js), natstest.Logger(t, slog.LevelWarn), false,
+		func(c *health.Config) { c.UnheardAfter = unheard })
+	poll.Eventually(t, 30*time.Second, func() error {
+		if st, known := r.s.UnitStateKnown("unseen"); st != health.Normal || !known {
+			return fmt.Errorf("unit unseen is %s (known: %v), want %s", st, known, health.Normal)
+		}
+		return nil
+	})
+	last := time.Now()
+	for _, voter := range names {
+		verdicts := map[string]atollv1.Verdict{}
+		for _, n := range names {
+			if n != voter {
+				verdicts[n] = atollv1.Verdict_VERDICT_HEALTHY
+			}
+		}
+		publishBallot(t, ctx, env.js, "unseen", voter, time.Now(), ttl, verdicts)
+	}
+	poll.Eventually(t, 5*time.Second, func() error {
+		for _, voter := range names {
+			if r.s.LastBallot(voter).Before(last.Add(-time.Second)) {
+				return fmt.Errorf("%s's ballot not recorded", voter)
+			}
+		}
+		return nil
+	})
+	// The agents go quiet; the kubelets still renew: not held.
+	for end := time.Now().Add(unheard + time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		for _, n := range names {
+			renewLease(t, ctx, env.client, n, time.Now())
+		}
+		if st, _ := r.s.UnitState("unseen"); st == health.FullDisruption {
+			t.Fatal("unit unseen held while its kubelets renew their Leases")
+		}
+	}
+	// The site is cut: the Leases stop (stale), the controller loses
+	// unseen-1 first.
+	for _, n := range names {
+		renewLease(t, ctx, env.client, n, time.Now().Add(-time.Minute))
+	}
+	setReady(t, ctx, env, "unseen-1", corev1.ConditionUnknown)
+	// (Protected may decide from the node as the informer has it before
+	// the unit's state is recorded: holdsWith.)
+	poll.Eventually(t, 10*time.Second, func() error {
+		st, hold := r.s.UnitState("unseen")
+		if !r.s.Protected("unseen-1") {
+			return fmt.Errorf("unseen-1 not protected: unit unseen %s, tally %+v", st, r.s.Tally("unseen-1"))
+		}
+		if st != health.FullDisruption || hold.IsZero() {
+			return fmt.Errorf("unit unseen is %s, hold until %v; want held", st, hold)
+		}
+		return nil
+	})
+}
+
+// renewLease sets node's kubelet Lease (40 s, as the kubelet's) renewed
+// at at, creating it.
+func renewLease(t *testing.T, ctx context.Context, client kubernetes.Interface, node string, at time.Time) {
+	t.Helper()
+	leases := client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	renew, d := metav1.NewMicroTime(at), int32(40)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, LeaseDurationSeconds: &d, RenewTime: &renew}}, metav1.CreateOptions{})
+			return err
+		}
+		l.Spec.RenewTime = &renew
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
