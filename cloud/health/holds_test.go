@@ -361,14 +361,8 @@ func TestUnitUnheardIsHeld(t *testing.T) {
 		if wait := time.Until(first.Add(time.Duration(i) * apart)); wait > 0 {
 			time.Sleep(wait)
 		}
-		verdicts := map[string]atollv1.Verdict{}
-		for _, n := range names {
-			if n != voter {
-				verdicts[n] = atollv1.Verdict_VERDICT_HEALTHY
-			}
-		}
 		sent := time.Now()
-		publishBallot(t, ctx, env.js, "dark", voter, sent, ttl, verdicts)
+		publishBallot(t, ctx, env.js, "dark", voter, sent, ttl, peersHealthy(names, voter))
 		poll.Eventually(t, 5*time.Second, func() error {
 			if !r.s.LastBallot(voter).After(sent.Add(-time.Second)) {
 				return fmt.Errorf("%s's ballot not recorded", voter)
@@ -432,13 +426,7 @@ func TestUnitCutUnseenIsHeld(t *testing.T) {
 	})
 	last := time.Now()
 	for _, voter := range names {
-		verdicts := map[string]atollv1.Verdict{}
-		for _, n := range names {
-			if n != voter {
-				verdicts[n] = atollv1.Verdict_VERDICT_HEALTHY
-			}
-		}
-		publishBallot(t, ctx, env.js, "unseen", voter, time.Now(), ttl, verdicts)
+		publishBallot(t, ctx, env.js, "unseen", voter, time.Now(), ttl, peersHealthy(names, voter))
 	}
 	poll.Eventually(t, 5*time.Second, func() error {
 		for _, voter := range names {

@@ -35,6 +35,18 @@ import (
 	"github.com/atoll-edge/atoll/test/poll"
 )
 
+// peersHealthy is voter's verdicts in a unit of names: every other member
+// healthy.
+func peersHealthy(names []string, voter string) map[string]atollv1.Verdict {
+	verdicts := map[string]atollv1.Verdict{}
+	for _, n := range names {
+		if n != voter {
+			verdicts[n] = atollv1.Verdict_VERDICT_HEALTHY
+		}
+	}
+	return verdicts
+}
+
 // publishBallot publishes voter's ballot for unit, made at at, to the
 // HEALTH stream: its verdicts by node, sorted by node as voters send them.
 func publishBallot(t *testing.T, ctx context.Context, js jetstream.JetStream, unit, voter string, at time.Time, ttl time.Duration, verdicts map[string]atollv1.Verdict) {

@@ -108,13 +108,7 @@ func TestKubeletWordIsNeverOverridden(t *testing.T) {
 	nodes := []string{"k-false", "k-unknown", "k-lost"}
 	now := time.Now()
 	for _, voter := range nodes {
-		votes := map[string]atollv1.Verdict{}
-		for _, node := range nodes {
-			if node != voter {
-				votes[node] = atollv1.Verdict_VERDICT_HEALTHY
-			}
-		}
-		publishBallot(t, ctx, env.js, "u1", voter, now, time.Minute, votes)
+		publishBallot(t, ctx, env.js, "u1", voter, now, time.Minute, peersHealthy(nodes, voter))
 	}
 	poll.Eventually(t, 20*time.Second, func() error {
 		for _, node := range nodes {
