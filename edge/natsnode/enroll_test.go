@@ -54,20 +54,7 @@ func TestWaitsForEnrollmentCredentials(t *testing.T) {
 		t.Fatalf("linked (%v) with a file that holds no credentials", n.Status().HubConnected)
 	}
 
-	kp, _ := nkeys.CreateUser()
-	pub, _ := kp.PublicKey()
-	seed, _ := kp.Seed()
-	userJWT, err := h.Issuer().Enroller(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := jwt.FormatUserConfig(userJWT, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg.EnrollCredsFile, creds, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pub := writeEnrollCreds(t, h.Issuer().Enroller, cfg.EnrollCredsFile)
 	poll.Eventually(t, 10*time.Second, func() error {
 		if !n.Status().HubConnected {
 			return errors.New("not linked to the hub yet")
@@ -95,20 +82,7 @@ func TestCredsCopyBesideTheCredsFile(t *testing.T) {
 	cfg.HubURLs = h.LeafURLs()
 	cfg.CredsFile = filepath.Join(dir, "node.creds")
 	cfg.EnrollCredsFile = filepath.Join(dir, "enroll.creds")
-	kp, _ := nkeys.CreateUser()
-	pub, _ := kp.PublicKey()
-	seed, _ := kp.Seed()
-	userJWT, err := h.Issuer().Enroller(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := jwt.FormatUserConfig(userJWT, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg.EnrollCredsFile, creds, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeEnrollCreds(t, h.Issuer().Enroller, cfg.EnrollCredsFile)
 	n, err := natsnode.New(cfg, natstest.Logger(t, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -137,4 +111,25 @@ func TestCredsCopyBesideTheCredsFile(t *testing.T) {
 	if _, err := os.Stat(link); !os.IsNotExist(err) {
 		t.Errorf("the copy outlived Shutdown: %v", err)
 	}
+}
+
+// writeEnrollCreds writes to path enrollment credentials for a new key,
+// its JWT from enroller (the hub's issuer), and returns the key.
+func writeEnrollCreds(t *testing.T, enroller func(pub string) (string, error), path string) string {
+	t.Helper()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	userJWT, err := enroller(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(userJWT, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pub
 }
