@@ -419,6 +419,29 @@ func TestSpentTokenSwept(t *testing.T) {
 	}
 	g := f.serve(t, identity.DefaultConfig(), nil)
 	poll.Eventually(t, 30*time.Second, refused(f, creds))
+	// The start's sweep marks the token's record revoked once the
+	// revocation is pushed: the refusal can be seen a moment before.
+	js, err := jetstream.New(f.cloud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, identity.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		keys, err := kv.ListKeysFiltered(ctx, "token.>")
+		if err != nil {
+			return err
+		}
+		for k := range keys.Keys() {
+			var rec struct{ Revoked bool }
+			if e, err := kv.Get(ctx, k); err != nil || json.Unmarshal(e.Value(), &rec) != nil || !rec.Revoked {
+				return fmt.Errorf("%s not marked revoked (%v)", k, err)
+			}
+		}
+		return nil
+	})
 	if n, err := g.ids.SweepSpent(ctx); n != 0 || err != nil {
 		t.Errorf("a second sweep revoked %d (%v), want none", n, err)
 	}
