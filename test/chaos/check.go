@@ -137,7 +137,25 @@ type Checker struct {
 	// the node lifecycle controller turns only Ready False).
 	containersNotReady map[string]time.Time
 	turned             []turnedNotReady // endpoints turned not ready, judged once the pods are current
+	// foreign: calls answered by a pod of another unit, judged once the
+	// journal has the faults begun before them (journalLag).
+	foreign []foreignCall
 }
+
+// foreignCall is an answer from another unit's pod, with the node that
+// pod ran on when the answer was read.
+type foreignCall struct {
+	Call
+	podNode string
+}
+
+// journalLag is how long after a fault begins its journal entry may come:
+// the injector writes it once the fault is made, and a kube-apiserver
+// restart is made when the apiserver serves again (up to 4.5 min on this
+// machine); a relabel during a stall took seconds. An answer from another
+// unit is judged this long after it, so the relabel that explains it is
+// known.
+const journalLag = 5 * time.Minute
 
 // turnedNotReady is an endpoint of a live edge node seen turning not
 // ready, waiting for its judgement.
@@ -612,6 +630,7 @@ func (c *Checker) sample(now time.Time) {
 			c.call(call, s.Calls)
 		}
 	}
+	c.judgeForeign(now.Add(-journalLag))
 	c.samples = append(c.samples, s)
 	c.mu.Unlock()
 	b, _ := json.Marshal(s)
@@ -636,12 +655,8 @@ func (c *Checker) call(call Call, counts map[string][2]int) {
 		} else if touched {
 			st.OtherFaultOK++
 		}
-		// The answer comes from the client's unit: a web pod of its grid
-		// child, or one on a node moved into it.
-		if unit, _, _ := strings.Cut(strings.TrimPrefix(call.Detail, "web-"), "-"); unit != call.Unit &&
-			!c.truth.moved(call.Node, call.T.Add(-Settle), call.T) && !c.truth.moved(c.podNode[call.Detail], call.T.Add(-Settle), call.T) {
-			st.Foreign++
-			c.violate(call.T, InvClients, "unit/"+call.Unit, "the client on %s was answered by %s, of another unit", call.Node, call.Detail)
+		if unit, _, _ := strings.Cut(strings.TrimPrefix(call.Detail, "web-"), "-"); unit != call.Unit {
+			c.foreign = append(c.foreign, foreignCall{call, c.podNode[call.Detail]})
 		}
 	default:
 		n[1]++
@@ -654,6 +669,24 @@ func (c *Checker) call(call Call, counts map[string][2]int) {
 		}
 	}
 	counts[call.Unit] = n
+}
+
+// judgeForeign judges the answers from another unit given up to before:
+// each must come from a node moved into the client's unit, or be from a
+// pod on a node moved out of it, lately (Settle). The caller holds c.mu.
+func (c *Checker) judgeForeign(before time.Time) {
+	kept := c.foreign[:0]
+	for _, call := range c.foreign {
+		if call.T.After(before) {
+			kept = append(kept, call)
+			continue
+		}
+		if !c.truth.moved(call.Node, call.T.Add(-Settle), call.T) && !c.truth.moved(call.podNode, call.T.Add(-Settle), call.T) {
+			c.calls[call.Unit].Foreign++
+			c.violate(call.T, InvClients, "unit/"+call.Unit, "the client on %s was answered by %s, of another unit", call.Node, call.Detail)
+		}
+	}
+	c.foreign = kept
 }
 
 // Result is the checker's summary of a run.
@@ -684,6 +717,7 @@ func (c *Checker) finish() ([]Violation, error) {
 	c.judgeTurned(time.Now().Add(podsCatchUp))
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.judgeForeign(time.Now()) // the journal is whole
 	r := Result{Schedule: c.plan.Schedule, Bounds: c.bounds, Calls: c.calls, Slopes: map[string]Slope{}, Samples: c.samples}
 	for _, s := range c.samples {
 		r.Writes += s.Writes

@@ -147,6 +147,7 @@ func TestCheckerJudgesClients(t *testing.T) {
 	c.call(Call{T: now, Unit: "a", Node: "edge-a1", Detail: "timeout"}, counts)
 	c.call(Call{T: now, Unit: "b", Node: "edge-b1", Detail: "timeout"}, counts)
 	c.call(Call{T: now, Unit: "b", Node: "edge-b1", OK: true, Detail: "web-a-x-2"}, counts)
+	c.judgeForeign(now)
 	if len(c.violations) != 2 {
 		t.Fatalf("want the failure in the cut unit and the foreign answer, got %+v", c.violations)
 	}
@@ -155,6 +156,25 @@ func TestCheckerJudgesClients(t *testing.T) {
 	}
 	if counts["a"] != [2]int{1, 1} || counts["b"] != [2]int{1, 1} {
 		t.Errorf("sample counts: %v", counts)
+	}
+}
+
+// An answer from a pod of another unit that a relabel explains is no
+// violation though the relabel's journal entry comes after the answer is
+// read (the injector writes it once the label is set, seconds later on a
+// stalling apiserver): it is judged once the journal has caught up.
+func TestCheckerWaitsForTheJournalToJudgeForeignAnswers(t *testing.T) {
+	c := testChecker(t)
+	c.play(Fault{ID: 1, Kind: NodeCut, Unit: "c", Node: "edge-c1"}, time.Minute, 0)
+	c.podNode["web-a-x-1"] = "edge-a3"
+	now := time.Now()
+	c.call(Call{T: now, Unit: "e", Node: "edge-e1", OK: true, Detail: "web-a-x-1"}, map[string][2]int{})
+	c.judgeForeign(now.Add(-journalLag)) // the sample that read the answer
+	relabel := Fault{ID: 2, Kind: Relabel, Unit: "a", Node: "edge-a3", To: "e"}
+	c.truth.add([]Entry{{T: now.Add(-3 * time.Second), Phase: PhaseBegin, Fault: relabel}})
+	c.judgeForeign(now.Add(journalLag))
+	if len(c.violations) != 0 || c.calls["e"].Foreign != 0 {
+		t.Fatalf("an answer the relabel explains was reported: %+v", c.violations)
 	}
 }
 
